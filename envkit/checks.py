@@ -1,0 +1,348 @@
+"""Facts + gates -> checks. Each check is small, independent and knows its fix (flutter doctor).
+
+`fail` is for what stops training on the best device this machine has; a missing optional
+speed-up is `warn`. Every non-pass check carries a concrete fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import asdict, dataclass
+from pathlib import PurePath
+
+from envkit.facts.model import Facts
+from envkit.gates import V, capability_problem, gates, macos_floor_for_mps, min_driver_for_cuda, newest_torch_spec_for_macos, paired_versions
+
+PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
+NATIVE_PYTHON_FIX = ("install a native arm64 Python and recreate the environment: "
+                     "`arch -arm64 /usr/bin/python3 -m venv .venv` (or Homebrew's /opt/homebrew/bin/python3), then `envkit setup`")
+
+
+@dataclass
+class Check:
+    id: str
+    status: str
+    message: str
+    fix: str | None = None
+    group: str = "PyTorch"
+    source: str | None = None
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def best_device(facts: Facts) -> str:
+    """The device training should use on this machine: mps, cuda or cpu."""
+    if facts.is_apple_silicon:
+        return "mps"
+    rt = facts.runtime or {}
+    if facts.gpus or rt.get("cuda_available"):
+        return "cuda"
+    return "cpu"
+
+
+def _gate_note(facts: Facts) -> str:
+    if facts.runtime_ok:
+        return ""
+    if facts.runtime is None:
+        return " (judged from version gates only: torch was not imported)"
+    return " (judged from version gates only: importing torch failed)"
+
+
+def check_os(facts: Facts) -> Check:
+    o = facts.os
+    if o.system == "Darwin":
+        if not o.version:
+            return Check("os", WARN, "could not read the macOS version", "run `sw_vers -productVersion` and attach `envkit doctor --record snapshot.json` to a bug report", "System")
+        text = f"macOS {o.version}" + (f" ({o.build})" if o.build else "")
+        return Check("os", PASS, text + (f"; {o.note}" if o.note else ""), group="System")
+    if o.system == "Linux":
+        return Check("os", PASS, f"{o.name or 'Linux'}", group="System")
+    return Check("os", WARN, f"{o.system}: envkit knows macOS and Linux best", "use macOS or Linux, or report what fails", "System")
+
+
+def check_python_version(facts: Facts) -> Check:
+    g = gates()["python"]
+    pv = V(facts.python.version)
+    if pv is None:
+        return Check("python-version", WARN, "could not read the Python version", "run `python3 --version`", "Python")
+    if pv < V(g["min"]):
+        return Check("python-version", FAIL, f"Python {pv} is older than {g['min']}, the oldest recent torch supports",
+                     "install Python 3.12 and run `envkit setup --python python3.12`", "Python", g["source"])
+    return Check("python-version", PASS, f"{facts.python.implementation or 'Python'} {pv}", group="Python")
+
+
+def check_python_arch(facts: Facts) -> Check:
+    p, c = facts.python, facts.chip
+    if not p.machine:
+        return Check("python-arch", WARN, "could not read the interpreter's architecture", "run `python3 -c 'import platform; print(platform.machine())'`", "Python")
+    if facts.is_macos and c.arm64_hardware:
+        if p.rosetta:
+            return Check("python-arch", FAIL,
+                         f"this Python is x86_64 running under Rosetta on an Apple {c.family or 'silicon'} Mac: it never sees MPS and runs slower",
+                         NATIVE_PYTHON_FIX, "Python", "Lightning-AI#14634; comfy-cli PR #568")
+        return Check("python-arch", PASS, f"native {p.machine} interpreter", group="Python")
+    return Check("python-arch", PASS, f"{p.machine} interpreter" + (" (Intel Mac)" if facts.is_macos else ""), group="Python")
+
+
+def check_torch(facts: Facts) -> Check:
+    t, rt = facts.torch, facts.runtime
+    if not t.version:
+        if rt and rt.get("ok"):  # importable but without metadata (a source build on sys.path)
+            return Check("torch", PASS, f"torch {rt.get('torch_version')} (no installed metadata)")
+        return Check("torch", FAIL, "torch is not installed in this interpreter", "`envkit setup` creates an environment with the right torch build")
+    desc = f"torch {t.version} ({t.channel or 'unknown channel'}" + (f", {t.local} build" if t.local else "") + ")"
+    if rt is not None and not rt.get("ok") and not rt.get("missing"):
+        return Check("torch", FAIL, f"{desc} is installed but importing it failed: {rt.get('error')}",
+                     "reinstall it: `envkit setup --torch stable`")
+    if facts.is_macos and facts.chip.vendor == "intel":
+        g = gates()["intel_mac"]
+        return Check("torch", WARN, f"{desc}; Intel Mac: torch stops at {g['max_torch']} and trains on the CPU only",
+                     "use an Apple silicon Mac or a CUDA machine for current torch", source=g["source"])
+    return Check("torch", PASS, desc)
+
+
+def check_mps(facts: Facts) -> Check:
+    if not facts.is_macos:
+        return Check("mps", SKIP, "not a Mac", group="Devices")
+    if not facts.is_apple_silicon:
+        return Check("mps", SKIP, "Intel Mac: MPS training needs Apple silicon", group="Devices")
+    if facts.python.rosetta:
+        return Check("mps", FAIL, "an x86_64 Python under Rosetta never sees MPS", NATIVE_PYTHON_FIX, "Devices", "Lightning-AI#14634")
+    t = facts.torch
+    if not t.version:
+        return Check("mps", SKIP, "torch is not installed (see the torch check)", group="Devices")
+    g = gates()["mps"]
+    tv = V(t.base_version)
+    if tv is not None and tv < V(g["min_torch"]):
+        return Check("mps", FAIL, f"torch {t.version} predates MPS (needs {g['min_torch']}+)", "`envkit setup --torch stable`", "Devices", g["source"])
+    macos = V(facts.os.version)
+    floor, source = macos_floor_for_mps(t.version)
+    if macos is None:
+        return Check("mps", WARN, f"macOS version unknown; torch {t.base_version} needs macOS {floor}+ for MPS",
+                     "run `sw_vers -productVersion` and check it", "Devices", source)
+    if macos < floor:
+        older = newest_torch_spec_for_macos(macos)
+        fix = f"upgrade macOS to {floor} or newer"
+        if older:
+            fix += f", or install a torch that still supports macOS {macos}: `envkit setup --torch '{older}'`"
+        return Check("mps", FAIL, f"torch {t.base_version} needs macOS {floor}+ for MPS; this Mac runs macOS {macos}", fix, "Devices", source)
+    rt = facts.runtime
+    if rt and rt.get("ok"):
+        if rt.get("mps_available"):
+            return Check("mps", PASS, f"MPS available (torch {t.base_version}, macOS {macos})", group="Devices")
+        why = "torch was built without MPS" if not rt.get("mps_built") else "torch reports MPS unavailable"
+        return Check("mps", FAIL, f"{why} although the version gates hold", "reinstall torch from PyPI: `envkit setup --torch stable`", "Devices")
+    return Check("mps", PASS, f"MPS should work: torch {t.base_version} on macOS {macos} (needs {floor}+)" + _gate_note(facts), group="Devices", source=source)
+
+
+def check_cuda(facts: Facts) -> Check:
+    rt = facts.runtime or {}
+    if not facts.gpus and not rt.get("cuda_available"):
+        return Check("cuda", SKIP, "no NVIDIA GPU found (nvidia-smi absent or empty)", group="Devices")
+    gpu = facts.gpus[0] if facts.gpus else None
+    names = ", ".join(sorted({g.name for g in facts.gpus})) or "an NVIDIA GPU"
+    t = facts.torch
+    if not t.version:
+        return Check("cuda", SKIP, f"{names} found; torch is not installed (see the torch check)", group="Devices")
+    cuda = t.cuda or (rt.get("cuda_version") if rt.get("ok") else None)
+    if t.local == "cpu" or (rt.get("ok") and not rt.get("cuda_built") and not cuda):
+        return Check("cuda", FAIL, f"torch {t.version} is a CPU build: {names} sits unused",
+                     "install a CUDA build chosen for this driver: `envkit setup --torch stable`", "Devices")
+    if gpu and gpu.driver and cuda:
+        need = min_driver_for_cuda(cuda)
+        if need and V(gpu.driver) is not None and V(gpu.driver) < V(need):
+            return Check("cuda", FAIL, f"torch {t.version} is built for CUDA {cuda}, which needs NVIDIA driver {need}+; this driver is {gpu.driver}",
+                         f"upgrade the driver to {need}+, or let envkit pick a build this driver runs: `envkit setup --torch stable`",
+                         "Devices", "NVIDIA CUDA release notes, table 2")
+    for g in facts.gpus:
+        problem = capability_problem(g.compute_capability, cuda)
+        if problem:
+            return Check("cuda", FAIL, f"{g.name} (sm_{g.compute_capability.replace('.', '')}) cannot run this CUDA {cuda} build: {problem}",
+                         "`envkit setup --torch stable` picks a build for this GPU", "Devices")
+    if rt.get("ok"):
+        if rt.get("cuda_available"):
+            devs = rt.get("devices") or []
+            listed = ", ".join(d.get("name", "?") for d in devs) or names
+            return Check("cuda", PASS, f"CUDA {rt.get('cuda_version')} available: {rt.get('device_count', len(devs))} x {listed}", group="Devices")
+        return Check("cuda", FAIL, f"torch {t.version} cannot use {names} (torch.cuda.is_available() is False)",
+                     "check `nvidia-smi` works, then `envkit setup --torch stable`", "Devices")
+    driver = f", driver {gpu.driver}" if gpu and gpu.driver else ""
+    return Check("cuda", PASS, f"{names}{driver}; torch built for CUDA {cuda or '?'}" + _gate_note(facts), group="Devices")
+
+
+def check_bf16(facts: Facts) -> Check:
+    device = best_device(facts)
+    t, rt = facts.torch, facts.runtime or {}
+    if not t.version:
+        return Check("bf16", SKIP, "torch is not installed", group="Devices")
+    if device == "mps":
+        g = gates()["bf16"]["mps"]
+        macos = V(facts.os.version)
+        if facts.python.rosetta:
+            return Check("bf16", SKIP, "no MPS under Rosetta (see python-arch)", group="Devices")
+        if macos is None or macos < V(g["macos"]):
+            return Check("bf16", WARN, f"bf16 on MPS needs macOS {g['macos']}+ (this Mac: {facts.os.version or 'unknown'}); use fp16 or fp32",
+                         f"upgrade macOS to {g['macos']}+; until then keep training.precision at fp32 or fp16", "Devices", g["source"])
+        if V(t.base_version) < V(g["autocast_torch"]):
+            return Check("bf16", WARN, f"bf16 autocast on MPS needs torch {g['autocast_torch']}+ (installed {t.base_version})",
+                         "`envkit setup --torch stable`", "Devices", g["source"])
+        if rt.get("ok") and rt.get("mps_bf16") is False:
+            return Check("bf16", WARN, f"MPS refused a bf16 tensor: {rt.get('mps_bf16_error', '')}", "keep training.precision at fp32", "Devices")
+        if facts.chip.family in g["emulated_families"]:
+            return Check("bf16", PASS, f"bf16 works but is emulated on {facts.chip.family}: no speed-up over fp32 (the {facts.chip.family.lower()} profiles train in fp32)", group="Devices", source=g["source"])
+        return Check("bf16", PASS, f"bf16 supported on MPS (macOS {macos}, torch {t.base_version})" + _gate_note(facts), group="Devices")
+    if device == "cuda":
+        g = gates()["bf16"]["cuda"]
+        if rt.get("ok") and "cuda_bf16" in rt:
+            if rt["cuda_bf16"]:
+                return Check("bf16", PASS, "bf16 supported on CUDA (torch.cuda.is_bf16_supported())", group="Devices")
+            return Check("bf16", WARN, "this GPU has no bf16 support", "train with precision fp16 (GradScaler is used on CUDA)", "Devices", g["source"])
+        ccs = [V(gpu.compute_capability) for gpu in facts.gpus if gpu.compute_capability]
+        if ccs and min(ccs) < V(g["min_compute_capability"]):
+            return Check("bf16", WARN, f"compute capability {min(ccs)} < {g['min_compute_capability']}: no bf16 tensor cores",
+                         "train with precision fp16 (GradScaler is used on CUDA)", "Devices", g["source"])
+        return Check("bf16", PASS, "bf16 supported (compute capability 8.0+)" + _gate_note(facts), group="Devices")
+    return Check("bf16", SKIP, "CPU training uses fp32 by default", group="Devices")
+
+
+def check_compile(facts: Facts) -> Check:
+    device = best_device(facts)
+    t = facts.torch
+    if not t.version:
+        return Check("compile", SKIP, "torch is not installed", group="Devices")
+    tv = V(t.base_version)
+    if device == "mps":
+        g = gates()["compile"]["mps"]
+        macos = V(facts.os.version)
+        if tv < V(g["torch"]) or macos is None or macos < V(g["macos"]):
+            return Check("compile", WARN, f"torch.compile on MPS is usable from torch {g['torch']} on macOS {g['macos']}+ (here torch {t.base_version}, macOS {facts.os.version or '?'}); training runs eager",
+                         "`envkit setup --torch stable` (and macOS 14+) to enable it; meanwhile training.compile: false", "Devices", g["source"])
+        return Check("compile", PASS, f"torch.compile usable on MPS (torch {t.base_version})", group="Devices", source=g["source"])
+    if device == "cuda":
+        g = gates()["compile"]["cuda"]
+        ccs = [V(gpu.compute_capability) for gpu in facts.gpus if gpu.compute_capability]
+        if ccs and min(ccs) < V(g["min_compute_capability"]):
+            return Check("compile", WARN, f"Triton needs compute capability {g['min_compute_capability']}+; torch.compile falls back", "training.compile: false", "Devices", g["source"])
+    if tv < V("2.0"):
+        return Check("compile", WARN, f"torch.compile needs torch 2.0+ (installed {t.base_version})", "`envkit setup --torch stable`", "Devices")
+    return Check("compile", PASS, f"torch.compile available on {device.upper() if device != 'cpu' else 'CPU'} (torch {t.base_version})", group="Devices")
+
+
+def check_pairing(facts: Facts) -> Check:
+    t = facts.torch
+    if not t.version:
+        return Check("torch-pairing", SKIP, "torch is not installed")
+    want = paired_versions(t.version)
+    installed = {n: facts.packages.get(n) for n in ("torchvision", "torchaudio") if facts.packages.get(n)}
+    if not installed:
+        return Check("torch-pairing", PASS, "no torchvision/torchaudio installed")
+    if want is None:
+        return Check("torch-pairing", WARN, f"no known pairing for torch {t.version}", "check PyTorch's compatibility matrix")
+    bad = []
+    for name, ver in installed.items():
+        v = V(ver)
+        if v is None or f"{v.major}.{v.minor}" != want[name]:
+            bad.append(f"{name} {ver} (torch {t.base_version} pairs with {want[name]}.x)")
+    if bad:
+        pins = " ".join(f"'{n}=={want[n]}.*'" for n in installed)
+        return Check("torch-pairing", FAIL, "mismatched with torch: " + "; ".join(bad) + " — importing it fails (e.g. 'operator torchvision::nms does not exist')",
+                     f"`envkit setup --with {','.join(installed)}` installs the paired releases (or pip install {pins} from torch's index)",
+                     source=gates()["pairing"]["source"])
+    return Check("torch-pairing", PASS, ", ".join(f"{n} {v}" for n, v in installed.items()) + f" paired with torch {t.base_version}")
+
+
+def check_env_vars(facts: Facts) -> Check:
+    g = gates()["env"]
+    known = set(g["known"])
+    env = facts.env
+    problems, fixes = [], []
+    for name, value in env.items():
+        if name.startswith("PYTORCH_") and name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.85)
+            if close:
+                problems.append(f"{name} is not a PyTorch variable (did you mean {close[0]}?)")
+                fixes.append(f"unset {name}; export {close[0]}={_sh(value)}")
+    for name in ("PYTORCH_MPS_HIGH_WATERMARK_RATIO", "PYTORCH_MPS_LOW_WATERMARK_RATIO"):
+        if name in env:
+            try:
+                ratio = float(env[name])
+            except ValueError:
+                problems.append(f"{name}={env[name]!r} is not a number")
+                fixes.append(f"unset {name}")
+                continue
+            if name.endswith("HIGH_WATERMARK_RATIO") and ratio == 0.0:
+                problems.append(f"{name}=0.0 removes the MPS memory cap, which PyTorch says 'may cause system failure'")
+                fixes.append(f"unset {name} (default 1.7), or lower the batch size / use gradient accumulation")
+    if "KMP_DUPLICATE_LIB_OK" in env:
+        problems.append("KMP_DUPLICATE_LIB_OK is set: it hides a duplicate OpenMP runtime and is unsafe (pytorch#78490)")
+        fixes.append("unset KMP_DUPLICATE_LIB_OK and remove the duplicate runtime (see the openmp check)")
+    if facts.is_apple_silicon and not facts.python.rosetta:
+        for name, value in g.get("recommended_mps", {}).items():
+            if env.get(name) != value:
+                problems.append(f"{name} is not {value}: an operator MPS lacks raises NotImplementedError instead of running on the CPU")
+                fixes.append('eval "$(envkit env)" (or `envkit env --write .envkit`) sets the profile\'s variables')
+    if problems:
+        return Check("env-vars", WARN, "; ".join(problems), "; ".join(dict.fromkeys(fixes)), "Environment", g["source"])
+    shown = [k for k in env if k.startswith(("PYTORCH_", "OMP_", "MKL_"))]
+    return Check("env-vars", PASS, "variables look right" + (f" ({', '.join(shown)})" if shown else ""), group="Environment")
+
+
+def _omp_kind(path: str) -> str | None:
+    name = PurePath(path).name
+    if name.startswith("libiomp5"):
+        return "intel"
+    if name.startswith("libgomp"):
+        return "gnu"
+    if name.startswith("libomp"):
+        return "llvm"
+    return None
+
+
+def _owner(path: str) -> str:
+    parts = PurePath(path).parts
+    if "site-packages" in parts:
+        i = parts.index("site-packages")
+        if i + 1 < len(parts):
+            return re.sub(r"\.libs$|\.dylibs$", "", parts[i + 1])
+    return str(PurePath(path).parent)
+
+
+def check_openmp(facts: Facts) -> Check:
+    libs = [p for p in facts.openmp_libs if _omp_kind(p)]
+    if not libs:
+        return Check("openmp", PASS, "no bundled OpenMP runtime found in site-packages", group="Environment")
+    kinds: dict[str, list[str]] = {}
+    for p in libs:
+        kinds.setdefault(_omp_kind(p), []).append(_owner(p))
+    intel_llvm = kinds.get("intel", []) + kinds.get("llvm", [])
+    owners = sorted(set(intel_llvm))
+    source = "pytorch#78490, #83540"
+    if facts.is_macos and len(intel_llvm) > 1:
+        return Check("openmp", FAIL, f"{len(intel_llvm)} OpenMP runtimes in site-packages ({', '.join(owners)}): loading both aborts with 'OMP: Error #15'",
+                     f"keep one: reinstall the other package from a build that uses torch's runtime (`pip uninstall {owners[-1]}` and reinstall it), not KMP_DUPLICATE_LIB_OK",
+                     "Environment", source)
+    if kinds.get("intel") and kinds.get("llvm"):
+        return Check("openmp", WARN, f"both Intel (libiomp5: {', '.join(sorted(set(kinds['intel'])))}) and LLVM (libomp: {', '.join(sorted(set(kinds['llvm'])))}) OpenMP runtimes are installed",
+                     "if you see 'OMP: Error #15', uninstall one of those packages; never set KMP_DUPLICATE_LIB_OK", "Environment", source)
+    summary = ", ".join(f"{k}: {', '.join(sorted(set(v)))}" for k, v in kinds.items())
+    return Check("openmp", PASS, f"one OpenMP runtime per kind ({summary})", group="Environment")
+
+
+def _sh(value: str) -> str:
+    import shlex
+
+    return shlex.quote(value)
+
+
+ALL_CHECKS = (check_os, check_python_version, check_python_arch, check_torch, check_pairing, check_mps, check_cuda,
+              check_bf16, check_compile, check_env_vars, check_openmp)
+
+
+def run_checks(facts: Facts) -> list[Check]:
+    return [fn(facts) for fn in ALL_CHECKS]
+
+
+def exit_code(checks: list[Check]) -> int:
+    return 1 if any(c.status == FAIL for c in checks) else 0

@@ -1,0 +1,93 @@
+"""The command line: thin. Each command lives in envkit/commands/<name>.py and is imported only
+when used, so `envkit --help` stays fast and never imports torch."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from envkit import __version__
+from envkit.errors import EnvkitError
+
+# name -> (module:attribute, one-line help shown by `envkit --help` without importing the module)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "doctor": ("envkit.commands.doctor:doctor", "Detect the machine, Python and PyTorch, and judge them (with a fix for every problem)."),
+    "check": ("envkit.commands.check:check", "Version gates for CI: fast, exit codes, --json / --format github."),
+    "setup": ("envkit.commands.setup:setup", "Create or reuse a venv, install PyTorch from the right index, write env scripts and a lock."),
+    "selftest": ("envkit.commands.selftest:selftest", "Prove the device works: numbers, autocast, compile, DataLoader, memory."),
+    "profile": ("envkit.commands.profile:profile", "List, show and compare the tuned profiles."),
+    "env": ("envkit.commands.env:env", "Print or write the profile's environment for your shell."),
+    "run": ("envkit.commands.train:run", "Train with the embedded reference trainer from a train.yaml."),
+    "validate": ("envkit.commands.train:validate", "Check a train.yaml without running it."),
+    "init": ("envkit.commands.train:init", "Write a ready train.yaml from a template."),
+    "runs": ("envkit.commands.monitor:runs", "A table of training runs with status, steps and best val loss."),
+    "monitor": ("envkit.commands.monitor:monitor", "Live view of a run from its heartbeat and metrics."),
+    "plot": ("envkit.commands.monitor:plot", "Write loss and throughput curves of a run as a PNG."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return [name for name, (target, _) in COMMANDS.items() if _importable(target)]
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS:
+            return None
+        target = COMMANDS[name][0]
+        if not _importable(target):
+            return None
+        module, _, attr = target.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx, formatter):
+        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def _importable(target: str) -> bool:
+    module = target.partition(":")[0]
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="envkit")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """envkit: PyTorch on Apple Silicon (MPS), CUDA and CPU, set up and checked for real.
+
+    Start with `envkit doctor`, then `envkit setup`, `envkit selftest`, `envkit run train.yaml`.
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
+    try:
+        rc = cli.main(args=args, prog_name="envkit", standalone_mode=False)
+    except EnvkitError as exc:
+        if debug:
+            raise
+        click.echo(exc.one_line(), err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("envkit: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2 if exc.exit_code == 2 else exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("envkit: interrupted", err=True)
+        sys.exit(130)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    sys.exit(rc or 0)

@@ -1,0 +1,81 @@
+"""`envkit check`: version gates for CI. Fast: torch is never imported."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+
+def _package_version(name: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@click.command()
+@click.option("--require", "requires", multiple=True, metavar="REQ",
+              help="A gate: 'torch>=2.5', 'macos>=14', 'python>=3.10', 'driver>=550', or a capability: mps, cuda, bf16, compile. Repeatable.")
+@click.option("--pyproject", type=click.Path(dir_okay=False), default="pyproject.toml", show_default=True,
+              help="Also read [tool.envkit] require = [...] from this file.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable result.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "github"]), default="text", show_default=True,
+              help="github prints ::error:: annotations for failed gates.")
+@click.option("--replay", type=click.Path(dir_okay=False), help="Judge a recorded snapshot instead of this machine.")
+@click.option("--python", "python", help="Judge this interpreter's packages instead of envkit's own.")
+@click.option("--lock", "lock", type=click.Path(dir_okay=False), help="Report drift from an envkit.lock (exit 1 on any).")
+def check(requires, pyproject, as_json, fmt, replay, python, lock) -> None:
+    """Exit 0 when every gate holds, 1 when one fails, 2 for an invalid gate.
+
+    With no gates, doctor's checks are judged (without importing torch) and any failure exits 1.
+    """
+    from envkit.checks import run_checks
+    from envkit.facts import gather
+    from envkit.requirements import evaluate, parse_requirement, read_pyproject
+
+    if as_json:
+        fmt = "json"
+    texts = [(r, "--require") for r in requires] + [(r, pyproject) for r in read_pyproject(Path(pyproject))]
+    reqs = [parse_requirement(t, where) for t, where in texts]  # invalid input exits 2 before any probing
+    facts = gather(replay, runtime=False, gpu_detail=False, python=python)
+    checks = run_checks(facts)
+    by_id = {c.id: c for c in checks}
+    lookup = _package_version if not replay and not python else None
+    if reqs:
+        results = [evaluate(r, facts, by_id, lookup) for r in reqs]
+    else:
+        from envkit.requirements import Result
+
+        results = [Result(c.id, c.status != "fail", c.status, c.message + (f" (fix: {c.fix})" if c.status == "fail" and c.fix else ""))
+                   for c in checks if c.status != "skip"]
+    drift = None
+    if lock:
+        from envkit.install.lockfile import drift_report  # provided by envkit setup's lock support
+
+        drift = drift_report(Path(lock), facts)
+    ok = all(r.ok for r in results) and not (drift and drift.get("changed"))
+    if fmt == "json":
+        from envkit.console import print_json
+
+        out = {"ok": ok, "results": [r.to_dict() for r in results]}
+        if drift is not None:
+            out["drift"] = drift
+        print_json(out)
+    else:
+        for r in results:
+            if fmt == "github":
+                if not r.ok:
+                    click.echo(f"::error title=envkit check::{r.requirement}: {r.message}")
+            else:
+                click.echo(f"{'ok  ' if r.ok else 'FAIL'} {r.requirement}: {r.message}")
+        if drift is not None:
+            for line in drift.get("lines", []):
+                click.echo(f"::error title=envkit lock drift::{line}" if fmt == "github" else f"DRIFT {line}")
+        if fmt == "text":
+            failed = sum(1 for r in results if not r.ok)
+            click.echo(f"{len(results) - failed}/{len(results)} gates hold" + ("" if ok else ": FAILED"))
+    sys.exit(0 if ok else 1)

@@ -1,0 +1,28 @@
+"""Output: rich on a terminal, plain lines otherwise, JSON where a machine reads it."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def is_tty(stream=None) -> bool:
+    stream = stream or sys.stdout
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+def print_json(data) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+MARKS = {"pass": ("✓", "green"), "warn": ("!", "yellow"), "fail": ("✗", "red"), "skip": ("-", "dim")}
+PLAIN = {"pass": "[ok]  ", "warn": "[warn]", "fail": "[FAIL]", "skip": "[skip]"}

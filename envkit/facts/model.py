@@ -1,0 +1,110 @@
+"""What a machine is, as typed values. Unknown is None, never a guess."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class OSInfo:
+    system: str  # "Darwin", "Linux", "Windows", "unknown"
+    name: str | None = None  # "macOS", "Ubuntu 22.04.4 LTS"
+    version: str | None = None  # "14.5", "22.04"
+    build: str | None = None  # "23F79" (macOS build), kernel release on Linux
+    note: str | None = None  # e.g. why the version was derived from the build
+
+
+@dataclass
+class PythonInfo:
+    version: str | None = None
+    implementation: str | None = None
+    machine: str | None = None  # platform.machine() of the interpreter: arm64, x86_64, aarch64
+    executable: str | None = None
+    in_venv: bool | None = None
+    rosetta: bool | None = None  # an x86_64 interpreter translated on Apple silicon
+
+
+@dataclass
+class ChipInfo:
+    vendor: str | None = None  # apple, intel, amd, arm, unknown
+    name: str | None = None  # brand string, e.g. "Apple M3 Max"
+    family: str | None = None  # "M3"
+    tier: str | None = None  # base, Pro, Max, Ultra
+    perf_cores: int | None = None
+    efficiency_cores: int | None = None
+    cores: int | None = None  # physical cores in all
+    gpu_cores: int | None = None
+    arm64_hardware: bool | None = None  # hw.optional.arm64: true even under Rosetta
+
+    @property
+    def generation(self) -> int | None:
+        if self.family and self.family[1:].isdigit():
+            return int(self.family[1:])
+        return None
+
+
+@dataclass
+class GPUInfo:
+    name: str
+    vendor: str = "nvidia"
+    memory_bytes: int | None = None
+    driver: str | None = None
+    compute_capability: str | None = None  # "9.0"
+
+
+@dataclass
+class TorchInfo:
+    version: str | None = None  # full version, "2.13.0+cpu"
+    base_version: str | None = None  # "2.13.0"
+    channel: str | None = None  # stable, nightly, test
+    local: str | None = None  # "cpu", "cu128", None for PyPI macOS wheels
+    cuda: str | None = None  # "12.8" from the local label
+
+
+@dataclass
+class Facts:
+    os: OSInfo
+    python: PythonInfo
+    chip: ChipInfo
+    memory_bytes: int | None = None
+    gpus: list[GPUInfo] = field(default_factory=list)
+    torch: TorchInfo = field(default_factory=TorchInfo)
+    packages: dict[str, str | None] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    openmp_libs: list[str] = field(default_factory=list)
+    runtime: dict | None = None  # what the torch subprocess reported, if it ran
+    source: str = "live"  # "live" or the snapshot's path
+
+    @property
+    def is_macos(self) -> bool:
+        return self.os.system == "Darwin"
+
+    @property
+    def is_apple_silicon(self) -> bool:
+        return self.is_macos and (self.chip.vendor == "apple" or bool(self.chip.arm64_hardware))
+
+    @property
+    def memory_gb(self) -> float | None:
+        return None if self.memory_bytes is None else self.memory_bytes / 2**30
+
+    @property
+    def runtime_ok(self) -> bool:
+        return bool(self.runtime and self.runtime.get("ok"))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["python"]["rosetta"] = self.python.rosetta
+        return d
+
+    def template_values(self) -> dict:
+        """Values a profile may refer to as {name}: resolved against this machine."""
+        cores = self.chip.perf_cores or self.chip.cores
+        return {
+            "perf_cores": cores,
+            "efficiency_cores": self.chip.efficiency_cores,
+            "cores": self.chip.cores,
+            "gpu_cores": self.chip.gpu_cores,
+            "memory_gb": round(self.memory_gb) if self.memory_gb else None,
+            "gpu_memory_gb": round(self.gpus[0].memory_bytes / 2**30) if self.gpus and self.gpus[0].memory_bytes else None,
+            "gpu_count": len(self.gpus),
+        }

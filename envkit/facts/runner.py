@@ -1,0 +1,330 @@
+"""The one door through which envkit looks at a machine.
+
+Every probe (a command with a timeout, a file, the interpreter, installed packages, the
+environment, the torch runtime) goes through a Runner. `LiveRunner` asks this machine,
+`RecordingRunner` asks it and keeps the answers, `ReplayRunner` answers from a snapshot: so
+every parser is a pure function over text and any Mac can be tested on Linux.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from envkit.errors import EnvkitError
+
+SNAPSHOT_VERSION = 1
+
+# Environment variables that matter to PyTorch and its launchers; nothing else is read or
+# recorded (a bug report should not carry the user's whole environment).
+RELEVANT_ENV = re.compile(
+    r"^(PYTORCH_|TORCH|OMP_|MKL_|KMP_|CUDA_|NVIDIA_|NCCL_|HF_|ENVKIT_|PYTHON|VIRTUAL_ENV$|CONDA_PREFIX$|"
+    r"CONDA_DEFAULT_ENV$|SYSTEM_VERSION_COMPAT$|DYLD_LIBRARY_PATH$|LD_LIBRARY_PATH$|PIP_|UV_)"
+)
+SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "CREDENTIAL")
+
+# Torch and friends: read from installed metadata, never imported.
+PACKAGES = ("torch", "torchvision", "torchaudio", "numpy")
+
+# Printed by the interpreter being examined (which may not be envkit's own).
+_INTERPRETER_SCRIPT = r"""
+import json, platform, sys, os, glob
+from importlib import metadata
+def version(name):
+    try:
+        return metadata.version(name)
+    except Exception:
+        return None
+names = json.loads(sys.argv[1])
+in_venv = sys.prefix != getattr(sys, "base_prefix", sys.prefix) or bool(os.environ.get("CONDA_PREFIX"))
+site = [p for p in sys.path if p.endswith("site-packages") and os.path.isdir(p)]
+omp = []
+for root in site:
+    for pat in ("**/libomp*.dylib", "**/libiomp5*", "**/libgomp*.so*", "**/libomp*.so*", "**/libgomp*.dylib"):
+        omp.extend(sorted(glob.glob(os.path.join(root, pat), recursive=True)))
+print(json.dumps({
+    "python": {"version": platform.python_version(), "implementation": platform.python_implementation(),
+               "machine": platform.machine(), "executable": sys.executable, "in_venv": in_venv,
+               "prefix": sys.prefix},
+    "packages": {n: version(n) for n in names},
+    "openmp_libs": sorted(set(omp)),
+}))
+"""
+
+_RUNTIME_SCRIPT = r"""
+import json, sys
+out = {"ok": True}
+import torch
+out["torch_version"] = torch.__version__
+mps = getattr(torch.backends, "mps", None)
+out["mps_built"] = bool(mps is not None and mps.is_built())
+out["mps_available"] = bool(mps is not None and mps.is_available())
+if out["mps_available"]:
+    try:
+        torch.ones(2, device="mps", dtype=torch.bfloat16).sum().item()
+        out["mps_bf16"] = True
+    except Exception as exc:
+        out["mps_bf16"] = False
+        out["mps_bf16_error"] = str(exc).splitlines()[0][:200]
+out["cuda_built"] = bool(torch.backends.cuda.is_built())
+out["cuda_version"] = torch.version.cuda
+out["hip_version"] = getattr(torch.version, "hip", None)
+out["cuda_available"] = bool(torch.cuda.is_available())
+out["device_count"] = torch.cuda.device_count() if out["cuda_available"] else 0
+out["devices"] = []
+for i in range(out["device_count"]):
+    p = torch.cuda.get_device_properties(i)
+    out["devices"].append({"name": p.name, "capability": "%d.%d" % (p.major, p.minor),
+                           "memory_bytes": int(p.total_memory)})
+if out["cuda_available"]:
+    out["cuda_bf16"] = bool(torch.cuda.is_bf16_supported())
+    out["arch_list"] = list(torch.cuda.get_arch_list())
+try:
+    out["cudnn_version"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+except Exception:
+    out["cudnn_version"] = None
+out["openmp"] = bool(torch.backends.openmp.is_available())
+out["num_threads"] = torch.get_num_threads()
+print("ENVKIT_RUNTIME " + json.dumps(out))
+"""
+
+
+@dataclass
+class CommandResult:
+    rc: int
+    stdout: str
+    stderr: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+
+def is_secret(name: str) -> bool:
+    upper = name.upper()
+    return any(word in upper for word in SECRET_WORDS)
+
+
+def relevant_env(environ: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in sorted(environ.items()) if RELEVANT_ENV.match(k) and not is_secret(k)}
+
+
+class Runner:
+    """Interface shared by the live, recording and replaying runners."""
+
+    system: str = "unknown"
+
+    def run(self, argv: list[str], timeout: float = 10.0) -> CommandResult | None:
+        raise NotImplementedError
+
+    def read(self, path: str) -> str | None:
+        raise NotImplementedError
+
+    def interpreter(self) -> dict:
+        """{"python": {...}, "packages": {...}, "openmp_libs": [...]}"""
+        raise NotImplementedError
+
+    def environ(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def runtime(self, timeout: float = 60.0) -> dict | None:
+        raise NotImplementedError
+
+
+class LiveRunner(Runner):
+    """Asks this machine. `python` is the interpreter to examine (default: envkit's own)."""
+
+    def __init__(self, python: str | None = None):
+        import platform
+
+        self.system = platform.system()
+        self.python_exe = python or sys.executable
+        self._interp: dict | None = None
+
+    def run(self, argv, timeout=10.0):
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, errors="replace")
+        except FileNotFoundError:
+            return None
+        except PermissionError as exc:
+            return CommandResult(126, "", str(exc))
+        except subprocess.TimeoutExpired:
+            return CommandResult(124, "", f"timed out after {timeout:g} s")
+        except OSError as exc:
+            return CommandResult(127, "", str(exc))
+        return CommandResult(proc.returncode, proc.stdout, proc.stderr)
+
+    def read(self, path):
+        try:
+            return Path(path).read_text(errors="replace")
+        except OSError:
+            return None
+
+    def interpreter(self):
+        if self._interp is None:
+            res = self.run([self.python_exe, "-c", _INTERPRETER_SCRIPT, json.dumps(PACKAGES)], timeout=30)
+            if res is None or not res.ok:
+                why = "not found" if res is None else (res.stderr.strip().splitlines() or ["failed"])[-1]
+                raise EnvkitError(f"cannot run the Python interpreter {self.python_exe}: {why}",
+                                  fix="pass --python with a working interpreter")
+            self._interp = json.loads(res.stdout)
+        return self._interp
+
+    def environ(self):
+        return relevant_env(dict(os.environ))
+
+    def runtime(self, timeout=60.0):
+        res = self.run([self.python_exe, "-c", _RUNTIME_SCRIPT], timeout=timeout)
+        return parse_runtime_output(res, timeout)
+
+
+def parse_runtime_output(res: CommandResult | None, timeout: float) -> dict:
+    """Turn the torch subprocess's outcome into a runtime dict; a crash is data, not an exception."""
+    if res is None:
+        return {"ok": False, "error": "interpreter not found"}
+    for line in res.stdout.splitlines():
+        if line.startswith("ENVKIT_RUNTIME "):
+            return json.loads(line[len("ENVKIT_RUNTIME "):])
+    if res.rc == 124:
+        return {"ok": False, "error": f"importing torch hung for more than {timeout:g} s"}
+    lines = [ln for ln in res.stderr.strip().splitlines() if ln.strip()]
+    last = lines[-1] if lines else ""
+    if res.rc < 0:
+        import signal
+
+        try:
+            name = signal.Signals(-res.rc).name
+        except ValueError:
+            name = f"signal {-res.rc}"
+        return {"ok": False, "error": f"the torch process crashed ({name}) {last}".strip(), "rc": res.rc}
+    if "No module named 'torch'" in res.stderr:
+        return {"ok": False, "error": "torch is not installed", "missing": True}
+    return {"ok": False, "error": last or f"torch exited with code {res.rc}", "rc": res.rc}
+
+
+class RecordingRunner(LiveRunner):
+    """Asks this machine and keeps every answer, to be written as a snapshot."""
+
+    def __init__(self, python: str | None = None):
+        super().__init__(python)
+        self.commands: dict[str, object] = {}
+        self.files: dict[str, str] = {}
+        self._runtime: dict | None = None
+
+    def run(self, argv, timeout=10.0):
+        res = super().run(argv, timeout)
+        if argv and argv[0] == self.python_exe:
+            return res  # the interpreter probes are recorded in their own sections
+        key = " ".join(argv)
+        if res is None:
+            return None  # absent from the snapshot = not found
+        self.commands[key] = res.stdout if res.ok and not res.stderr else {
+            "rc": res.rc, "stdout": res.stdout, "stderr": res.stderr}
+        return res
+
+    def read(self, path):
+        text = super().read(path)
+        if text is not None:
+            self.files[path] = text
+        return text
+
+    def runtime(self, timeout=60.0):
+        self._runtime = super().runtime(timeout)
+        return self._runtime
+
+    def snapshot(self) -> dict:
+        interp = self.interpreter()
+        snap = {
+            "envkit_snapshot": SNAPSHOT_VERSION,
+            "system": self.system,
+            "python": interp["python"],
+            "commands": self.commands,
+            "files": self.files,
+            "env": self.environ(),
+            "packages": interp["packages"],
+            "openmp_libs": interp.get("openmp_libs", []),
+        }
+        if self._runtime is not None:
+            snap["runtime"] = self._runtime
+        return redact_home(snap, str(Path.home()))
+
+
+def redact_home(value, home: str):
+    """Write the user's home directory as ~ everywhere in a snapshot."""
+    if not home or home == "/":
+        return value
+    if isinstance(value, str):
+        return value.replace(home, "~")
+    if isinstance(value, list):
+        return [redact_home(v, home) for v in value]
+    if isinstance(value, dict):
+        return {redact_home(k, home): redact_home(v, home) for k, v in value.items()}
+    return value
+
+
+class ReplayRunner(Runner):
+    """Answers from a snapshot: a command or file it does not hold behaves as not found."""
+
+    def __init__(self, snapshot: dict, source: str = "snapshot"):
+        self.snap = snapshot
+        self.source = source
+        self.system = snapshot.get("system") or "unknown"
+
+    def run(self, argv, timeout=10.0):
+        value = self.snap.get("commands", {}).get(" ".join(argv))
+        if value is None:
+            return None
+        if isinstance(value, str):
+            return CommandResult(0, value, "")
+        return CommandResult(int(value.get("rc", 1)), value.get("stdout", "") or "", value.get("stderr", "") or "")
+
+    def read(self, path):
+        return self.snap.get("files", {}).get(path)
+
+    def interpreter(self):
+        return {"python": dict(self.snap.get("python") or {}),
+                "packages": dict(self.snap.get("packages") or {}),
+                "openmp_libs": list(self.snap.get("openmp_libs") or [])}
+
+    def environ(self):
+        return relevant_env(dict(self.snap.get("env") or {}))
+
+    def runtime(self, timeout=60.0):
+        return self.snap.get("runtime")
+
+
+def load_snapshot(path: str | os.PathLike) -> dict:
+    """Read and check a snapshot file; any problem is one clear EnvkitError."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise EnvkitError("snapshot file not found", where=str(p), fix="pass the path of a file written by `envkit doctor --record`")
+    except OSError as exc:
+        raise EnvkitError(f"cannot read snapshot: {exc.strerror}", where=str(p))
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise EnvkitError(f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})", where=str(p),
+                          fix="record it again with `envkit doctor --record FILE`")
+    if not isinstance(data, dict) or "envkit_snapshot" not in data:
+        raise EnvkitError("not an envkit snapshot (no \"envkit_snapshot\" key)", where=str(p),
+                          fix="record one with `envkit doctor --record FILE`")
+    if data["envkit_snapshot"] != SNAPSHOT_VERSION:
+        raise EnvkitError(f"snapshot version {data['envkit_snapshot']!r} is not supported (this envkit reads {SNAPSHOT_VERSION})",
+                          where=str(p), fix="record it again with this envkit")
+    for key, kind in (("commands", dict), ("files", dict), ("env", dict), ("packages", dict), ("python", dict)):
+        if key in data and not isinstance(data[key], kind):
+            raise EnvkitError(f"key \"{key}\" must be an object", where=str(p))
+    return data
+
+
+def write_json_atomic(path: str | os.PathLike, data) -> None:
+    from envkit.fsutil import atomic_write_text
+
+    atomic_write_text(Path(path), json.dumps(data, indent=2, sort_keys=False) + "\n")

@@ -1,0 +1,89 @@
+"""Read the version-gate data file and answer questions about it. No rule lives here."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from envkit.resources import data_file, load_toml
+
+
+@lru_cache(maxsize=1)
+def gates() -> dict:
+    return load_toml(data_file("gates.toml"))
+
+
+def V(text: str | None) -> Version | None:
+    if text is None:
+        return None
+    try:
+        return Version(str(text))
+    except InvalidVersion:
+        return None
+
+
+def macos_floor_for_mps(torch_version: str | None) -> tuple[Version, str]:
+    """The lowest macOS on which this torch's MPS works, and the rule's source."""
+    g = gates()["mps"]
+    floor, source = V(g["min_macos"]), g["source"]
+    tv = V(torch_version)
+    if tv is None:
+        return floor, source
+    for rule in g.get("macos_floor", []):
+        if SpecifierSet(rule["torch"], prereleases=True).contains(tv, prereleases=True) and V(rule["macos"]) > floor:
+            floor, source = V(rule["macos"]), rule["source"]
+    return floor, source
+
+
+def newest_torch_spec_for_macos(macos: Version) -> str | None:
+    """A specifier for torch whose MPS still works on this macOS, e.g. "<2.9" on macOS 13."""
+    g = gates()["mps"]
+    limits = []
+    for rule in g.get("macos_floor", []):
+        if V(rule["macos"]) > macos:
+            lower = str(rule["torch"]).lstrip(">=").split(",")[0].strip()
+            limits.append(V(lower))
+    if not limits:
+        return None
+    low = min(v for v in limits if v is not None)
+    return f"<{low.major}.{low.minor}"
+
+
+def min_driver_for_cuda(cuda: str | None) -> str | None:
+    cv = V(cuda)
+    if cv is None:
+        return None
+    for rule in gates()["cuda"]["driver"]:
+        if SpecifierSet(rule["cuda"]).contains(cv):
+            return rule["linux_driver"]
+    return None
+
+
+def capability_problem(capability: str | None, cuda: str | None) -> str | None:
+    """Why a CUDA build cannot run on a GPU of this compute capability, or None."""
+    cc, cv = V(capability), V(cuda)
+    if cc is None or cv is None:
+        return None
+    for rule in gates()["cuda"]["capability"]:
+        if "min_capability" in rule and cc >= V(rule["min_capability"]) and cv < V(rule["min_cuda"]):
+            return f"{rule['rule']} ({rule['source']})"
+        if "max_capability_below" in rule and cc < V(rule["max_capability_below"]) and cv > V(rule["max_cuda"]):
+            return f"{rule['rule']} ({rule['source']})"
+    return None
+
+
+def paired_versions(torch_version: str | None) -> dict[str, str] | None:
+    """{"torchvision": "0.28", "torchaudio": "2.13"} (major.minor) for a torch version."""
+    tv = V(torch_version)
+    if tv is None:
+        return None
+    key = f"{tv.major}.{tv.minor}"
+    pairing = gates()["pairing"]
+    for row in pairing["known"]:
+        if row["torch"] == key:
+            return {"torchvision": row["torchvision"], "torchaudio": row["torchaudio"]}
+    if tv.major == 2:  # a release newer than the table: the lock-step rule still holds
+        return {"torchvision": f"0.{tv.minor + pairing['torchvision_minor_offset']}", "torchaudio": key}
+    return None

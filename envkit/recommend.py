@@ -1,0 +1,52 @@
+"""Which profile a machine should use: a small pure function of its facts (light-the-torch style)."""
+
+from __future__ import annotations
+
+from envkit.facts.collect import chips_data
+from envkit.facts.model import Facts
+
+TIER_SUFFIX = {"base": "", "Pro": "-pro", "Max": "-max", "Ultra": "-ultra"}
+
+
+def apple_profile(family: str | None, tier: str | None) -> tuple[str, str | None]:
+    """("m3-max", None), or the nearest known chip's profile and a warning for a chip not in chips.toml."""
+    families: dict[str, list[str]] = chips_data()["families"]
+    tier = tier if tier in TIER_SUFFIX else "base"
+    if family in families and tier in families[family]:
+        return family.lower() + TIER_SUFFIX[tier], None
+    gen = int(family[1:]) if family and family[1:].isdigit() else None
+    # Nearest: the newest known family at or below this one that has the tier (an M5 Max
+    # gets m4-max; an M4 Ultra gets m3-ultra); a chip older than all gets the oldest.
+    candidates = sorted(((int(f[1:]), f) for f, tiers in families.items() if tier in tiers), reverse=True)
+    pick = None
+    for g, f in candidates:
+        if gen is None or g <= gen:
+            pick = f
+            break
+    if pick is None and candidates:
+        pick = candidates[-1][1]
+    if pick is None:
+        return "apple-silicon", f"unknown Apple chip {family} {tier}: using the generic apple-silicon profile"
+    name = pick.lower() + TIER_SUFFIX[tier]
+    chip = f"{family or 'Apple'} {tier}" if tier != "base" else f"{family or 'Apple chip'}"
+    return name, f"{chip} is newer than envkit's tuned profiles: using {name}, the nearest known chip (measure and adjust)"
+
+
+def recommend_profile(facts: Facts) -> tuple[str, str | None]:
+    """(profile name, warning or None)."""
+    if facts.is_apple_silicon:
+        if facts.chip.family:
+            return apple_profile(facts.chip.family, facts.chip.tier)
+        return "apple-silicon", "could not tell which Apple chip this is: using the generic apple-silicon profile"
+    rt = facts.runtime or {}
+    if facts.gpus or rt.get("cuda_available"):
+        ccs = []
+        for g in facts.gpus:
+            try:
+                ccs.append(float(g.compute_capability))
+            except (TypeError, ValueError):
+                pass
+        if ccs and min(ccs) >= 9.0:
+            return "cuda-hopper", None
+        return "cuda", None
+    return "cpu", None

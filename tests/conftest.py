@@ -1,0 +1,46 @@
+"""Shared fixtures: run the real CLI in a subprocess, find recorded snapshots."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
+
+
+def envkit(*args: str, env: dict | None = None, cwd: str | os.PathLike | None = None, timeout: float = 300,
+           input: str | None = None) -> subprocess.CompletedProcess:
+    """Run `python -m envkit ARGS` as a user would; stdout is not a TTY (plain output)."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTORCH_", "ENVKIT_"))}
+    full_env["PYTHONUNBUFFERED"] = "1"
+    if env:
+        full_env.update(env)
+    return subprocess.run([sys.executable, "-m", "envkit", *args], capture_output=True, text=True,
+                          env=full_env, cwd=cwd, timeout=timeout, input=input)
+
+
+@pytest.fixture
+def run_envkit():
+    return envkit
+
+
+def snapshot_path(name: str) -> Path:
+    return SNAPSHOTS / f"{name}.json"
+
+
+def load_snapshot(name: str) -> dict:
+    return json.loads(snapshot_path(name).read_text())
+
+
+def has_cuda() -> bool:
+    try:
+        import torch
+    except Exception:
+        return False
+    return torch.cuda.is_available()
