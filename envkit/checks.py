@@ -80,7 +80,7 @@ def check_python_arch(facts: Facts) -> Check:
     if facts.is_macos and c.arm64_hardware:
         if p.rosetta:
             return Check("python-arch", FAIL,
-                         f"this Python is x86_64 running under Rosetta on an Apple {c.family or 'silicon'} Mac: it never sees MPS and runs slower",
+                         f"this Python is x86_64 running under Rosetta on an {c.name or 'Apple silicon'} Mac: it never sees MPS and runs slower",
                          NATIVE_PYTHON_FIX, "Python", "Lightning-AI#14634; comfy-cli PR #568")
         return Check("python-arch", PASS, f"native {p.machine} interpreter", group="Python")
     return Check("python-arch", PASS, f"{p.machine} interpreter" + (" (Intel Mac)" if facts.is_macos else ""), group="Python")
@@ -91,7 +91,12 @@ def check_torch(facts: Facts) -> Check:
     if not t.version:
         if rt and rt.get("ok"):  # importable but without metadata (a source build on sys.path)
             return Check("torch", PASS, f"torch {rt.get('torch_version')} (no installed metadata)")
+        if rt and not rt.get("missing"):
+            return Check("torch", FAIL, f"importing torch failed: {rt.get('error')}", "reinstall it: `envkit setup --torch stable`")
         return Check("torch", FAIL, "torch is not installed in this interpreter", "`envkit setup` creates an environment with the right torch build")
+    if t.base_version is None:
+        return Check("torch", WARN, f"installed torch reports an unreadable version {t.version!r}",
+                     "reinstall it: `envkit setup --torch stable`")
     desc = f"torch {t.version} ({t.channel or 'unknown channel'}" + (f", {t.local} build" if t.local else "") + ")"
     if rt is not None and not rt.get("ok") and not rt.get("missing"):
         return Check("torch", FAIL, f"{desc} is installed but importing it failed: {rt.get('error')}",
@@ -111,8 +116,8 @@ def check_mps(facts: Facts) -> Check:
     if facts.python.rosetta:
         return Check("mps", FAIL, "an x86_64 Python under Rosetta never sees MPS", NATIVE_PYTHON_FIX, "Devices", "Lightning-AI#14634")
     t = facts.torch
-    if not t.version:
-        return Check("mps", SKIP, "torch is not installed (see the torch check)", group="Devices")
+    if not t.base_version:
+        return Check("mps", SKIP, "torch is not installed or its version is unreadable (see the torch check)", group="Devices")
     g = gates()["mps"]
     tv = V(t.base_version)
     if tv is not None and tv < V(g["min_torch"]):
@@ -175,8 +180,8 @@ def check_cuda(facts: Facts) -> Check:
 def check_bf16(facts: Facts) -> Check:
     device = best_device(facts)
     t, rt = facts.torch, facts.runtime or {}
-    if not t.version:
-        return Check("bf16", SKIP, "torch is not installed", group="Devices")
+    if not t.base_version:
+        return Check("bf16", SKIP, "torch is not installed (see the torch check)", group="Devices")
     if device == "mps":
         g = gates()["bf16"]["mps"]
         macos = V(facts.os.version)
@@ -210,9 +215,11 @@ def check_bf16(facts: Facts) -> Check:
 def check_compile(facts: Facts) -> Check:
     device = best_device(facts)
     t = facts.torch
-    if not t.version:
-        return Check("compile", SKIP, "torch is not installed", group="Devices")
+    if not t.base_version:
+        return Check("compile", SKIP, "torch is not installed (see the torch check)", group="Devices")
     tv = V(t.base_version)
+    if device == "mps" and facts.python.rosetta:
+        return Check("compile", SKIP, "no MPS under Rosetta (see python-arch)", group="Devices")
     if device == "mps":
         g = gates()["compile"]["mps"]
         macos = V(facts.os.version)
@@ -232,8 +239,8 @@ def check_compile(facts: Facts) -> Check:
 
 def check_pairing(facts: Facts) -> Check:
     t = facts.torch
-    if not t.version:
-        return Check("torch-pairing", SKIP, "torch is not installed")
+    if not t.base_version:
+        return Check("torch-pairing", SKIP, "torch is not installed (see the torch check)")
     want = paired_versions(t.version)
     installed = {n: facts.packages.get(n) for n in ("torchvision", "torchaudio") if facts.packages.get(n)}
     if not installed:
@@ -317,11 +324,11 @@ def check_openmp(facts: Facts) -> Check:
     for p in libs:
         kinds.setdefault(_omp_kind(p), []).append(_owner(p))
     intel_llvm = kinds.get("intel", []) + kinds.get("llvm", [])
-    owners = sorted(set(intel_llvm))
+    owners = sorted(set(intel_llvm), key=lambda o: (o == "torch", o))  # torch's own copy is the one to keep
     source = "pytorch#78490, #83540"
     if facts.is_macos and len(intel_llvm) > 1:
         return Check("openmp", FAIL, f"{len(intel_llvm)} OpenMP runtimes in site-packages ({', '.join(owners)}): loading both aborts with 'OMP: Error #15'",
-                     f"keep one: reinstall the other package from a build that uses torch's runtime (`pip uninstall {owners[-1]}` and reinstall it), not KMP_DUPLICATE_LIB_OK",
+                     f"keep one: reinstall the other package from a build that uses torch's runtime (`pip uninstall {owners[0]}` and reinstall it), not KMP_DUPLICATE_LIB_OK",
                      "Environment", source)
     if kinds.get("intel") and kinds.get("llvm"):
         return Check("openmp", WARN, f"both Intel (libiomp5: {', '.join(sorted(set(kinds['intel'])))}) and LLVM (libomp: {', '.join(sorted(set(kinds['llvm'])))}) OpenMP runtimes are installed",

@@ -40,6 +40,8 @@ def macos_floor_for_mps(torch_version: str | None) -> tuple[Version, str]:
 def newest_torch_spec_for_macos(macos: Version) -> str | None:
     """A specifier for torch whose MPS still works on this macOS, e.g. "<2.9" on macOS 13."""
     g = gates()["mps"]
+    if macos < V(g["min_macos"]):
+        return None  # no torch has MPS on this macOS
     limits = []
     for rule in g.get("macos_floor", []):
         if V(rule["macos"]) > macos:

@@ -38,6 +38,9 @@ def collect(runner: Runner, *, runtime: bool = True, gpu_detail: bool = True, so
     else:
         os_info, chip, memory, gpus = OSInfo(system=system or "unknown"), ChipInfo(), None, _nvidia(runner)
 
+    if system == "Darwin" and python.machine == "arm64" and chip.arm64_hardware is None:
+        chip.arm64_hardware = True  # an arm64 process runs only on arm64 hardware
+        chip.vendor = chip.vendor or "apple"
     if system == "Darwin" and chip.arm64_hardware and python.machine:
         # A sysctl child runs native even when Python is translated, so the interpreter's own
         # machine() tells: x86_64 on arm64 hardware is Rosetta (comfy-cli PR #568).

@@ -14,11 +14,13 @@ _APPLE_CHIP = re.compile(r"\bApple\s*(M\d+)(?:\s+(Pro|Max|Ultra))?\b", re.IGNORE
 
 
 def first_line(text: str | None) -> str | None:
+    """The first non-blank line, with control characters dropped (garbled output stays printable)."""
     if text is None:
         return None
     for line in text.splitlines():
-        if line.strip():
-            return line.strip()
+        line = "".join(ch for ch in line if ch.isprintable()).strip()
+        if line:
+            return line
     return None
 
 

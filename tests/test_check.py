@@ -1,0 +1,77 @@
+"""`envkit check`: gates for CI, exit codes, JSON and GitHub formats."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import envkit, snapshot_path
+
+
+def test_requirements_hold_and_fail_on_a_replayed_mac():
+    snap = str(snapshot_path("m3_max_macos14"))
+    r = envkit("check", "--replay", snap, "--require", "torch>=2.5", "--require", "macos>=14", "--require", "mps",
+               "--require", "python>=3.10")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "4/4 gates hold" in r.stdout
+    r = envkit("check", "--replay", str(snapshot_path("m1_pro_macos12")), "--require", "macos>=14", "--require", "mps")
+    assert r.returncode == 1
+    assert "FAIL macos>=14: macos 12.7.6 does not satisfy >=14" in r.stdout
+    assert "FAIL mps:" in r.stdout and "13.0" in r.stdout
+
+
+def test_json_output():
+    r = envkit("check", "--replay", str(snapshot_path("linux_h100")), "--require", "driver>=550", "--require", "cuda>=12.4",
+               "--require", "cuda", "--require", "torch<2.5", "--json")
+    assert r.returncode == 1
+    data = json.loads(r.stdout)
+    assert data["ok"] is False
+    res = {x["requirement"]: x for x in data["results"]}
+    assert res["driver>=550"]["ok"] and res["driver>=550"]["found"] == "550.54.15"
+    assert res["cuda>=12.4"]["ok"] and res["cuda"]["ok"]
+    assert not res["torch<2.5"]["ok"] and res["torch<2.5"]["found"] == "2.5.1+cu124"
+
+
+def test_github_annotations():
+    r = envkit("check", "--replay", str(snapshot_path("intel_mac")), "--require", "mps", "--require", "torch>=2.3",
+               "--format", "github")
+    assert r.returncode == 1
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 2 and all(line.startswith("::error title=envkit check::") for line in lines)
+
+
+def test_nightly_satisfies_a_lower_bound():
+    r = envkit("check", "--replay", str(snapshot_path("m4_pro_nightly")), "--require", "torch>=2.10")
+    assert r.returncode == 0, r.stdout
+
+
+def test_pyproject_gates(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n[tool.envkit]\nrequire = ["python>=3.10", "mps"]\n')
+    r = envkit("check", "--replay", str(snapshot_path("linux_no_gpu")), cwd=tmp_path)
+    assert r.returncode == 1
+    assert "ok   python>=3.10" in r.stdout and "FAIL mps: not a Mac" in r.stdout
+
+
+@pytest.mark.parametrize("req,needle", [
+    ("torch>>2", "invalid version specifier '>>2'"),
+    ("torch=>2", "invalid version specifier"),
+    ("frobnicate", "needs a version specifier"),
+    ("", "invalid requirement"),
+])
+def test_invalid_gate_exits_2(req, needle):
+    r = envkit("check", "--require", req)
+    assert r.returncode == 2
+    assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_bad_pyproject_exits_2(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[tool.envkit\nrequire = 1")
+    r = envkit("check", cwd=tmp_path)
+    assert r.returncode == 2 and "pyproject.toml" in r.stderr and "invalid TOML" in r.stderr
+
+
+def test_no_gates_judges_doctor_checks_on_this_machine():
+    r = envkit("check")
+    assert r.returncode == 0, r.stdout
+    assert "ok   torch:" in r.stdout
