@@ -31,31 +31,6 @@ SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "CREDENTIAL")
 # Torch and friends: read from installed metadata, never imported.
 PACKAGES = ("torch", "torchvision", "torchaudio", "numpy")
 
-# Printed by the interpreter being examined (which may not be envkit's own).
-_INTERPRETER_SCRIPT = r"""
-import json, platform, sys, os, glob
-from importlib import metadata
-def version(name):
-    try:
-        return metadata.version(name)
-    except Exception:
-        return None
-names = json.loads(sys.argv[1])
-in_venv = sys.prefix != getattr(sys, "base_prefix", sys.prefix) or bool(os.environ.get("CONDA_PREFIX"))
-site = [p for p in sys.path if p.endswith("site-packages") and os.path.isdir(p)]
-omp = []
-for root in site:
-    for pat in ("**/libomp*.dylib", "**/libiomp5*", "**/libgomp*.so*", "**/libomp*.so*", "**/libgomp*.dylib"):
-        omp.extend(sorted(glob.glob(os.path.join(root, pat), recursive=True)))
-print(json.dumps({
-    "python": {"version": platform.python_version(), "implementation": platform.python_implementation(),
-               "machine": platform.machine(), "executable": sys.executable, "in_venv": in_venv,
-               "prefix": sys.prefix},
-    "packages": {n: version(n) for n in names},
-    "openmp_libs": sorted(set(omp)),
-}))
-"""
-
 _RUNTIME_SCRIPT = r"""
 import json, sys
 out = {"ok": True}
@@ -166,8 +141,15 @@ class LiveRunner(Runner):
             return None
 
     def interpreter(self):
+        if self._interp is None and os.path.realpath(self.python_exe) == os.path.realpath(sys.executable) \
+                and self.python_exe == sys.executable:
+            from envkit.facts import interp_probe
+
+            self._interp = interp_probe.probe(list(PACKAGES))  # our own interpreter: no subprocess needed
         if self._interp is None:
-            res = self.run([self.python_exe, "-c", _INTERPRETER_SCRIPT, json.dumps(PACKAGES)], timeout=30)
+            from envkit.facts import interp_probe
+
+            res = self.run([self.python_exe, interp_probe.__file__, json.dumps(PACKAGES)], timeout=30)
             if res is None or not res.ok:
                 why = "not found" if res is None else (res.stderr.strip().splitlines() or ["failed"])[-1]
                 raise EnvkitError(f"cannot run the Python interpreter {self.python_exe}: {why}",
