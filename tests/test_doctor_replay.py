@@ -174,3 +174,23 @@ def test_checks_without_runtime_say_so():
     snap = load_snapshot(snapshot_path("m3_max_macos14"))  # recorded with its runtime
     checks = {c.id: c for c in run_checks(collect(ReplayRunner(snap)))}
     assert checks["mps"].message.startswith("MPS available")
+
+
+def test_real_h100_recorded_on_the_lent_gpu():
+    """Recorded with `envkit doctor --record` on the lent H100 (torch 2.11.0 whose metadata lacks +cu130)."""
+    d = diagnosis("real_h100")
+    assert [g.name for g in d.facts.gpus] == ["NVIDIA H100 80GB HBM3"]
+    assert d.facts.gpus[0].driver == "580.159.04" and d.facts.gpus[0].compute_capability == "9.0"
+    assert d.facts.torch.local == "cu130" and d.facts.torch.cuda == "13.0"  # taken from torch's own version
+    checks = {c.id: c for c in d.checks}
+    assert checks["cuda"].status == "pass" and "CUDA 13.0" in checks["cuda"].message
+    assert checks["bf16"].status == "pass"
+    assert d.profile == "cuda-hopper" and d.exit_code == 0
+
+
+def test_cuda_build_from_wheel_requirements():
+    from envkit.facts.parse import cuda_from_requirements
+
+    assert cuda_from_requirements(["nvidia-cuda-runtime-cu12==12.8.90; platform_system == 'Linux'"]) == "12.8"
+    assert cuda_from_requirements(["nvidia-cuda-runtime==13.0.96; sys_platform == 'linux'"]) == "13.0"
+    assert cuda_from_requirements(["sympy"]) is None

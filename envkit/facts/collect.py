@@ -52,8 +52,15 @@ def collect(runner: Runner, *, runtime: bool = True, gpu_detail: bool = True, so
     tv = parse.torch_version_info(packages.get("torch"))
     torch = TorchInfo(**tv)
     rt = runner.runtime() if runtime else None
-    if rt is None and runtime is False:
-        rt = None
+    if torch.version and not torch.local:
+        # Some installs drop the +cuXXX label from the metadata: torch itself, or the wheel's
+        # nvidia-cuda-runtime requirement, still tells which build it is.
+        rt_local = parse.torch_version_info((rt or {}).get("torch_version")).get("local") if (rt or {}).get("ok") else None
+        if rt_local:
+            torch.local = rt_local
+            torch.cuda = parse.torch_version_info(rt["torch_version"])["cuda"]
+        elif system == "Linux":
+            torch.cuda = parse.cuda_from_requirements(interp.get("torch_cuda_requires") or [])
     facts = Facts(os=os_info, python=python, chip=chip, memory_bytes=memory, gpus=gpus, torch=torch,
                   packages=packages, env=runner.environ(), openmp_libs=list(interp.get("openmp_libs") or []),
                   runtime=rt, source=source)

@@ -43,6 +43,17 @@ def _openmp_libs(roots):
     return sorted(found)
 
 
+def _torch_cuda_requires():
+    """PyPI's Linux torch wheels carry no +cuXXX label; their nvidia-cuda-runtime requirement tells the CUDA build."""
+    from importlib import metadata
+
+    try:
+        reqs = metadata.requires("torch") or []
+    except Exception:
+        return []
+    return [r for r in reqs if r.lower().startswith("nvidia-cuda-runtime")]
+
+
 def probe(names):
     in_venv = sys.prefix != getattr(sys, "base_prefix", sys.prefix) or bool(os.environ.get("CONDA_PREFIX"))
     site = [p for p in sys.path if p.endswith("site-packages") and os.path.isdir(p)]
@@ -52,6 +63,7 @@ def probe(names):
                    "prefix": sys.prefix},
         "packages": {n: _version(n) for n in names},
         "openmp_libs": _openmp_libs(site),
+        "torch_cuda_requires": _torch_cuda_requires(),
     }
 
 

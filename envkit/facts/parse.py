@@ -201,3 +201,12 @@ def torch_version_info(version: str | None) -> dict:
         if m:
             out["cuda"] = f"{m.group(1)}.{m.group(2)}"
     return out
+
+
+def cuda_from_requirements(reqs: list[str]) -> str | None:
+    """"nvidia-cuda-runtime-cu12==12.8.90; platform_system == 'Linux'" -> "12.8"."""
+    for req in reqs or []:
+        m = re.match(r"\s*nvidia-cuda-runtime(?:-cu\d+)?\s*==\s*(\d+)\.(\d+)", req, re.IGNORECASE)
+        if m:
+            return f"{m.group(1)}.{m.group(2)}"
+    return None

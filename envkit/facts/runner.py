@@ -230,6 +230,7 @@ class RecordingRunner(LiveRunner):
             "env": self.environ(),
             "packages": interp["packages"],
             "openmp_libs": interp.get("openmp_libs", []),
+            "torch_cuda_requires": interp.get("torch_cuda_requires", []),
         }
         if self._runtime is not None:
             snap["runtime"] = self._runtime
@@ -271,7 +272,8 @@ class ReplayRunner(Runner):
     def interpreter(self):
         return {"python": dict(self.snap.get("python") or {}),
                 "packages": dict(self.snap.get("packages") or {}),
-                "openmp_libs": list(self.snap.get("openmp_libs") or [])}
+                "openmp_libs": list(self.snap.get("openmp_libs") or []),
+                "torch_cuda_requires": list(self.snap.get("torch_cuda_requires") or [])}
 
     def environ(self):
         return relevant_env(dict(self.snap.get("env") or {}))
