@@ -73,3 +73,12 @@ def write_state(root: Path, **values) -> Managed:
 
 def current_python() -> str:
     return sys.executable
+
+
+def target_python(explicit: str | None = None) -> str | None:
+    """The interpreter a command should examine: --python if given, else the managed
+    environment's (a project set up with `envkit setup`), else None for envkit's own."""
+    if explicit:
+        return explicit
+    m = find_managed()
+    return str(m.python) if m else None

@@ -125,3 +125,15 @@ def test_help_does_not_import_torch():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.strip().endswith("NO-TORCH"), r.stdout + r.stderr
     assert "doctor" in r.stdout and "check" in r.stdout
+
+
+def test_doctor_examines_the_managed_environment(tmp_path, bare_python):
+    """A project set up by `envkit setup` has .envkit/state.json: doctor looks at that Python."""
+    (tmp_path / ".envkit").mkdir()
+    (tmp_path / ".envkit" / "state.json").write_text(json.dumps({"python": bare_python, "profile": "cpu"}))
+    sub = tmp_path / "src"
+    sub.mkdir()
+    r = envkit("doctor", "--json", "--no-runtime", cwd=sub)
+    data = json.loads(r.stdout)
+    assert data["facts"]["python"]["executable"] == bare_python
+    assert {c["id"]: c["status"] for c in data["checks"]}["torch"] == "fail"

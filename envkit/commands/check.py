@@ -41,6 +41,9 @@ def check(requires, pyproject, as_json, fmt, replay, python, lock) -> None:
         fmt = "json"
     texts = [(r, "--require") for r in requires] + [(r, pyproject) for r in read_pyproject(Path(pyproject))]
     reqs = [parse_requirement(t, where) for t, where in texts]  # invalid input exits 2 before any probing
+    from envkit.managed import target_python
+
+    python = None if replay else target_python(python)
     facts = gather(replay, runtime=False, gpu_detail=False, python=python)
     checks = run_checks(facts)
     by_id = {c.id: c for c in checks}

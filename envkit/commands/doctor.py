@@ -14,7 +14,7 @@ from envkit.errors import EnvkitError
 @click.option("--record", "record", type=click.Path(dir_okay=False), help="Write the raw probe results to FILE (a snapshot).")
 @click.option("--replay", "replay", type=click.Path(dir_okay=False), help="Diagnose a recorded snapshot instead of this machine.")
 @click.option("--no-runtime", is_flag=True, help="Do not import torch (judge from version gates only).")
-@click.option("--python", "python", help="Examine this interpreter instead of envkit's own.")
+@click.option("--python", "python", help="Examine this interpreter (default: the project's .envkit environment if any, else envkit's own).")
 def doctor(as_json: bool, record: str | None, replay: str | None, no_runtime: bool, python: str | None) -> None:
     """Detect the OS, chip, Python and PyTorch, and judge them against the version gates.
 
@@ -24,6 +24,9 @@ def doctor(as_json: bool, record: str | None, replay: str | None, no_runtime: bo
     from envkit.facts import collect
     from envkit.facts.runner import LiveRunner, RecordingRunner, ReplayRunner, load_snapshot, write_json_atomic
 
+    from envkit.managed import target_python
+
+    python = None if replay else target_python(python)
     if record and replay:
         raise EnvkitError("--record and --replay cannot be used together", fix="choose one")
     if replay:
