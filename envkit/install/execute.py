@@ -1,0 +1,164 @@
+"""Act: run the installer (streaming its output), fetch nightly wheels into envkit's cache, and
+verify the result inside the target interpreter."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from envkit.errors import EnvkitError
+
+
+class StepFailed(Exception):
+    """A step of the install failed; the caller rolls back."""
+
+
+def stream(argv: list[str], *, echo=None, timeout: float | None = None) -> int:
+    """Run a command, passing its output through line by line. Ctrl-C stops it and re-raises."""
+    echo = echo or (lambda line: sys.stderr.write(f"  │ {line}\n"))
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                                env={**os.environ, "PYTHONUNBUFFERED": "1", "PIP_NO_INPUT": "1"})
+    except FileNotFoundError:
+        raise StepFailed(f"{argv[0]} not found")
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            echo(line.rstrip("\n"))
+        return proc.wait(timeout=timeout)
+    except BaseException:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        raise
+
+
+def run_step(argv: list[str], what: str, echo=None) -> None:
+    rc = stream(argv, echo=echo)
+    if rc != 0:
+        raise StepFailed(f"{what} failed (exit code {rc}): {' '.join(argv)}")
+
+
+def cache_dir() -> Path:
+    """envkit's cache: ENVKIT_CACHE_DIR, else $XDG_CACHE_HOME/envkit, else ~/.cache/envkit
+    (~/Library/Caches/envkit on macOS)."""
+    if os.environ.get("ENVKIT_CACHE_DIR"):
+        return Path(os.environ["ENVKIT_CACHE_DIR"])
+    if sys.platform == "darwin" and not os.environ.get("XDG_CACHE_HOME"):
+        return Path.home() / "Library" / "Caches" / "envkit"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "envkit"
+
+
+def wheel_cache() -> Path:
+    return cache_dir() / "wheels"
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fetch_wheel(url: str, filename: str, sha256: str | None) -> Path:
+    """Download a wheel into envkit's cache (kept after the index drops it: nightlies vanish after ~60 days)."""
+    dest = wheel_cache() / filename
+    if dest.is_file() and (sha256 is None or sha256_file(dest) == sha256):
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{filename}.part")
+    try:
+        if url.startswith("file://"):
+            import shutil
+            from urllib.parse import unquote, urlsplit
+
+            shutil.copyfile(unquote(urlsplit(url).path), tmp)
+        else:
+            import requests
+
+            from envkit.install.index import timeouts
+
+            with requests.get(url, stream=True, timeout=timeouts()) as resp:
+                resp.raise_for_status()
+                with open(tmp, "wb") as fh:
+                    for chunk in resp.iter_content(1 << 20):
+                        fh.write(chunk)
+        if sha256 and sha256_file(tmp) != sha256:
+            raise EnvkitError(f"the wheel {filename} does not match the sha256 the index gave", fix="try again; if it persists, the index or a proxy is corrupting files")
+        os.replace(tmp, dest)
+    except OSError as exc:
+        raise EnvkitError(f"cannot download {url}: {exc}", fix="check the network and the disk space")
+    except Exception as exc:
+        if isinstance(exc, EnvkitError):
+            raise
+        raise EnvkitError(f"cannot download {url}: {exc.__class__.__name__}", fix="check the network, or point --index-url at a mirror")
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return dest
+
+
+_VERIFY = r"""
+import json, sys
+from importlib import metadata
+want = json.loads(sys.argv[1]); device = sys.argv[2]
+out = {"ok": True, "problems": [], "versions": {}}
+for name, version in want.items():
+    try:
+        got = metadata.version(name)
+    except metadata.PackageNotFoundError:
+        got = None
+    out["versions"][name] = got
+    if got != version:
+        out["problems"].append("%s is %s, the plan said %s" % (name, got, version))
+try:
+    import torch
+    x = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    assert float((x @ x.T).sum()) == 83.0
+    out["torch"] = torch.__version__
+    out["cuda"] = torch.version.cuda
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            out["problems"].append("torch.cuda.is_available() is False: this build does not see the GPU")
+        else:
+            float(torch.ones(4, device="cuda").sum())
+    elif device == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            out["problems"].append("torch.backends.mps.is_available() is False")
+        else:
+            float(torch.ones(4, device="mps").sum())
+    elif device == "cpu-only" and torch.version.cuda:
+        out["problems"].append("a CUDA build (%s) was installed on a machine without a GPU" % torch.version.cuda)
+except Exception as exc:
+    out["problems"].append("import torch failed: %s: %s" % (type(exc).__name__, str(exc).splitlines()[0] if str(exc) else ""))
+out["ok"] = not out["problems"]
+print("ENVKIT_VERIFY " + json.dumps(out))
+"""
+
+
+def verify(python: str, versions: dict[str, str], device: str, timeout: float = 300) -> dict:
+    """Run inside the target: the installed versions are the planned ones, torch imports, the device works."""
+    try:
+        proc = subprocess.run([python, "-c", _VERIFY, json.dumps(versions), device], capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "problems": [f"verification hung for more than {timeout:g} s"]}
+    for line in proc.stdout.splitlines():
+        if line.startswith("ENVKIT_VERIFY "):
+            return json.loads(line[len("ENVKIT_VERIFY "):])
+    last = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+    return {"ok": False, "problems": [f"the verification process crashed: {last}"]}
+
+
+def which_uv() -> str | None:
+    import shutil
+
+    return shutil.which("uv")

@@ -1,0 +1,233 @@
+"""Read a package index the way pip does, with requests: PEP 691 JSON where the index serves it,
+PEP 503 HTML otherwise; `file://` indexes and plain directories of wheels (pip's find-links) too.
+
+Everything the network can do wrong (refused, unresolvable, slow, garbage) becomes one
+EnvkitError naming the URL, after a few short retries.
+"""
+
+from __future__ import annotations
+
+import html.parser
+import json
+import os
+import time
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from envkit.errors import EnvkitError
+
+ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
+JSON_TYPE = "application/vnd.pypi.simple.v1+json"
+FIX = "check the network, or point --index-url (or ENVKIT_INDEX_URL) at a reachable mirror"
+
+
+def timeouts() -> tuple[float, float]:
+    """(connect, read) seconds; ENVKIT_INDEX_TIMEOUT sets both."""
+    env = os.environ.get("ENVKIT_INDEX_TIMEOUT")
+    if env:
+        try:
+            t = float(env)
+            return t, t
+        except ValueError:
+            pass
+    return 5.0, 15.0
+
+
+RETRIES = 2  # attempts after the first, with 0.3 s and 0.9 s pauses
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One wheel file on an index."""
+
+    name: str  # canonical project name
+    version: Version
+    filename: str
+    url: str
+    tags: frozenset
+    sha256: str | None = None
+    requires_python: str | None = None
+    yanked: bool = False
+
+    @property
+    def public(self) -> str:
+        return self.version.public
+
+    def fits(self, tags: frozenset, python_version: str | None = None) -> bool:
+        if not (self.tags & tags):
+            return False
+        if self.requires_python and python_version:
+            from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+            try:
+                return SpecifierSet(self.requires_python).contains(python_version, prereleases=True)
+            except InvalidSpecifier:
+                return True
+        return True
+
+
+class _Links(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.links: list[dict] = []
+        self.saw_html = False
+
+    def handle_starttag(self, tag, attrs):
+        if tag in ("html", "body", "a", "meta", "head"):
+            self.saw_html = True
+        if tag == "a":
+            self.links.append(dict(attrs))
+
+
+def _candidates(name: str, files: list[dict], base_url: str) -> list[Candidate]:
+    out = []
+    want = canonicalize_name(name)
+    for f in files:
+        filename = f.get("filename") or ""
+        if not filename.endswith(".whl"):
+            continue
+        try:
+            pname, version, _build, tags = parse_wheel_filename(filename)
+        except (InvalidWheelFilename, InvalidVersion):
+            continue
+        if canonicalize_name(pname) != want:
+            continue
+        url = urllib.parse.urljoin(base_url, f.get("url") or filename)
+        hashes = dict(f.get("hashes") or {})
+        frag = urllib.parse.urlsplit(url).fragment
+        if frag.startswith("sha256="):
+            hashes.setdefault("sha256", frag.split("=", 1)[1])
+        url = urllib.parse.urldefrag(url)[0]
+        yanked = f.get("yanked")
+        out.append(Candidate(name=want, version=version, filename=filename, url=url, tags=frozenset(str(t) for t in tags),
+                             sha256=hashes.get("sha256"), requires_python=f.get("requires-python") or None,
+                             yanked=bool(yanked) and yanked is not False))
+    return out
+
+
+def parse_json_page(name: str, text: str, url: str) -> list[Candidate]:
+    try:
+        data = json.loads(text)
+        files = data["files"]
+        if not isinstance(files, list):
+            raise TypeError
+    except (ValueError, KeyError, TypeError):
+        raise EnvkitError(f"the index {url} answered with JSON that is not a PEP 691 project page", fix=FIX)
+    return _candidates(name, [f for f in files if isinstance(f, dict)], url)
+
+
+def parse_html_page(name: str, text: str, url: str) -> list[Candidate]:
+    p = _Links()
+    try:
+        p.feed(text)
+    except Exception:
+        p.saw_html = False
+    if not p.saw_html:
+        raise EnvkitError(f"the index {url} answered with something that is not a package index page", fix=FIX)
+    files = []
+    for a in p.links:
+        href = a.get("href") or ""
+        filename = urllib.parse.unquote(urllib.parse.urlsplit(href).path.rsplit("/", 1)[-1])
+        files.append({"filename": filename, "url": href, "requires-python": a.get("data-requires-python"),
+                      "yanked": "data-yanked" in a})
+    return _candidates(name, files, url)
+
+
+def project_url(index_url: str, name: str) -> str:
+    return index_url.rstrip("/") + "/" + canonicalize_name(name) + "/"
+
+
+def fetch(index_url: str, name: str, *, session=None) -> list[Candidate]:
+    """Every wheel of project `name` on the index (a URL, file:// URL or directory of wheels)."""
+    if index_url.startswith("file://") or "://" not in index_url:
+        return _fetch_local(index_url, name)
+    import requests
+
+    url = project_url(index_url, name)
+    sess = session or requests.Session()
+    last = None
+    for attempt in range(RETRIES + 1):
+        if attempt:
+            time.sleep(0.3 * 3 ** (attempt - 1))
+        try:
+            resp = sess.get(url, headers={"Accept": ACCEPT}, timeout=timeouts(), allow_redirects=True)
+        except requests.exceptions.Timeout:
+            last = f"it did not answer within {timeouts()[1]:g} s"
+            continue
+        except requests.exceptions.ConnectionError as exc:
+            last = _connection_reason(exc)
+            continue
+        except requests.exceptions.RequestException as exc:
+            raise EnvkitError(f"cannot read the package index {index_url}: {exc.__class__.__name__}", fix=FIX)
+        if resp.status_code == 404:
+            return []
+        if resp.status_code >= 500 or resp.status_code == 429:
+            last = f"it answered HTTP {resp.status_code}"
+            continue
+        if resp.status_code != 200:
+            raise EnvkitError(f"the package index {index_url} answered HTTP {resp.status_code} for {url}", fix=FIX)
+        ctype = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        try:
+            text = resp.text
+        except Exception:
+            raise EnvkitError(f"the package index {index_url} sent an unreadable answer", fix=FIX)
+        if ctype == JSON_TYPE or ctype == "application/json":
+            return parse_json_page(name, text, resp.url)
+        return parse_html_page(name, text, resp.url)
+    raise EnvkitError(f"cannot reach the package index {index_url}: {last} (tried {RETRIES + 1} times)", fix=FIX)
+
+
+def _connection_reason(exc) -> str:
+    text = str(exc)
+    for needle, why in (("Name or service not known", "its host name does not resolve (offline?)"),
+                        ("nodename nor servname", "its host name does not resolve (offline?)"),
+                        ("Temporary failure in name resolution", "its host name does not resolve (offline?)"),
+                        ("Failed to resolve", "its host name does not resolve (offline?)"),
+                        ("Connection refused", "the connection was refused"),
+                        ("Read timed out", "it did not answer in time"),
+                        ("RemoteDisconnected", "it closed the connection without answering"),
+                        ("BadStatusLine", "it answered something that is not HTTP"),
+                        ("SSL", "the TLS handshake failed")):
+        if needle in text:
+            return why
+    return "the connection failed"
+
+
+def _fetch_local(index_url: str, name: str) -> list[Candidate]:
+    path = Path(urllib.parse.unquote(urllib.parse.urlsplit(index_url).path) if index_url.startswith("file://") else index_url)
+    project = path / canonicalize_name(name)
+    if (project / "index.html").is_file():  # a file:// simple index
+        return parse_html_page(name, (project / "index.html").read_text(errors="replace"), project.as_uri() + "/")
+    if path.is_dir():  # a find-links directory of wheels
+        files = [{"filename": p.name, "url": p.as_uri()} for p in sorted(path.glob("*.whl"))]
+        return _candidates(name, files, path.as_uri() + "/")
+    return []
+
+
+def pip_sources(python: str) -> tuple[list[str], list[str]]:
+    """(index URLs, find-links) that pip is configured with (config files and PIP_* variables),
+    as `pip config list` reports them; PyPI when no index-url is set."""
+    import subprocess
+
+    indexes, links = [], []
+    try:
+        out = subprocess.run([python, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    index_url = None
+    for line in out.splitlines():
+        key, _, value = line.partition("=")
+        value = value.strip().strip("'\"")
+        opt = key.rsplit(".", 1)[-1]
+        if opt == "index-url":
+            index_url = value
+        elif opt == "extra-index-url":
+            indexes.extend(value.split())
+        elif opt == "find-links":
+            links.extend(value.split())
+    indexes.insert(0, index_url or "https://pypi.org/simple")
+    return list(dict.fromkeys(indexes)), list(dict.fromkeys(links))

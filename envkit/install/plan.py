@@ -1,0 +1,110 @@
+"""The plan: what `envkit setup` will do, computed from facts and the request without touching
+anything (pure). Shown to the user before acting; `--json` prints `Plan.to_dict()`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from envkit.install.variants import Choice, Request
+
+PLANNED = ("torch", "torchvision", "torchaudio")
+
+
+@dataclass
+class Plan:
+    machine: str
+    profile: str
+    request: str
+    choice: Choice
+    venv: str
+    python: str  # the venv's interpreter
+    base_python: str  # what creates the venv
+    create_venv: bool
+    installer: str  # pip or uv
+    versions: dict[str, str] | None  # exact versions to install; None when unresolved (replay without an index)
+    index_url: str | None  # None: pip's configured sources
+    sources: list[str] = field(default_factory=list)
+    installed: dict[str, str | None] = field(default_factory=dict)
+    changes: list[dict] = field(default_factory=list)
+    commands: list[list[str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    wanted: list[str] = field(default_factory=lambda: ["torch"])
+
+    @property
+    def nothing_to_do(self) -> bool:
+        return self.versions is not None and not self.create_venv and not self.changes
+
+    def to_dict(self) -> dict:
+        return {
+            "machine": self.machine, "profile": self.profile, "request": self.request,
+            "device": self.choice.device, "backend": self.choice.backend, "channel": self.choice.channel,
+            "index_url": self.index_url, "index_why": self.choice.index_why if self.index_url == self.choice.index_url else
+            ("pip's configured sources" if self.index_url is None else self.choice.index_why),
+            "sources": self.sources, "limit": str(self.choice.limit) or None, "limit_why": self.choice.limit_why,
+            "required_local_label": self.choice.local,
+            "resolved": self.versions is not None, "versions": self.versions,
+            "spec": None if self.versions is not None else self.unresolved_spec(),
+            "venv": self.venv, "python": self.python, "create_venv": self.create_venv, "installer": self.installer,
+            "installed": self.installed, "changes": self.changes, "nothing_to_do": self.nothing_to_do,
+            "commands": [" ".join(c) for c in self.commands], "notes": self.notes + self.choice.notes,
+        }
+
+    def unresolved_spec(self) -> str:
+        spec = {"stable": "newest stable", "nightly": "newest nightly (X.Y.Z.devYYYYMMDD)",
+                "test": "newest release candidate"}.get(self.request, f"torch{self.request}" if self.request[:1] in "<>=!~" else f"torch=={self.request}")
+        if str(self.choice.limit):
+            spec += f", limited to {self.choice.limit}"
+        if self.choice.local:
+            spec += f", +{self.choice.local} builds only"
+        return spec
+
+
+def requirements(versions: dict[str, str], wheels: dict[str, str] | None = None) -> list[str]:
+    """`torch==2.13.0+cpu` pins (the full version with its local label, so that no other build can
+    win), or the cached wheel file for a nightly."""
+    wheels = wheels or {}
+    return [wheels.get(name) or f"{name}=={version}" for name, version in versions.items()]
+
+
+def install_command(installer: str, python: str, versions: dict[str, str], index_url: str | None, channel: str,
+                    report: str | None = None, wheels: dict[str, str] | None = None) -> list[str]:
+    reqs = requirements(versions, wheels)
+    if installer == "uv":
+        cmd = ["uv", "pip", "install", "--python", python]
+        if index_url:
+            cmd += ["--index-url", index_url]
+        if channel != "stable":
+            cmd += ["--prerelease", "allow"]
+        return cmd + reqs
+    cmd = [python, "-m", "pip", "install"]
+    if report:
+        cmd += ["--report", report]
+    if index_url:
+        cmd += ["--index-url", index_url]  # never --extra-index-url: another index's torch could win
+    if channel != "stable":
+        cmd += ["--pre"]
+    return cmd + reqs
+
+
+def venv_command(installer: str, base_python: str, venv: str) -> list[str]:
+    if installer == "uv":
+        return ["uv", "venv", "--seed", "--python", base_python, venv]
+    return [base_python, "-m", "venv", venv]
+
+
+def make_plan(*, machine: str, profile: str, request: Request, choice: Choice, venv: str, python: str,
+              base_python: str, create_venv: bool, installer: str, versions: dict[str, str] | None,
+              index_url: str | None, sources: list[str], installed: dict[str, str], notes: list[str],
+              wanted: list[str], report: str | None = None) -> Plan:
+    plan = Plan(machine=machine, profile=profile, request=request.text, choice=choice, venv=venv, python=python,
+                base_python=base_python, create_venv=create_venv, installer=installer, versions=versions,
+                index_url=index_url, sources=sources, notes=list(notes), wanted=wanted)
+    plan.installed = {n: installed.get(n) for n in wanted}
+    if versions is not None:
+        plan.changes = [{"name": n, "from": installed.get(n), "to": v} for n, v in versions.items() if installed.get(n) != v]
+    if create_venv:
+        plan.commands.append(venv_command(installer, base_python, venv))
+    if versions is None or plan.changes or create_venv:
+        shown = versions or {n: "<resolved at install>" for n in wanted}
+        plan.commands.append(install_command(installer, python, shown, index_url, choice.channel, report))
+    return plan

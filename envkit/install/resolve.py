@@ -1,0 +1,138 @@
+"""Resolve a request to exact wheels by reading the index (index.py): pick the newest stable,
+nightly, release candidate or specifier match among the wheels whose tags fit the target."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from packaging.version import Version
+
+from envkit import gates
+from envkit.errors import EnvkitError
+from envkit.install import index
+from envkit.install.variants import Choice, Request
+
+
+@dataclass
+class Resolved:
+    torch: index.Candidate
+    companions: dict[str, index.Candidate] = field(default_factory=dict)
+    index_url: str | None = None  # None: pip's configured sources (the offline fallback)
+    sources: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def versions(self) -> dict[str, str]:
+        out = {"torch": str(self.torch.version)}
+        out.update({n: str(c.version) for n, c in self.companions.items()})
+        return out
+
+
+def select(cands: list[index.Candidate], request: Request, choice: Choice, tags: frozenset,
+           python_version: str) -> index.Candidate | None:
+    """The newest torch wheel the request, the gates and the target's tags allow. Pure."""
+    ok = [c for c in cands if not c.yanked and c.fits(tags, python_version) and request.admits(c.version)
+          and (choice.local is None or c.version.local == choice.local)
+          and (not str(choice.limit) or choice.limit.contains(Version(c.version.public), prereleases=True))]
+    return max(ok, key=lambda c: (c.version, _tag_rank(c, tags)), default=None)
+
+
+def select_companion(cands: list[index.Candidate], name: str, torch: index.Candidate, tags: frozenset,
+                     python_version: str) -> index.Candidate | None:
+    """torchvision/torchaudio released with this torch: same major.minor pairing, same channel, same local label."""
+    pair = (gates.paired_versions(str(torch.version)) or {}).get(name)
+    tv = torch.version
+    ok = []
+    for c in cands:
+        if c.yanked or not c.fits(tags, python_version) or c.version.local != tv.local:
+            continue
+        if pair and f"{c.version.major}.{c.version.minor}" != pair:
+            continue
+        if tv.is_devrelease != c.version.is_devrelease or (not tv.is_prerelease and c.version.is_prerelease):
+            continue
+        ok.append(c)
+    return max(ok, key=lambda c: (c.version, _tag_rank(c, tags)), default=None)
+
+
+def _tag_rank(c: index.Candidate, tags: frozenset) -> int:
+    return len(c.tags & tags)
+
+
+def _describe(cands, tags, python_version, request) -> str:
+    fitting = sorted({str(c.version) for c in cands if c.fits(tags, python_version)}, key=Version)
+    if not cands:
+        return "it has no torch wheels at all"
+    if not fitting:
+        return f"none of its {len(cands)} torch wheels fits this Python ({python_version})"
+    return f"wheels for this Python: {', '.join(fitting[-6:])}"
+
+
+def resolve(choice: Choice, request: Request, tags: frozenset, python_version: str, companions: list[str],
+            *, explicit_index: bool, pip_python: str) -> Resolved:
+    """Read the index. When PyTorch's default index cannot be reached (offline, firewalled) and the
+    user named no index, a stable/pinned request falls back to pip's own configured sources
+    (find-links, mirrors, PyPI) with the same rules: on a CPU-only Linux box only a `+cpu` torch."""
+    try:
+        cands = index.fetch(choice.index_url, "torch")
+    except EnvkitError as exc:
+        if explicit_index or choice.channel != "stable":
+            raise
+        return _fallback(choice, request, tags, python_version, companions, pip_python, exc)
+    pick = select(cands, request, choice, tags, python_version)
+    if pick is None:
+        raise EnvkitError(f"the index {choice.index_url} has no torch matching {_want(request, choice)}: "
+                          + _describe(cands, tags, python_version, request),
+                          fix="ask for another --torch, or point --index-url at an index that has it")
+    res = Resolved(torch=pick, index_url=choice.index_url, sources=[choice.index_url])
+    for name in companions:
+        comp = select_companion(index.fetch(choice.index_url, name), name, pick, tags, python_version)
+        if comp is None:
+            raise EnvkitError(f"the index {choice.index_url} has no {name} released with torch {pick.version} for this Python",
+                              fix=f"drop {name} from --with, or ask for another --torch")
+        res.companions[name] = comp
+    return res
+
+
+def _want(request: Request, choice: Choice) -> str:
+    bits = [request.text]
+    if str(choice.limit):
+        bits.append(str(choice.limit))
+    if choice.local:
+        bits.append(f"+{choice.local}")
+    return " ".join(bits)
+
+
+def _fallback(choice, request, tags, python_version, companions, pip_python, err: EnvkitError) -> Resolved:
+    indexes, links = index.pip_sources(pip_python)
+    local_first = [s for s in links + indexes if "://" not in s or s.startswith("file://")]
+    remote = [s for s in indexes if s not in local_first]
+    for group in (local_first, remote):
+        cands, used = [], []
+        for src in group:
+            try:
+                got = index.fetch(src, "torch")
+            except EnvkitError:
+                continue
+            if got:
+                used.append(src)
+            cands.extend(got)
+        pick = select(cands, request, choice, tags, python_version)
+        if pick is None:
+            continue
+        res = Resolved(torch=pick, index_url=None, sources=used)
+        for name in companions:
+            comp_cands = []
+            for src in group:
+                try:
+                    comp_cands.extend(index.fetch(src, name))
+                except EnvkitError:
+                    pass
+            comp = select_companion(comp_cands, name, pick, tags, python_version)
+            if comp is None:
+                raise EnvkitError(f"{err.message}; pip's configured sources have torch {pick.version} but no {name} for it",
+                                  fix=f"drop {name} from --with, or {err.fix}")
+            res.companions[name] = comp
+        reason = err.message.replace("cannot reach the package index ", "")
+        res.notes.append(f"{choice.index_url} is unreachable ({reason.split(': ', 1)[-1]}): "
+                         f"using pip's configured sources ({', '.join(used)}), which hold torch {pick.version}")
+        return res
+    raise err

@@ -1,0 +1,275 @@
+"""Which torch build this machine needs and where it lives: a small pure function of the facts
+(light-the-torch style). The tables are data: envkit/data/torch_variants.toml for the builds,
+envkit/data/gates.toml for the driver minimums, compute capabilities and macOS floors."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from envkit import gates
+from envkit.errors import EnvkitError
+from envkit.facts.model import Facts
+from envkit.resources import data_file, load_toml
+
+
+@lru_cache(maxsize=1)
+def variants_data() -> dict:
+    return load_toml(data_file("torch_variants.toml"))
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the user asked for with --torch."""
+
+    text: str
+    kind: str  # stable, nightly, test, spec
+    spec: SpecifierSet | None = None
+
+    @property
+    def channel(self) -> str:
+        if self.kind in ("nightly", "test"):
+            return self.kind
+        if self.spec is not None:
+            for s in self.spec:
+                v = Version(s.version.rstrip(".*")) if s.version.rstrip(".*") else None
+                if v is not None and v.is_devrelease:
+                    return "nightly"
+                if v is not None and v.is_prerelease:
+                    return "test"
+        return "stable"
+
+    @property
+    def prereleases(self) -> bool:
+        return self.kind in ("nightly", "test") or bool(self.spec is not None and self.spec.prereleases)
+
+    def admits(self, version: Version) -> bool:
+        public = Version(version.public)
+        if self.kind == "stable":
+            return not public.is_prerelease
+        if self.kind == "nightly":
+            return public.is_devrelease
+        if self.kind == "test":
+            return public.is_prerelease and not public.is_devrelease
+        return self.spec.contains(public, prereleases=self.prereleases)
+
+
+def parse_request(text: str | None) -> Request:
+    t = (text or "stable").strip()
+    low = t.lower()
+    if low in ("stable", "latest", "release"):
+        return Request(t, "stable")
+    if low == "nightly":
+        return Request(t, "nightly")
+    if low in ("test", "rc"):
+        return Request(t, "test")
+    spec_text = t
+    if re.fullmatch(r"\d+(\.\d+)*([a-z0-9.+]*)", low):
+        try:
+            v = Version(t)
+        except InvalidVersion:
+            v = None
+        if v is not None:
+            spec_text = f"=={t}.*" if len(v.release) == 2 and not v.pre and not v.dev and not v.local else f"=={t}"
+    try:
+        spec = SpecifierSet(spec_text)
+        if not str(spec):
+            raise InvalidSpecifier(t)
+    except InvalidSpecifier:
+        raise EnvkitError(f"--torch {t!r} is not a version, a specifier or a channel",
+                          fix="use stable, nightly, test, a version like 2.5.1, or a specifier like '>=2.5,<2.7'")
+    return Request(t, "spec", spec)
+
+
+@dataclass
+class Choice:
+    """Where torch comes from for this machine and request."""
+
+    device: str  # mps, cuda, cpu
+    backend: str  # "cpu", "cu128", or "pypi" (macOS wheels with MPS)
+    channel: str  # stable, nightly, test
+    index_url: str
+    index_why: str
+    limit: SpecifierSet = field(default_factory=SpecifierSet)  # what the gates allow
+    limit_why: list[str] = field(default_factory=list)
+    local: str | None = None  # the local label every torch must carry ("cpu" on Linux x86_64 without GPU)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"device": self.device, "backend": self.backend, "channel": self.channel, "index_url": self.index_url,
+                "index_why": self.index_why, "limit": str(self.limit) or None, "limit_why": self.limit_why,
+                "required_local_label": self.local, "notes": self.notes}
+
+
+def index_for(backend: str, channel: str) -> str:
+    d = variants_data()["index"]
+    if backend == "pypi":
+        return d["pypi"]
+    sub = d[channel]
+    return "/".join(p for p in (d["base"], sub, backend) if p)
+
+
+def cuda_of(backend: str) -> str | None:
+    m = re.fullmatch(r"cu(\d+)(\d)", backend)
+    return f"{m.group(1)}.{m.group(2)}" if m else None
+
+
+def _releases() -> list[tuple[Version, list[str]]]:
+    return [(Version(r["torch"]), list(r["cuda"])) for r in variants_data()["release"]]
+
+
+def _release_row(version: Version | None) -> tuple[Version, list[str], bool]:
+    """The CUDA variants of a release line; (row version, variants, assumed from the newest row)."""
+    rows = _releases()
+    if version is not None:
+        for v, cudas in rows:
+            if (v.major, v.minor) == (version.major, version.minor):
+                return v, cudas, False
+    return rows[-1][0], rows[-1][1], True
+
+
+def _spec_pins_minor(request: Request) -> Version | None:
+    """The release line a pinned request names ("2.5.1", "2.9"): None for ranges and channels."""
+    if request.spec is None:
+        return None
+    for s in request.spec:
+        if s.operator in ("==", "==="):
+            try:
+                return Version(s.version.rstrip(".*"))
+            except InvalidVersion:
+                return None
+    return None
+
+
+def _cuda_fits(backend: str, facts: Facts) -> str | None:
+    """Why this CUDA build cannot run on this machine's GPUs and driver, or None."""
+    cuda = cuda_of(backend)
+    need = gates.min_driver_for_cuda(cuda)
+    for g in facts.gpus:
+        if need and g.driver and gates.V(g.driver) and gates.V(g.driver) < gates.V(need):
+            return f"{backend} needs NVIDIA driver {need} or newer (this one is {g.driver})"
+        problem = gates.capability_problem(g.compute_capability, cuda)
+        if problem:
+            return f"{backend}: {problem}"
+    return None
+
+
+def choose(facts: Facts, request: Request, index_override: str | None = None, override_why: str = "") -> Choice:
+    """The build and index for this machine. Raises EnvkitError when no torch fits (with the fix)."""
+    channel = request.channel
+    if facts.is_macos:
+        choice = _macos(facts, request, channel)
+    elif facts.gpus:
+        choice = _cuda(facts, request, channel)
+    else:
+        choice = _cpu(facts, request, channel)
+    if index_override:
+        choice.notes.append(f"index {choice.index_url} replaced by {index_override} ({override_why})")
+        choice.index_url, choice.index_why = index_override, override_why
+    _check_request_against_limit(request, choice, facts)
+    return choice
+
+
+def _check_request_against_limit(request: Request, choice: Choice, facts: Facts) -> None:
+    if not str(choice.limit):
+        return
+    pinned = _spec_pins_minor(request)
+    if pinned is None:
+        return
+    version = Version(f"{pinned.major}.{pinned.minor}.0") if len(pinned.release) == 2 else Version(pinned.public)
+    if choice.limit.contains(version, prereleases=True):
+        return
+    if choice.device == "mps":
+        floor, source = gates.macos_floor_for_mps(str(version))
+        raise EnvkitError(f"torch {request.text} needs macOS {floor} for MPS and this Mac runs macOS {facts.os.version} ({source})",
+                          fix=f"update macOS to {floor} or newer, or ask for --torch '{choice.limit}' (stable stays within it)")
+    raise EnvkitError(f"torch {request.text} cannot work here: {'; '.join(choice.limit_why)}",
+                      fix=f"ask for --torch '{choice.limit}' (stable stays within it)")
+
+
+def _macos(facts: Facts, request: Request, channel: str) -> Choice:
+    data = variants_data()["macos"]
+    macos = gates.V(facts.os.version)
+    if facts.is_apple_silicon and facts.python.rosetta:
+        raise EnvkitError("this Python is x86_64 running under Rosetta: it never sees MPS, and x86_64 macOS torch stops at 2.2.2",
+                          fix="install a native arm64 Python (e.g. python.org's universal2 installer or `brew install python`) and pass it with --python")
+    if not facts.is_apple_silicon:
+        g = gates.gates()["intel_mac"]
+        if channel != "stable":
+            raise EnvkitError(f"there are no {channel} builds of torch for Intel Macs: x86_64 macOS wheels stop at torch {g['max_torch']}",
+                              fix=f"use --torch stable (torch {g['max_torch']}) or a Mac with Apple silicon")
+        return Choice(device="cpu", backend="pypi", channel="stable", index_url=index_for("pypi", "stable"),
+                      index_why="PyPI: the macOS wheels", limit=SpecifierSet(f"<={g['max_torch']}"),
+                      limit_why=[f"Intel Mac: x86_64 macOS wheels stop at torch {g['max_torch']} ({g['source']})"],
+                      notes=[f"Intel Macs stop at torch {g['max_torch']}: no MPS, CPU only"])
+    floor_min = gates.V(gates.gates()["mps"]["min_macos"])
+    if macos is not None and macos < floor_min:
+        raise EnvkitError(f"macOS {facts.os.version} is older than {floor_min}, the first macOS with MPS", fix=f"update macOS to {floor_min} or newer")
+    if channel == "stable":
+        choice = Choice(device="mps", backend="pypi", channel="stable", index_url=index_for("pypi", "stable"),
+                        index_why="PyPI: its macOS arm64 wheels are the MPS builds")
+    else:
+        backend = data["arm64_nightly_backend"] if channel == "nightly" else data["arm64_test_backend"]
+        choice = Choice(device="mps", backend=backend, channel=channel, index_url=index_for(backend, channel),
+                        index_why=f"PyTorch's {channel} index (macOS {channel} wheels live under /{backend})")
+    if macos is not None:
+        spec = gates.newest_torch_spec_for_macos(macos)
+        if spec:
+            low = spec.lstrip("<")
+            floor, source = gates.macos_floor_for_mps(low)
+            choice.limit = SpecifierSet(spec)
+            choice.limit_why.append(f"torch {low}+ needs macOS {floor} for MPS and this Mac runs macOS {facts.os.version} ({source})")
+            if channel == "nightly":
+                raise EnvkitError(f"torch nightly needs macOS {floor} for MPS and this Mac runs macOS {facts.os.version} ({source})",
+                                  fix=f"update macOS to {floor} or newer, or use --torch stable (torch {spec} here)")
+    return choice
+
+
+def _cpu(facts: Facts, request: Request, channel: str) -> Choice:
+    lin = variants_data()["linux"]
+    local = lin["cpu_local_label"] if facts.os.system == "Linux" and (facts.python.machine or "") in lin["cpu_label_archs"] else None
+    choice = Choice(device="cpu", backend="cpu", channel=channel, index_url=index_for("cpu", channel),
+                    index_why="PyTorch's CPU index: no NVIDIA GPU on this machine", local=local)
+    if local:
+        choice.notes.append(f"only +{local} builds are accepted: PyPI's Linux torch is a CUDA build (several GB) and this machine has no GPU")
+    return choice
+
+
+def _cuda(facts: Facts, request: Request, channel: str) -> Choice:
+    gpu = facts.gpus[0]
+    desc = f"{gpu.name}, driver {gpu.driver or 'unknown'}, compute capability {gpu.compute_capability or 'unknown'}"
+    if channel == "nightly":
+        cudas, row, assumed = list(variants_data()["nightly"]["cuda"]), None, False
+    else:
+        row, cudas, assumed = _release_row(_spec_pins_minor(request))
+    why_not = []
+    for backend in reversed(cudas):
+        problem = _cuda_fits(backend, facts)
+        if problem is None:
+            choice = Choice(device="cuda", backend=backend, channel=channel, index_url=index_for(backend, channel),
+                            index_why=f"PyTorch's {backend} index: the newest CUDA build this GPU and driver run ({desc})")
+            if assumed:
+                choice.notes.append(f"torch variants newer than {row} are assumed to match {row}'s ({', '.join(cudas)})")
+            if why_not:
+                choice.notes.append("newer builds skipped: " + "; ".join(why_not))
+            return choice
+        why_not.append(problem)
+    # No variant of this release fits: an older release line may (stable/range requests only).
+    if channel == "stable" and _spec_pins_minor(request) is None:
+        for v, older in reversed(_releases()):
+            for backend in reversed(older):
+                if _cuda_fits(backend, facts) is None:
+                    nxt = f"{v.major}.{v.minor + 1}"
+                    choice = Choice(device="cuda", backend=backend, channel=channel, index_url=index_for(backend, channel),
+                                    index_why=f"PyTorch's {backend} index: the newest CUDA build this GPU and driver run ({desc})",
+                                    limit=SpecifierSet(f"<{nxt}"),
+                                    limit_why=[f"torch {nxt}+ has no CUDA build for this machine: " + "; ".join(why_not)])
+                    choice.notes.append(f"torch stays below {nxt}: newer releases need a newer driver ({'; '.join(why_not)})")
+                    return choice
+    need = gates.min_driver_for_cuda(cuda_of(cudas[0])) if cudas else None
+    raise EnvkitError(f"no CUDA build of torch {request.text} runs on this machine ({desc}): " + "; ".join(why_not),
+                      fix=f"update the NVIDIA driver to {need} or newer" if need else "update the NVIDIA driver")

@@ -1,0 +1,200 @@
+"""A real package index on 127.0.0.1 for tests: tiny wheels built here, served as PEP 691 JSON
+(when the Accept header asks for it) and PEP 503 HTML, plus misbehaving modes.
+
+URL layout (``base = http://127.0.0.1:PORT``):
+  {base}/json/simple/<project>/     JSON when asked, HTML otherwise (like PyPI)
+  {base}/html/simple/<project>/     HTML only (like download.pytorch.org)
+  {base}/broken/simple/<project>/   like json, plus torch 2.7.0+cpu whose `import torch` raises
+  {base}/garbage/simple/<project>/  200 with bytes that are no index page
+  {base}/slow/simple/<project>/     answers after `slow_seconds`
+  {base}/files/<wheel>              the wheels
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import io
+import json
+import socket
+import sys
+import sysconfig
+import threading
+import time
+import zipfile
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+PLATFORM = sysconfig.get_platform().replace("-", "_").replace(".", "_")  # linux_x86_64
+PY = f"cp{sys.version_info.major}{sys.version_info.minor}"
+
+# A fake torch good enough for envkit's verification: arange/reshape/@/T/sum, version, backends.
+FAKE_TORCH = '''
+__version__ = {version!r}
+float32 = "float32"
+class version:
+    cuda = {cuda!r}
+class _T:
+    def __init__(self, rows):
+        self.rows = rows
+    def reshape(self, r, c):
+        flat = [x for row in self.rows for x in row]
+        return _T([flat[i * c:(i + 1) * c] for i in range(r)])
+    @property
+    def T(self):
+        return _T([list(x) for x in zip(*self.rows)])
+    def __matmul__(self, other):
+        return _T([[sum(a * b for a, b in zip(r, col)) for col in zip(*other.rows)] for r in self.rows])
+    def sum(self):
+        return sum(sum(r) for r in self.rows)
+def arange(n, dtype=None):
+    return _T([list(range(n))])
+class backends:
+    class mps:
+        @staticmethod
+        def is_available():
+            return False
+class cuda:
+    @staticmethod
+    def is_available():
+        return False
+'''
+
+
+def build_wheel(directory: Path, name: str, version: str, tag: str = f"py3-none-{PLATFORM}", *,
+                module: str | None = None, requires: list[str] | None = None) -> Path:
+    """Write a minimal valid wheel (METADATA, WHEEL, RECORD) and return its path."""
+    dist = name.replace("-", "_")
+    filename = f"{dist}-{version}-{tag}.whl"
+    info = f"{dist}-{version}.dist-info"
+    if module is None:
+        module = FAKE_TORCH.format(version=version, cuda=None) if name == "torch" else f"__version__ = {version!r}\n"
+    files = {
+        f"{dist}/__init__.py": module,
+        f"{info}/METADATA": "Metadata-Version: 2.1\nName: {}\nVersion: {}\n{}".format(
+            name, version, "".join(f"Requires-Dist: {r}\n" for r in requires or [])),
+        f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: envkit-tests\nRoot-Is-Purelib: false\nTag: {tag}\n",
+    }
+    record = []
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for path, text in files.items():
+            data = text.encode()
+            zf.writestr(path, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            record.append(f"{path},sha256={digest},{len(data)}")
+        record.append(f"{info}/RECORD,,")
+        zf.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
+    out = Path(directory) / filename
+    out.write_bytes(buf.getvalue())
+    return out
+
+
+BROKEN_TORCH = "raise ImportError('libtorch_cpu.so: cannot open shared object file (a broken build, on purpose)')\n"
+
+
+def build_all(directory: Path) -> dict[str, list[Path]]:
+    """The wheels of the test index: {"good": [...], "broken": [...]} (broken = good + a bad upgrade)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    good = [
+        build_wheel(directory, "torch", "2.5.1+cpu"),
+        build_wheel(directory, "torch", "2.6.0+cpu"),
+        build_wheel(directory, "torch", "2.7.0rc1+cpu"),
+        build_wheel(directory, "torch", "2.8.0.dev20250101+cpu"),
+        build_wheel(directory, "torch", "2.8.0.dev20241215+cpu"),
+        build_wheel(directory, "torch", "2.9.0+cu128"),  # a CUDA build: never on a CPU-only box
+        build_wheel(directory, "torch", "2.9.0+cpu", tag="py3-none-macosx_11_0_arm64"),  # wrong platform
+        build_wheel(directory, "torch", "2.9.1+cpu", tag="cp27-cp27mu-linux_x86_64"),  # wrong Python
+        build_wheel(directory, "torchvision", "0.20.1+cpu"),
+        build_wheel(directory, "torchvision", "0.21.0+cpu"),
+        build_wheel(directory, "torchvision", "0.22.0+cpu", tag="py3-none-macosx_11_0_arm64"),
+    ]
+    broken = good + [build_wheel(directory, "torch", "2.7.0+cpu", module=BROKEN_TORCH)]
+    return {"good": good, "broken": broken}
+
+
+class LocalIndex:
+    """Serve the wheels on 127.0.0.1 in a thread. Use as a context manager."""
+
+    def __init__(self, wheels: dict[str, list[Path]], slow_seconds: float = 3.0):
+        self.wheels = wheels
+        self.slow_seconds = slow_seconds
+        self.requests: list[tuple[str, str]] = []  # (path, Accept)
+        index = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                index.requests.append((self.path, self.headers.get("Accept", "")))
+                parts = [unquote(p) for p in self.path.split("?")[0].split("/") if p]
+                if len(parts) == 2 and parts[0] == "files":
+                    return self._file(parts[1])
+                if len(parts) == 3 and parts[1] == "simple":
+                    return self._project(parts[0], parts[2])
+                self._send(404, "text/plain", b"not found")
+
+            def _send(self, code, ctype, body):
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _file(self, name):
+                for group in index.wheels.values():
+                    for w in group:
+                        if w.name == name:
+                            return self._send(200, "application/octet-stream", w.read_bytes())
+                self._send(404, "text/plain", b"no such file")
+
+            def _project(self, mode, project):
+                if mode == "garbage":
+                    return self._send(200, "text/html", b"\x00\x9f\x92 definitely not a simple index }{")
+                if mode == "slow":
+                    time.sleep(index.slow_seconds)
+                    mode = "json"
+                group = index.wheels["broken" if mode == "broken" else "good"]
+                files = [w for w in group if w.name.split("-")[0].lower() == project.replace("-", "_")]
+                if not files:
+                    return self._send(404, "text/plain", b"no such project")
+                def sha(w):
+                    return hashlib.sha256(w.read_bytes()).hexdigest()
+                accept = self.headers.get("Accept", "")
+                if mode != "html" and "application/vnd.pypi.simple.v1+json" in accept:
+                    body = {"meta": {"api-version": "1.0"}, "name": project,
+                            "files": [{"filename": w.name, "url": f"../../../files/{quote(w.name)}",
+                                       "hashes": {"sha256": sha(w)}} for w in files]}
+                    return self._send(200, "application/vnd.pypi.simple.v1+json", json.dumps(body).encode())
+                links = "\n".join(f'<a href="/files/{quote(w.name)}#sha256={sha(w)}">{html.escape(w.name)}</a><br/>'
+                                  for w in files)
+                page = f"<!DOCTYPE html>\n<html><body>\n<h1>Links for {project}</h1>\n{links}\n</body></html>\n"
+                self._send(200, "text/html", page.encode())
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def url(self, mode: str = "json") -> str:
+        return f"{self.base}/{mode}/simple"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def refused_url() -> str:
+    """An index URL on a local port nothing listens on (connection refused)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return f"http://127.0.0.1:{port}/simple"

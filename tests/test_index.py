@@ -1,0 +1,128 @@
+"""The resolver against a real index on 127.0.0.1 (tests/localindex.py): PEP 691 JSON and PEP 503
+HTML, channel and specifier selection, tag filtering, and an index that is down, garbage or slow."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from envkit.errors import EnvkitError
+from envkit.install import index, interp, resolve
+from envkit.install.variants import Choice, parse_request
+from localindex import LocalIndex, build_all, refused_url
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    wheels = build_all(tmp_path_factory.mktemp("wheels"))
+    with LocalIndex(wheels, slow_seconds=3.0) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def target():
+    return interp.probe(sys.executable, dists=False)
+
+
+def cpu_choice(url: str, channel: str = "stable") -> Choice:
+    return Choice(device="cpu", backend="cpu", channel=channel, index_url=url, index_why="test", local="cpu")
+
+
+def pick(server, target, text, mode="json"):
+    req = parse_request(text)
+    choice = cpu_choice(server.url(mode), req.channel)
+    return resolve.resolve(choice, req, frozenset(target.tags), target.version, ["torchvision"] if text in ("stable", "2.5.1") else [],
+                           explicit_index=True, pip_python=sys.executable)
+
+
+@pytest.mark.parametrize("mode", ["json", "html"])
+def test_reads_json_and_html_the_same(server, mode):
+    cands = index.fetch(server.url(mode), "torch")
+    assert {str(c.version) for c in cands} >= {"2.5.1+cpu", "2.6.0+cpu", "2.7.0rc1+cpu", "2.8.0.dev20250101+cpu", "2.9.0+cu128"}
+    assert all(c.sha256 and len(c.sha256) == 64 for c in cands)
+    assert all(c.url.startswith(server.base + "/files/") for c in cands)
+    accept = [a for p, a in server.requests if p.startswith(f"/{mode}/simple/torch")]
+    assert accept and "application/vnd.pypi.simple.v1+json" in accept[-1]
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("stable", "2.6.0+cpu"),  # not 2.9.0+cu128 (CUDA), 2.9.0 (macOS) or 2.9.1 (cp27)
+    ("nightly", "2.8.0.dev20250101+cpu"),
+    ("test", "2.7.0rc1+cpu"),
+    ("2.5.1", "2.5.1+cpu"),
+    ("2.5", "2.5.1+cpu"),
+    (">=2.5,<2.6", "2.5.1+cpu"),
+    ("<=2.8.0.dev20241231", "2.8.0.dev20241215+cpu"),
+])
+def test_selects(server, target, text, expected):
+    res = pick(server, target, text, mode="html" if text == "test" else "json")
+    assert str(res.torch.version) == expected
+    if text == "stable":
+        assert str(res.companions["torchvision"].version) == "0.21.0+cpu"  # paired with 2.6, not the macOS 0.22
+    if text == "2.5.1":
+        assert str(res.companions["torchvision"].version) == "0.20.1+cpu"
+
+
+def test_nothing_matches_says_what_is_there(server, target):
+    with pytest.raises(EnvkitError) as exc:
+        pick(server, target, "==2.9.0")
+    msg = exc.value.one_line()
+    assert "has no torch matching ==2.9.0" in msg and "2.6.0+cpu" in msg
+
+
+def test_bad_specifier():
+    with pytest.raises(EnvkitError) as exc:
+        parse_request(">>2")
+    assert "is not a version, a specifier or a channel" in exc.value.one_line()
+
+
+def test_index_down_is_one_clear_error_quickly(target):
+    url = refused_url()
+    t0 = time.monotonic()
+    with pytest.raises(EnvkitError) as exc:
+        resolve.resolve(cpu_choice(url), parse_request("stable"), frozenset(target.tags), target.version, [],
+                        explicit_index=True, pip_python=sys.executable)
+    assert time.monotonic() - t0 < 5
+    msg = exc.value.one_line()
+    assert f"cannot reach the package index {url}" in msg and "refused" in msg and "--index-url" in msg
+
+
+def test_garbage_answer(server, target):
+    with pytest.raises(EnvkitError) as exc:
+        index.fetch(server.url("garbage"), "torch")
+    assert "not a package index page" in exc.value.one_line()
+
+
+def test_slow_index_times_out(server, monkeypatch):
+    monkeypatch.setenv("ENVKIT_INDEX_TIMEOUT", "0.3")
+    t0 = time.monotonic()
+    with pytest.raises(EnvkitError) as exc:
+        index.fetch(server.url("slow"), "torch")
+    assert time.monotonic() - t0 < 4
+    assert "did not answer within 0.3 s" in exc.value.one_line()
+
+
+def test_unreachable_default_index_falls_back_to_pip_sources_with_cpu_rule(server, target, monkeypatch):
+    """Offline from download.pytorch.org: stable falls back to pip's configured sources, +cpu only."""
+    monkeypatch.setattr(index, "pip_sources", lambda python: ([server.url("json")], []))
+    res = resolve.resolve(cpu_choice(refused_url()), parse_request("stable"), frozenset(target.tags), target.version, [],
+                          explicit_index=False, pip_python=sys.executable)
+    assert str(res.torch.version) == "2.6.0+cpu" and res.index_url is None
+    assert "unreachable" in res.notes[0]
+    with pytest.raises(EnvkitError):  # nightly never falls back
+        resolve.resolve(cpu_choice(refused_url(), "nightly"), parse_request("nightly"), frozenset(target.tags),
+                        target.version, [], explicit_index=False, pip_python=sys.executable)
+
+
+def test_computed_tags_match_packaging_for_this_interpreter(target):
+    """The stdlib-only fallback (a venv without pip or packaging) agrees with packaging.tags."""
+    import platform
+
+    from packaging import tags
+
+    glibc = platform.libc_ver()[1] or None
+    computed = interp.computed_tags(target.version, "cpython", platform.system(), platform.machine(), glibc=glibc)
+    real = [str(t) for t in tags.sys_tags()]
+    assert set(real[:50]) <= set(computed) or sys.platform != "linux"

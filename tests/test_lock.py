@@ -1,0 +1,106 @@
+"""envkit.lock: format, secrets, drift, and the real torch 2.13.0 (from this disk through pip's
+configuration) installed by `envkit setup`, locked, and rebuilt from the lock into a second venv."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from conftest import envkit
+from envkit.errors import EnvkitError
+from envkit.install import lockfile
+from envkit.install.interp import Target
+
+
+def _lock(**kw):
+    base = dict(platform={"system": "Linux", "arch": "x86_64", "python_minor": "3.11"}, profile={"name": "cpu", "sha256": "ab"},
+                source={"torch": "stable", "index_urls": []}, env={"PYTORCH_X": "1", "HF_TOKEN": "secret", "MY_API_KEY": "k"},
+                packages=[{"name": "torch", "version": "2.13.0+cpu", "sha256": "0" * 64}, {"name": "numpy", "version": "2.2.6"}],
+                envkit="0.1.0")
+    base.update(kw)
+    return lockfile.Lock(**base)
+
+
+def test_roundtrip_atomic_and_no_secrets(tmp_path):
+    path = tmp_path / "envkit.lock"
+    assert lockfile.write(path, _lock()) is True
+    text = path.read_text()
+    assert "HF_TOKEN" not in text and "MY_API_KEY" not in text and "secret" not in text
+    back = lockfile.read(path)
+    assert back.versions == {"torch": "2.13.0+cpu", "numpy": "2.2.6"} and back.env == {"PYTORCH_X": "1"}
+    assert lockfile.write(path, back) is False  # same content: not rewritten
+    assert not list(tmp_path.glob(".envkit.lock.*"))
+
+
+def test_corrupt_and_foreign_locks(tmp_path):
+    for text, needle in (("lock_version = [\n", "not a valid lock"), ("lock_version = 7\n", "version 1"),
+                         ('lock_version = 1\n[[package]]\nname = "numpy"\nversion = "1"\n', "names no torch")):
+        (tmp_path / "x.lock").write_text(text)
+        with pytest.raises(EnvkitError) as exc:
+            lockfile.read(tmp_path / "x.lock")
+        assert needle in exc.value.one_line()
+    diffs = lockfile.platform_differences({"system": "Darwin", "arch": "arm64", "python_minor": "3.12"},
+                                          {"system": "Linux", "arch": "x86_64", "python_minor": "3.11"})
+    assert diffs == ["OS Darwin in the lock, Linux here", "architecture arm64 in the lock, x86_64 here",
+                     "Python 3.12 in the lock, 3.11 here"]
+
+
+def test_drift_compare():
+    d = lockfile.compare(_lock(), {"torch": "2.12.0+cpu", "requests": "2.0", "pip": "24"})
+    assert d["changed"] and d["changed_versions"] == {"torch": {"lock": "2.13.0+cpu", "installed": "2.12.0+cpu"}}
+    assert d["added"] == {"requests": "2.0"} and d["removed"] == {"numpy": "2.2.6"} and len(d["lines"]) == 3
+
+
+def test_drift_report_reads_the_whole_installed_set_of_the_checked_interpreter(tmp_path):
+    lockfile.write(tmp_path / "l.lock", _lock())
+    facts = SimpleNamespace(python=SimpleNamespace(executable=sys.executable, version="3.11.0", machine="x86_64", implementation="CPython"),
+                            os=SimpleNamespace(system="Linux", name=None, version=None), chip=SimpleNamespace(name=None), gpus=[],
+                            packages={"torch": "x"})
+    rep = lockfile.drift_report(tmp_path / "l.lock", facts)
+    assert rep["changed"] and "click" in rep["added"]  # envkit's own deps: not only torch/numpy
+
+
+def test_build_takes_hashes_from_report_and_skips_bootstrap():
+    t = Target(python="p", version="3.11.0", dists={"torch": {"name": "torch", "version": "2.13.0+cpu"},
+                                                     "pip": {"name": "pip", "version": "24"},
+                                                     "mine": {"name": "mine", "version": "1", "editable": True}})
+    lock = lockfile.build(t, platform={}, profile={}, source={}, env={}, report={"torch": {"version": "2.13.0+cpu", "sha256": "f" * 64, "url": "u"}},
+                          previous=None, cached={}, envkit_version="0")
+    assert lock.packages == [{"name": "torch", "version": "2.13.0+cpu", "sha256": "f" * 64, "url": "u"}]
+
+
+def _set(venv: Path) -> dict:
+    out = subprocess.run([str(venv / "bin/python"), "-I", "-c",
+                          "import json; from importlib import metadata as m; print(json.dumps({d.metadata['Name'].lower(): d.version for d in m.distributions()}))"],
+                         capture_output=True, text=True, check=True).stdout
+    return {k: v for k, v in json.loads(out).items() if k not in ("pip", "setuptools", "wheel")}
+
+
+@pytest.mark.slow
+def test_real_torch_setup_lock_and_rebuild(tmp_path):
+    """The real CPU wheel of torch 2.13.0 (pip finds it through its configuration: find-links on
+    this disk; the CPU index elsewhere), verified, locked, and rebuilt from the lock."""
+    env = {"ENVKIT_CACHE_DIR": str(tmp_path / "cache")}
+    r = envkit("setup", "--yes", "--no-selftest", "--torch", "2.13.0", cwd=tmp_path, env=env, timeout=400)
+    assert r.returncode == 0, r.stdout + r.stderr
+    first = _set(tmp_path / ".envkit/venv")
+    assert first["torch"] == "2.13.0+cpu"
+    lock = lockfile.read(tmp_path / "envkit.lock")
+    assert lock.versions["torch"] == "2.13.0+cpu" and lock.platform["backend"] == "cpu"
+    assert all(p.get("sha256") for p in lock.packages), lock.packages
+    state = json.loads((tmp_path / ".envkit/state.json").read_text())
+    assert state["torch"] == "2.13.0+cpu"
+
+    r = envkit("setup", "--yes", "--no-selftest", "--torch", "2.13.0", cwd=tmp_path, env=env, timeout=120)
+    assert r.returncode == 0 and "nothing to change" in r.stdout + r.stderr
+
+    second = tmp_path / "second"
+    r = envkit("setup", "--yes", "--no-selftest", "--lock", "envkit.lock", "--venv", str(second), cwd=tmp_path, env=env, timeout=400)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "sha256 enforced" in r.stdout
+    assert _set(second) == first

@@ -1,0 +1,186 @@
+"""`envkit setup` end to end: a real local index (tests/localindex.py), real venvs, real pip;
+plans for other machines through doctor's snapshots; bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import envkit, snapshot_path
+from localindex import LocalIndex, build_all, refused_url
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    wheels = build_all(tmp_path_factory.mktemp("wheels"))
+    with LocalIndex(wheels) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def template_venv(tmp_path_factory):
+    path = tmp_path_factory.mktemp("template") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+    return path
+
+
+@pytest.fixture
+def venv(template_venv, tmp_path):
+    """A fresh venv (a copy of one made once: ensurepip costs seconds)."""
+    dest = tmp_path / "venv"
+    shutil.copytree(template_venv, dest, symlinks=True)
+    return dest
+
+
+def installed(venv: Path) -> dict[str, str]:
+    out = subprocess.run([str(venv / "bin/python"), "-I", "-c",
+                          "import json; from importlib import metadata as m; print(json.dumps({d.metadata['Name'].lower(): d.version for d in m.distributions()}))"],
+                         capture_output=True, text=True, check=True).stdout
+    return {k: v for k, v in json.loads(out).items() if k not in ("pip", "setuptools", "wheel")}
+
+
+def run_setup(tmp_path, *args, env=None):
+    e = {"ENVKIT_CACHE_DIR": str(tmp_path / "cache"), **(env or {})}
+    return envkit("setup", "--yes", "--no-selftest", *args, cwd=tmp_path, env=e, timeout=240)
+
+
+def test_install_rerun_and_failed_upgrade_rolled_back(server, venv, tmp_path):
+    r = run_setup(tmp_path, "--venv", str(venv), "--index-url", server.url("json"), "--with", "torchvision")
+    assert r.returncode == 0, r.stderr
+    assert "torch 2.6.0+cpu" in r.stdout and "torchvision 0.21.0+cpu" in r.stdout
+    assert installed(venv) == {"torch": "2.6.0+cpu", "torchvision": "0.21.0+cpu"}
+    lock = (tmp_path / "envkit.lock").read_text()
+    assert 'name = "torch"' in lock and 'version = "2.6.0+cpu"' in lock and "sha256 = " in lock
+    state = json.loads((tmp_path / ".envkit/state.json").read_text())
+    assert state["venv"] == str(venv) and state["torch"] == "2.6.0+cpu"
+
+    # again: nothing to change, nothing rewritten, quickly
+    mtime = (tmp_path / "envkit.lock").stat().st_mtime_ns
+    t0 = time.monotonic()
+    r = run_setup(tmp_path, "--venv", str(venv), "--index-url", server.url("json"), "--with", "torchvision")
+    assert r.returncode == 0, r.stderr
+    assert "nothing to change" in r.stdout + r.stderr and "installing" not in r.stderr
+    assert time.monotonic() - t0 < 15
+    assert (tmp_path / "envkit.lock").stat().st_mtime_ns == mtime
+
+    # upgrade to a torch whose import raises: verification fails, the exact previous set comes back
+    r = run_setup(tmp_path, "--venv", str(venv), "--index-url", server.url("broken"))
+    assert r.returncode == 2
+    err = r.stderr.strip().splitlines()[-1]
+    assert "verification failed" in err and "import torch failed" in err and "put back exactly" in err
+    assert installed(venv) == {"torch": "2.6.0+cpu", "torchvision": "0.21.0+cpu"}
+    assert subprocess.run([str(venv / "bin/python"), "-c", "import torch; assert torch.__version__ == '2.6.0+cpu'"]).returncode == 0
+    assert not (venv / ".envkit-rollback").exists()
+    assert (tmp_path / "envkit.lock").stat().st_mtime_ns == mtime
+
+    # drift: envkit check --lock sees nothing, then a changed version
+    r = envkit("check", "--python", str(venv / "bin/python"), "--lock", "envkit.lock", "--json", "--pyproject", "none.toml", cwd=tmp_path)
+    drift = json.loads(r.stdout)["drift"]
+    assert drift["changed"] is False, drift
+    subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--no-deps", "--index-url", server.url("json"),
+                    "torch==2.5.1+cpu"], check=True, capture_output=True)
+    r = envkit("check", "--python", str(venv / "bin/python"), "--lock", "envkit.lock", "--pyproject", "none.toml", cwd=tmp_path)
+    assert r.returncode == 1 and "DRIFT torch: 2.6.0+cpu in the lock, 2.5.1+cpu installed" in r.stdout
+
+    # rebuild from the lock puts the locked set back (hashes enforced)
+    r = run_setup(tmp_path, "--venv", str(venv), "--lock", "envkit.lock", env={"ENVKIT_INDEX_URL": server.url("json")})
+    assert r.returncode == 0, r.stderr
+    assert installed(venv) == {"torch": "2.6.0+cpu", "torchvision": "0.21.0+cpu"}
+
+
+def test_nightly_pinned_test_and_specifier_into_fresh_venvs(server, venv, tmp_path):
+    r = run_setup(tmp_path, "--venv", str(venv), "--index-url", server.url("html"), "--torch", "nightly")
+    assert r.returncode == 0, r.stderr
+    assert installed(venv) == {"torch": "2.8.0.dev20250101+cpu"}
+    cached = list((tmp_path / "cache/wheels").glob("torch-2.8.0.dev20250101*.whl"))
+    assert cached, "a nightly wheel is kept in envkit's cache"
+    assert f'cached = "{cached[0].name}"' in (tmp_path / "envkit.lock").read_text()
+    for req, want in (("2.5.1", "2.5.1+cpu"), (">=2.5,<2.6", "2.5.1+cpu"), ("test", "2.7.0rc1+cpu")):
+        r = run_setup(tmp_path, "--venv", str(venv), "--index-url", server.url("json"), "--torch", req, "--dry-run", "--json")
+        plan = json.loads(r.stdout)
+        assert r.returncode == 0 and plan["versions"] == {"torch": want}, r.stderr
+        assert plan["changes"] == [{"name": "torch", "from": "2.8.0.dev20250101+cpu", "to": want}]
+    r = run_setup(tmp_path, "--venv", str(venv), "--index-url", server.url("json"), "--torch", "2.5.1")
+    assert r.returncode == 0, r.stderr
+    assert installed(venv) == {"torch": "2.5.1+cpu"}
+
+
+@pytest.mark.parametrize("how", ["refused", "garbage", "slow"])
+def test_index_problems_one_line_exit_2_nothing_created(server, tmp_path, how):
+    url = refused_url() if how == "refused" else server.url(how)
+    t0 = time.monotonic()
+    r = run_setup(tmp_path, "--index-url", url, env={"ENVKIT_INDEX_TIMEOUT": "0.5"})
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert {"refused": "connection was refused", "garbage": "not a package index page", "slow": "did not answer within 0.5 s"}[how] in r.stderr
+    assert time.monotonic() - t0 < 10
+    assert not (tmp_path / ".envkit").exists() and not (tmp_path / "envkit.lock").exists()
+
+
+def test_nightly_offline_from_pytorch_says_so(tmp_path):
+    """The real default: download.pytorch.org, unreachable on an offline machine (a closed port stands in)."""
+    r = run_setup(tmp_path, "--torch", "nightly", "--dry-run", env={"ENVKIT_INDEX_URL": refused_url()})
+    assert r.returncode == 2 and "cannot reach the package index" in r.stderr
+
+
+def _replay(tmp_path, name, *args):
+    return envkit("setup", "--replay", str(snapshot_path(name)), "--dry-run", "--json", *args, cwd=tmp_path, timeout=60)
+
+
+def test_replay_plans_for_other_machines(tmp_path):
+    plan = json.loads(_replay(tmp_path, "m3_max_macos14", "--torch", "nightly").stdout)
+    assert plan["device"] == "mps" and plan["index_url"] == "https://download.pytorch.org/whl/nightly/cpu"
+    assert plan["resolved"] is False and "nightly" in plan["spec"] and "--pre" in plan["commands"][-1]
+
+    r = _replay(tmp_path, "m1_pro_macos12", "--torch", "2.9")
+    assert r.returncode == 2 and "macOS 14" in r.stderr and "fix:" in r.stderr and "<2.5" in r.stderr
+    plan = json.loads(_replay(tmp_path, "m1_pro_macos12").stdout)
+    assert plan["limit"] == "<2.5" and plan["index_url"] == "https://pypi.org/simple"
+
+    plan = json.loads(_replay(tmp_path, "intel_mac").stdout)
+    assert plan["limit"] == "<=2.2.2" and any("2.2.2" in n for n in plan["notes"])
+    assert _replay(tmp_path, "intel_mac", "--torch", "nightly").returncode == 2
+
+    plan = json.loads(_replay(tmp_path, "linux_h100").stdout)
+    assert plan["device"] == "cuda" and plan["backend"] == "cu128"  # driver 550: no CUDA 13 (needs 580)
+    assert plan["index_url"] == "https://download.pytorch.org/whl/cu128"
+
+    plan = json.loads(_replay(tmp_path, "linux_old_driver").stdout)
+    assert plan["backend"] == "cu118" and plan["limit"] == "<2.8"  # driver 470: only CUDA 11.8 builds
+    r = _replay(tmp_path, "linux_old_driver", "--torch", "nightly")
+    assert r.returncode == 2 and "driver" in r.stderr and "fix:" in r.stderr
+    assert not (tmp_path / ".envkit").exists()
+
+
+def test_replay_resolves_against_a_given_index(server, tmp_path):
+    plan = json.loads(_replay(tmp_path, "linux_no_gpu", "--index-url", server.url("json")).stdout)
+    assert plan["versions"] == {"torch": "2.6.0+cpu"} and plan["resolved"] is True
+
+
+def test_bad_input_one_line_exit_2_nothing_changed(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "corrupt.lock").write_text("lock_version = [unclosed\n")
+    other = ('lock_version = 1\nenvkit = "0.1.0"\n[platform]\nsystem = "Darwin"\narch = "arm64"\npython_minor = "3.12"\n'
+             '[profile]\nname = "m3-max"\n[source]\ntorch = "stable"\n[env]\n[[package]]\nname = "torch"\nversion = "2.9.1"\n')
+    (tmp_path / "mac.lock").write_text(other)
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in tmp_path.iterdir())
+    cases = {
+        ("--profile", "no-such-profile"): "no-such-profile",
+        ("--torch", ">>2"): "is not a version",
+        ("--lock", "corrupt.lock"): "corrupt.lock: not a valid lock",
+        ("--lock", "mac.lock"): "another platform",
+        ("--venv", "afile"): "is a file",
+        ("--with", "numpy"): "pairs only",
+    }
+    for args, needle in cases.items():
+        r = run_setup(tmp_path, *args, "--dry-run" if args[0] != "--lock" else "--yes")
+        assert r.returncode == 2, (args, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, (args, r.stderr)
+    assert "OS Darwin in the lock, Linux here" in run_setup(tmp_path, "--lock", "mac.lock").stderr or sys.platform != "linux"
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in tmp_path.iterdir()) == before
