@@ -1,0 +1,179 @@
+"""`envkit run`, `envkit validate`, `envkit init`: the reference trainer's commands.
+
+Nothing here imports torch: validation and --print-config read the YAML and doctor's facts;
+training happens in a child process (envkit/train/launcher.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import click
+
+from envkit.errors import EnvkitError
+
+DEFAULT_TEMPLATE = "gpt_quick_test"
+
+
+def _templates_dir() -> Path:
+    from envkit.resources import shipped_dir
+
+    return shipped_dir("templates") / "train"
+
+
+def template_names() -> list[str]:
+    d = _templates_dir()
+    return sorted(p.stem for p in d.glob("*.yaml")) if d.is_dir() else []
+
+
+def _print_config(cfg, as_json: bool) -> None:
+    from envkit.train.config import render_rows
+
+    if as_json:
+        click.echo(json.dumps({"config": cfg.to_dict(), "origin": {k: o for k, _, o in cfg.rows()},
+                               "profile": cfg.profile, "config_hash": cfg.config_hash()}, indent=2, default=str))
+        return
+    click.echo(f"# resolved config from {cfg.source} (profile: {cfg.profile or 'none'}); origin after '#'")
+    for line in render_rows(cfg):
+        click.echo(line)
+
+
+_common = [
+    click.argument("config", type=click.Path(dir_okay=False), required=False, default="train.yaml"),
+    click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a value, e.g. --set training.lr=1e-4 (repeatable)."),
+    click.option("--profile", "profile", help="Take defaults from this profile (default: the managed env's, else recommended)."),
+]
+
+
+def common(fn):
+    for deco in reversed(_common):
+        fn = deco(fn)
+    return fn
+
+
+@click.command()
+@common
+@click.option("--replay", type=click.Path(dir_okay=False), help="Hold the config against a recorded machine (doctor snapshot).")
+@click.option("--json", "as_json", is_flag=True, help="Print the resolved config as JSON.")
+def validate(config, overrides, profile, replay, as_json):
+    """Check a train.yaml without running it: schema, types, ranges, paths, and the device and
+    precision against this machine (or --replay SNAPSHOT). Exit 0 valid, 2 invalid."""
+    from envkit.train.launcher import absolutise_paths, hold_against_machine, plan
+
+    p = plan(config, overrides=overrides, profile_name=profile, replay=replay)
+    absolutise_paths(p.cfg)
+    warnings = hold_against_machine(p.cfg, p.facts)
+    if as_json:
+        _print_config(p.cfg, True)
+        return
+    for w in [*(p.notes or []), *warnings] + ([p.profile_note] if p.profile_note else []):
+        click.echo(f"warning: {w}", err=True)
+    c = p.cfg.values
+    click.echo(f"{config}: valid ({c['model']['type']} on {c['dataset']['type']}"
+               + (f"/{c['dataset']['task']}" if c['dataset']['type'] == 'synthetic' else "")
+               + f", {c['training']['max_steps']} steps, device {c['device']['type']}, precision {c['training']['precision']}, "
+               f"profile {p.cfg.profile or 'none'})")
+
+
+@click.command()
+@common
+@click.option("--run-id", help="Name of the run folder runs/<experiment>/<run-id>/ (resumed if it exists).")
+@click.option("--resume", default="auto", show_default=True, metavar="auto|never|CHECKPOINT",
+              help="auto: continue the newest unfinished run with the same config; never: always a new run.")
+@click.option("--stop-after", type=click.IntRange(min=1), help="Stop cleanly after this step (checkpoint written); run again to resume.")
+@click.option("--print-config", is_flag=True, help="Show the resolved config with each value's origin, then exit.")
+@click.option("--json", "as_json", is_flag=True, help="With --print-config: JSON. Otherwise print summary.json at the end.")
+@click.option("--selftest", is_flag=True, help="Run the quick self-test on the device first.")
+@click.option("--nproc-per-node", type=click.IntRange(min=1), default=1, show_default=True, help="Processes (GPUs) via torchrun, DDP.")
+@click.option("--python", "python", help="Train with this interpreter (default: the managed env's, else this one).")
+@click.pass_context
+def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_config, as_json, selftest, nproc_per_node, python):
+    """Train from a train.yaml with the embedded reference trainer.
+
+    Writes runs/<experiment>/<run-id>/ (config, environment.json, metrics.jsonl, heartbeat.json,
+    train.log, checkpoints/, summary.json). Exit 0 done, 1 training failed, 2 bad config."""
+    from envkit.train import launcher
+
+    debug = bool((ctx.obj or {}).get("debug"))
+    p = launcher.plan(config, overrides=overrides, profile_name=profile, python=python)
+    launcher.absolutise_paths(p.cfg)
+    if print_config:
+        _print_config(p.cfg, as_json)
+        return
+    warnings = launcher.hold_against_machine(p.cfg, p.facts)
+    for w in [*(p.notes or []), *warnings] + ([p.profile_note] if p.profile_note else []):
+        click.echo(f"warning: {w}", err=True)
+    if p.managed is None and not python:
+        click.echo(f"note: no `envkit setup` environment here: training with {sys.executable} "
+                   "(`envkit setup` makes a managed one with the profile's torch)", err=True)
+    if nproc_per_node > 1 and p.cfg.values["device"]["type"] not in ("cuda", "auto"):
+        raise EnvkitError(f"--nproc-per-node {nproc_per_node} needs CUDA (gloo/nccl do not work with MPS)", where="device.type")
+    if selftest:
+        _selftest(p)
+    run_dir, resuming, note = launcher.choose_run_dir(p.cfg, run_id, resume)
+    if note:
+        click.echo(note, err=True)
+    env = launcher.child_environ(p.profile)
+    if resuming:
+        saved = launcher.read_json(run_dir / "config.json") or {}
+        if saved.get("config_hash") != p.cfg.config_hash():
+            raise EnvkitError(f"run {run_dir.name} was started with a different config (hash {saved.get('config_hash')})",
+                              where=str(run_dir), fix="restore that config, use another --run-id, or --resume never")
+    launcher.write_run_files(p, run_dir, env)
+    cmd = launcher.child_command(p.python, run_dir, stop_after=stop_after, resume=resume if resume not in ("auto",) else "auto",
+                                 nproc=nproc_per_node, debug=debug)
+    click.echo(f"{'resuming' if resuming else 'starting'} run {run_dir}", err=True)
+    rc = launcher.launch(cmd, env)
+    summary = launcher.read_json(run_dir / "summary.json")
+    if as_json and summary:
+        click.echo(json.dumps(summary, indent=2, default=str))
+    if rc == 2:
+        sys.exit(2)
+    if rc != 0:
+        raise SystemExit(1 if rc not in (130,) else 130)
+
+
+def _selftest(p) -> None:
+    try:
+        from envkit.selftest import render_report, run_selftest
+    except ImportError:
+        click.echo("warning: selftest is not available in this envkit; skipping --selftest", err=True)
+        return
+    dev = p.cfg.values["device"]["type"]
+    report = run_selftest(python=p.python, device=None if dev == "auto" else dev, profile=p.cfg.profile, quick=True)
+    out = render_report(report)
+    if out:
+        click.echo(out, err=True)
+    if not getattr(report, "ok", False):
+        raise EnvkitError("the self-test failed on this device; not training", where="--selftest",
+                          fix="see the report above; `envkit doctor` and `envkit selftest` explain each failure")
+
+
+@click.command()
+@click.argument("path", type=click.Path(dir_okay=False), default="train.yaml", required=False)
+@click.option("--template", "template", default=DEFAULT_TEMPLATE, show_default=True, help="Which template (see --list).")
+@click.option("--list", "list_", is_flag=True, help="List the templates.")
+@click.option("--force", is_flag=True, help="Overwrite PATH if it exists.")
+def init(path, template, list_, force):
+    """Write a ready train.yaml from a template (default: the gpt quick test, about 2 minutes on a CPU)."""
+    names = template_names()
+    if list_:
+        for n in names:
+            first = (_templates_dir() / f"{n}.yaml").read_text().splitlines()[0].lstrip("# ").strip()
+            click.echo(f"{n:<22} {first}")
+        return
+    name = template[:-5] if template.endswith(".yaml") else template
+    if name not in names:
+        import difflib
+
+        close = difflib.get_close_matches(name, names, n=1)
+        raise EnvkitError(f"unknown template {template!r}" + (f" (did you mean '{close[0]}'?)" if close else ""),
+                          where="--template", fix=f"one of: {', '.join(names)}")
+    dest = Path(path)
+    if dest.exists() and not force:
+        raise EnvkitError("exists; not overwriting", where=str(dest), fix="use --force or another path")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_templates_dir() / f"{name}.yaml", dest)
+    click.echo(f"wrote {dest} from template {name}; next: `envkit validate {dest}` and `envkit run {dest}`")

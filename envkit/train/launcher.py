@@ -1,0 +1,271 @@
+"""The parent side of `envkit run` (no torch here): resolve the config against the profile, hold it
+against the machine (doctor's checks), choose the run folder, write config/environment files, and
+start the trainer as a child of the managed environment's Python (or this interpreter) with the
+profile's environment set before that Python starts; torchrun for several GPUs.
+
+Run folders: runs/<experiment.name>/<run-id>/ under experiment.output_dir.
+- `--run-id ID` names the folder; if it exists and is unfinished it is resumed.
+- Without it (and without `--resume never`) the newest unfinished run of the experiment whose
+  config hash matches is resumed; otherwise a new run-id (a timestamp) is made.
+- `--resume PATH` continues from that checkpoint file, in its run folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from envkit.errors import EnvkitError
+from envkit.fsutil import atomic_write_text
+from envkit.train.config import Config, load_config, resolve_path, to_yaml
+
+SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "CREDENTIAL")
+FINISHED = ("completed",)
+
+
+@dataclass
+class Plan:
+    cfg: Config
+    facts: object
+    profile: object | None
+    profile_note: str | None
+    python: str
+    managed: object | None
+    notes: list[str] = field(default_factory=list)
+
+
+def _load_profile(name: str | None, facts, explicit: bool):
+    """(profile or None, note)."""
+    try:
+        from envkit.profiles import load_profile
+    except ImportError:
+        return None, "profiles are not available: built-in defaults"
+    try:
+        return load_profile(name, facts=facts), None
+    except EnvkitError:
+        if explicit:
+            raise
+        return None, f"profile {name!r} could not be loaded: built-in defaults"
+
+
+def plan(config_path: str | None, *, overrides=(), profile_name: str | None = None, replay: str | None = None,
+         python: str | None = None) -> Plan:
+    """Everything before the run: config resolved with the profile, facts of the machine."""
+    from envkit.facts import gather
+    from envkit.managed import find_managed
+
+    managed = None if replay else find_managed()
+    py = python or (str(managed.python) if managed else sys.executable)
+    facts = gather(replay, runtime=False, gpu_detail=False, python=None if replay else py)
+    explicit = profile_name is not None
+    if profile_name is None:
+        profile_name = managed.profile if managed and managed.profile else None
+    if profile_name is None:
+        from envkit.recommend import recommend_profile
+
+        profile_name = recommend_profile(facts)[0]
+    profile, note = _load_profile(profile_name, facts, explicit)
+    cfg = load_config(config_path, overrides=list(overrides), profile=profile)
+    p = Plan(cfg, facts, profile, note, py, managed)
+    if profile is not None:
+        p.notes.extend(getattr(profile, "warnings", []) or [])
+    return p
+
+
+def hold_against_machine(cfg: Config, facts) -> list[str]:
+    """Refuse a device/precision this machine cannot do, naming the doctor check; returns warnings."""
+    from envkit.checks import best_device, run_checks
+
+    checks = {c.id: c for c in run_checks(facts)}
+    best = best_device(facts)
+    dev = cfg.values["device"]["type"]
+    dev_where = _where(cfg, "device.type")
+    real = best if dev == "auto" else dev
+    warnings = []
+
+    def refuse(check_id: str, what: str, where: str):
+        c = checks.get(check_id)
+        msg = c.message if c else "not available"
+        fix = (c.fix if c and c.fix else None) or f"run `envkit doctor`; or set {where.split(': ')[-1]} to a supported value"
+        raise EnvkitError(f"{what} cannot run here: {msg} (doctor check '{check_id}')", where=where, fix=fix)
+
+    torch_check = checks.get("torch")
+    if torch_check is not None and torch_check.status == "fail":
+        raise EnvkitError(f"no usable PyTorch: {torch_check.message} (doctor check 'torch')", where="environment",
+                          fix=torch_check.fix or "`envkit setup` creates an environment with the right torch build")
+    if real in ("mps", "cuda") and real != best:
+        refuse(real, f"device.type {real}", dev_where)
+    prec = cfg.values["training"]["precision"]
+    if prec == "bf16" and real in ("mps", "cuda"):
+        c = checks.get("bf16")
+        if c is not None and c.status not in ("pass",):
+            refuse("bf16", f"training.precision bf16 on {real}", _where(cfg, "training.precision"))
+    if real in ("mps", "cuda") and checks.get(real) is not None and checks[real].status == "fail":
+        refuse(real, f"device.type {real}", dev_where)
+    if prec == "fp16" and real == "mps":
+        from envkit.gates import V, gates
+
+        need = gates()["autocast"]["mps"]["fp16_torch"]
+        tv = V(facts.torch.base_version)
+        if tv is not None and tv < V(need):
+            raise EnvkitError(f"fp16 autocast on MPS needs torch {need}+ (installed {facts.torch.base_version})",
+                              where=_where(cfg, "training.precision"), fix="`envkit setup --torch stable`, or training.precision: fp32")
+    comp = cfg.values["training"]["compile"]
+    c = checks.get("compile")
+    if comp is True and c is not None and c.status == "warn":
+        warnings.append(f"training.compile: true, but {c.message}; the trainer falls back to eager if compilation fails")
+    return warnings
+
+
+def _where(cfg: Config, path: str) -> str:
+    from envkit.train.config import _where as w
+
+    return w(cfg, path)
+
+
+# ---------------------------------------------------------------- run folders
+
+
+def experiment_dir(cfg: Config, base: Path | None = None) -> Path:
+    e = cfg.values["experiment"]
+    name = re.sub(r"[^\w.-]+", "-", e["name"]).strip("-") or "experiment"
+    return (base or Path.cwd()) / e["output_dir"] / name
+
+
+def read_json(path: Path) -> dict | None:
+    try:
+        data = json.loads(Path(path).read_text())
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def choose_run_dir(cfg: Config, run_id: str | None, resume: str) -> tuple[Path, bool, str | None]:
+    """(run folder, resuming?, note)."""
+    exp = experiment_dir(cfg)
+    h = cfg.config_hash()
+    if resume not in ("auto", "never"):
+        ck = Path(resume).resolve()
+        if not ck.is_file():
+            raise EnvkitError("checkpoint not found", where=f"--resume {resume}", fix="give a checkpoints/step_*.pt file, auto or never")
+        return ck.parent.parent, True, f"resuming from {ck}"
+    if run_id:
+        if not re.fullmatch(r"[\w.-]+", run_id):
+            raise EnvkitError(f"run id {run_id!r} may hold letters, digits, '.', '_' and '-' only", where="--run-id")
+        d = exp / run_id
+        if d.exists() and (d / "config.json").exists():
+            if resume == "never":
+                raise EnvkitError(f"run folder {d} exists", where="--run-id", fix="choose another --run-id, or drop --resume never to continue it")
+            s = read_json(d / "summary.json") or {}
+            if s.get("status") in FINISHED:
+                raise EnvkitError(f"run {run_id} already completed {s.get('steps')} steps", where=str(d),
+                                  fix="choose another --run-id (or raise training.max_steps in a new run)")
+            return d, True, None
+        return d, False, None
+    if resume == "auto" and exp.is_dir():
+        candidates = sorted((p for p in exp.iterdir() if (p / "config.json").is_file()), key=lambda p: p.stat().st_mtime, reverse=True)
+        for d in candidates:
+            s = read_json(d / "summary.json") or {}
+            if s.get("status") in FINISHED:
+                continue
+            saved = read_json(d / "config.json") or {}
+            if saved.get("config_hash") == h:
+                return d, True, f"resuming unfinished run {d.name} (same config; --resume never starts a new one)"
+            return _new_run(exp), False, f"not resuming {d.name}: its config differs (hash {saved.get('config_hash')} != {h})"
+    return _new_run(exp), False, None
+
+
+def _new_run(exp: Path) -> Path:
+    base = time.strftime("%Y%m%d-%H%M%S")
+    d, i = exp / base, 1
+    while d.exists():
+        i += 1
+        d = exp / f"{base}-{i}"
+    return d
+
+
+# ---------------------------------------------------------------- files
+
+
+def clean_environ(env: dict) -> dict:
+    return {k: v for k, v in sorted(env.items()) if not any(w in k.upper() for w in SECRET_WORDS)}
+
+
+def git_commit(folder: Path) -> dict | None:
+    try:
+        head = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+        return {"commit": head.stdout.strip(), "dirty": bool(dirty.stdout.strip()), "folder": str(folder)}
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def write_run_files(p: Plan, run_dir: Path, child_env: dict) -> None:
+    from envkit.doctor import diagnose
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "checkpoints").mkdir(exist_ok=True)
+    resolved = p.cfg.resolved()
+    resolved["torch_settings"] = dict(getattr(p.profile, "torch", {}) or {}) if p.profile else None
+    atomic_write_text(run_dir / "config.json", json.dumps(resolved, indent=2, default=str) + "\n")
+    atomic_write_text(run_dir / "config.yaml", f"# resolved config (profile {p.cfg.profile or 'none'}); origins in config.json\n" + to_yaml(p.cfg))
+    d = diagnose(p.facts).to_dict()
+    src = Path(p.cfg.source).resolve().parent if p.cfg.source not in ("<defaults>",) else Path.cwd()
+    env_doc = {
+        "created_at": time.time(), "python": p.python, "argv": sys.argv,
+        "managed": str(p.managed.root) if p.managed else None,
+        "profile": p.cfg.profile, "profile_env": dict(getattr(p.profile, "env", {}) or {}) if p.profile else {},
+        "doctor": d, "packages": d["facts"].get("packages"),
+        "environ": clean_environ(child_env), "git": git_commit(src),
+    }
+    atomic_write_text(run_dir / "environment.json", json.dumps(env_doc, indent=2, default=str) + "\n")
+
+
+# ---------------------------------------------------------------- the child
+
+
+def child_command(python: str, run_dir: Path, *, stop_after: int | None, resume: str, nproc: int, debug: bool) -> list[str]:
+    args = [str(run_dir), "--resume", resume]
+    if stop_after is not None:
+        args += ["--stop-after", str(stop_after)]
+    if debug:
+        args.append("--debug")
+    if nproc > 1:
+        return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m", "envkit.train.child", *args]
+    return [python, "-u", "-m", "envkit.train.child", *args]
+
+
+def child_environ(profile) -> dict:
+    env = profile.child_environ(dict(os.environ)) if profile is not None and hasattr(profile, "child_environ") else dict(os.environ)
+    # the child imports envkit.train from this checkout/installation, whatever its Python
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def launch(cmd: list[str], env: dict) -> int:
+    """Run the child; the parent ignores Ctrl-C meanwhile so the child can checkpoint cleanly."""
+    proc = subprocess.Popen(cmd, env=env)
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return proc.wait()
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def absolutise_paths(cfg: Config) -> None:
+    """The child runs elsewhere: give it absolute dataset paths."""
+    d = cfg.values["dataset"]
+    if d.get("path"):
+        d["path"] = str(resolve_path(cfg, d["path"]).resolve())

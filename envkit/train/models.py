@@ -1,0 +1,194 @@
+"""Built-in models (gpt, mlp, cnn) and user factories ("package.module:factory")."""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from envkit.errors import EnvkitError
+
+
+# ---------------------------------------------------------------- gpt (nanoGPT-shaped)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, n_embd, n_head, dropout, bias):
+        super().__init__()
+        self.n_head = n_head
+        self.qkv = nn.Linear(n_embd, 3 * n_embd, bias=bias)
+        self.proj = nn.Linear(n_embd, n_embd, bias=bias)
+        self.dropout = dropout
+        self.resid_drop = nn.Dropout(dropout)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True)
+        return self.resid_drop(self.proj(y.transpose(1, 2).contiguous().view(B, T, C)))
+
+
+class Block(nn.Module):
+    def __init__(self, n_embd, n_head, dropout, bias):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(n_embd, bias=bias)
+        self.attn = CausalSelfAttention(n_embd, n_head, dropout, bias)
+        self.ln2 = nn.LayerNorm(n_embd, bias=bias)
+        self.mlp = nn.Sequential(nn.Linear(n_embd, 4 * n_embd, bias=bias), nn.GELU(),
+                                 nn.Linear(4 * n_embd, n_embd, bias=bias), nn.Dropout(dropout))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    """Decoder-only transformer: token + position embeddings, pre-LN blocks, tied output head."""
+
+    def __init__(self, vocab_size, block_size=64, n_layer=4, n_head=4, n_embd=128, dropout=0.0, bias=False):
+        super().__init__()
+        self.block_size, self.n_layer, self.n_head, self.n_embd = block_size, n_layer, n_head, n_embd
+        self.wte = nn.Embedding(vocab_size, n_embd)
+        self.wpe = nn.Embedding(block_size, n_embd)
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(Block(n_embd, n_head, dropout, bias) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(n_embd, bias=bias)
+        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
+        self.lm_head.weight = self.wte.weight  # weight tying
+        self.apply(self._init)
+        for name, p in self.named_parameters():
+            if name.endswith("proj.weight") or name.endswith("mlp.2.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * n_layer))
+
+    @staticmethod
+    def _init(module):
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def forward(self, idx):
+        T = idx.shape[1]
+        pos = torch.arange(T, device=idx.device)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
+        for block in self.blocks:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))
+
+    def flops_per_token(self, seq_len: int | None = None) -> float:
+        """6N + 12*L*H*Q*T (PaLM appendix B, as nanoGPT/nanochat), N without position embeddings."""
+        n = sum(p.numel() for p in self.parameters()) - self.wpe.weight.numel()
+        T = seq_len or self.block_size
+        return 6 * n + 12 * self.n_layer * self.n_head * (self.n_embd // self.n_head) * T
+
+
+# ---------------------------------------------------------------- mlp
+
+
+class MLP(nn.Module):
+    def __init__(self, input_dim, num_classes, hidden=256, depth=2, dropout=0.0):
+        super().__init__()
+        layers, width = [], input_dim
+        for _ in range(depth):
+            layers += [nn.Linear(width, hidden), nn.GELU()] + ([nn.Dropout(dropout)] if dropout else [])
+            width = hidden
+        layers.append(nn.Linear(width, num_classes))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x):
+        return self.net(x.flatten(1))
+
+
+# ---------------------------------------------------------------- cnn (small ResNet for 32x32)
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.short = nn.Sequential()
+        if stride != 1 or cin != cout:
+            self.short = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(self.bn2(self.conv2(out)) + self.short(x))
+
+
+class ResNet(nn.Module):
+    """ResNet for 32x32 inputs: a 3x3 stem and three stages (width, 2*width, 4*width)."""
+
+    def __init__(self, num_classes, in_channels=3, width=32, blocks=1):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(in_channels, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU())
+        stages, cin = [], width
+        for i, cout in enumerate((width, 2 * width, 4 * width)):
+            for j in range(blocks):
+                stages.append(BasicBlock(cin, cout, 2 if (j == 0 and i > 0) else 1))
+                cin = cout
+        self.stages = nn.Sequential(*stages)
+        self.head = nn.Linear(cin, num_classes)
+
+    def forward(self, x):
+        x = self.stages(self.stem(x))
+        return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+# ---------------------------------------------------------------- factory
+
+
+def import_factory(spec: str, what: str):
+    """`package.module:attr` -> the attribute (the user's code, imported on purpose)."""
+    module, _, attr = spec.partition(":")
+    try:
+        mod = importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - report any import failure as one line
+        raise EnvkitError(f"cannot import {module!r}: {type(exc).__name__}: {exc}", where=f"{what}.type",
+                          fix="make the package importable (pip install -e . or PYTHONPATH) in the training environment")
+    if not hasattr(mod, attr):
+        raise EnvkitError(f"module {module!r} has no attribute {attr!r}", where=f"{what}.type")
+    return getattr(mod, attr)
+
+
+def build_model(cfg, info: dict, device_type: str) -> nn.Module:
+    """info comes from the data: vocab_size, num_classes, input_dim, in_channels."""
+    m = cfg.values["model"]
+    kind = m["type"]
+    if kind == "gpt":
+        if "vocab_size" not in info:
+            raise EnvkitError("model gpt needs a token dataset (text or synthetic arithmetic)", where="model.type")
+        return GPT(info["vocab_size"], m["block_size"], m["n_layer"], m["n_head"], m["n_embd"], m["dropout"], m["bias"])
+    if kind == "mlp":
+        return MLP(info["input_dim"], info["num_classes"], m["hidden"], m["depth"], m["dropout"])
+    if kind == "cnn":
+        model = ResNet(info["num_classes"], info.get("in_channels", 3), m["width"], m["blocks"])
+        cl = m["channels_last"]
+        if cl is True or (cl == "auto" and device_type in ("cuda", "mps")):
+            model = model.to(memory_format=torch.channels_last)
+        return model
+    factory = import_factory(kind, "model")
+    model = factory(**(m.get("kwargs") or {}), **{k: v for k, v in info.items() if k in _accepts(factory)})
+    if not isinstance(model, nn.Module):
+        raise EnvkitError(f"{kind} returned {type(model).__name__}, not a torch.nn.Module", where="model.type")
+    return model
+
+
+def _accepts(fn) -> set:
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return set()
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        return {"vocab_size", "num_classes", "input_dim", "in_channels", "block_size"}
+    return set(params)

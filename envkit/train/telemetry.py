@@ -1,0 +1,120 @@
+"""What a run tells the world: train.log, metrics.jsonl (one JSON object per logged step),
+heartbeat.json (rewritten atomically every few seconds: step, loss, ETA, pid, updated_at) and the
+progress display: a rich bar on a terminal, plain unbuffered lines otherwise. Rank 0 only."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from envkit.fsutil import atomic_write_text
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None or seconds != seconds or seconds < 0:
+        return "?"
+    seconds = int(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+def fmt_rate(x: float | None) -> str:
+    if not x:
+        return "?"
+    return f"{x / 1e6:.2f}M" if x >= 1e6 else f"{x / 1e3:.1f}k" if x >= 1e3 else f"{x:.0f}"
+
+
+def write_json(path: Path, data: dict) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+class Telemetry:
+    def __init__(self, run_dir: Path, *, total_steps: int, unit: str, heartbeat_seconds: float, progress: str,
+                 enabled: bool = True):
+        self.dir = Path(run_dir)
+        self.enabled = enabled
+        self.total, self.unit = total_steps, unit
+        self.heartbeat_seconds = heartbeat_seconds
+        self._last_beat = 0.0
+        self._log = open(self.dir / "train.log", "a", buffering=1, encoding="utf-8") if enabled else None
+        self._metrics = open(self.dir / "metrics.jsonl", "a", buffering=1, encoding="utf-8") if enabled else None
+        mode = progress
+        if mode == "auto":
+            mode = "rich" if sys.stdout.isatty() else "plain"
+        if mode == "rich":
+            try:
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+            except ImportError:
+                mode = "plain"
+        self.mode = mode if enabled else "none"
+        self._bar = None
+        if self.mode == "rich":
+            self._bar = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+                                 TimeRemainingColumn(), transient=False)
+            self._task = self._bar.add_task("train", total=total_steps, info="")
+
+    # -- lines
+    def log(self, message: str) -> None:
+        if not self.enabled:
+            return
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        self._log.write(f"{stamp} {message}\n")
+        if self._bar is not None and self._bar.live.is_started:
+            self._bar.console.print(message, highlight=False, markup=False)
+        elif self.mode != "none":
+            print(message, flush=True)
+
+    def start(self, step: int) -> None:
+        if self._bar is not None:
+            self._bar.start()
+            self._bar.update(self._task, completed=step)
+
+    def stop(self) -> None:
+        if self._bar is not None and self._bar.live.is_started:
+            self._bar.stop()
+
+    def metrics(self, row: dict) -> None:
+        if self.enabled:
+            self._metrics.write(json.dumps(row, default=float) + "\n")
+
+    def progress(self, step: int, row: dict, eta: float | None) -> None:
+        if not self.enabled:
+            return
+        rate = row.get("tokens_per_second") or row.get("samples_per_second")
+        unit = "tok/s" if "tokens_per_second" in row else "samples/s"
+        mfu = row.get("mfu")
+        parts = [f"loss {row['loss']:.4f}", f"lr {row['lr']:.2e}", f"{fmt_rate(rate)} {unit}"]
+        if mfu is not None:
+            parts.append(f"mfu {100 * mfu:.1f}%")
+        if row.get("memory_mb"):
+            parts.append(f"mem {row['memory_mb']:.0f}MB")
+        if self._bar is not None:
+            self._bar.update(self._task, completed=step, info=" | ".join(parts))
+        elif self.mode == "plain":
+            pct = 100.0 * step / max(1, self.total)
+            line = f"step {step}/{self.total} ({pct:.0f}%) | " + " | ".join(parts) + f" | dt {row.get('dt_ms', 0):.0f}ms | ETA {fmt_duration(eta)}"
+            print(line, flush=True)
+            self._log.write(time.strftime("%Y-%m-%d %H:%M:%S ") + line + "\n")
+
+    def heartbeat(self, *, step: int, loss: float | None, eta: float | None, status: str = "running", force: bool = False,
+                  **extra) -> None:
+        if not self.enabled:
+            return
+        now = time.time()
+        if not force and now - self._last_beat < self.heartbeat_seconds:
+            return
+        self._last_beat = now
+        write_json(self.dir / "heartbeat.json", {"status": status, "step": step, "max_steps": self.total, "loss": loss,
+                                                 "eta_seconds": None if eta is None else round(eta, 1), "pid": os.getpid(),
+                                                 "host": os.uname().nodename if hasattr(os, "uname") else None,
+                                                 "updated_at": now, **extra})
+
+    def close(self) -> None:
+        self.stop()
+        for fh in (self._log, self._metrics):
+            if fh:
+                fh.close()

@@ -1,0 +1,154 @@
+"""train.yaml validation, overrides, provenance, templates: the CLI as a user runs it (no training)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, envkit, snapshot_path
+
+TEMPLATES = ROOT / "templates" / "train"
+QUICK = TEMPLATES / "gpt_quick_test.yaml"
+
+
+def one_line_error(res, *needles):
+    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+    err = res.stderr.strip()
+    assert err.count("\n") == 0, err  # one line, no traceback
+    assert "Traceback" not in err
+    for n in needles:
+        assert n in err, (n, err)
+    return err
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def quick_with(tmp_path, old, new, name="train.yaml"):
+    text = QUICK.read_text()
+    assert old in text
+    return write(tmp_path, name, text.replace(old, new))
+
+
+def test_empty_file(tmp_path):
+    one_line_error(envkit("validate", str(write(tmp_path, "e.yaml", ""))), "empty")
+
+
+def test_yaml_syntax_error_has_line_and_column(tmp_path):
+    p = write(tmp_path, "s.yaml", "training:\n  lr: 1e-3\n   batch_size: 4\n")
+    one_line_error(envkit("validate", str(p)), "s.yaml:3:", "YAML syntax error")
+
+
+def test_unknown_key_did_you_mean(tmp_path):
+    p = quick_with(tmp_path, "  max_steps:", "  max_stesp:")
+    one_line_error(envkit("validate", str(p)), "training.max_stesp", "did you mean 'max_steps'")
+
+
+def test_unknown_section(tmp_path):
+    p = write(tmp_path, "u.yaml", "trainng:\n  lr: 0.1\n")
+    one_line_error(envkit("validate", str(p)), "did you mean 'training'")
+
+
+def test_wrong_type(tmp_path):
+    p = quick_with(tmp_path, "  batch_size: 64", "  batch_size: big")
+    one_line_error(envkit("validate", str(p)), "training.batch_size", "expected an integer")
+
+
+def test_negative_lr(tmp_path):
+    p = quick_with(tmp_path, "  lr: 3.0e-3", "  lr: -0.001")
+    one_line_error(envkit("validate", str(p)), "training.lr", "greater than 0")
+
+
+def test_missing_dataset_path(tmp_path):
+    p = write(tmp_path, "m.yaml", "dataset:\n  type: text\n  path: nowhere/input.txt\nmodel:\n  type: gpt\n")
+    one_line_error(envkit("validate", str(p)), "dataset.path", "does not exist")
+
+
+def test_mps_refused_on_linux_naming_the_check(tmp_path):
+    p = quick_with(tmp_path, "  type: auto", "  type: mps")
+    one_line_error(envkit("validate", str(p)), "device.type", "doctor check 'mps'")
+
+
+@pytest.mark.parametrize("snap", ["m1_pro_macos12", "m2_max_macos13"])
+def test_bf16_refused_on_old_macos_replay(tmp_path, snap):
+    p = quick_with(tmp_path, "  precision: auto", "  precision: bf16 #")
+    p = write(tmp_path, "b.yaml", p.read_text().replace("  type: auto", "  type: mps"))
+    one_line_error(envkit("validate", str(p), "--replay", str(snapshot_path(snap))), "training.precision", "doctor check 'bf16'", "macOS 14")
+
+
+def test_bf16_on_cpu_is_allowed(tmp_path):
+    # torch has CPU bf16 autocast: refusing it would be wrong
+    res = envkit("validate", str(QUICK), "--set", "training.precision=bf16", "--set", "device.type=cpu")
+    assert res.returncode == 0, res.stderr
+
+
+def test_set_overrides_checked(tmp_path):
+    one_line_error(envkit("validate", str(QUICK), "--set", "training.lr=abc"), "--set training.lr", "expected a number")
+    one_line_error(envkit("validate", str(QUICK), "--set", "trainig.lr=1"), "did you mean 'training'")
+    one_line_error(envkit("validate", str(QUICK), "--set", "model.hidden=3"), "does not apply to model type gpt")
+
+
+def test_print_config_shows_origins():
+    res = envkit("run", str(QUICK), "--print-config", "--json", "--set", "training.lr=1e-4", "--profile", "cpu")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["config"]["training"]["lr"] == 1e-4
+    assert data["origin"]["training.lr"] == "cli"
+    assert data["origin"]["training.max_steps"] == "yaml"
+    assert data["origin"]["eval.batches"] == "yaml"
+    assert data["origin"]["training.beta1"] == "default"
+    text = envkit("run", str(QUICK), "--print-config").stdout
+    assert "# cli" not in text and "# yaml" in text
+
+
+def test_profile_supplies_defaults_below_yaml(tmp_path):
+    p = write(tmp_path, "t.yaml", "model:\n  type: gpt\n")
+    data = json.loads(envkit("run", str(p), "--print-config", "--json", "--profile", "cpu").stdout)
+    profiled = [k for k, o in data["origin"].items() if o.startswith("profile:")]
+    if profiled:  # the cpu profile sets some training/dataloader defaults
+        assert all(k.split(".")[0] in ("training", "dataloader", "device") for k in profiled)
+
+
+def test_all_templates_valid():
+    names = sorted(p.stem for p in TEMPLATES.glob("*.yaml"))
+    for model in ("gpt", "mlp", "cnn"):
+        for kind in ("quick_test", "full_training", "conservative"):
+            assert f"{model}_{kind}" in names
+    for n in names:
+        res = envkit("validate", str(TEMPLATES / f"{n}.yaml"))
+        assert res.returncode == 0, (n, res.stderr)
+
+
+def test_init_writes_gpt_quick_test_by_default(tmp_path):
+    res = envkit("init", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "train.yaml").read_text() == QUICK.read_text()
+    one_line_error(envkit("init", cwd=tmp_path), "exists")
+    res = envkit("init", "cnn.yaml", "--template", "cnn_quick_test", cwd=tmp_path)
+    assert res.returncode == 0 and "type: cnn" in (tmp_path / "cnn.yaml").read_text()
+    one_line_error(envkit("init", "x.yaml", "--template", "gpt_quik_test", cwd=tmp_path), "did you mean 'gpt_quick_test'")
+
+
+def test_validate_does_not_import_torch():
+    code = ("import sys; from envkit.cli import main\n"
+            "try:\n  main(['validate', %r])\nexcept SystemExit: pass\n"
+            "assert 'torch' not in sys.modules, 'torch imported'\n" % str(QUICK))
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+
+
+def test_config_hash_ignores_logging_only():
+    from envkit.train.config import load_config
+
+    a = load_config(QUICK)
+    b = load_config(QUICK, overrides=["logging.every_steps=1", "checkpoint.every_steps=5"])
+    c = load_config(QUICK, overrides=["training.lr=1e-4"])
+    assert a.config_hash() == b.config_hash() != c.config_hash()

@@ -1,0 +1,252 @@
+"""The trainer for real on CPU: the templates learn, resume is exact, the run folder is complete,
+NaN is caught, and runs/monitor/plot read it. Runs `envkit run` in a subprocess as a user would.
+
+Stated targets (CPU, the templates as shipped unless a test says what it shrinks):
+- gpt_quick_test (unchanged): val loss below 60% of the unigram baseline and exact-match accuracy
+  on held-out 2-digit sums >= 0.5 (chance 1/199); it reaches 1.0 in about a minute.
+- mlp_quick_test (unchanged): accuracy >= 0.75 on the teacher task (it reaches ~0.82).
+- cnn_quick_test (unchanged): accuracy >= 0.90 on the class-image task.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, envkit
+
+TEMPLATES = ROOT / "templates" / "train"
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def losses(run_dir: Path) -> list[tuple[int, float]]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r["loss"]) for r in rows if "loss" in r]
+
+
+def run(tmp_path, template, *args, run_id="r", env=None):
+    res = envkit("run", str(TEMPLATES / f"{template}.yaml"), "--run-id", run_id, "--profile", "cpu", *args,
+                 cwd=tmp_path, env=env, timeout=400)
+    return res
+
+
+def exp_dir(tmp_path, template):
+    name = template.replace("_", "-")
+    return tmp_path / "runs" / name
+
+
+def test_gpt_quick_test_learns(tmp_path):
+    res = run(tmp_path, "gpt_quick_test")
+    assert res.returncode == 0, res.stderr[-2000:]
+    d = exp_dir(tmp_path, "gpt_quick_test") / "r"
+    s = summary(d)
+    assert s["status"] == "completed" and s["steps"] == s["max_steps"]
+    assert s["best_val_loss"] < 0.6 * s["baseline_loss"], s
+    assert s["accuracy"] >= 0.5 and s["accuracy"] > 20 * s["chance_accuracy"], s
+    assert s["tokens_per_second"] > 0 and s["device"] == "cpu" and s["mfu"] is None  # no CPU peak: n/a
+    for name in ("config.json", "config.yaml", "environment.json", "metrics.jsonl", "heartbeat.json", "train.log", "summary.json"):
+        assert (d / name).is_file(), name
+    assert sorted(p.name for p in (d / "checkpoints").iterdir()) == ["step_00000500.pt", "step_00001000.pt"]  # keep_last 2
+    env = json.loads((d / "environment.json").read_text())
+    assert env["doctor"]["checks"] and "torch" in env["packages"]
+    beat = json.loads((d / "heartbeat.json").read_text())
+    assert beat["status"] == "completed" and beat["step"] == s["steps"] and "pid" in beat and "updated_at" in beat
+    # plain progress lines when stdout is not a terminal
+    assert "step 50/1000" in res.stdout
+
+
+def test_environment_json_has_no_secrets(tmp_path):
+    res = run(tmp_path, "mlp_quick_test", "--set", "training.max_steps=5", "--set", "eval.every_steps=0",
+              env={"MY_API_TOKEN": "hunter2", "AWS_SECRET_ACCESS_KEY": "x", "DB_PASSWORD": "y", "HARMLESS_VAR": "ok"})
+    assert res.returncode == 0, res.stderr[-2000:]
+    text = (exp_dir(tmp_path, "mlp_quick_test") / "r" / "environment.json").read_text()
+    assert "hunter2" not in text and "MY_API_TOKEN" not in text and "DB_PASSWORD" not in text
+    assert "HARMLESS_VAR" in text
+
+
+def test_mlp_quick_test_reaches_stated_accuracy(tmp_path):
+    res = run(tmp_path, "mlp_quick_test")
+    assert res.returncode == 0, res.stderr[-2000:]
+    s = summary(exp_dir(tmp_path, "mlp_quick_test") / "r")
+    assert s["status"] == "completed" and s["accuracy"] >= 0.75, s
+    assert s["samples_per_second"] > 0
+
+
+def test_cnn_quick_test_reaches_stated_accuracy(tmp_path):
+    res = run(tmp_path, "cnn_quick_test")
+    assert res.returncode == 0, res.stderr[-2000:]
+    s = summary(exp_dir(tmp_path, "cnn_quick_test") / "r")
+    assert s["status"] == "completed" and s["accuracy"] >= 0.90, s
+
+
+RESUME = ["--set", "training.max_steps=30", "--set", "logging.every_steps=1", "--set", "eval.every_steps=10",
+          "--set", "checkpoint.every_steps=7", "--set", "model.dropout=0.1", "--set", "training.warmup_steps=5",
+          "--set", "eval.accuracy_samples=16", "--set", "logging.progress=none"]
+
+
+def test_exact_resume_is_bit_identical(tmp_path):
+    """Shrunk gpt quick test (30 steps, dropout on so the RNG matters), stopped at step 13
+    (between checkpoints: --stop-after writes one), then resumed with the default --resume auto."""
+    assert run(tmp_path, "gpt_quick_test", *RESUME, run_id="straight").returncode == 0
+    first = run(tmp_path, "gpt_quick_test", *RESUME, "--stop-after", "13", run_id="stopped")
+    assert first.returncode == 0, first.stderr[-2000:]
+    d = exp_dir(tmp_path, "gpt_quick_test")
+    assert summary(d / "stopped")["status"] == "stopped" and summary(d / "stopped")["steps"] == 13
+    again = run(tmp_path, "gpt_quick_test", *RESUME, run_id="stopped")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "resuming" in again.stderr
+    a, b = losses(d / "straight"), losses(d / "stopped")
+    assert [s for s, _ in a] == list(range(1, 31)) == [s for s, _ in b]
+    assert a == b  # bit for bit: same floats
+    assert summary(d / "stopped")["resumed_from"] == "step_00000013.pt"
+    assert summary(d / "stopped")["best_val_loss"] == summary(d / "straight")["best_val_loss"]
+
+
+def test_resume_auto_picks_newest_unfinished_run_and_skips_bad_checkpoint(tmp_path):
+    args = ["--set", "training.max_steps=12", "--set", "checkpoint.every_steps=4", "--set", "logging.every_steps=1",
+            "--set", "eval.every_steps=0", "--set", "checkpoint.keep_last=3"]
+    res = envkit("run", str(TEMPLATES / "mlp_quick_test.yaml"), "--profile", "cpu", *args, "--stop-after", "9", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    (run_dir,) = list((tmp_path / "runs" / "mlp-quick-test").iterdir())
+    ckpts = sorted((run_dir / "checkpoints").iterdir())
+    assert [p.name for p in ckpts] == ["step_00000004.pt", "step_00000008.pt", "step_00000009.pt"]
+    ckpts[-1].write_bytes(b"truncated")  # the newest is broken: the one before is used
+    res = envkit("run", str(TEMPLATES / "mlp_quick_test.yaml"), "--profile", "cpu", *args, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert f"resuming unfinished run {run_dir.name}" in res.stderr
+    s = summary(run_dir)
+    assert s["status"] == "completed" and s["resumed_from"] == "step_00000008.pt"
+    assert "skipping unreadable checkpoint step_00000009.pt" in (run_dir / "train.log").read_text()
+    # a finished run is not resumed: the next `envkit run` starts a new one
+    res = envkit("run", str(TEMPLATES / "mlp_quick_test.yaml"), "--profile", "cpu", *args, "--stop-after", "1", cwd=tmp_path)
+    assert res.returncode == 0
+    assert len(list((tmp_path / "runs" / "mlp-quick-test").iterdir())) == 2
+
+
+NAN_MODEL = '''
+import torch
+
+class Flaky(torch.nn.Module):
+    """An MLP whose output turns NaN once, at its 8th training forward (a transient blow-up)."""
+    calls = 0
+
+    def __init__(self, input_dim, num_classes):
+        super().__init__()
+        self.net = torch.nn.Linear(input_dim, num_classes)
+
+    def forward(self, x):
+        out = self.net(x)
+        if self.training:
+            Flaky.calls += 1
+            if Flaky.calls == 8:
+                out = out * float("nan")
+        return out
+
+def factory(input_dim, num_classes, **kw):
+    return Flaky(input_dim, num_classes)
+'''
+
+
+def test_nan_is_caught_and_rolled_back(tmp_path):
+    (tmp_path / "flaky_model.py").write_text(NAN_MODEL)
+    args = ["--set", "model.type=flaky_model:factory", "--set", "training.max_steps=15", "--set", "checkpoint.every_steps=5",
+            "--set", "logging.every_steps=1", "--set", "eval.every_steps=0"]
+    res = run(tmp_path, "mlp_quick_test", *args, env={"PYTHONPATH": str(tmp_path)})
+    assert res.returncode == 0, res.stderr[-2000:]
+    d = exp_dir(tmp_path, "mlp_quick_test") / "r"
+    s = summary(d)
+    assert s["status"] == "completed" and s["rollbacks"] == 1
+    log = (d / "train.log").read_text()
+    assert "non-finite loss by step 8: rolled back to step_00000005.pt" in log
+    # stop policy: one clear message, exit 1, status nan
+    res = run(tmp_path, "mlp_quick_test", *args, "--set", "training.nan_policy=stop", run_id="stop",
+              env={"PYTHONPATH": str(tmp_path)})
+    assert res.returncode == 1
+    assert "training stopped: non-finite loss" in res.stderr and "Traceback" not in res.stderr
+    assert summary(exp_dir(tmp_path, "mlp_quick_test") / "stop")["status"] == "nan"
+
+
+def test_text_dataset_byte_and_char(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("the quick brown fox jumps over the lazy dog. " * 200)
+    (corpus / "b.txt").write_text("pack my box with five dozen liquor jugs! " * 200)
+    y = tmp_path / "text.yaml"
+    y.write_text("experiment:\n  name: text\ndataset:\n  type: text\n  path: corpus\n  level: byte\n"
+                 "model:\n  type: gpt\n  n_layer: 1\n  n_embd: 32\n  n_head: 2\n  block_size: 32\n"
+                 "training:\n  max_steps: 60\n  batch_size: 16\n  lr: 0.003\neval:\n  every_steps: 60\n  batches: 4\n"
+                 "logging:\n  every_steps: 20\n")
+    res = envkit("run", str(y), "--profile", "cpu", "--run-id", "b", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    s = summary(tmp_path / "runs" / "text" / "b")
+    assert s["best_val_loss"] < s["baseline_loss"], s
+    res = envkit("run", str(y), "--profile", "cpu", "--run-id", "c", "--set", "dataset.level=char", "--set", "training.max_steps=5",
+                 cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+
+
+def test_runs_monitor_plot(tmp_path):
+    assert run(tmp_path, "mlp_quick_test", "--set", "training.max_steps=10", "--set", "eval.every_steps=5").returncode == 0
+    res = envkit("runs", "--json", cwd=tmp_path)
+    (row,) = json.loads(res.stdout)
+    assert row["status"] == "completed" and row["step"] == 10 and row["best_val_loss"] is not None
+    table = envkit("runs", cwd=tmp_path).stdout
+    assert "mlp-quick-test" in table and "completed" in table
+    res = envkit("monitor", "--once", cwd=tmp_path)
+    assert res.returncode == 0 and "completed" in res.stdout
+    # a run whose process is gone without a summary is "dead"; an old heartbeat is "stalled"
+    d = exp_dir(tmp_path, "mlp_quick_test") / "r"
+    (d / "summary.json").unlink()
+    beat = json.loads((d / "heartbeat.json").read_text())
+    beat.update(status="running", pid=2 ** 22 + 12345)
+    (d / "heartbeat.json").write_text(json.dumps(beat))
+    res = envkit("monitor", str(d), "--once", cwd=tmp_path)
+    assert res.returncode == 1 and "dead" in res.stdout
+    beat.update(pid=os.getpid(), updated_at=beat["updated_at"] - 3600)
+    (d / "heartbeat.json").write_text(json.dumps(beat))
+    res = envkit("monitor", str(d), "--once", cwd=tmp_path)
+    assert res.returncode == 1 and "stalled" in res.stdout
+    res = envkit("plot", str(d), cwd=tmp_path)
+    try:
+        import matplotlib  # noqa: F401
+
+        assert res.returncode == 0 and (d / "curves.png").is_file()
+    except ImportError:
+        assert res.returncode == 2 and "envkit[plot]" in res.stderr and res.stderr.count("\n") == 1
+
+
+def test_bench_trainer_runs_on_cpu():
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_trainer.py"), "--device", "cpu", "--small",
+                          "--steps", "8", "--warmup", "3", "--json"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = json.loads(res.stdout)
+    assert out["results"]["envkit"]["tokens_per_second"] > 0 and out["results"]["plain"]["tokens_per_second"] > 0
+    assert out["results"]["envkit"]["mfu"] is None  # CPU: no peak, MFU n/a
+
+
+def test_mfu_peaks_by_device_name():
+    from envkit.train.mfu import mfu, peak_flops
+
+    assert peak_flops("NVIDIA H100 80GB HBM3")[0] == 989e12
+    assert peak_flops("NVIDIA H100 PCIe")[0] == 756e12
+    assert peak_flops("NVIDIA A100-SXM4-80GB")[0] == 312e12
+    assert peak_flops("NVIDIA L40S")[1] == "L40S" and peak_flops("NVIDIA L4")[1] == "L4"
+    assert peak_flops("cpu") is None and mfu(1e6, 1e6, "mps") is None
+    assert abs(mfu(989e6, 1e6, "NVIDIA H100 80GB HBM3") - 1.0) < 1e-9
+
+
+def test_gpt_flops_per_token_formula():
+    from envkit.train.models import GPT
+
+    m = GPT(vocab_size=13, block_size=64, n_layer=2, n_head=4, n_embd=32)
+    n = sum(p.numel() for p in m.parameters()) - m.wpe.weight.numel()
+    assert m.flops_per_token() == 6 * n + 12 * 2 * 4 * 8 * 64
