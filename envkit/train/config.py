@@ -360,25 +360,42 @@ def load_config(path: str | Path | None, *, overrides: list[str] = (), profile=N
             raise EnvkitError(f"section '{section}' must be a mapping of keys, got {_show(kv)}", where=f"{src}: {section}")
         for key, value in kv.items():
             f = _field(f"{section}.{key}", src)
-            values[section][key] = coerce(value, f, f"{src}: {section}.{key}")
-            origin[f"{section}.{key}"] = "yaml"
+            v = coerce(value, f, f"{src}: {section}.{key}")
+            if not _defer_auto(values, origin, f"{section}.{key}", v, "yaml"):
+                values[section][key] = v
+                origin[f"{section}.{key}"] = "yaml"
 
     for text in overrides:
         key, raw = parse_override(text)
         f = _field(key, "--set")
         s, k = key.split(".")
-        values[s][k] = coerce(raw, f, f"--set {key}", from_text=True)
-        origin[key] = "cli"
+        v = coerce(raw, f, f"--set {key}", from_text=True)
+        if not _defer_auto(values, origin, key, v, "cli"):
+            values[s][k] = v
+            origin[key] = "cli"
 
     cfg = Config(values=values, origin=origin, source=src, profile=pname)
     check_consistency(cfg)
     return cfg
 
 
+def _defer_auto(values: dict, origin: dict, path: str, value, who: str) -> bool:
+    """`auto` means "let envkit decide", and where the profile has decided (precision bf16 on an
+    M3 Max, compile on a Hopper GPU) its tuned value is that decision: keep it."""
+    prev = origin.get(path, "")
+    s, k = path.split(".")
+    if value == AUTO and prev.startswith("profile:") and values[s][k] != AUTO:
+        origin[path] = f"{prev.split(' ')[0]} ({who} said auto)"
+        return True
+    return False
+
+
 def _where(cfg: Config, path: str) -> str:
     o = cfg.origin.get(path, "default")
     if o == "cli":
         return f"--set {path}"
+    if o.startswith("profile:") and "said auto" in o:
+        return f"{cfg.source}: {path} (auto, taken from profile {o.split(':', 1)[1].split(' ')[0]})"
     if o.startswith("profile:"):
         return f"profile {o.split(':', 1)[1]}: {path}"
     return f"{cfg.source}: {path}"
