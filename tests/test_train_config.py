@@ -152,3 +152,18 @@ def test_config_hash_ignores_logging_only():
     b = load_config(QUICK, overrides=["logging.every_steps=1", "checkpoint.every_steps=5"])
     c = load_config(QUICK, overrides=["training.lr=1e-4"])
     assert a.config_hash() == b.config_hash() != c.config_hash()
+
+
+def test_auto_in_yaml_takes_the_profiles_tuned_value(tmp_path):
+    """The quick-test template says precision/device auto: on an M3 Max (macOS 14) that must mean
+    the m3-max profile's bf16 on mps, not fp32; an explicit value in the YAML still wins."""
+    snap = str(snapshot_path("m3_max_macos14"))
+    res = envkit("validate", str(QUICK), "--replay", snap, "--profile", "m3-max", "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    values = out["config"]
+    assert out["origin"]["training.precision"].startswith("profile:m3-max")
+    assert values["training"]["precision"] == "bf16" and values["device"]["type"] == "mps"
+    res = envkit("validate", str(QUICK), "--replay", snap, "--profile", "m3-max", "--set", "training.precision=fp32", "--json")
+    out = json.loads(res.stdout)
+    assert out["config"]["training"]["precision"] == "fp32" and out["origin"]["training.precision"] == "cli"
