@@ -250,3 +250,16 @@ def test_gpt_flops_per_token_formula():
     m = GPT(vocab_size=13, block_size=64, n_layer=2, n_head=4, n_embd=32)
     n = sum(p.numel() for p in m.parameters()) - m.wpe.weight.numel()
     assert m.flops_per_token() == 6 * n + 12 * 2 * 4 * 8 * 64
+
+
+def test_two_processes_through_torchrun_on_cpu(tmp_path):
+    """--nproc-per-node 2 goes through torchrun and DDP (gloo on the CPU): both ranks train one model."""
+    res = run(tmp_path, "gpt_quick_test", "--nproc-per-node", "2", "--set", "training.max_steps=40",
+              "--set", "eval.every_steps=40", "--set", "logging.every_steps=10", run_id="ddp")
+    assert res.returncode == 0, res.stderr[-3000:]
+    d = exp_dir(tmp_path, "gpt_quick_test") / "ddp"
+    s = summary(d)
+    assert s["status"] == "completed" and s["world_size"] == 2 and s["steps"] == 40
+    steps = losses(d)
+    assert steps[-1][1] < steps[0][1]  # it learned
+    assert "64 x 1 accum x 2 proc" in (d / "train.log").read_text()

@@ -108,8 +108,10 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
     if p.managed is None and not python:
         click.echo(f"note: no `envkit setup` environment here: training with {sys.executable} "
                    "(`envkit setup` makes a managed one with the profile's torch)", err=True)
-    if nproc_per_node > 1 and p.cfg.values["device"]["type"] not in ("cuda", "auto"):
-        raise EnvkitError(f"--nproc-per-node {nproc_per_node} needs CUDA (gloo/nccl do not work with MPS)", where="device.type")
+    if nproc_per_node > 1 and p.cfg.values["device"]["type"] == "mps":
+        # One Apple GPU per machine, and neither gloo nor nccl carries MPS tensors (accelerate docs).
+        raise EnvkitError(f"--nproc-per-node {nproc_per_node} cannot train on MPS: it is one device and gloo/nccl do not work with it",
+                          where="device.type", fix="drop --nproc-per-node (CUDA uses NCCL, the CPU gloo)")
     if selftest:
         _selftest(p)
     run_dir, resuming, note = launcher.choose_run_dir(p.cfg, run_id, resume)
