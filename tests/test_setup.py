@@ -4,7 +4,6 @@ plans for other machines through doctor's snapshots; bad input."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys

@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-import pytest
+
 
 from conftest import ROOT, envkit
 
@@ -263,3 +263,24 @@ def test_two_processes_through_torchrun_on_cpu(tmp_path):
     steps = losses(d)
     assert steps[-1][1] < steps[0][1]  # it learned
     assert "64 x 1 accum x 2 proc" in (d / "train.log").read_text()
+
+
+def test_npz_images_train_the_cnn(tmp_path):
+    """A user's exported images (NHWC uint8, as CIFAR-10 exports are) with x/y arrays: the class is
+    the image's dominant colour channel, which the cnn must learn."""
+    np = __import__("pytest").importorskip("numpy")
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, size=1200)
+    x = rng.integers(0, 120, size=(1200, 32, 32, 3)).astype(np.uint8)
+    x[np.arange(1200), :, :, y] += 120
+    np.savez(tmp_path / "colours.npz", x=x, y=y)
+    cfg = tmp_path / "npz.yaml"
+    cfg.write_text("experiment: {name: colours}\n"
+                   "dataset: {type: npz, path: colours.npz, val_fraction: 0.2}\n"
+                   "model: {type: cnn}\n"
+                   "training: {max_steps: 60, batch_size: 32, lr: 0.003, warmup_steps: 5}\n"
+                   "eval: {every_steps: 60}\n")
+    res = envkit("run", str(cfg), "--run-id", "n", "--profile", "cpu", cwd=tmp_path, timeout=400)
+    assert res.returncode == 0, res.stderr[-2000:]
+    s = summary(tmp_path / "runs" / "colours" / "n")
+    assert s["status"] == "completed" and s["accuracy"] >= 0.9, s

@@ -232,7 +232,7 @@ def probe_backward(ctx):
         if not cases:
             raise ProbeSkip("; ".join(notes))
         gtol, ptol = 1e-4, 1e-2
-        err = max(max(g_ / gtol, p_ / ptol) for _, g_, p_ in cases)
+
         details = {"variants": {l: {"grad_error": g_, "param_error_over_lr": p_} for l, g_, p_ in cases}}
         bad = [(l, g_, p_) for l, g_, p_ in cases if not (g_ <= gtol and p_ <= ptol)]
         worst_g = max(c[1] for c in cases)

@@ -4,13 +4,13 @@ written to a temporary file and renamed (never half a file), keeping the last K.
 
 from __future__ import annotations
 
-import os
 import random
 import re
-import tempfile
 from pathlib import Path
 
 import torch
+
+from envkit.fsutil import atomic_writer
 
 NAME = re.compile(r"^step_(\d+)\.pt$")
 REQUIRED = ("step", "model", "optimizer", "rng", "data", "config_hash")
@@ -51,19 +51,8 @@ def save(folder: Path, state: dict, keep_last: int) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"step_{state['step']:08d}.pt"
-    fd, tmp = tempfile.mkstemp(prefix=".step_", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(state, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    with atomic_writer(path) as fh:  # a crash mid-save never leaves a half checkpoint
+        torch.save(state, fh)
     for _, old in list_checkpoints(folder)[keep_last:]:
         try:
             old.unlink()
