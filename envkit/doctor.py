@@ -72,6 +72,7 @@ def render_plain(d: Diagnosis, echo) -> None:
 
 
 def render_rich(d: Diagnosis, console) -> None:
+    from rich.table import Table
     from rich.text import Text
 
     title = Text("envkit doctor  ", style="bold")
@@ -86,14 +87,18 @@ def render_rich(d: Diagnosis, console) -> None:
         worst = "fail" if any(c.status == "fail" for c in items) else "warn" if any(c.status == "warn" for c in items) else "pass"
         mark, color = MARKS[worst]
         console.print(Text(f"[{mark}] {group}", style=f"bold {color}"))
+        # a grid keeps wrapped lines under their text, not under the mark
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(width=5, justify="right")
+        grid.add_column(ratio=1)
         for c in items:
             mark, color = MARKS[c.status]
-            line = Text(f"    {mark} ", style=color)
-            line.append(f"{c.id}: ", style="bold")
-            line.append(c.message)
-            console.print(line)
+            body = Text(f"{c.id}: ", style="bold")
+            body.append(c.message, style="dim" if c.status == "skip" else "")
             if c.fix and c.status in ("warn", "fail"):
-                console.print(Text(f"        → {c.fix}", style="cyan"))
+                body.append(f"\n→ {c.fix}", style="cyan")
+            grid.add_row(Text(mark, style=color), body)
+        console.print(grid)
     prof = Text("\nRecommended profile: ", style="bold")
     prof.append(d.profile, style="bold magenta")
     if d.profile_warning:
