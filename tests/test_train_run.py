@@ -284,3 +284,43 @@ def test_npz_images_train_the_cnn(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     s = summary(tmp_path / "runs" / "colours" / "n")
     assert s["status"] == "completed" and s["accuracy"] >= 0.9, s
+
+
+def _venv_with_fake_torch(root: Path, body: str) -> str:
+    """A venv whose torch is a stand-in: shows which interpreter's torch the trainer imported."""
+    import subprocess
+    import sys
+    import venv
+
+    venv.EnvBuilder(with_pip=False).create(root)
+    py = str(root / "bin" / "python")
+    site = Path(subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    (site / "torch").mkdir()
+    (site / "torch" / "__init__.py").write_text(body)
+    (site / "torch-2.13.0.dist-info").mkdir()
+    (site / "torch-2.13.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.13.0+cpu\n")
+    return py
+
+
+def test_trainer_uses_the_training_interpreters_own_torch(tmp_path):
+    """`--python` (or the managed env) trains with that environment's torch, never envkit's."""
+    py = _venv_with_fake_torch(tmp_path / "other", "import sys\nprint('TORCH OF THE OTHER ENV', file=sys.stderr)\nsys.exit(7)\n")
+    res = run(tmp_path, "mlp_quick_test", "--python", py, "--set", "training.max_steps=5")
+    assert res.returncode == 1
+    assert "TORCH OF THE OTHER ENV" in res.stderr
+    assert "the training process exited with code 7" in res.stderr and "train.log" in res.stderr
+
+
+def test_a_crashing_training_process_is_reported_in_one_line(tmp_path):
+    py = _venv_with_fake_torch(tmp_path / "crash", "import os\nos.abort()\n")
+    res = run(tmp_path, "mlp_quick_test", "--python", py, "--set", "training.max_steps=5")
+    assert res.returncode == 1
+    assert "the training process was killed by SIGABRT" in res.stderr
+
+
+def test_run_with_selftest_first(tmp_path):
+    res = run(tmp_path, "mlp_quick_test", "--selftest", "--set", "training.max_steps=20", run_id="st")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "the device works" in res.stdout + res.stderr
+    assert summary(exp_dir(tmp_path, "mlp_quick_test") / "st")["status"] == "completed"

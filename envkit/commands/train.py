@@ -133,6 +133,19 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
         click.echo(json.dumps(summary, indent=2, default=str))
     if rc == 2:
         sys.exit(2)
+    if rc != 0 and rc != 130 and (not summary or summary.get("status") in (None, "running")):
+        # The child died without its own last word (a segfault, "Abort trap: 6", an OOM kill).
+        if rc < 0:
+            import signal as _signal
+
+            try:
+                how = f"was killed by {_signal.Signals(-rc).name}"
+            except ValueError:
+                how = f"was killed by signal {-rc}"
+        else:
+            how = f"exited with code {rc}"
+        click.echo(f"envkit: error: the training process {how} before finishing; its log is {run_dir / 'train.log'} "
+                   f"(fix: run `envkit selftest` for the device, and `envkit run` again to resume from the last checkpoint)", err=True)
     if rc != 0:
         raise SystemExit(1 if rc not in (130,) else 130)
 
@@ -144,7 +157,7 @@ def _selftest(p) -> None:
         click.echo("warning: selftest is not available in this envkit; skipping --selftest", err=True)
         return
     dev = p.cfg.values["device"]["type"]
-    report = run_selftest(python=p.python, device=None if dev == "auto" else dev, profile=p.cfg.profile, quick=True)
+    report = run_selftest(python=p.python, device=dev if dev in ("mps", "cuda", "cpu") else "auto", profile=p.cfg.profile, quick=True)
     out = render_report(report)
     if out:
         click.echo(out, err=True)

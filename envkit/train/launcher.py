@@ -240,16 +240,62 @@ def child_command(python: str, run_dir: Path, *, stop_after: int | None, resume:
         args += ["--stop-after", str(stop_after)]
     if debug:
         args.append("--debug")
+    entry = str(child_entry())
     if nproc > 1:
-        return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m", "envkit.train.child", *args]
-    return [python, "-u", "-m", "envkit.train.child", *args]
+        return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", entry, *args]
+    return [python, "-u", entry, *args]
+
+
+# The helpers the child may import (all pure Python) when the training interpreter lacks them.
+_CHILD_HELPERS = ("rich", "pygments", "markdown_it", "mdurl", "yaml", "tomli", "packaging")
+
+_BOOTSTRAP = """\
+# Written by envkit: starts the trainer in whatever interpreter runs it.
+import os, runpy, sys
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path[0] = os.getcwd()  # as `python -m` would: the user's own modules (model factories) first
+sys.path.append(here)      # envkit and its helpers LAST: the environment's own packages (its torch) win
+runpy.run_module("envkit.train.child", run_name="__main__", alter_sys=True)
+"""
+
+
+def child_entry() -> Path:
+    """A folder holding only a bootstrap script and links to envkit and its pure-Python helpers.
+
+    The child must import envkit.train whatever its Python (the managed venv does not hold
+    envkit), but putting envkit's own site-packages on PYTHONPATH would put that interpreter's
+    torch ahead of the managed venv's: the bootstrap appends this folder to the END of sys.path."""
+    import hashlib
+    import importlib.util
+    import tempfile
+
+    pkg = Path(__file__).resolve().parents[1]
+    key = hashlib.sha256(f"{pkg}|{_BOOTSTRAP}".encode()).hexdigest()[:12]
+    base = Path(os.environ.get("ENVKIT_CACHE_DIR") or Path.home() / ".cache" / "envkit") / "child" / key
+    entry = base / "envkit_child.py"
+    if entry.is_file():
+        return entry
+    base.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=base.parent))
+    (tmp / "envkit").symlink_to(pkg, target_is_directory=True)
+    for name in _CHILD_HELPERS:
+        spec = importlib.util.find_spec(name)
+        if spec and spec.origin and spec.submodule_search_locations:
+            (tmp / name).symlink_to(Path(spec.origin).parent, target_is_directory=True)
+        elif spec and spec.origin and spec.origin.endswith(".py"):
+            (tmp / f"{name}.py").symlink_to(spec.origin)
+    (tmp / "envkit_child.py").write_text(_BOOTSTRAP)
+    try:
+        os.replace(tmp, base)  # atomic: a concurrent run built the same folder, or this one wins
+    except OSError:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    return entry
 
 
 def child_environ(profile) -> dict:
     env = profile.child_environ(dict(os.environ)) if profile is not None and hasattr(profile, "child_environ") else dict(os.environ)
-    # the child imports envkit.train from this checkout/installation, whatever its Python
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
