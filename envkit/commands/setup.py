@@ -112,6 +112,9 @@ def setup(profile_name, torch_req, with_, venv_opt, python_opt, installer, index
                              installer=installer, versions=versions, index_url=index_used, sources=sources,
                              installed=installed, notes=notes, wanted=["torch", *companions])
     _show(plan.to_dict(), as_json)
+    if plan.nothing_to_do and dry_run:
+        _say(f"nothing to change: {', '.join(f'{k} {v}' for k, v in versions.items())} already installed in {venv} (dry run: nothing written)", err=as_json)
+        return
     if plan.nothing_to_do:
         _write_outputs(root, venv, venv_python, profile, plan, facts, lock_path, report=None, cached={}, quiet_if_same=True)
         _say(f"nothing to change: {', '.join(f'{k} {v}' for k, v in versions.items())} already installed in {venv}", err=as_json)
@@ -347,11 +350,26 @@ def _load_profile(name: str, facts, lock) -> _Profile:
     except ImportError:
         return _Profile(name, {}, {"name": name})
     p = load_profile(name, facts)
+    _hold_profile_device(p, facts)
     try:
         resolved = p.to_dict()
     except Exception:
         resolved = {"name": p.name}
     return _Profile(p.name, dict(getattr(p, "env", {}) or {}), resolved, p)
+
+
+def _hold_profile_device(profile, facts) -> None:
+    """A profile tuned for a device this machine lacks (m3-max on a Linux box) would install and
+    configure the wrong thing: refuse before anything changes."""
+    from envkit.checks import best_device
+
+    want = (getattr(profile, "train", None) or {}).get("device", "auto")
+    have = best_device(facts)
+    if want in ("auto", "cpu", have):
+        return
+    check = "mps" if want == "mps" else "cuda"
+    raise EnvkitError(f"profile {profile.name} trains on {want}, which this machine does not have (it trains on {have}; doctor check '{check}')",
+                      where="--profile", fix="use --profile auto, or plan for that machine with `envkit setup --replay SNAPSHOT --dry-run`")
 
 
 def _parse_with(text: str) -> list[str]:
