@@ -324,3 +324,41 @@ def test_run_with_selftest_first(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     assert "the device works" in res.stdout + res.stderr
     assert summary(exp_dir(tmp_path, "mlp_quick_test") / "st")["status"] == "completed"
+
+
+OOM_MODEL = '''
+import torch
+
+class Greedy(torch.nn.Module):
+    """Runs out of device memory at its 7th training forward, as a too-large batch does."""
+    calls = 0
+
+    def __init__(self, input_dim, num_classes):
+        super().__init__()
+        self.net = torch.nn.Linear(input_dim, num_classes)
+
+    def forward(self, x):
+        if self.training:
+            Greedy.calls += 1
+            if Greedy.calls == 7:
+                raise torch.OutOfMemoryError("MPS backend out of memory (MPS allocated: 17.2 GB, other allocations: 1.1 GB)")
+        return self.net(x)
+
+def factory(input_dim, num_classes, **kw):
+    return Greedy(input_dim, num_classes)
+'''
+
+
+def test_out_of_memory_is_one_line_with_the_fix_and_resumable(tmp_path):
+    (tmp_path / "greedy_model.py").write_text(OOM_MODEL)  # imported from the project folder (cwd)
+    args = ["--set", "model.type=greedy_model:factory", "--set", "training.max_steps=15", "--set", "checkpoint.every_steps=5",
+            "--set", "eval.every_steps=0"]
+    res = run(tmp_path, "mlp_quick_test", *args)
+    assert res.returncode == 1
+    assert "the device ran out of memory" in res.stderr and "training.batch_size" in res.stderr
+    assert "Traceback" not in res.stderr
+    d = exp_dir(tmp_path, "mlp_quick_test") / "r"
+    assert summary(d)["status"] == "failed" and (d / "checkpoints" / "step_00000005.pt").is_file()
+    res = run(tmp_path, "mlp_quick_test", *args)  # a fresh process: the model's counter starts again
+    assert res.returncode == 1 or summary(d)["status"] == "completed"
+    assert "resumed from step_00000005.pt" in (d / "train.log").read_text()

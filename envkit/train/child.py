@@ -49,7 +49,32 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("envkit: training aborted", file=sys.stderr, flush=True)
         return 130
+    except Exception as exc:  # noqa: BLE001 - a device error gets its meaning and fix, not only a traceback
+        advice = device_error_advice(exc)
+        if advice is None or args.debug:
+            raise
+        print(f"envkit: error: {advice}", file=sys.stderr, flush=True)
+        return 1
     return 0 if summary.get("status") in ("completed", "stopped", "interrupted") else 1
+
+
+def device_error_advice(exc: BaseException) -> str | None:
+    """The errors users meet on MPS and CUDA, in one line with what to do (knowledge/mps.md)."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    low = text.lower()
+    resume = "; `envkit run` again resumes from the last checkpoint"
+    if "out of memory" in low or type(exc).__name__ == "OutOfMemoryError":
+        return (f"the device ran out of memory ({text[:160]}): lower training.batch_size and raise training.grad_accum "
+                "to keep the effective batch (e.g. --set training.batch_size=16 --set training.grad_accum=4); on MPS never "
+                "set PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 (it may cause system failure)" + resume)
+    if isinstance(exc, NotImplementedError) and "mps" in low:
+        return (f"an operator is missing on MPS ({text[:160]}): export PYTORCH_ENABLE_MPS_FALLBACK=1 before Python starts "
+                "(the Apple profiles set it; `eval \"$(envkit env)\"`) so it runs on the CPU" + resume)
+    if "bfloat16" in low and "mps" in low:
+        return f"bf16 is not available on this MPS ({text[:160]}): it needs macOS 14; use training.precision: fp32" + resume
+    if "float64" in low and "mps" in low:
+        return f"MPS has no float64 ({text[:160]}): cast the model and data to float32" + resume
+    return None
 
 
 if __name__ == "__main__":  # the spawn guard: DataLoader workers re-import this module on macOS
