@@ -137,12 +137,20 @@ class LocalIndex:
                     return self._project(parts[0], parts[2])
                 self._send(404, "text/plain", b"not found")
 
+            def do_HEAD(self):  # uv asks for a file's size before downloading it
+                self._head_only = True
+                try:
+                    self.do_GET()
+                finally:
+                    self._head_only = False
+
             def _send(self, code, ctype, body):
                 self.send_response(code)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                if not getattr(self, "_head_only", False):
+                    self.wfile.write(body)
 
             def _file(self, name):
                 for group in index.wheels.values():

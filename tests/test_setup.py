@@ -46,13 +46,29 @@ def installed(venv: Path) -> dict[str, str]:
 
 
 def run_setup(tmp_path, *args, env=None):
+    """pip, explicitly: `auto` would take uv where it is installed (tests/test_setup_uv.py covers uv)."""
     e = {"ENVKIT_CACHE_DIR": str(tmp_path / "cache"), **(env or {})}
-    return envkit("setup", "--yes", "--no-selftest", *args, cwd=tmp_path, env=e, timeout=240)
+    installer = [] if "--installer" in args else ["--installer", "pip"]
+    return envkit("setup", "--yes", "--no-selftest", *installer, *args, cwd=tmp_path, env=e, timeout=240)
 
 
-def test_install_rerun_and_failed_upgrade_rolled_back(server, venv, tmp_path):
+def _uv_available() -> bool:
+    from envkit.install.execute import which_uv
+
+    return which_uv() is not None
+
+
+@pytest.mark.parametrize("installer", ["pip", pytest.param("uv", marks=pytest.mark.skipif(
+    not _uv_available(), reason="uv is not installed (the test extra installs it)"))])
+def test_install_rerun_and_failed_upgrade_rolled_back(server, venv, tmp_path, installer):
+    def run_setup(tmp_path, *args, env=None):  # every step with the installer under test
+        e = {"ENVKIT_CACHE_DIR": str(tmp_path / "cache"), **(env or {})}
+        return envkit("setup", "--yes", "--no-selftest", "--installer", installer, *args, cwd=tmp_path, env=e, timeout=240)
+
     r = run_setup(tmp_path, "--venv", str(venv), "--index-url", server.url("json"), "--with", "torchvision")
     assert r.returncode == 0, r.stderr
+    assert f"installer {installer}" in r.stdout + r.stderr
+    assert f'installer = "{installer}"' in (tmp_path / "envkit.lock").read_text()
     assert "torch 2.6.0+cpu" in r.stdout and "torchvision 0.21.0+cpu" in r.stdout
     assert installed(venv) == {"torch": "2.6.0+cpu", "torchvision": "0.21.0+cpu"}
     lock = (tmp_path / "envkit.lock").read_text()
@@ -109,6 +125,34 @@ def test_nightly_pinned_test_and_specifier_into_fresh_venvs(server, venv, tmp_pa
     r = run_setup(tmp_path, "--venv", str(venv), "--index-url", server.url("json"), "--torch", "2.5.1")
     assert r.returncode == 0, r.stderr
     assert installed(venv) == {"torch": "2.5.1+cpu"}
+
+
+def test_folder_of_wheels_as_index_is_find_links(server, venv, tmp_path):
+    """pip rejects a plain folder as --index-url: it goes in as --no-index --find-links, from a
+    relative path or a file:// URL, for the install and for the rebuild from the lock."""
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    for w in server.wheels["good"]:
+        shutil.copy(w, folder)
+    r = run_setup(tmp_path, "--venv", str(venv), "--index-url", folder.as_uri(), "--torch", "2.5.1", "--dry-run", "--json")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert plan["versions"] == {"torch": "2.5.1+cpu"}
+    assert f"--no-index --find-links {folder} " in plan["commands"][-1] and "--index-url" not in plan["commands"][-1]
+
+    r = run_setup(tmp_path, "--venv", str(venv), "--index-url", "wheels")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "-m pip install --report" in r.stderr and f"--no-index --find-links {folder} " in r.stderr
+    assert installed(venv) == {"torch": "2.6.0+cpu"}
+    lock = (tmp_path / "envkit.lock").read_text()
+    assert f'index_urls = ["{folder}"]' in lock and "sha256 = " in lock and 'installer = "pip"' in lock
+
+    subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--find-links", str(folder),
+                    "torch==2.5.1+cpu"], check=True, capture_output=True)
+    r = run_setup(tmp_path, "--venv", str(venv), "--lock", "envkit.lock")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"--no-index --find-links {folder}" in r.stdout and "sha256 enforced" in r.stdout
+    assert installed(venv) == {"torch": "2.6.0+cpu"}
 
 
 @pytest.mark.parametrize("how", ["refused", "garbage", "slow"])

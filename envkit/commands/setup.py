@@ -33,8 +33,8 @@ def _say(text: str = "", err: bool = False) -> None:
 @click.option("--venv", "venv_opt", metavar="PATH", help="The venv to create or reuse (default .envkit/venv; 'active' = $VIRTUAL_ENV).")
 @click.option("--python", "python_opt", metavar="PATH", help="The Python that creates the venv (default: the one running envkit).")
 @click.option("--installer", type=click.Choice(["auto", "pip", "uv"]), default="auto", show_default=True,
-              help="auto: uv when it is on PATH, pip otherwise.")
-@click.option("--index-url", "index_url", metavar="URL", help="Read and install torch from this index (a mirror). Also ENVKIT_INDEX_URL.")
+              help="auto: uv when it is on PATH or beside envkit's Python, pip otherwise.")
+@click.option("--index-url", "index_url", metavar="URL", help="Read and install torch from this index (a mirror), or a folder of wheels. Also ENVKIT_INDEX_URL.")
 @click.option("--dry-run", is_flag=True, help="Show the plan and stop.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--lock", "lock_opt", metavar="FILE", help="Rebuild from this lock if it exists, else write the lock here (default envkit.lock).")
@@ -64,12 +64,15 @@ def setup(profile_name, torch_req, with_, venv_opt, python_opt, installer, index
         override, override_why = os.environ["ENVKIT_INDEX_URL"], "ENVKIT_INDEX_URL"
     if override and "://" not in override and not Path(override).is_dir():
         raise EnvkitError(f"--index-url {override!r} is neither a URL nor a folder of wheels", fix="pass e.g. https://mirror.example/simple")
+    if override and "://" not in override:
+        override = str(Path(override).resolve())  # the lock and the state name it from anywhere
 
     from envkit.facts import gather, machine_label
 
     facts = gather(replay, runtime=False, gpu_detail=False, python=None if replay else python_opt)
     profile = _load_profile(profile_name, facts, lock_in)
-    installer = _installer(installer)
+    asked_installer = installer
+    installer = _installer(installer, replay=bool(replay))
 
     if lock_in is not None:
         return _from_lock(lock_in, lock_path, facts, profile, venv, base_python, installer, dry_run, yes, as_json,
@@ -106,7 +109,9 @@ def setup(profile_name, torch_req, with_, venv_opt, python_opt, installer, index
         notes += resolved.notes
     if index_used is None and installer == "uv":
         installer = "pip"
-        notes.append("installing with pip: only pip reads pip's configured sources")
+        notes.append(("--installer uv" if asked_installer == "uv" else "installer auto (uv)")
+                     + ": switching to pip, because torch comes from pip's configured sources (pip.conf, PIP_* variables: "
+                     + ", ".join(sources) + "), which uv does not read")
     plan = planmod.make_plan(machine=machine_label(facts), profile=profile.name, request=request, choice=choice,
                              venv=str(venv), python=venv_python, base_python=base_python, create_venv=create,
                              installer=installer, versions=versions, index_url=index_used, sources=sources,
@@ -135,7 +140,11 @@ def setup(profile_name, torch_req, with_, venv_opt, python_opt, installer, index
         cmd = planmod.install_command(installer, venv_python, versions, index_used, choice.channel,
                                       str(report) if installer == "pip" else None, wheels)
         _install(venv, venv_python, base_python, installer, create, cmd, versions, _verify_device(choice))
-        _write_outputs(root, venv, venv_python, profile, plan, facts, lock_path, report=report, cached=cached)
+        # uv has no `--report`: the hashes come from the index entries the resolver read and pinned
+        known = _index_hashes(venv_python, [("torch", resolved.torch)] + list(resolved.companions.items()),
+                              index_used if installer == "uv" else None, installed)
+        _write_outputs(root, venv, venv_python, profile, plan, facts, lock_path, report=report, cached=cached,
+                       known_hashes=known)
     _finish(venv_python, profile, no_selftest)
 
 
@@ -182,7 +191,7 @@ def _install(venv: Path, venv_python: str, base_python: str, installer: str, cre
 
 
 def _write_outputs(root: Path, venv: Path, venv_python: str, profile, plan, facts, lock_path: Path, *, report,
-                   cached: dict, quiet_if_same: bool = False) -> None:
+                   cached: dict, quiet_if_same: bool = False, known_hashes: dict | None = None) -> None:
     from envkit import __version__
     from envkit.fsutil import atomic_write_text
     from envkit.install import interp, lockfile
@@ -201,9 +210,11 @@ def _write_outputs(root: Path, venv: Path, venv_python: str, profile, plan, fact
         target,
         platform=lockfile.platform_of(facts, device=plan.choice.device, backend=plan.choice.backend),
         profile={"name": profile.name, "sha256": lockfile.profile_hash(profile.resolved)},
-        source={"torch": plan.request, "channel": plan.choice.channel,
+        source={"torch": plan.request, "channel": plan.choice.channel, "installer": plan.installer,
                 "index_urls": [plan.index_url] if plan.index_url else []},
-        env=profile.env, report=lockfile.hashes_from_report(report), previous=previous, cached=cached,
+        env=profile.env, report={**{lockfile.canon(k): v for k, v in (known_hashes or {}).items() if v.get("sha256")},
+                                 **lockfile.hashes_from_report(report)},
+        previous=previous, cached=cached,
         envkit_version=__version__)
     if lockfile.write(lock_path, lock):
         _say(f"wrote {lock_path}", err=True)
@@ -253,7 +264,7 @@ def _from_lock(lock, lock_path: Path, facts, profile, venv: Path, base_python: s
     """Rebuild exactly the locked set: every package pinned (hashes enforced where all are known),
     --no-deps, nightly wheels from envkit's cache when the index has dropped them."""
     from envkit.install import execute, interp, lockfile
-    from envkit.install.plan import venv_command
+    from envkit.install.plan import index_args, venv_command
 
     device = "mps" if facts.is_apple_silicon else "cuda" if facts.gpus else "cpu"
     here = lockfile.platform_of(facts, device=device)
@@ -269,7 +280,7 @@ def _from_lock(lock, lock_path: Path, facts, profile, venv: Path, base_python: s
     cache = execute.wheel_cache()
     cmd = [venv_python, "-m", "pip", "install", "--no-deps"] + (["--require-hashes"] if hashed else [])
     for url in lock.index_urls:
-        cmd += ["--index-url", url]
+        cmd += index_args(url)
     if any(p.get("cached") for p in lock.packages) and cache.is_dir():
         cmd += ["--find-links", str(cache)]
     extras = sorted(drift["added"])
@@ -350,7 +361,8 @@ def _load_profile(name: str, facts, lock) -> _Profile:
     except ImportError:
         return _Profile(name, {}, {"name": name})
     p = load_profile(name, facts)
-    _hold_profile_device(p, facts)
+    if lock is None:  # a lock is held against this platform as a whole, which says more
+        _hold_profile_device(p, facts)
     try:
         resolved = p.to_dict()
     except Exception:
@@ -407,14 +419,72 @@ def _venv_python(venv: Path) -> str:
     return str(venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python"))
 
 
-def _installer(choice: str) -> str:
+def _installer(choice: str, replay: bool = False) -> str:
     from envkit.install.execute import which_uv
 
     if choice == "uv" and not which_uv():
-        raise EnvkitError("--installer uv, but uv is not on PATH", fix="install uv (https://docs.astral.sh/uv/) or use --installer pip")
-    if choice == "auto":
-        return "uv" if which_uv() else "pip"
+        raise EnvkitError("--installer uv, but uv is neither on PATH nor beside envkit's Python",
+                          fix="`pip install uv` (or https://docs.astral.sh/uv/), or use --installer pip")
+    if choice == "auto":  # a recorded machine may not have uv: plan for pip, which every venv has
+        return "uv" if which_uv() and not replay else "pip"
     return choice
+
+
+def _index_hashes(venv_python: str, picked: list, deps_index: str | None = None,
+                  before: dict[str, str] | None = None) -> dict[str, dict]:
+    """name -> {version, sha256, url} from the index's own hashes (PEP 691 `hashes`, PEP 503
+    `#sha256=`; a folder's wheels are hashed on disk): the lock's hashes where the installer
+    reports none (uv has no `--report`). First the wheels the resolver pinned; with `deps_index`,
+    also the dependencies this install added or changed, looked up on that index. A hash is kept
+    only where the installed distribution carries the same wheel tags as the file it names."""
+    from envkit.install import index, interp
+    from envkit.install.interp import BOOTSTRAP
+
+    dists = interp.probe(venv_python).dists
+    out = {}
+
+    def take(name: str, cand) -> bool:
+        d = dists.get(name)
+        if not d or d.get("version") != str(cand.version) or not d.get("path"):
+            return False
+        try:
+            wheel = (Path(d["path"]) / "WHEEL").read_text(errors="replace")
+        except OSError:
+            return False
+        tags = {line.split(":", 1)[1].strip() for line in wheel.splitlines() if line.startswith("Tag:")}
+        if not tags or tags != set(cand.tags):
+            return False
+        digest = cand.sha256 or _local_sha256(cand.url)
+        if digest:
+            out[name] = {"version": str(cand.version), "sha256": digest, "url": cand.url}
+        return bool(digest)
+
+    for name, cand in picked:
+        take(name, cand)
+    if deps_index:
+        before = before or {}
+        for name, d in dists.items():
+            if name in out or name in BOOTSTRAP or d.get("editable") or before.get(name) == d.get("version"):
+                continue
+            try:
+                cands = index.fetch(deps_index, name)
+            except EnvkitError:
+                continue
+            for cand in cands:
+                if str(cand.version) == d.get("version") and take(name, cand):
+                    break
+    return out
+
+
+def _local_sha256(url: str) -> str | None:
+    if not url.startswith("file://"):
+        return None
+    from urllib.parse import unquote, urlsplit
+
+    from envkit.install.execute import sha256_file
+
+    path = Path(unquote(urlsplit(url).path))
+    return sha256_file(path) if path.is_file() else None
 
 
 def _verify_device(choice) -> str:

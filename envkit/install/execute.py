@@ -159,6 +159,12 @@ def verify(python: str, versions: dict[str, str], device: str, timeout: float = 
 
 
 def which_uv() -> str | None:
+    """uv on PATH, or installed beside the interpreter running envkit (`pip install uv` into
+    envkit's own venv puts it there, without that venv being active)."""
     import shutil
 
-    return shutil.which("uv")
+    found = shutil.which("uv")
+    if found:
+        return found
+    beside = Path(sys.executable).parent / ("uv.exe" if os.name == "nt" else "uv")
+    return str(beside) if beside.is_file() and os.access(beside, os.X_OK) else None

@@ -208,6 +208,25 @@ def _fetch_local(index_url: str, name: str) -> list[Candidate]:
     return []
 
 
+def wheel_folder(index_url: str | None) -> str | None:
+    """The absolute folder when `index_url` (a path or a file:// URL) is a plain folder of wheels,
+    pip's find-links, rather than a PEP 503 simple index (which has <project>/index.html pages).
+    Installers take such a folder only as `--no-index --find-links DIR`, never as `--index-url`."""
+    if not index_url:
+        return None
+    if index_url.startswith("file://"):
+        path = Path(urllib.parse.unquote(urllib.parse.urlsplit(index_url).path))
+    elif "://" in index_url:
+        return None
+    else:
+        path = Path(index_url)
+    if not path.is_dir():
+        return None
+    if (path / "index.html").is_file() or any((p / "index.html").is_file() for p in path.iterdir() if p.is_dir()):
+        return None
+    return str(path.resolve())
+
+
 def pip_sources(python: str) -> tuple[list[str], list[str]]:
     """(index URLs, find-links) that pip is configured with (config files and PIP_* variables),
     as `pip config list` reports them; PyPI when no index-url is set."""

@@ -66,29 +66,54 @@ def requirements(versions: dict[str, str], wheels: dict[str, str] | None = None)
     return [wheels.get(name) or f"{name}=={version}" for name, version in versions.items()]
 
 
+def index_args(index_url: str | None) -> list[str]:
+    """How an installer is pointed at the index, the same for pip and uv: a URL as `--index-url`
+    (never `--extra-index-url`: another index's torch could win); a plain folder of wheels as
+    `--no-index --find-links DIR` (both reject a folder as `--index-url`); a simple index on disk
+    as its file:// URL."""
+    if not index_url:
+        return []
+    from pathlib import Path
+
+    from envkit.install.index import wheel_folder
+
+    folder = wheel_folder(index_url)
+    if folder:
+        return ["--no-index", "--find-links", folder]
+    if "://" not in index_url:
+        return ["--index-url", Path(index_url).resolve().as_uri()]
+    return ["--index-url", index_url]
+
+
 def install_command(installer: str, python: str, versions: dict[str, str], index_url: str | None, channel: str,
                     report: str | None = None, wheels: dict[str, str] | None = None) -> list[str]:
     reqs = requirements(versions, wheels)
     if installer == "uv":
-        cmd = ["uv", "pip", "install", "--python", python]
-        if index_url:
-            cmd += ["--index-url", index_url]
+        # uv has no --report (the lock takes the hashes from the index entries the resolver pinned)
+        # and no --pre: `--prerelease allow` admits nightlies and release candidates
+        cmd = [_uv(), "pip", "install", "--python", python] + index_args(index_url)
         if channel != "stable":
             cmd += ["--prerelease", "allow"]
         return cmd + reqs
     cmd = [python, "-m", "pip", "install"]
     if report:
         cmd += ["--report", report]
-    if index_url:
-        cmd += ["--index-url", index_url]  # never --extra-index-url: another index's torch could win
+    cmd += index_args(index_url)
     if channel != "stable":
         cmd += ["--pre"]
     return cmd + reqs
 
 
+def _uv() -> str:
+    from envkit.install.execute import which_uv
+
+    return which_uv() or "uv"
+
+
 def venv_command(installer: str, base_python: str, venv: str) -> list[str]:
-    if installer == "uv":
-        return ["uv", "venv", "--seed", "--python", base_python, venv]
+    """`python -m venv` for both installers: it seeds pip from the interpreter's own ensurepip,
+    offline, whereas `uv venv --seed` downloads pip from PyPI (no mirror, no offline), and the venv
+    needs pip for `envkit setup --lock` and for the user."""
     return [base_python, "-m", "venv", venv]
 
 
