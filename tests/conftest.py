@@ -44,3 +44,30 @@ def has_cuda() -> bool:
     except Exception:
         return False
     return torch.cuda.is_available()
+
+
+# The local package index and throw-away venvs of the setup tests (tests/localindex.py).
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from localindex import LocalIndex, build_all
+
+    wheels = build_all(tmp_path_factory.mktemp("wheels"))
+    with LocalIndex(wheels) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def template_venv(tmp_path_factory):
+    path = tmp_path_factory.mktemp("template") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+    return path
+
+
+@pytest.fixture
+def venv(template_venv, tmp_path):
+    """A fresh venv (a copy of one made once: ensurepip costs seconds)."""
+    import shutil
+
+    dest = tmp_path / "venv"
+    shutil.copytree(template_venv, dest, symlinks=True)
+    return dest

@@ -206,3 +206,13 @@ def refused_url() -> str:
     port = s.getsockname()[1]
     s.close()
     return f"http://127.0.0.1:{port}/simple"
+
+
+def installed(venv: Path) -> dict[str, str]:
+    """{name: version} of what a venv holds (pip, setuptools and wheel left out)."""
+    import subprocess
+
+    out = subprocess.run([str(venv / "bin/python"), "-I", "-c",
+                          "import json; from importlib import metadata as m; print(json.dumps({d.metadata['Name'].lower(): d.version for d in m.distributions()}))"],
+                         capture_output=True, text=True, check=True).stdout
+    return {k: v for k, v in json.loads(out).items() if k not in ("pip", "setuptools", "wheel")}

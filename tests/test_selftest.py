@@ -10,7 +10,6 @@ import json
 import os
 import stat
 import sys
-from pathlib import Path
 
 import pytest
 

@@ -12,7 +12,6 @@ import hashlib
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,38 +19,10 @@ import pytest
 from conftest import envkit
 from envkit.install import lockfile
 from envkit.install.execute import which_uv
-from localindex import LocalIndex, build_all, build_wheel, refused_url
+from localindex import installed, build_wheel, refused_url
 
 UV = which_uv()
 pytestmark = pytest.mark.skipif(UV is None, reason="uv is not installed (`pip install -e .[test]` installs it)")
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    wheels = build_all(tmp_path_factory.mktemp("wheels"))
-    with LocalIndex(wheels) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def template_venv(tmp_path_factory):
-    path = tmp_path_factory.mktemp("template") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
-    return path
-
-
-@pytest.fixture
-def venv(template_venv, tmp_path):
-    dest = tmp_path / "venv"
-    shutil.copytree(template_venv, dest, symlinks=True)
-    return dest
-
-
-def installed(venv: Path) -> dict[str, str]:
-    out = subprocess.run([str(venv / "bin/python"), "-I", "-c",
-                          "import json; from importlib import metadata as m; print(json.dumps({d.metadata['Name'].lower(): d.version for d in m.distributions()}))"],
-                         capture_output=True, text=True, check=True).stdout
-    return {k: v for k, v in json.loads(out).items() if k not in ("pip", "setuptools", "wheel")}
 
 
 def installer_of(venv: Path, name: str) -> str:
