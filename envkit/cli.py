@@ -29,16 +29,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 class LazyGroup(click.Group):
+    """Commands are listed from COMMANDS and imported on first use. Every module named there ships
+    with envkit: a failing import is a bug to see, not a command to hide."""
+
     def list_commands(self, ctx):
-        return [name for name, (target, _) in COMMANDS.items() if _importable(target)]
+        return list(COMMANDS)
 
     def get_command(self, ctx, name):
         if name not in COMMANDS:
             return None
-        target = COMMANDS[name][0]
-        if not _importable(target):
-            return None
-        module, _, attr = target.partition(":")
+        module, _, attr = COMMANDS[name][0].partition(":")
         return getattr(importlib.import_module(module), attr)
 
     def format_commands(self, ctx, formatter):
@@ -47,13 +47,6 @@ class LazyGroup(click.Group):
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
 
-
-def _importable(target: str) -> bool:
-    module = target.partition(":")[0]
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -19,6 +19,9 @@ import click
 from envkit.errors import EnvkitError
 
 COMPANIONS = ("torchvision", "torchaudio")
+# Installed beside torch unless --no-numpy: torch warns at import without it ("Failed to initialize
+# NumPy"), torch.from_numpy, DataLoader collation of arrays and nearly every training script need it.
+DEFAULT_EXTRAS = ("numpy",)
 
 
 def _say(text: str = "", err: bool = False) -> None:
@@ -30,6 +33,7 @@ def _say(text: str = "", err: bool = False) -> None:
 @click.option("--torch", "torch_req", default="stable", show_default=True, metavar="WHAT",
               help="stable, nightly, test (release candidate), a version (2.5.1) or a specifier ('>=2.5,<2.7').")
 @click.option("--with", "with_", default="", metavar="PKGS", help="Also install, paired with torch: torchvision,torchaudio.")
+@click.option("--no-numpy", is_flag=True, help="Do not install numpy beside torch (installed by default: see README).")
 @click.option("--venv", "venv_opt", metavar="PATH", help="The venv to create or reuse (default .envkit/venv; 'active' = $VIRTUAL_ENV).")
 @click.option("--python", "python_opt", metavar="PATH", help="The Python that creates the venv (default: the one running envkit).")
 @click.option("--installer", type=click.Choice(["auto", "pip", "uv"]), default="auto", show_default=True,
@@ -41,7 +45,7 @@ def _say(text: str = "", err: bool = False) -> None:
 @click.option("--no-selftest", is_flag=True, help="Skip the self-test at the end.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @click.option("--replay", metavar="SNAPSHOT", type=click.Path(dir_okay=False), help="Plan for a recorded machine (implies --dry-run).")
-def setup(profile_name, torch_req, with_, venv_opt, python_opt, installer, index_url, dry_run, yes, lock_opt,
+def setup(profile_name, torch_req, with_, no_numpy, venv_opt, python_opt, installer, index_url, dry_run, yes, lock_opt,
           no_selftest, as_json, replay) -> None:
     """Install or upgrade PyTorch into a reproducible, containerless environment."""
     from envkit.install import lockfile
@@ -104,6 +108,7 @@ def setup(profile_name, torch_req, with_, venv_opt, python_opt, installer, index
             tags, pyver = target.tags, target.version
             installed = target.installed if not create else {}
         resolved = resolve.resolve(choice, request, frozenset(tags), pyver, companions, explicit_index=bool(override),
+                                   extras=[] if no_numpy else list(DEFAULT_EXTRAS),
                                    pip_python=base_python)
         versions, index_used, sources = resolved.versions(), resolved.index_url, resolved.sources
         notes += resolved.notes
@@ -115,7 +120,8 @@ def setup(profile_name, torch_req, with_, venv_opt, python_opt, installer, index
     plan = planmod.make_plan(machine=machine_label(facts), profile=profile.name, request=request, choice=choice,
                              venv=str(venv), python=venv_python, base_python=base_python, create_venv=create,
                              installer=installer, versions=versions, index_url=index_used, sources=sources,
-                             installed=installed, notes=notes, wanted=["torch", *companions])
+                             installed=installed, notes=notes,
+                             wanted=["torch", *companions, *(() if no_numpy or (resolved and "numpy" not in resolved.extras) else DEFAULT_EXTRAS)])
     _show(plan.to_dict(), as_json)
     if plan.nothing_to_do and dry_run:
         _say(f"nothing to change: {', '.join(f'{k} {v}' for k, v in versions.items())} already installed in {venv} (dry run: nothing written)", err=as_json)
@@ -141,7 +147,8 @@ def setup(profile_name, torch_req, with_, venv_opt, python_opt, installer, index
                                       str(report) if installer == "pip" else None, wheels)
         _install(venv, venv_python, base_python, installer, create, cmd, versions, _verify_device(choice))
         # uv has no `--report`: the hashes come from the index entries the resolver read and pinned
-        known = _index_hashes(venv_python, [("torch", resolved.torch)] + list(resolved.companions.items()),
+        known = _index_hashes(venv_python, [("torch", resolved.torch)] + list(resolved.companions.items())
+                              + list(resolved.extras.items()),
                               index_used if installer == "uv" else None, installed)
         _write_outputs(root, venv, venv_python, profile, plan, facts, lock_path, report=report, cached=cached,
                        known_hashes=known)
@@ -256,7 +263,10 @@ def _finish(venv_python: str, profile, no_selftest: bool) -> None:
             if not getattr(report, "ok", False):
                 _say("the self-test failed: torch is installed and verified, but the device misbehaves (see above)", err=True)
                 sys.exit(1)
-    _say("next: source .envkit/activate, then envkit run train.yaml")
+    if Path("train.yaml").is_file():
+        _say("next: source .envkit/activate, then envkit run train.yaml")
+    else:
+        _say("next: source .envkit/activate, then envkit init train.yaml && envkit run train.yaml")
 
 
 def _from_lock(lock, lock_path: Path, facts, profile, venv: Path, base_python: str, installer: str, dry_run: bool,

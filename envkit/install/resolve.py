@@ -17,6 +17,7 @@ from envkit.install.variants import Choice, Request
 class Resolved:
     torch: index.Candidate
     companions: dict[str, index.Candidate] = field(default_factory=dict)
+    extras: dict[str, index.Candidate] = field(default_factory=dict)  # numpy: not paired, newest that fits
     index_url: str | None = None  # None: pip's configured sources (the offline fallback)
     sources: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -24,6 +25,7 @@ class Resolved:
     def versions(self) -> dict[str, str]:
         out = {"torch": str(self.torch.version)}
         out.update({n: str(c.version) for n, c in self.companions.items()})
+        out.update({n: str(c.version) for n, c in self.extras.items()})
         return out
 
 
@@ -53,6 +55,32 @@ def select_companion(cands: list[index.Candidate], name: str, torch: index.Candi
     return max(ok, key=lambda c: (c.version, _tag_rank(c, tags)), default=None)
 
 
+def select_extra(cands: list[index.Candidate], tags: frozenset, python_version: str) -> index.Candidate | None:
+    """A package installed beside torch but not released with it (numpy): the newest final release
+    whose wheel fits the target. Pure."""
+    ok = [c for c in cands if not c.yanked and not c.version.is_prerelease and c.version.local is None
+          and c.fits(tags, python_version)]
+    return max(ok, key=lambda c: (c.version, _tag_rank(c, tags)), default=None)
+
+
+def _add_extras(res: Resolved, extras: list[str], sources: list[str], tags: frozenset, python_version: str) -> None:
+    """An extra the sources lack is left out with a note: torch works without numpy, and the
+    user can add it later with pip."""
+    for name in extras:
+        cands = []
+        for src in sources:
+            try:
+                cands.extend(index.fetch(src, name))
+            except EnvkitError:
+                pass
+        pick = select_extra(cands, tags, python_version)
+        if pick is None:
+            res.notes.append(f"{name} is not installed: {', '.join(sources)} has no {name} wheel for this Python "
+                             f"(torch works without it; `pip install {name}` adds it later)")
+        else:
+            res.extras[name] = pick
+
+
 def _tag_rank(c: index.Candidate, tags: frozenset) -> int:
     return len(c.tags & tags)
 
@@ -67,7 +95,7 @@ def _describe(cands, tags, python_version, request) -> str:
 
 
 def resolve(choice: Choice, request: Request, tags: frozenset, python_version: str, companions: list[str],
-            *, explicit_index: bool, pip_python: str) -> Resolved:
+            *, explicit_index: bool, pip_python: str, extras: list[str] = ()) -> Resolved:
     """Read the index. When PyTorch's default index cannot be reached (offline, firewalled) and the
     user named no index, a stable/pinned request falls back to pip's own configured sources
     (find-links, mirrors, PyPI) with the same rules: on a CPU-only Linux box only a `+cpu` torch."""
@@ -76,7 +104,7 @@ def resolve(choice: Choice, request: Request, tags: frozenset, python_version: s
     except EnvkitError as exc:
         if explicit_index or choice.channel != "stable":
             raise
-        return _fallback(choice, request, tags, python_version, companions, pip_python, exc)
+        return _fallback(choice, request, tags, python_version, companions, pip_python, exc, list(extras))
     pick = select(cands, request, choice, tags, python_version)
     if pick is None:
         raise EnvkitError(f"the index {choice.index_url} has no torch matching {_want(request, choice)}: "
@@ -89,6 +117,7 @@ def resolve(choice: Choice, request: Request, tags: frozenset, python_version: s
             raise EnvkitError(f"the index {choice.index_url} has no {name} released with torch {pick.version} for this Python",
                               fix=f"drop {name} from --with, or ask for another --torch")
         res.companions[name] = comp
+    _add_extras(res, list(extras), [choice.index_url], tags, python_version)
     return res
 
 
@@ -101,7 +130,8 @@ def _want(request: Request, choice: Choice) -> str:
     return " ".join(bits)
 
 
-def _fallback(choice, request, tags, python_version, companions, pip_python, err: EnvkitError) -> Resolved:
+def _fallback(choice, request, tags, python_version, companions, pip_python, err: EnvkitError,
+              extras: list[str]) -> Resolved:
     indexes, links = index.pip_sources(pip_python)
     local_first = [s for s in links + indexes if "://" not in s or s.startswith("file://")]
     remote = [s for s in indexes if s not in local_first]
@@ -131,6 +161,7 @@ def _fallback(choice, request, tags, python_version, companions, pip_python, err
                 raise EnvkitError(f"{err.message}; pip's configured sources have torch {pick.version} but no {name} for it",
                                   fix=f"drop {name} from --with, or {err.fix}")
             res.companions[name] = comp
+        _add_extras(res, extras, group, tags, python_version)
         reason = err.message.replace("cannot reach the package index ", "")
         res.notes.append(f"{choice.index_url} is unreachable ({reason.split(': ', 1)[-1]}): "
                          f"using pip's configured sources ({', '.join(used)}), which hold torch {pick.version}")
