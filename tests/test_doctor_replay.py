@@ -12,7 +12,7 @@ import pytest
 
 from conftest import SNAPSHOTS, envkit, snapshot_path
 from envkit.checks import run_checks
-from envkit.doctor import diagnose
+from envkit.checks.report import diagnose
 from envkit.facts import ReplayRunner, collect
 from envkit.facts.runner import load_snapshot
 

@@ -182,7 +182,7 @@ def test_edited_files_are_kept_without_force(setup):
 
 
 def test_bad_names_and_newlines_are_refused(setup):
-    from envkit.envscripts import render
+    from envkit.profiles.envscripts import render
     from envkit.errors import EnvkitError
 
     for env in ({"1BAD": "x"}, {"BAD-NAME": "x"}, {"A B": "x"}, {"OK": "line1\nline2"}, {"OK": "a\rb"}):
@@ -197,7 +197,7 @@ def test_bad_names_and_newlines_are_refused(setup):
 
 
 def test_write_env_scripts_api(tmp_path, setup):
-    from envkit.envscripts import write_env_scripts
+    from envkit.profiles.envscripts import write_env_scripts
     from envkit.profiles import load_profile
 
     paths = write_env_scripts(tmp_path / "x", load_profile("cpu"), None, force=False)

@@ -333,7 +333,7 @@ def test_profile_diff(isolated):
 
 def test_apply_torch_settings_on_cpu():
     torch = pytest.importorskip("torch")
-    from envkit.torch_settings import apply_torch_settings
+    from envkit.profiles.torch_settings import apply_torch_settings
 
     before = torch.get_float32_matmul_precision()
     try:
@@ -352,7 +352,7 @@ def test_help_does_not_import_torch():
 
     code = ("import sys, envkit.cli\n"
             "try:\n    envkit.cli.main(['--help'])\nexcept SystemExit: pass\n"
-            "import envkit.profiles, envkit.envscripts, envkit.commands.profile, envkit.commands.env\n"
+            "import envkit.profiles, envkit.profiles.envscripts, envkit.commands.profile, envkit.commands.env\n"
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip().endswith("False"), out.stdout + out.stderr

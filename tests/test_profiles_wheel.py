@@ -19,7 +19,7 @@ import importlib.resources as ir, json, os
 from pathlib import Path
 import envkit
 from envkit.profiles import list_profiles
-from envkit.envscripts import render
+from envkit.profiles.envscripts import render
 infos = list_profiles()
 print(json.dumps({
     "envkit": str(Path(envkit.__file__).parent),

@@ -35,13 +35,13 @@ def check(requires, pyproject, as_json, fmt, replay, python, lock) -> None:
     """
     from envkit.checks import run_checks
     from envkit.facts import gather
-    from envkit.requirements import evaluate, parse_requirement, read_pyproject
+    from envkit.checks.requirements import evaluate, parse_requirement, read_pyproject
 
     if as_json:
         fmt = "json"
     texts = [(r, "--require") for r in requires] + [(r, pyproject) for r in read_pyproject(Path(pyproject))]
     reqs = [parse_requirement(t, where) for t, where in texts]  # invalid input exits 2 before any probing
-    from envkit.managed import target_python
+    from envkit.install.managed import target_python
 
     python = None if replay else target_python(python)
     facts = gather(replay, runtime=False, gpu_detail=False, python=python)
@@ -51,7 +51,7 @@ def check(requires, pyproject, as_json, fmt, replay, python, lock) -> None:
     if reqs:
         results = [evaluate(r, facts, by_id, lookup) for r in reqs]
     else:
-        from envkit.requirements import Result
+        from envkit.checks.requirements import Result
 
         results = [Result(c.id, c.status != "fail", c.status, c.message + (f" (fix: {c.fix})" if c.status == "fail" and c.fix else ""))
                    for c in checks if c.status != "skip"]

@@ -20,11 +20,11 @@ def doctor(as_json: bool, record: str | None, replay: str | None, no_runtime: bo
 
     Exit 0 when nothing fails, 1 when a check fails, 2 for bad input.
     """
-    from envkit.doctor import diagnose, render_plain, render_rich
+    from envkit.checks.report import diagnose, render_plain, render_rich
     from envkit.facts import collect
     from envkit.facts.runner import LiveRunner, RecordingRunner, ReplayRunner, load_snapshot, write_json_atomic
 
-    from envkit.managed import target_python
+    from envkit.install.managed import target_python
 
     python = None if replay else target_python(python)
     if record and replay:

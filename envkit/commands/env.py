@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from envkit.envscripts import SHELLS
+from envkit.profiles.envscripts import SHELLS
 from envkit.errors import EnvkitError
 
 
@@ -35,8 +35,8 @@ def env(profile_name: str | None, shell: str | None, replay: str | None, write_d
     restores every variable to its previous value. With a managed env (.envkit/, from envkit setup)
     its venv is activated too.
     """
-    from envkit.envscripts import default_venv, render, write_env_scripts
-    from envkit.managed import find_managed
+    from envkit.profiles.envscripts import default_venv, render, write_env_scripts
+    from envkit.install.managed import find_managed
     from envkit.profiles import load_profile
 
     facts = None
@@ -54,7 +54,7 @@ def env(profile_name: str | None, shell: str | None, replay: str | None, write_d
             profile_name = managed.profile
         else:
             from envkit.facts import gather
-            from envkit.recommend import recommend_profile
+            from envkit.checks.recommend import recommend_profile
 
             facts = facts or gather(runtime=False, gpu_detail=False)
             profile_name, warning = recommend_profile(facts)

@@ -20,7 +20,7 @@ def _facts(replay: str | None):
 
 
 def _recommended(facts) -> tuple[str, str | None]:
-    from envkit.recommend import recommend_profile
+    from envkit.checks.recommend import recommend_profile
 
     return recommend_profile(facts)
 

@@ -151,11 +151,8 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
 
 
 def _selftest(p) -> None:
-    try:
-        from envkit.selftest import render_report, run_selftest
-    except ImportError:
-        click.echo("warning: selftest is not available in this envkit; skipping --selftest", err=True)
-        return
+    from envkit.selftest import render_report, run_selftest
+
     dev = p.cfg.values["device"]["type"]
     report = run_selftest(python=p.python, device=dev if dev in ("mps", "cuda", "cpu") else "auto", profile=p.cfg.profile, quick=True)
     out = render_report(report)

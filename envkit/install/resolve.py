@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from packaging.version import Version
 
-from envkit import gates
+from envkit.checks import gates
 from envkit.errors import EnvkitError
 from envkit.install import index
 from envkit.install.variants import Choice, Request

@@ -11,7 +11,7 @@ from functools import lru_cache
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from envkit import gates
+from envkit.checks import gates
 from envkit.errors import EnvkitError
 from envkit.facts.model import Facts
 from envkit.resources import data_file, load_toml

@@ -230,7 +230,7 @@ def _parse_file(name: str, path: Path, origin: str) -> _File:
 
 def _gate_spec(key: str, gate: str, where: str) -> tuple[str, str]:
     """[requires] macos = { gate = "bf16.mps" } -> (">=14.0", source) from envkit/data/gates.toml."""
-    from envkit.gates import gates
+    from envkit.checks.gates import gates
 
     node: Any = gates()
     for part in str(gate).split("."):

@@ -189,7 +189,7 @@ def _actual(key: str, facts) -> str | None:
         ccs = [g.compute_capability for g in facts.gpus if g.compute_capability]
         if not ccs:
             return None
-        from envkit.gates import V
+        from envkit.checks.gates import V
 
         return str(min(ccs, key=lambda c: V(c) or V("0")))
     return None
@@ -197,7 +197,7 @@ def _actual(key: str, facts) -> str | None:
 
 def _check_requirements(p: Profile, facts) -> None:
     from packaging.specifiers import SpecifierSet
-    from envkit.gates import V
+    from envkit.checks.gates import V
 
     for key, s in p.settings["requires"].items():
         actual = _actual(key, facts)

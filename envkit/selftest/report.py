@@ -91,3 +91,8 @@ def render_rich(report, con=None) -> None:
                       f"{p.seconds:.2f}s", detail)
     con.print(table)
     con.print(Text(summary(report), style="green" if report.ok else "red bold"))
+
+
+def render_report(report, echo=None) -> None:
+    """A rich table on a terminal, plain lines otherwise (or through `echo`)."""
+    render(report, echo=echo)

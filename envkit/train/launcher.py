@@ -43,10 +43,8 @@ class Plan:
 
 def _load_profile(name: str | None, facts, explicit: bool):
     """(profile or None, note)."""
-    try:
-        from envkit.profiles import load_profile
-    except ImportError:
-        return None, "profiles are not available: built-in defaults"
+    from envkit.profiles import load_profile
+
     try:
         return load_profile(name, facts=facts), None
     except EnvkitError:
@@ -59,7 +57,7 @@ def plan(config_path: str | None, *, overrides=(), profile_name: str | None = No
          python: str | None = None) -> Plan:
     """Everything before the run: config resolved with the profile, facts of the machine."""
     from envkit.facts import gather
-    from envkit.managed import find_managed
+    from envkit.install.managed import find_managed
 
     managed = None if replay else find_managed()
     py = python or (str(managed.python) if managed else sys.executable)
@@ -68,7 +66,7 @@ def plan(config_path: str | None, *, overrides=(), profile_name: str | None = No
     if profile_name is None:
         profile_name = managed.profile if managed and managed.profile else None
     if profile_name is None:
-        from envkit.recommend import recommend_profile
+        from envkit.checks.recommend import recommend_profile
 
         profile_name = recommend_profile(facts)[0]
     profile, note = _load_profile(profile_name, facts, explicit)
@@ -110,7 +108,7 @@ def hold_against_machine(cfg: Config, facts) -> list[str]:
     if real in ("mps", "cuda") and checks.get(real) is not None and checks[real].status == "fail":
         refuse(real, f"device.type {real}", dev_where)
     if prec == "fp16" and real == "mps":
-        from envkit.gates import V, gates
+        from envkit.checks.gates import V, gates
 
         need = gates()["autocast"]["mps"]["fp16_torch"]
         tv = V(facts.torch.base_version)
@@ -211,7 +209,7 @@ def git_commit(folder: Path) -> dict | None:
 
 
 def write_run_files(p: Plan, run_dir: Path, child_env: dict) -> None:
-    from envkit.doctor import diagnose
+    from envkit.checks.report import diagnose
 
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "checkpoints").mkdir(exist_ok=True)

@@ -434,7 +434,7 @@ class _FallbackOnFirstCall(torch.nn.Module):
 def _apply_torch_settings(settings: dict | None, device_type: str) -> list[str]:
     if settings:
         try:
-            from envkit.torch_settings import apply_torch_settings
+            from envkit.profiles.torch_settings import apply_torch_settings
 
             return list(apply_torch_settings(settings, device_type) or [])
         except ImportError:

@@ -10,7 +10,7 @@ from pathlib import Path
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from envkit.checks import Check
+from envkit.checks.machine import Check
 from envkit.errors import EnvkitError
 from envkit.facts.model import Facts
 

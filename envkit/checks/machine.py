@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import PurePath
 
 from envkit.facts.model import Facts
-from envkit.gates import V, capability_problem, gates, macos_floor_for_mps, min_driver_for_cuda, newest_torch_spec_for_macos, paired_versions
+from envkit.checks.gates import V, capability_problem, gates, macos_floor_for_mps, min_driver_for_cuda, newest_torch_spec_for_macos, paired_versions
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
 NATIVE_PYTHON_FIX = ("install a native arm64 Python and recreate the environment: "

@@ -213,7 +213,7 @@ def default_venv(directory: Path) -> Path | None:
     own = Path(directory) / "venv"
     if (own / "bin" / "activate").is_file() or (own / "pyvenv.cfg").is_file():
         return own
-    from envkit.managed import find_managed
+    from envkit.install.managed import find_managed
 
     m = find_managed()
     return m.venv if m else None

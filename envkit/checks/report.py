@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from envkit.checks import Check, exit_code, run_checks
+from envkit.checks.machine import Check, exit_code, run_checks
 from envkit.console import MARKS, PLAIN
 from envkit.facts import Facts, machine_label
-from envkit.recommend import recommend_profile
+from envkit.checks.recommend import recommend_profile
 
 GROUP_ORDER = ("System", "Python", "PyTorch", "Devices", "Environment")
 

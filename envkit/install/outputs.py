@@ -1,0 +1,60 @@
+"""What setup leaves behind: the lock, the managed-environment state, the resolved profile and the
+env scripts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from envkit.errors import EnvkitError
+from envkit.install.apply import Say
+
+
+def write_outputs(root: Path, venv: Path, venv_python: str, profile, plan, facts, lock_path: Path, *, report,
+                  cached: dict, say: Say, quiet_if_same: bool = False, known_hashes: dict | None = None) -> None:
+    """envkit.lock, .envkit/state.json, .envkit/profile.json and the env scripts, each written
+    atomically and only when its content changes."""
+    from envkit import __version__
+    from envkit.fsutil import atomic_write_text
+    from envkit.install import interp, lockfile
+    from envkit.install.managed import write_state
+
+    target = interp.probe(venv_python)
+    previous = None
+    if lock_path.is_file():
+        try:
+            previous = lockfile.read(lock_path)
+        except EnvkitError:
+            previous = None
+    lock = lockfile.build(
+        target,
+        platform=lockfile.platform_of(facts, device=plan.choice.device, backend=plan.choice.backend),
+        profile={"name": profile.name, "sha256": lockfile.profile_hash(profile.resolved)},
+        source={"torch": plan.request, "channel": plan.choice.channel, "installer": plan.installer,
+                "index_urls": [plan.index_url] if plan.index_url else []},
+        env=profile.env, report={**{lockfile.canon(k): v for k, v in (known_hashes or {}).items() if v.get("sha256")},
+                                 **lockfile.hashes_from_report(report)},
+        previous=previous, cached=cached,
+        envkit_version=__version__)
+    if lockfile.write(lock_path, lock):
+        say(f"wrote {lock_path}", err=True)
+    state = {"profile": profile.name, "venv": str(venv), "python": venv_python, "torch": target.installed.get("torch"),
+             "index_url": plan.index_url, "lock": str(lock_path.resolve())}
+    state_file = root / "state.json"
+    old = json.loads(state_file.read_text()) if state_file.is_file() else {}
+    if any(old.get(k) != v for k, v in state.items()):
+        write_state(root, **state)
+    text = json.dumps(profile.resolved, indent=2, default=str) + "\n"
+    pfile = root / "profile.json"
+    if not pfile.is_file() or pfile.read_text() != text:
+        atomic_write_text(pfile, text)
+    if profile.obj is not None and not (quiet_if_same and (root / "activate").exists()):
+        from envkit.profiles.envscripts import write_env_scripts
+
+        try:
+            written = write_env_scripts(root, profile.obj, venv, False)
+        except EnvkitError as exc:  # a script the user edited is left alone
+            say(f"note: env scripts not rewritten: {exc.one_line()}", err=True)
+            return
+        if written:
+            say("wrote " + ", ".join(str(p) for p in written), err=True)
