@@ -89,9 +89,12 @@ def test_real_torch_setup_lock_and_rebuild(tmp_path):
     r = envkit("setup", "--yes", "--no-selftest", "--torch", "2.13.0", cwd=tmp_path, env=env, timeout=400)
     assert r.returncode == 0, r.stdout + r.stderr
     first = _set(tmp_path / ".envkit/venv")
-    assert first["torch"] == "2.13.0+cpu"
+    assert first["torch"] == "2.13.0+cpu" and first.get("numpy"), first  # numpy beside torch by default
+    assert "Warning" not in r.stdout + r.stderr  # envkit's own checks add no warning noise
+    assert "envkit init train.yaml" in r.stdout  # no train.yaml here: the next step names init
     lock = lockfile.read(tmp_path / "envkit.lock")
     assert lock.versions["torch"] == "2.13.0+cpu" and lock.platform["backend"] == "cpu"
+    assert lock.versions["numpy"] == first["numpy"]
     assert all(p.get("sha256") for p in lock.packages), lock.packages
     state = json.loads((tmp_path / ".envkit/state.json").read_text())
     assert state["torch"] == "2.13.0+cpu"
