@@ -26,7 +26,6 @@ from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_text
 from envkit.train.config import Config, load_config, resolve_path, to_yaml
 
-SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "CREDENTIAL")
 FINISHED = ("completed",)
 
 
@@ -195,7 +194,10 @@ def _new_run(exp: Path) -> Path:
 
 
 def clean_environ(env: dict) -> dict:
-    return {k: v for k, v in sorted(env.items()) if not any(w in k.upper() for w in SECRET_WORDS)}
+    """What environment.json records of the child's environment: the allow-list of envkit/redact.py."""
+    from envkit.redact import recorded_env
+
+    return recorded_env(env)
 
 
 def git_commit(folder: Path) -> dict | None:
@@ -228,7 +230,10 @@ def write_run_files(p: Plan, run_dir: Path, child_env: dict) -> None:
         "doctor": d, "packages": d["facts"].get("packages"),
         "environ": clean_environ(child_env), "git": git_commit(src),
     }
-    atomic_write_text(run_dir / "environment.json", json.dumps(env_doc, indent=2, default=str) + "\n")
+    from envkit.redact import redact
+
+    # argv, the profile's variables and doctor's facts may hold URLs too: none keeps its credentials
+    atomic_write_text(run_dir / "environment.json", json.dumps(redact(env_doc), indent=2, default=str) + "\n")
 
 
 # ---------------------------------------------------------------- the child
