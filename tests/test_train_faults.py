@@ -130,3 +130,24 @@ def test_disk_full_while_checkpointing_keeps_the_previous_one(tmp_path, straight
     res = train(tmp_path)  # space freed: the run resumes and nothing is lost
     assert res.returncode == 0, res.stderr[-2000:]
     assert summary(tmp_path)["status"] == "completed" and losses(tmp_path)[12] == straight[12]
+
+
+REAL_OOM = ["--set", "training.max_steps=3", "--set", "training.batch_size=1048576", "--set", "dataset.num_samples=1048576",
+            "--set", "model.hidden=8192", "--set", "model.depth=4", "--set", "training.precision=fp32",
+            "--set", "training.compile=false", "--set", "eval.every_steps=0", "--set", "checkpoint.every_steps=0",
+            "--set", "logging.every_steps=1", "--set", "logging.progress=none"]
+
+
+@pytest.mark.gpu
+def test_a_real_cuda_out_of_memory_is_survived(tmp_path):
+    """A micro-batch of 2^20 examples through a 4 x 8192 MLP needs ~256 GB of activations: the
+    trainer must split it until it fits (on an 80 GB H100: 2^18), and complete."""
+    from conftest import has_cuda
+
+    if not has_cuda():
+        pytest.skip("no CUDA device")
+    res = envkit("run", TEMPLATE, "--run-id", "r", "--set", "device.type=cuda", *REAL_OOM, cwd=tmp_path, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    s = summary(tmp_path)
+    assert s["status"] == "completed" and s["steps"] == 3 and s["micro_batch"] < 1048576
+    assert s["micro_batch"] * s["grad_accum"] == 1048576 and any(e["event"] == "oom" for e in s["faults"])
