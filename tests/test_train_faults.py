@@ -112,7 +112,7 @@ def test_corrupt_checkpoints_are_named_and_skipped(tmp_path, straight):
     res = train(tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     log = (folder(tmp_path) / "train.log").read_text()
-    assert "skipping corrupt checkpoint" in log and "step_00000006.pt" in log and "step_00000004.pt: CorruptCheckpoint" in log
+    assert "skipping corrupt checkpoint" in log and "step_00000006.pt" in log and "step_00000004.pt (in " in log and "CorruptCheckpoint" in log
     s = summary(tmp_path)
     assert s["status"] == "completed" and s["resumed_from"] == "step_00000002.pt"
     assert losses(tmp_path)[12] == straight[12]

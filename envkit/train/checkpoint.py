@@ -136,5 +136,5 @@ def newest_valid(folder: Path, map_location="cpu", log=None) -> tuple[Path, dict
         except Exception as exc:  # noqa: BLE001 - a truncated or foreign file: try the previous one
             if log:
                 what = "corrupt" if isinstance(exc, CorruptCheckpoint) else "unreadable"
-                log(f"warning: skipping {what} checkpoint {path}: {type(exc).__name__}: {exc}; trying the previous one")
+                log(f"warning: skipping {what} checkpoint {path.name} (in {path.parent}): {type(exc).__name__}: {exc}; trying the previous one")
     return None
