@@ -21,7 +21,10 @@ def console(stderr: bool = False):
 
 
 def print_json(data) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    """Every --json output: no URL in it keeps its credentials (envkit/redact.py)."""
+    from envkit.redact import redact
+
+    sys.stdout.write(json.dumps(redact(json.loads(json.dumps(data, default=str))), indent=2) + "\n")
 
 
 MARKS = {"pass": ("✓", "green"), "warn": ("!", "yellow"), "fail": ("✗", "red"), "skip": ("-", "dim")}

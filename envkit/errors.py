@@ -24,4 +24,6 @@ class EnvkitError(Exception):
         text = " ".join(text.split())  # one line, whatever the message held
         if self.fix:
             text += f" (fix: {' '.join(self.fix.split())})"
-        return f"envkit: error: {text}"
+        from envkit.redact import strip_userinfo
+
+        return strip_userinfo(f"envkit: error: {text}")  # an index URL named in an error keeps no password

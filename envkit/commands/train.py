@@ -6,6 +6,7 @@ training happens in a child process (envkit/train/launcher.py)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -88,8 +89,14 @@ def validate(config, overrides, profile, replay, as_json):
 @click.option("--selftest", is_flag=True, help="Run the quick self-test on the device first.")
 @click.option("--nproc-per-node", type=click.IntRange(min=1), default=1, show_default=True, help="Processes (GPUs) via torchrun, DDP.")
 @click.option("--python", "python", help="Train with this interpreter (default: the managed env's, else this one).")
+@click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True, help="Machines taking part (torchrun rendezvous).")
+@click.option("--node-rank", type=click.IntRange(min=0), default=0, show_default=True, help="This machine's rank; node 0 writes the run folder.")
+@click.option("--rdzv-endpoint", metavar="HOST:PORT", help="Rendezvous address, on node 0 (needed with --nnodes > 1).")
+@click.option("--rdzv-backend", default="static", show_default=True, help="torchrun's rendezvous backend (static keeps global rank 0 on node 0; c10d).")
+@click.option("--rdzv-id", help="Rendezvous id shared by all nodes (default: the run id).")
 @click.pass_context
-def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_config, as_json, selftest, nproc_per_node, python):
+def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_config, as_json, selftest, nproc_per_node, python,
+        nnodes, node_rank, rdzv_endpoint, rdzv_backend, rdzv_id):
     """Train from a train.yaml with the embedded reference trainer.
 
     Writes runs/<experiment>/<run-id>/ (config, environment.json, metrics.jsonl, heartbeat.json,
@@ -112,6 +119,11 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
         # One Apple GPU per machine, and neither gloo nor nccl carries MPS tensors (accelerate docs).
         raise EnvkitError(f"--nproc-per-node {nproc_per_node} cannot train on MPS: it is one device and gloo/nccl do not work with it",
                           where="device.type", fix="drop --nproc-per-node (CUDA uses NCCL, the CPU gloo)")
+    nodes = _nodes(nnodes, node_rank, rdzv_endpoint, rdzv_backend, rdzv_id, run_id)
+    if nodes.nnodes > 1 and p.cfg.values["device"]["type"] == "mps":
+        raise EnvkitError("--nnodes cannot train on MPS: gloo/nccl do not carry MPS tensors", where="device.type",
+                          fix="CUDA machines use NCCL, CPUs gloo")
+    run_id = run_id or (nodes.rdzv_id if nodes.nnodes > 1 else None)  # every node names the same run
     if selftest:
         _selftest(p)
     run_dir, resuming, note = launcher.choose_run_dir(p.cfg, run_id, resume)
@@ -123,11 +135,21 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
         if saved.get("config_hash") != p.cfg.config_hash():
             raise EnvkitError(f"run {run_dir.name} was started with a different config (hash {saved.get('config_hash')})",
                               where=str(run_dir), fix="restore that config, use another --run-id, or --resume never")
-    launcher.write_run_files(p, run_dir, env)
-    cmd = launcher.child_command(p.python, run_dir, stop_after=stop_after, resume=resume if resume not in ("auto",) else "auto",
-                                 nproc=nproc_per_node, debug=debug)
+    child_dir = run_dir
+    if nodes.node_rank == 0:
+        launcher.write_run_files(p, run_dir, env)
+    else:
+        child_dir = launcher.stage_for_node(p, run_dir, nodes.node_rank)
+    cmd = launcher.child_command(p.python, child_dir, stop_after=stop_after, resume=resume if resume not in ("auto",) else "auto",
+                                 nproc=nproc_per_node, debug=debug, nodes=nodes)
     click.echo(f"{'resuming' if resuming else 'starting'} run {run_dir}", err=True)
     rc = launcher.launch(cmd, env)
+    if nodes.node_rank > 0:
+        import shutil
+
+        shutil.rmtree(child_dir, ignore_errors=True)
+        click.echo(f"node {nodes.node_rank}: training process exited with code {rc}; node 0 holds the run folder", err=True)
+        raise SystemExit(0 if rc == 0 else 1)
     summary = launcher.read_json(run_dir / "summary.json")
     if as_json and summary:
         click.echo(json.dumps(summary, indent=2, default=str))
@@ -148,6 +170,19 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
                    f"(fix: run `envkit selftest` for the device, and `envkit run` again to resume from the last checkpoint)", err=True)
     if rc != 0:
         raise SystemExit(1 if rc not in (130,) else 130)
+
+
+def _nodes(nnodes, node_rank, endpoint, backend, rdzv_id, run_id):
+    from envkit.train.launcher import Nodes
+
+    if nnodes > 1 and not endpoint:
+        raise EnvkitError(f"--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT (node 0's address, the same on every node)",
+                          where="--rdzv-endpoint", fix="e.g. --rdzv-endpoint 10.0.0.1:29500")
+    if node_rank >= nnodes:
+        raise EnvkitError(f"--node-rank {node_rank} is not below --nnodes {nnodes}", where="--node-rank", fix=f"0 .. {nnodes - 1}")
+    if endpoint and not re.fullmatch(r"\[?[\w.:-]+\]?:\d+", endpoint):
+        raise EnvkitError(f"--rdzv-endpoint {endpoint!r} is not HOST:PORT", where="--rdzv-endpoint", fix="e.g. 10.0.0.1:29500")
+    return Nodes(nnodes, node_rank, endpoint, backend, rdzv_id or run_id)
 
 
 def _selftest(p) -> None:

@@ -10,24 +10,18 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from envkit.errors import EnvkitError
+from envkit.redact import is_secret, recorded_env, redact  # noqa: F401 - is_secret: re-exported
 
 SNAPSHOT_VERSION = 1
 
-# Environment variables that matter to PyTorch and its launchers; nothing else is read or
-# recorded (a bug report should not carry the user's whole environment).
-RELEVANT_ENV = re.compile(
-    r"^(PYTORCH_|TORCH|OMP_|MKL_|KMP_|CUDA_|NVIDIA_|NCCL_|HF_|ENVKIT_|PYTHON|VIRTUAL_ENV$|CONDA_PREFIX$|"
-    r"CONDA_DEFAULT_ENV$|SYSTEM_VERSION_COMPAT$|DYLD_LIBRARY_PATH$|LD_LIBRARY_PATH$|PIP_|UV_)"
-)
-SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "CREDENTIAL")
-
+# The environment variables recorded (an allow-list) and how secrets are kept out: envkit/redact.py,
+# shared by every writer.
 # Torch and friends: read from installed metadata, never imported.
 PACKAGES = ("torch", "torchvision", "torchaudio", "numpy")
 
@@ -80,13 +74,9 @@ class CommandResult:
         return self.rc == 0
 
 
-def is_secret(name: str) -> bool:
-    upper = name.upper()
-    return any(word in upper for word in SECRET_WORDS)
-
-
 def relevant_env(environ: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in sorted(environ.items()) if RELEVANT_ENV.match(k) and not is_secret(k)}
+    """Allow-listed, not secret by name, URLs without credentials (envkit/redact.py)."""
+    return recorded_env(environ)
 
 
 class Runner:
@@ -234,7 +224,8 @@ class RecordingRunner(LiveRunner):
         }
         if self._runtime is not None:
             snap["runtime"] = self._runtime
-        return redact_home(snap, str(Path.home()))
+        # command outputs and files may hold URLs with credentials too (pip config, proxies)
+        return redact_home(redact(snap), str(Path.home()))
 
 
 def redact_home(value, home: str):

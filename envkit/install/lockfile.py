@@ -6,6 +6,7 @@
     [profile]   name, sha256 of its resolved values
     [source]    torch request, channel, index_urls ([] = pip's configured sources)
     [env]       the profile's environment variables (never names holding TOKEN, KEY, SECRET, ...)
+                No URL in the lock holds credentials (envkit/redact.py).
     [[package]] name, version, sha256 (where the installer reported it), url, cached (nightly wheel kept
                 in envkit's cache, used when the index has dropped it)
 
@@ -22,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.facts.runner import is_secret
 from envkit.fsutil import atomic_write_text
 from envkit.install.interp import BOOTSTRAP, Target
+from envkit.redact import redact, safe_env
 
 LOCK_VERSION = 1
 FIX_CORRUPT = "write it again with `envkit setup` (without --lock), or restore it from version control"
@@ -81,12 +82,15 @@ def dumps(lock: Lock) -> str:
              "#   envkit setup --lock envkit.lock     (same platform only)",
              "# and check an environment against it with `envkit check --lock envkit.lock`.",
              f"lock_version = {lock.lock_version}", f"envkit = {_q(lock.envkit)}", ""]
-    lines += _table("platform", lock.platform)
-    lines += _table("profile", lock.profile)
-    lines += _table("source", lock.source)
-    lines += _table("env", {k: v for k, v in lock.env.items() if not is_secret(k)})
+    # Never a credential in a lock (it is committed): index and package URLs lose their userinfo
+    # (pip and uv take it from netrc, keyring or PIP_INDEX_URL at install time), the [env] table
+    # loses names holding TOKEN, KEY, SECRET, ... (envkit/redact.py).
+    lines += _table("platform", redact(lock.platform))
+    lines += _table("profile", redact(lock.profile))
+    lines += _table("source", redact(lock.source))
+    lines += _table("env", safe_env(lock.env))
     for p in sorted(lock.packages, key=lambda p: canon(p["name"])):
-        lines += _table("[package]", p)
+        lines += _table("[package]", redact(p))
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -50,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
         print("envkit: training aborted", file=sys.stderr, flush=True)
         return 130
     except Exception as exc:  # noqa: BLE001 - a device error gets its meaning and fix, not only a traceback
+        if not args.debug:
+            from envkit.train.faults import switch_device
+
+            switch_device(run_dir, resolved["values"]["device"].get("fallback", "auto"), exc)  # returns only without a switch
         advice = device_error_advice(exc)
         if advice is None or args.debug:
             raise

@@ -114,6 +114,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
     "device": {
         "type": F("str", AUTO, choices=DEVICES),
         "fallback_to_cpu": F("bool", False, help="train on the CPU when the device is unusable at run time (reported)"),
+        "fallback": F("str", AUTO, choices=("auto", "cpu", "mps-fallback", "none"),
+                      help="after a device fault mid-run, restart from the last checkpoint: mps-fallback (missing MPS "
+                           "operators on the CPU), cpu (the whole run), none (stop); auto: mps-fallback for a missing operator"),
     },
     "dataloader": {
         "num_workers": F("int", 0, min=0),
@@ -154,7 +157,7 @@ PROFILE_KEYS = {
 # Sections that do not change the trajectory: excluded from the config hash checked on resume.
 HASH_EXCLUDED = {"logging", "checkpoint"}
 HASH_EXCLUDED_KEYS = {"experiment.name", "experiment.output_dir", "experiment.tags", "experiment.notes",
-                      "eval.batches", "eval.accuracy_samples", "device.fallback_to_cpu", "dataloader.num_workers",
+                      "eval.batches", "eval.accuracy_samples", "device.fallback_to_cpu", "device.fallback", "dataloader.num_workers",
                       "dataloader.pin_memory", "dataloader.persistent_workers", "dataloader.prefetch_factor"}
 
 

@@ -38,8 +38,13 @@ class NanGuard:
 
 def resolve_device(requested: str, fallback_to_cpu: bool, log) -> str:
     """"auto" -> the best available; a requested device that is missing -> error or CPU."""
+    import os
+
     import torch
 
+    if os.environ.get("ENVKIT_TRAIN_DEVICE") == "cpu" and requested != "cpu":  # set by faults.switch_device
+        log(f"device.type {requested}: training on the CPU after a device fault (device.fallback: cpu)")
+        return "cpu"
     mps_ok = hasattr(torch.backends, "mps") and torch.backends.mps.is_available()
     if requested == "auto":
         return "cuda" if torch.cuda.is_available() else "mps" if mps_ok else "cpu"

@@ -26,7 +26,6 @@ from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_text
 from envkit.train.config import Config, load_config, resolve_path, to_yaml
 
-SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "CREDENTIAL")
 FINISHED = ("completed",)
 
 
@@ -193,7 +192,10 @@ def _new_run(exp: Path) -> Path:
 
 
 def clean_environ(env: dict) -> dict:
-    return {k: v for k, v in sorted(env.items()) if not any(w in k.upper() for w in SECRET_WORDS)}
+    """What environment.json records of the child's environment: the allow-list of envkit/redact.py."""
+    from envkit.redact import recorded_env
+
+    return recorded_env(env)
 
 
 def git_commit(folder: Path) -> dict | None:
@@ -226,22 +228,59 @@ def write_run_files(p: Plan, run_dir: Path, child_env: dict) -> None:
         "doctor": d, "packages": d["facts"].get("packages"),
         "environ": clean_environ(child_env), "git": git_commit(src),
     }
-    atomic_write_text(run_dir / "environment.json", json.dumps(env_doc, indent=2, default=str) + "\n")
+    from envkit.redact import redact
+
+    # argv, the profile's variables and doctor's facts may hold URLs too: none keeps its credentials
+    atomic_write_text(run_dir / "environment.json", json.dumps(redact(env_doc), indent=2, default=str) + "\n")
 
 
 # ---------------------------------------------------------------- the child
 
 
-def child_command(python: str, run_dir: Path, *, stop_after: int | None, resume: str, nproc: int, debug: bool) -> list[str]:
+@dataclass
+class Nodes:
+    """Several machines: passed through to torchrun's rendezvous (the engine PyTorch ships)."""
+
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    rdzv_backend: str = "static"  # global rank = node_rank * nproc + local rank: rank 0 is on node 0
+    rdzv_id: str | None = None
+
+    def torchrun_args(self) -> list[str]:
+        if self.nnodes == 1:
+            return ["--standalone"]
+        return [f"--nnodes={self.nnodes}", f"--node-rank={self.node_rank}", f"--rdzv-backend={self.rdzv_backend}",
+                f"--rdzv-endpoint={self.rdzv_endpoint}", f"--rdzv-id={self.rdzv_id or 'envkit'}"]
+
+
+def child_command(python: str, run_dir: Path, *, stop_after: int | None, resume: str, nproc: int, debug: bool,
+                  nodes: Nodes | None = None) -> list[str]:
     args = [str(run_dir), "--resume", resume]
     if stop_after is not None:
         args += ["--stop-after", str(stop_after)]
     if debug:
         args.append("--debug")
     entry = str(child_entry())
-    if nproc > 1:
-        return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", entry, *args]
+    nodes = nodes or Nodes()
+    if nproc > 1 or nodes.nnodes > 1:
+        return [python, "-m", "torch.distributed.run", *nodes.torchrun_args(), f"--nproc-per-node={nproc}", entry, *args]
     return [python, "-u", entry, *args]
+
+
+def stage_for_node(p: Plan, run_dir: Path, node_rank: int) -> Path:
+    """Node R > 0 writes nothing into the run folder (rank 0 of node 0 alone does): its processes
+    read the resolved config from a private folder, whose checkpoints/ is the run folder's when
+    that folder is visible here (a shared filesystem: resume works on every node)."""
+    import tempfile
+
+    stage = Path(tempfile.mkdtemp(prefix=f"envkit-node{node_rank}-"))
+    resolved = p.cfg.resolved()
+    resolved["torch_settings"] = dict(getattr(p.profile, "torch", {}) or {}) if p.profile else None
+    atomic_write_text(stage / "config.json", json.dumps(resolved, indent=2, default=str) + "\n")
+    if (run_dir / "checkpoints").is_dir():
+        (stage / "checkpoints").symlink_to(run_dir / "checkpoints", target_is_directory=True)
+    return stage
 
 
 # The helpers the child may import (all pure Python) when the training interpreter lacks them.

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from envkit.train import checkpoint as ckpt
+from envkit.train import faults
 from envkit.train.config import Config
 from envkit.train.data import ResumableBatchSampler, build_data
 from envkit.train.guards import NanGuard, TrainingStopped, resolve_device
@@ -106,12 +107,14 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
         return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (T["lr"] - min_lr)
 
     # ------------------------------------------------------------ resume
-    state = {"step": 0, "batches": 0, "best_val_loss": None, "lr_scale": 1.0, "rollbacks": 0, "elapsed": 0.0}
+    state = {"step": 0, "batches": 0, "best_val_loss": None, "lr_scale": 1.0, "rollbacks": 0, "elapsed": 0.0,
+             "micro_batch": bs, "grad_accum": accum}
     ckpt_dir = run_dir / "checkpoints"
     config_hash = cfg.config_hash()
     resumed_from = None
 
     def restore(found) -> None:
+        nonlocal bs, accum, sampler
         path, saved = found
         if saved["config_hash"] != config_hash:
             raise TrainingStopped(f"checkpoint {path.name} was written by a different config (hash {saved['config_hash']} != {config_hash}); "
@@ -123,6 +126,12 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
         loop = saved.get("loop", {})
         state.update(step=saved["step"], batches=saved["data"]["batches"], best_val_loss=loop.get("best_val_loss"),
                      lr_scale=loop.get("lr_scale", 1.0), rollbacks=loop.get("rollbacks", 0), elapsed=loop.get("elapsed", 0.0))
+        # a micro-batch split after an out-of-memory stays split; the data position follows it
+        saved_bs = loop.get("micro_batch") or T["batch_size"]
+        if saved_bs < bs:
+            bs, accum = saved_bs, T["batch_size"] * T["grad_accum"] // saved_bs
+            sampler = ResumableBatchSampler(len(data.train), bs, seed, rank=rank, world=world)
+        state.update(batches=state["batches"] * saved_bs // bs, micro_batch=bs, grad_accum=accum)
         ckpt.set_rng_state(saved["rng"])
 
     if resume != "never":
@@ -180,18 +189,29 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
             for g in optimizer.param_groups:
                 g["lr"] = lr
             loss_accum = torch.zeros((), device=device)
-            for micro in range(accum):
-                x, y = next(batches_iter)
-                state["batches"] += 1
-                x, y = x.to(device, non_blocking=pin), y.to(device, non_blocking=pin)
-                if world > 1:  # gradient sync only on the last micro-step
-                    model.require_backward_grad_sync = micro == accum - 1
-                with autocast:
-                    logits = model(x)
-                    loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1)) / accum
-                nonfinite |= ~torch.isfinite(loss.detach())
-                scaler.scale(loss).backward()
-                loss_accum += loss.detach()
+            batches_at_step = state["batches"]
+            try:
+                faults.inject_before_step(run_dir, step + 1, raw_model)
+                for micro in range(accum):
+                    x, y = next(batches_iter)
+                    state["batches"] += 1
+                    x, y = x.to(device, non_blocking=pin), y.to(device, non_blocking=pin)
+                    if world > 1:  # gradient sync only on the last micro-step
+                        model.require_backward_grad_sync = micro == accum - 1
+                    with autocast:
+                        logits = model(x)
+                        loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1)) / accum
+                    nonfinite |= ~torch.isfinite(loss.detach())
+                    scaler.scale(loss).backward()
+                    loss_accum += loss.detach()
+            except Exception as exc:  # noqa: BLE001 - out of memory: split the micro-batch, redo this step
+                bs, accum, factor = faults.shrink_after_oom(exc, run_dir=run_dir, step=step, bs=bs, accum=accum,
+                                                           device_type=device_type, world=world, log=log, metrics=tel.metrics)
+                optimizer.zero_grad(set_to_none=True)
+                sampler = ResumableBatchSampler(len(data.train), bs, seed, rank=rank, world=world)
+                state.update(batches=batches_at_step * factor, micro_batch=bs, grad_accum=accum)
+                batches_iter = make_loader(state["batches"])
+                continue
             grad_norm = None
             if T["grad_clip"] > 0:
                 scaler.unscale_(optimizer)
@@ -266,7 +286,7 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
                         "step": step, "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
                         "scaler": scaler.state_dict() if scaler.is_enabled() else None, "rng": ckpt.rng_state(),
                         "data": {"batches": state["batches"]}, "config_hash": config_hash,
-                        "loop": {k: state[k] for k in ("best_val_loss", "lr_scale", "rollbacks", "elapsed")},
+                        "loop": {k: state[k] for k in ("best_val_loss", "lr_scale", "rollbacks", "elapsed", "micro_batch", "grad_accum")},
                     }, C["keep_last"])
                     tel.heartbeat(step=step, loss=last_loss, eta=None, force=True, checkpoint=path.name)
                 if world > 1:
@@ -329,6 +349,7 @@ def _finish(tel: Telemetry, run_dir: Path, status: str, step: int, ns: dict, err
     if unit == "tokens":
         summary["flops_per_token"] = ns.get("flops_per_token")
         summary["mfu"] = compute_mfu(ns.get("flops_per_token"), rate, ns.get("device_name"), ns.get("world", 1))
+    summary.update(micro_batch=state.get("micro_batch"), grad_accum=state.get("grad_accum"), faults=faults.events(run_dir))
     if error:
         summary["error"] = error
     if tel.enabled:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from envkit.fsutil import atomic_write_text
+from envkit.redact import strip_userinfo
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -61,6 +62,7 @@ class Telemetry:
     def log(self, message: str) -> None:
         if not self.enabled:
             return
+        message = strip_userinfo(message)  # a URL in a message (a dataset, an index) keeps no password
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         self._log.write(f"{stamp} {message}\n")
         if self._bar is not None and self._bar.live.is_started:

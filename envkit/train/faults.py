@@ -1,0 +1,237 @@
+"""Faults the trainer survives on its own, and the hook that injects them for envkit's tests.
+
+- Out of memory (CUDA OOM, MPS "out of memory"): free the cache, split the micro-batch (halve it
+  where it is even; in general its largest proper divisor) and multiply gradient accumulation by
+  the same factor, so the effective batch is unchanged, and redo the current step. Only a
+  micro-batch of 1 (or a multi-process run, whose ranks must agree) stops with the advice.
+- A device fault mid-run (a missing MPS operator, a backend RuntimeError): see `device_fallback`;
+  the child process restarts itself from the last checkpoint (envkit/train/child.py).
+- Every fault handled is one line in train.log and one JSON line in RUN_DIR/faults.jsonl, which
+  summary.json lists under "faults".
+
+Testing hook (like the self-test's ENVKIT_SELFTEST_INJECT):
+  ENVKIT_TRAIN_INJECT="oom@5,nan@8,device@12,diskfull@6"
+raises that fault while optimizer step N is made (diskfull: when checkpoint step N is written).
+Each fires once per run folder (recorded in faults.jsonl), so a restarted or resumed run goes on.
+Needs only torch and the standard library (it runs in the trainer's child process).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import time
+from pathlib import Path
+
+ENV_INJECT = "ENVKIT_TRAIN_INJECT"
+ENV_DEVICE = "ENVKIT_TRAIN_DEVICE"  # set by the child for itself after a switch to the CPU
+KINDS = ("oom", "nan", "device", "diskfull")
+EVENTS = "faults.jsonl"
+
+
+# ---------------------------------------------------------------- the record
+
+
+def record(run_dir: Path, event: dict) -> None:
+    """Append one event to RUN_DIR/faults.jsonl (rank 0 only), flushed to disk."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    line = json.dumps({"time": time.time(), **event}, default=str)
+    with open(Path(run_dir) / EVENTS, "a", encoding="utf-8") as fh:
+        fh.write(line + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def events(run_dir: Path) -> list[dict]:
+    try:
+        lines = (Path(run_dir) / EVENTS).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue  # a line cut by a kill: the others still count
+    return out
+
+
+# ---------------------------------------------------------------- injection
+
+
+def planned() -> list[tuple[str, int]]:
+    spec = os.environ.get(ENV_INJECT, "").strip()
+    out = []
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        kind, _, at = part.partition("@")
+        if kind not in KINDS or not at.isdigit():
+            from envkit.errors import EnvkitError
+
+            raise EnvkitError(f"bad fault {part!r}", where=ENV_INJECT, fix=f"KIND@STEP with KIND one of {', '.join(KINDS)}")
+        out.append((kind, int(at)))
+    return out
+
+
+def take(run_dir: Path, kind: str, step: int) -> bool:
+    """True once per run folder when KIND@STEP is planned: the fault should happen now."""
+    if (kind, step) not in planned() or int(os.environ.get("RANK", "0")) != 0:
+        return False
+    tag = f"{kind}@{step}"
+    if any(e.get("injected") == tag for e in events(run_dir)):
+        return False
+    record(run_dir, {"event": "injected", "injected": tag, "step": step})
+    return True
+
+
+def inject_before_step(run_dir: Path, step: int, model) -> None:
+    """Called before optimizer step `step` (1-based) is made."""
+    if not os.environ.get(ENV_INJECT):
+        return
+    import torch
+
+    if take(run_dir, "oom", step):
+        raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate 20.00 GiB (injected by {ENV_INJECT} at step {step})")
+    if take(run_dir, "device", step):
+        raise NotImplementedError(f"The operator 'aten::envkit_injected' is not currently implemented for the MPS device "
+                                  f"(injected by {ENV_INJECT} at step {step})")
+    if take(run_dir, "nan", step):
+        with torch.no_grad():  # a real non-finite state: the NaN guard must find it and roll back
+            next(iter(model.parameters())).fill_(float("nan"))
+
+
+def inject_disk_full(run_dir: Path, step: int) -> bool:
+    return bool(os.environ.get(ENV_INJECT)) and take(run_dir, "diskfull", step)
+
+
+def disk_full_error(path: Path) -> OSError:
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+
+# ---------------------------------------------------------------- out of memory
+
+
+def is_oom(exc: BaseException) -> bool:
+    return type(exc).__name__ == "OutOfMemoryError" or "out of memory" in str(exc).lower()
+
+
+def smaller_micro_batch(bs: int) -> int | None:
+    """The largest proper divisor of bs (bs/2 when even): accumulation x bs/d keeps the batch exact."""
+    for d in range(bs // 2, 0, -1):
+        if bs % d == 0:
+            return d
+    return None
+
+
+def free_device_memory(exc: BaseException, device_type: str) -> None:
+    """Drop what the failed step still holds (its frames' tensors), then the allocator's cache."""
+    import gc
+    import traceback
+
+    import torch
+
+    if exc.__traceback__ is not None:
+        traceback.clear_frames(exc.__traceback__)
+    gc.collect()
+    if device_type == "cuda":
+        torch.cuda.empty_cache()
+    elif device_type == "mps":
+        torch.mps.empty_cache()
+
+
+def shrink_after_oom(exc: BaseException, *, run_dir: Path, step: int, bs: int, accum: int, device_type: str,
+                     world: int, log, metrics) -> tuple[int, int, int]:
+    """(micro-batch, accumulation, factor) to redo step+1 with; re-raises what it cannot handle."""
+    if not is_oom(exc):
+        raise exc
+    new_bs = smaller_micro_batch(bs)
+    if new_bs is None or world > 1:
+        raise exc  # micro-batch 1, or ranks that must agree: the child prints the one-line advice
+    free_device_memory(exc, device_type)
+    factor = bs // new_bs
+    first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+    log(f"warning: out of memory at step {step + 1} with micro-batch {bs} ({first}): freed the cache; micro-batch {new_bs} "
+        f"x {accum * factor} accumulation (effective batch {bs * accum} unchanged); redoing step {step + 1}")
+    metrics({"step": step, "event": "oom", "micro_batch": new_bs, "grad_accum": accum * factor})
+    record(run_dir, {"event": "oom", "step": step + 1, "micro_batch_before": bs, "micro_batch": new_bs,
+                     "grad_accum": accum * factor, "error": first})
+    return new_bs, accum * factor, factor
+
+
+# ---------------------------------------------------------------- device faults
+
+
+def is_device_fault(exc: BaseException) -> bool:
+    """A missing MPS operator, or a RuntimeError from a device backend (not an out of memory)."""
+    if is_oom(exc):
+        return False
+    low = str(exc).lower()
+    if isinstance(exc, NotImplementedError) and "mps" in low:
+        return True
+    return isinstance(exc, RuntimeError) and any(w in low for w in ("mps", "cuda error", "cudnn", "cublas", "metal", "backend"))
+
+
+def fallback_plan(policy: str, device_type: str, exc: BaseException) -> str | None:
+    """Which switch `device.fallback` allows for this fault: "mps-fallback", "cpu" or None.
+
+    auto: a missing MPS operator runs on the CPU operator by operator (PYTORCH_ENABLE_MPS_FALLBACK=1);
+    other faults stop. mps-fallback: only for a missing MPS operator. cpu: the whole run moves to
+    the CPU. none: stop with the advice."""
+    if device_type == "cpu" and os.environ.get(ENV_DEVICE) == "cpu":
+        return None  # already switched: a second fault is not retried forever
+    missing_op = isinstance(exc, NotImplementedError) and "mps" in str(exc).lower()
+    if os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK") == "1" and missing_op and policy != "cpu":
+        return None  # the fallback is on and the operator still fails
+    if policy == "cpu":
+        return "cpu"
+    if policy in ("auto", "mps-fallback") and missing_op:
+        return "mps-fallback"
+    return None
+
+
+def child_env_for(switch: str) -> dict[str, str]:
+    env = dict(os.environ)
+    if switch == "mps-fallback":
+        env["PYTORCH_ENABLE_MPS_FALLBACK"] = "1"
+    elif switch == "cpu":
+        env[ENV_DEVICE] = "cpu"
+    return env
+
+
+def restart_argv(argv: list[str]) -> list[str]:
+    """The child's own command line, resuming from the newest valid checkpoint."""
+    out = list(argv)
+    for i, a in enumerate(out[:-1]):
+        if a == "--resume":
+            out[i + 1] = "auto"
+    return out
+
+
+def switch_device(run_dir: Path, policy: str, exc: BaseException) -> None:
+    """After a device fault, restart this child process (same pid, so `envkit run` keeps waiting
+    on it) from the last checkpoint with the switch `device.fallback` allows; returns when none."""
+    import sys
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 or not is_device_fault(exc):
+        return
+    try:
+        summary = json.loads((Path(run_dir) / "summary.json").read_text())
+    except (OSError, ValueError):
+        summary = {}
+    device = summary.get("device") or "unknown"
+    switch = fallback_plan(policy, device, exc)
+    if switch is None:
+        return
+    first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+    how = ("with PYTORCH_ENABLE_MPS_FALLBACK=1 (missing operators run on the CPU)" if switch == "mps-fallback"
+           else "on the CPU")
+    line = (f"warning: device fault on {device} at step {summary.get('steps')} ({type(exc).__name__}: {first}): restarting from the "
+            f"last checkpoint {how} (device.fallback: {policy})")
+    record(run_dir, {"event": "device_switch", "from": device, "to": "cpu" if switch == "cpu" else f"{device}+cpu-fallback",
+                     "switch": switch, "step": summary.get("steps"), "error": f"{type(exc).__name__}: {first}"})
+    with open(Path(run_dir) / "train.log", "a", encoding="utf-8") as fh:
+        fh.write(time.strftime("%Y-%m-%d %H:%M:%S ") + line + "\n")
+    print(line, file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os.execve(sys.executable, restart_argv(sys.orig_argv), child_env_for(switch))
