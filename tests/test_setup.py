@@ -183,3 +183,23 @@ def test_bad_input_one_line_exit_2_nothing_changed(tmp_path):
         assert len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, (args, r.stderr)
     assert "OS Darwin in the lock, Linux here" in run_setup(tmp_path, "--lock", "mac.lock").stderr or sys.platform != "linux"
     assert sorted((p.name, p.stat().st_mtime_ns) for p in tmp_path.iterdir()) == before
+
+
+def test_index_password_never_printed_or_written(server, venv, tmp_path):
+    """An index URL with credentials installs (pip gets the real URL) but the plan, the installer
+    lines, the lock, state.json and the env scripts carry it without user and password."""
+    url = server.url("json").replace("://", "://bob:PASSWORD9@", 1)
+    r = run_setup(tmp_path, "--venv", str(venv), "--index-url", url)
+    assert r.returncode == 0, r.stderr
+    assert installed(venv)["torch"] == "2.6.0+cpu"
+    assert "PASSWORD9" not in r.stdout + r.stderr and "bob" not in r.stdout + r.stderr
+    assert server.url("json") in r.stdout  # still names the index
+    written = [tmp_path / "envkit.lock", *(p for p in (tmp_path / ".envkit").rglob("*") if p.is_file())]
+    for path in written:
+        assert "PASSWORD9" not in path.read_text(errors="replace"), path
+    # the lock names the bare index; rebuilding with the credentialed URL in PIP_INDEX_URL works
+    second = tmp_path / "second"
+    r = run_setup(tmp_path, "--lock", "envkit.lock", "--venv", str(second), env={"PIP_INDEX_URL": url})
+    assert r.returncode == 0, r.stderr
+    assert "PASSWORD9" not in r.stdout + r.stderr
+    assert installed(second)["torch"] == "2.6.0+cpu"

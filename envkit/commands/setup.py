@@ -10,7 +10,11 @@ from envkit.errors import EnvkitError
 
 
 def _say(text: str = "", err: bool = False) -> None:
-    click.echo(text, err=err)
+    """Every line setup prints (plan, commands, notes) loses URL credentials: the installer gets
+    the real index URL, the terminal and its logs do not."""
+    from envkit.redact import strip_userinfo
+
+    click.echo(strip_userinfo(text), err=err)
 
 
 @click.command()

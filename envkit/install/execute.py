@@ -18,8 +18,12 @@ class StepFailed(Exception):
 
 
 def stream(argv: list[str], *, echo=None, timeout: float | None = None) -> int:
-    """Run a command, passing its output through line by line. Ctrl-C stops it and re-raises."""
-    echo = echo or (lambda line: sys.stderr.write(f"  │ {line}\n"))
+    """Run a command, passing its output through line by line (URL credentials stripped: pip masks
+    the password but prints the user, and a failing resolver may print a URL whole). Ctrl-C stops it
+    and re-raises."""
+    from envkit.redact import strip_userinfo
+
+    echo = echo or (lambda line: sys.stderr.write(f"  │ {strip_userinfo(line)}\n"))
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
                                 env={**os.environ, "PYTHONUNBUFFERED": "1", "PIP_NO_INPUT": "1"})

@@ -33,7 +33,7 @@ def rebuild_from_lock(lock, lock_path: Path, facts, profile, venv: Path, base_py
     cache = execute.wheel_cache()
     cmd = [venv_python, "-m", "pip", "install", "--no-deps"] + (["--require-hashes"] if hashed else [])
     for url in lock.index_urls:
-        cmd += index_args(url)
+        cmd += index_args(_with_credentials(url))
     if any(p.get("cached") for p in lock.packages) and cache.is_dir():
         cmd += ["--find-links", str(cache)]
     extras = sorted(drift["added"])
@@ -85,3 +85,17 @@ def rebuild_from_lock(lock, lock_path: Path, facts, profile, venv: Path, base_py
         except EnvkitError as exc:
             say(f"note: env scripts not rewritten: {exc.one_line()}", err=True)
     return True
+
+
+def _with_credentials(url: str) -> str:
+    """The lock names its index without credentials; where PIP_INDEX_URL or ENVKIT_INDEX_URL is
+    the same index with a user and password, the install uses that (pip's netrc/keyring otherwise)."""
+    import os
+
+    from envkit.redact import strip_userinfo
+
+    for name in ("ENVKIT_INDEX_URL", "PIP_INDEX_URL", "UV_INDEX_URL"):
+        value = os.environ.get(name, "")
+        if value and value != url and strip_userinfo(value) == url:
+            return value
+    return url

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from envkit.fsutil import atomic_write_text
+from envkit.redact import redact
 
 MANAGED_DIR = ".envkit"
 STATE_FILE = "state.json"
@@ -67,7 +68,7 @@ def write_state(root: Path, **values) -> Managed:
         except (OSError, json.JSONDecodeError):
             state = {}
     state.update({k: (str(v) if isinstance(v, Path) else v) for k, v in values.items()})
-    atomic_write_text(path, json.dumps(state, indent=2) + "\n")
+    atomic_write_text(path, json.dumps(redact(state), indent=2) + "\n")  # an index URL's password never lands on disk
     return Managed(root, state)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.install.apply import Say
+from envkit.redact import strip_userinfo
 
 
 def write_outputs(root: Path, venv: Path, venv_python: str, profile, plan, facts, lock_path: Path, *, report,
@@ -39,7 +40,7 @@ def write_outputs(root: Path, venv: Path, venv_python: str, profile, plan, facts
     if lockfile.write(lock_path, lock):
         say(f"wrote {lock_path}", err=True)
     state = {"profile": profile.name, "venv": str(venv), "python": venv_python, "torch": target.installed.get("torch"),
-             "index_url": plan.index_url, "lock": str(lock_path.resolve())}
+             "index_url": strip_userinfo(plan.index_url) if plan.index_url else None, "lock": str(lock_path.resolve())}
     state_file = root / "state.json"
     old = json.loads(state_file.read_text()) if state_file.is_file() else {}
     if any(old.get(k) != v for k, v in state.items()):
