@@ -99,7 +99,7 @@ class _Budget(Exception):
 
 def tune(ctx: BenchContext, budget_s: float, *, window_steps: int | None = None, on_run=None, debug: bool = False) -> TuneResult:
     t0 = time.monotonic()
-    result = TuneResult(ctx.shipped_profile, ctx.target, ctx.model, budget_s=budget_s)
+    result = TuneResult(ctx.profile.name, ctx.target, ctx.model, budget_s=budget_s)
     shipped = shipped_settings(ctx)
     base_env = ctx.plain_env()
     costs: list[float] = []
@@ -156,7 +156,7 @@ def _search(dim: str, ctx: BenchContext, current: Settings, base: Measurement, s
                  for n in decide.thread_candidates(current.threads, cores, logical)]
         if not cands:
             return current, base
-        win, why = decide.pick(base, cands, fmt=lambda v: f"{v} threads" if isinstance(v, int) else str(v))
+        win, why = decide.pick(base, cands, fmt=lambda v: f"{v} thread{'s' if v != 1 else ''}" if isinstance(v, int) else str(v))
         if win is not base:
             current = replace(current, threads=int(win.value))
         if current.threads:

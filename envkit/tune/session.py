@@ -56,7 +56,7 @@ def run_tune(ctx: BenchContext, budget_s: float, *, on_run=None, dry_run: bool =
     if not result.decisions:
         out.notes.append("nothing measured to a decision: no profile written")
         return out
-    name = tuned_name(result.base)
+    name = tuned_name(ctx.shipped_profile)  # the name doctor looks for on this machine
     path = user_dir() / f"{name}.toml"
     text = render_profile(name, result.base, result.decisions, source_line(ctx.facts, ctx.model, ctx.target),
                           getattr(ctx.facts.torch, "base_version", None),
