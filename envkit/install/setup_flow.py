@@ -34,7 +34,10 @@ def run_setup(opts: SetupOptions, ui) -> int:
     if opts.tune:
         from envkit.tune.session import parse_budget
 
-        parse_budget(opts.tune)  # a bad budget is refused before anything changes
+        try:
+            parse_budget(opts.tune)  # a bad budget is refused before anything changes
+        except EnvkitError as exc:
+            raise EnvkitError(exc.message, where="--tune", fix=exc.fix)
     companions = parse_with(opts.with_)
     dry_run, as_json, yes, replay, python_opt = opts.dry_run or bool(opts.replay), opts.as_json, opts.yes, opts.replay, opts.python
     no_numpy = not opts.numpy
