@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "runs": ("envkit.commands.monitor:runs", "A table of training runs with status, steps and best val loss."),
     "monitor": ("envkit.commands.monitor:monitor", "Live view of a run from its heartbeat and metrics."),
     "plot": ("envkit.commands.monitor:plot", "Write loss and throughput curves of a run as a PNG."),
+    "bench": ("envkit.commands.bench:bench", "Measure the optimization ladder here: CPU, device, bf16, compile, profile settings."),
+    "tune": ("envkit.commands.tune:tune", "Measure settings within a time budget and write the winner as this machine's profile."),
 }
 
 

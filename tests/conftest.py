@@ -14,11 +14,16 @@ ROOT = Path(__file__).resolve().parents[1]
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
 
 
+_EMPTY_CONFIG_DIR = __import__("tempfile").mkdtemp(prefix="envkit-test-config-")
+
+
 def envkit(*args: str, env: dict | None = None, cwd: str | os.PathLike | None = None, timeout: float = 300,
            input: str | None = None) -> subprocess.CompletedProcess:
     """Run `python -m envkit ARGS` as a user would; stdout is not a TTY (plain output)."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTORCH_", "ENVKIT_"))}
     full_env["PYTHONUNBUFFERED"] = "1"
+    # A tuned profile in the developer's own user folder (envkit tune) must not change what tests see.
+    full_env["ENVKIT_CONFIG_DIR"] = _EMPTY_CONFIG_DIR
     if env:
         full_env.update(env)
     return subprocess.run([sys.executable, "-m", "envkit", *args], capture_output=True, text=True,

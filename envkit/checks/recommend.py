@@ -1,4 +1,5 @@
-"""Which profile a machine should use: a small pure function of its facts (light-the-torch style)."""
+"""Which profile a machine should use: a small pure function of its facts (light-the-torch style),
+then, on the live machine only, the profile `envkit tune` measured for it when there is one."""
 
 from __future__ import annotations
 
@@ -32,8 +33,33 @@ def apple_profile(family: str | None, tier: str | None) -> tuple[str, str | None
     return name, f"{chip} is newer than envkit's tuned profiles: using {name}, the nearest known chip (measure and adjust)"
 
 
+TUNED_SUFFIX = "-tuned"
+
+
+def tuned_name(shipped: str) -> str:
+    """The user profile `envkit tune` writes for a machine whose shipped profile is `shipped`."""
+    return shipped + TUNED_SUFFIX
+
+
+def tuned_profile_path(shipped: str):
+    """The tuned profile file in the user profile folder, or None."""
+    from envkit.profiles.files import user_dir
+
+    path = user_dir() / f"{tuned_name(shipped)}.toml"
+    return path if path.is_file() else None
+
+
 def recommend_profile(facts: Facts) -> tuple[str, str | None]:
-    """(profile name, warning or None)."""
+    """(profile name, warning or None): the tuned profile of this machine when `envkit tune` wrote
+    one (never for a replayed snapshot: that is another machine), else the shipped one."""
+    name, warning = shipped_recommendation(facts)
+    if getattr(facts, "source", "live") == "live" and tuned_profile_path(name) is not None:
+        return tuned_name(name), warning
+    return name, warning
+
+
+def shipped_recommendation(facts: Facts) -> tuple[str, str | None]:
+    """(shipped profile name, warning or None)."""
     if facts.is_apple_silicon:
         if facts.chip.family:
             return apple_profile(facts.chip.family, facts.chip.tier)

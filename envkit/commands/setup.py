@@ -32,16 +32,19 @@ def _say(text: str = "", err: bool = False) -> None:
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--lock", "lock_opt", metavar="FILE", help="Rebuild from this lock if it exists, else write the lock here (default envkit.lock).")
 @click.option("--no-selftest", is_flag=True, help="Skip the self-test at the end.")
+@click.option("--tune", "tune", default=None, metavar="BUDGET", is_flag=False, flag_value="5m",
+              help="After the install, run `envkit tune` for BUDGET (default 5m) and use the tuned profile.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @click.option("--replay", metavar="SNAPSHOT", type=click.Path(dir_okay=False), help="Plan for a recorded machine (implies --dry-run).")
 def setup(profile_name, torch_req, with_, no_numpy, venv_opt, python_opt, installer, index_url, dry_run, yes, lock_opt,
-          no_selftest, as_json, replay) -> None:
+          no_selftest, tune, as_json, replay) -> None:
     """Install or upgrade PyTorch into a reproducible, containerless environment."""
     from envkit.install.setup_flow import SetupOptions, run_setup
 
     opts = SetupOptions(profile=profile_name, torch=torch_req, with_=with_, numpy=not no_numpy, venv=venv_opt,
                         python=python_opt, installer=installer, index_url=index_url, dry_run=dry_run, yes=yes,
-                        lock=lock_opt, selftest=not no_selftest, as_json=as_json, replay=replay)
+                        lock=lock_opt, selftest=not no_selftest, as_json=as_json, replay=replay,
+                        tune=tune)
     rc = run_setup(opts, _CommandLineUI())
     if rc:
         sys.exit(rc)

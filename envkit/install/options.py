@@ -29,6 +29,7 @@ class SetupOptions:
     yes: bool = False
     lock: str | None = None
     selftest: bool = True
+    tune: str | None = None  # a budget ("5m"): run `envkit tune` after the install
     as_json: bool = False
     replay: str | None = None
 

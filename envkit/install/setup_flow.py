@@ -31,6 +31,13 @@ def run_setup(opts: SetupOptions, ui) -> int:
     # ---- validate everything before touching the disk -------------------------------------------
     say = ui.say
     request = parse_request(opts.torch)
+    if opts.tune:
+        from envkit.tune.session import parse_budget
+
+        try:
+            parse_budget(opts.tune)  # a bad budget is refused before anything changes
+        except EnvkitError as exc:
+            raise EnvkitError(exc.message, where="--tune", fix=exc.fix)
     companions = parse_with(opts.with_)
     dry_run, as_json, yes, replay, python_opt = opts.dry_run or bool(opts.replay), opts.as_json, opts.yes, opts.replay, opts.python
     no_numpy = not opts.numpy
@@ -52,7 +59,7 @@ def run_setup(opts: SetupOptions, ui) -> int:
 
     if lock_in is not None:
         if rebuild_from_lock(lock_in, lock_path, facts, profile, venv, base_python, dry_run, yes, as_json, root, ui):
-            return _finish(venv_python_of(venv), profile, opts.selftest, ui)
+            return _finish(venv_python_of(venv), profile, opts.selftest, ui, opts.tune, root)
         return 0
 
     from envkit.install import plan as planmod
@@ -126,10 +133,39 @@ def run_setup(opts: SetupOptions, ui) -> int:
                               index_used if installer == "uv" else None, installed)
         write_outputs(root, venv, venv_python, profile, plan, facts, lock_path, report=report, cached=cached, say=say,
                       known_hashes=known)
-    return _finish(venv_python, profile, opts.selftest, ui)
+    return _finish(venv_python, profile, opts.selftest, ui, opts.tune, root)
 
 
-def _finish(venv_python: str, profile, selftest: bool, ui) -> int:
+def _finish(venv_python: str, profile, selftest: bool, ui, tune: str | None = None, root: Path | None = None) -> int:
+    rc = _selftest(venv_python, profile, selftest, ui)
+    if rc == 0 and tune:
+        _tune(venv_python, profile, tune, ui, root)
+    return rc
+
+
+def _tune(venv_python: str, profile, budget: str, ui, root: Path | None) -> None:
+    """`envkit setup --tune`: measure in the new environment and make the tuned profile the managed one."""
+    from envkit.bench.context import load_context
+    from envkit.checks.recommend import TUNED_SUFFIX
+    from envkit.install.managed import write_state
+    from envkit.tune.session import parse_budget, run_tune
+
+    start = profile.name.removesuffix(TUNED_SUFFIX)  # tune from the shipped profile, never on top of itself
+    ui.say(f"tuning from profile {start} for {budget} (envkit tune)")
+    ctx = load_context(None, None, start, venv_python)
+    out = run_tune(ctx, parse_budget(budget), on_run=lambda row: ui.say(
+        f"  {row['run']:<24} {row['status']:<5} " + (f"{row['per_second']:,.0f} {row['unit']}/s" if row["per_second"] else row["reason"])))
+    for d in out.result.decisions:
+        ui.say(f"  {'*' if d.changed else '='} {d.section}.{d.key} = {d.value}: {d.reason}")
+    if out.profile and out.path:
+        if root is not None and (root / "state.json").is_file():
+            write_state(root, profile=out.profile)
+        ui.say(f"wrote profile {out.profile}: {out.path}")
+    else:
+        ui.say("envkit tune decided nothing within the budget: the profile stays " + profile.name, err=True)
+
+
+def _selftest(venv_python: str, profile, selftest: bool, ui) -> int:
     if selftest:
         from envkit.selftest import run_selftest
 

@@ -1,0 +1,96 @@
+"""What a bench or tune run measures with: the target interpreter, this machine's facts and
+doctor checks, the profile, and the model's config (a quick-test template or the user's train.yaml)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from envkit.errors import EnvkitError
+
+MODELS = ("gpt", "cnn", "mlp")
+
+
+@dataclass
+class BenchContext:
+    python: str
+    facts: object  # envkit.facts.Facts (runtime probed in the target interpreter)
+    checks: dict  # doctor check id -> Check
+    profile: object | None  # envkit.profiles.Profile
+    shipped_profile: str  # what doctor recommends, ignoring tuned profiles
+    config: object  # envkit.train.config.Config
+    model: str  # gpt | cnn | mlp | the user's factory
+    target: str  # the device training uses here: cuda | mps | cpu
+
+    def plain_env(self) -> dict[str, str]:
+        """os.environ without the profile's variables: what a run gets before the profile rung."""
+        env = dict(os.environ)
+        for key in (getattr(self.profile, "env", None) or {}):
+            if key != "PYTHONUNBUFFERED":
+                env.pop(key, None)
+        return env
+
+    def profile_env(self) -> dict[str, str]:
+        return dict(getattr(self.profile, "env", None) or {})
+
+
+def template_path(model: str) -> Path:
+    from envkit.resources import shipped_dir
+
+    return shipped_dir("templates") / "train" / f"{model}_quick_test.yaml"
+
+
+def load_context(model: str | None, config_path: str | None, profile_name: str | None, python: str | None,
+                 device: str = "auto") -> BenchContext:
+    from envkit.checks import best_device, run_checks
+    from envkit.checks.recommend import recommend_profile, shipped_recommendation
+    from envkit.facts import gather
+    from envkit.install.managed import find_managed
+    from envkit.profiles import load_profile
+    from envkit.train.config import load_config
+
+    if config_path and model:
+        raise EnvkitError("--model and --config exclude each other", where="--model",
+                          fix="--model picks a built-in quick-test model; --config uses your train.yaml's model and data")
+    managed = find_managed()
+    py = python or (str(managed.python) if managed else None)
+    facts = gather(runtime=True, gpu_detail=True, python=py)
+    checks = {c.id: c for c in run_checks(facts)}
+    torch_check = checks.get("torch")
+    if torch_check is not None and torch_check.status == "fail":
+        raise EnvkitError(f"no usable PyTorch: {torch_check.message} (doctor check 'torch')", where="environment",
+                          fix=torch_check.fix or "`envkit setup` installs the right torch build")
+    if profile_name is None:
+        profile_name = managed.profile if managed and managed.profile else recommend_profile(facts)[0]
+    profile = load_profile(profile_name, facts=facts)
+    target = best_device(facts) if device == "auto" else device
+    if target in ("cuda", "mps") and checks.get(target) is not None and checks[target].status != "pass":
+        c = checks[target]
+        raise EnvkitError(f"--device {target} cannot run here: {c.message} (doctor check '{target}')", where="--device",
+                          fix=c.fix or "use --device auto")
+    if config_path:
+        cfg = load_config(config_path, profile=profile)
+        name = cfg.values["model"]["type"]
+    else:
+        name = model or "gpt"
+        if name not in MODELS:
+            raise EnvkitError(f"unknown model {name!r}", where="--model", fix=f"one of {', '.join(MODELS)}, or --config train.yaml")
+        cfg = load_config(template_path(name), profile=profile)
+    _absolute_paths(cfg)
+    return BenchContext(py or _this_python(), facts, checks, profile, shipped_recommendation(facts)[0], cfg, name, target)
+
+
+def _absolute_paths(cfg) -> None:
+    """The child runs elsewhere: give it absolute dataset paths (as envkit run does)."""
+    from envkit.train.config import resolve_path
+
+    d = cfg.values["dataset"]
+    if d.get("path"):
+        d["path"] = str(resolve_path(cfg, d["path"]).resolve())
+
+
+def _this_python() -> str:
+    import sys
+
+    return sys.executable

@@ -1,0 +1,157 @@
+"""The optimization ladder: which rungs exist, which this machine can run (and, if not, which
+doctor check says why), and how a measured rung is judged against the CPU fp32 baseline.
+
+Rungs are cumulative: each adds one thing to the rung before it on the same device. A rung that
+failed or was skipped does not pass its addition on (the next rung says so in its note).
+Everything here is a pure function of the facts, the doctor checks and the measurements.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+# A rung whose loss departs from the baseline's by more than this (relative) is flagged: after the
+# same steps from the same seed, fp32 on another device agrees to well under 1%; bf16/fp16 autocast
+# moves it a few percent; more than 10% means the numbers changed, not only the speed.
+LOSS_TOLERANCE = 0.10
+
+# The ladder as data. `on`: cpu, or the accelerator ("device"); `target_only`: only listed when the
+# machine trains on that device; `adds`: what this rung adds to the previous rung on its device.
+LADDER: tuple[dict, ...] = (
+    {"name": "cpu fp32", "on": "cpu", "baseline": True},
+    {"name": "cpu + compile", "on": "cpu", "target_only": "cpu", "adds": {"compile": True}, "needs": "compile"},
+    {"name": "cpu + profile", "on": "cpu", "target_only": "cpu", "adds": {"profile": True}},
+    {"name": "{dev} fp32", "on": "device", "needs": "{dev}"},
+    {"name": "{dev} + {low}", "on": "device", "adds": {"precision": "low"}, "needs": "bf16"},
+    {"name": "{dev} + compile", "on": "device", "adds": {"compile": True}, "needs": "compile"},
+    {"name": "{dev} + profile", "on": "device", "adds": {"profile": True}},
+    {"name": "{dev} + {fast}", "on": "device", "adds": {"fused": True, "channels_last": True}, "needs": "fast"},
+)
+
+
+@dataclass
+class Rung:
+    name: str
+    device: str
+    settings: dict = field(default_factory=dict)  # precision, compile, profile, fused, channels_last
+    skip: str | None = None  # why it cannot run here
+    check: str | None = None  # the doctor check the skip comes from
+    baseline: bool = False
+    adds: dict = field(default_factory=dict)
+
+
+def accelerator(facts) -> str:
+    """The accelerator this kind of machine would train on: mps on a Mac, cuda elsewhere."""
+    return "mps" if getattr(facts, "is_macos", False) else "cuda"
+
+
+def low_precision(device: str, facts, checks: dict) -> tuple[str | None, str]:
+    """(bf16 | fp16 | None, why). bf16 where it is native; fp16 where bf16 is missing or emulated
+    (M1/M2: knowledge/mps.md) and fp16 autocast exists (MPS from torch 2.5)."""
+    from envkit.checks.gates import V, gates
+
+    c = checks.get("bf16")
+    if device == "cuda":
+        return ("bf16", "") if c is None or c.status in ("pass", "skip") else ("fp16", c.message)
+    if device == "mps":
+        g = gates()
+        family = getattr(getattr(facts, "chip", None), "family", None)
+        emulated = family in g["bf16"]["mps"].get("emulated_families", [])
+        if c is not None and c.status == "pass" and not emulated:
+            return "bf16", ""
+        tv = V(getattr(getattr(facts, "torch", None), "base_version", None) or "0")
+        need = g["autocast"]["mps"]["fp16_torch"]
+        if tv is not None and tv >= V(need):
+            return "fp16", (f"bf16 is emulated on {family}" if emulated else (c.message if c else "bf16 unavailable"))
+        return None, f"no autocast on MPS before torch {need} (installed {getattr(facts.torch, 'base_version', '?')})"
+    return None, "the CPU trains in fp32"
+
+
+def fast_path(device: str, model: str) -> tuple[dict, str, str | None]:
+    """(settings, label, reason it does not apply) for the last rung: fused AdamW on CUDA,
+    channels_last for the cnn on CUDA and MPS."""
+    adds = {}
+    if device == "cuda":
+        adds["fused"] = True
+    if model == "cnn" and device in ("cuda", "mps"):
+        adds["channels_last"] = True
+    if not adds:
+        return {}, "fused", f"fused AdamW is CUDA only and channels_last applies to the cnn model: nothing to add on {device}"
+    label = " + ".join(k.replace("_", " ") if k != "fused" else "fused AdamW" for k in adds)
+    return adds, label, None
+
+
+def build_ladder(facts, checks: dict, target: str, model: str, *, no_compile: bool = False) -> list[Rung]:
+    """The rungs for this machine, each with its settings or the reason (and doctor check) it is skipped."""
+    dev = target if target in ("cuda", "mps") else accelerator(facts)
+    low, low_why = low_precision(dev, facts, checks)
+    fast, fast_label, fast_why = fast_path(dev, model)
+    rungs: list[Rung] = []
+    state = {"cpu": {"precision": "fp32"}, "device": {"precision": "fp32"}}
+    dev_usable = target == dev and checks.get(dev) is not None and checks[dev].status == "pass"
+    for row in LADDER:
+        if row.get("target_only") and row["target_only"] != target:
+            continue
+        name = row["name"].format(dev=dev, low=low or "bf16", fast=fast_label)
+        device = "cpu" if row["on"] == "cpu" else dev
+        adds = dict(row.get("adds", {}))
+        if adds.get("precision") == "low":
+            adds["precision"] = low
+        if row.get("needs") == "fast":
+            adds = dict(fast)
+        rung = Rung(name, device, {**state[row["on"]], **adds}, baseline=bool(row.get("baseline")), adds=adds)
+        need = (row.get("needs") or "").format(dev=dev)
+        if row["on"] == "device" and not dev_usable:
+            c = checks.get(dev)
+            rung.skip, rung.check = (c.message if c else f"no {dev} here"), dev
+            if target != dev and c is not None and c.status == "pass":
+                rung.skip = f"--device {target} was chosen"
+        elif need == "bf16" and low is None:
+            rung.skip, rung.check = low_why, "bf16"
+        elif need == "compile" and no_compile:
+            rung.skip = "--no-compile"
+        elif need == "compile" and checks.get("compile") is not None and checks["compile"].status != "pass":
+            rung.skip, rung.check = checks["compile"].message, "compile"
+        elif need == "fast" and fast_why:
+            rung.skip = fast_why
+        if rung.skip is None:
+            state[row["on"]] = dict(rung.settings)
+        rungs.append(rung)
+    return rungs
+
+
+def carry_forward(rungs: list[Rung], index: int, ok: bool) -> list[str]:
+    """After rung `index` ran (ok or not): a failed or skipped rung's addition is taken out of the
+    later rungs on its device. Returns notes for the rungs that lost it."""
+    notes = []
+    r = rungs[index]
+    if ok or not r.adds:
+        return notes
+    for later in rungs[index + 1:]:
+        if later.device != r.device:
+            continue
+        for key in r.adds:
+            if key in later.settings and key not in later.adds:
+                later.settings[key] = "fp32" if key == "precision" else False
+                notes.append(f"{later.name}: without {key} ({r.name} did not pass)")
+    return notes
+
+
+def judge(result, baseline) -> None:
+    """Speed-up over the baseline, and a flag when the loss departs beyond LOSS_TOLERANCE."""
+    if result.status != "ok" or baseline is None or baseline.status != "ok":
+        return
+    if baseline.per_second and result.per_second:
+        result.speedup = result.per_second / baseline.per_second
+    if result is baseline or baseline.loss is None:
+        return
+    loss, ref = result.loss, baseline.loss
+    if loss is None or not math.isfinite(loss):
+        result.status, result.reason = "flagged", f"loss is {loss} (baseline {ref:.4f})"
+        return
+    rel = abs(loss - ref) / max(abs(ref), 1e-8)
+    if rel > LOSS_TOLERANCE:
+        result.status = "flagged"
+        result.reason = (f"loss {loss:.4f} vs {ref:.4f} on the baseline after the same steps: {100 * rel:.0f}% apart "
+                         f"(tolerance {100 * LOSS_TOLERANCE:.0f}%): faster, but not the same training")

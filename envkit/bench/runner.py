@@ -1,0 +1,102 @@
+"""Run one RunSpec in a fresh child process of the target interpreter.
+
+A fresh process per run: environment variables such as the MPS watermark ratios and
+PYTORCH_ENABLE_MPS_FALLBACK are read when torch starts, and a rung that crashes (a segfault, an
+abort, an out-of-memory kill) or hangs must not take the others down. The child imports envkit
+from the same link folder the trainer's child uses (envkit/train/launcher.py child_entry), put
+LAST on sys.path so the target environment's own torch wins.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from envkit.bench.child import MARK
+from envkit.bench.spec import RunResult, RunSpec
+
+_BOOT = ("import sys, runpy; sys.path.append({folder!r}); "
+         "runpy.run_module('envkit.bench.child', run_name='__main__', alter_sys=True)")
+
+
+def child_command(python: str, spec_path: Path, debug: bool = False) -> list[str]:
+    from envkit.train.launcher import child_entry
+
+    folder = str(child_entry().parent)
+    return [python, "-u", "-c", _BOOT.format(folder=folder), str(spec_path), *(["--debug"] if debug else [])]
+
+
+def child_env(spec: RunSpec, base: dict[str, str]) -> dict[str, str]:
+    env = dict(base)
+    env.update(spec.env)
+    if spec.threads:
+        env["OMP_NUM_THREADS"] = str(spec.threads)  # before torch starts: its OpenMP pool reads it
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class Interrupted(Exception):
+    """Ctrl-C while a child ran: the child is gone; the caller keeps what it measured before."""
+
+
+def run_spec(spec: RunSpec, python: str, base_env: dict[str, str], timeout: float, debug: bool = False) -> RunResult:
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="envkit-bench-") as tmp:
+        path = Path(tmp) / "spec.json"
+        path.write_text(json.dumps(spec.to_dict()))
+        kwargs = {"start_new_session": True} if os.name == "posix" else {}  # Ctrl-C reaches envkit, which ends the child
+        proc = subprocess.Popen(child_command(python, path, debug), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=child_env(spec, base_env), **kwargs)
+        try:
+            out, err = proc.communicate(timeout=max(1.0, timeout))
+        except subprocess.TimeoutExpired:
+            _kill(proc)
+            return RunResult(spec.name, "fail", reason=f"did not finish within {timeout:.0f} s (killed)",
+                             seconds=time.perf_counter() - t0)
+        except KeyboardInterrupt:
+            _kill(proc)
+            raise Interrupted(spec.name)
+    seconds = time.perf_counter() - t0
+    for line in reversed(out.splitlines()):
+        if line.startswith(MARK):
+            data = json.loads(line[len(MARK):])
+            r = RunResult(spec.name, data["status"], data.get("per_second"), data.get("unit", "samples"),
+                          data.get("peak_memory_mb"), data.get("loss"), data.get("reason", ""),
+                          windows_s=data.get("windows_s") or [], seconds=seconds)
+            if data.get("oom"):
+                r.note = "oom"
+            return r
+    return RunResult(spec.name, "fail", reason=f"the child {_describe(proc.returncode)}: {_tail(err)}", seconds=seconds)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        if os.name == "posix":
+            os.killpg(proc.pid, signal.SIGKILL)  # DataLoader workers too
+        else:
+            proc.kill()
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.communicate(timeout=10)
+    except (subprocess.TimeoutExpired, ValueError, OSError):
+        pass
+
+
+def _describe(rc: int | None) -> str:
+    if rc is not None and rc < 0:
+        try:
+            return f"died of {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"died of signal {-rc}"
+    return f"exited {rc} without a result"
+
+
+def _tail(err: str, lines: int = 2) -> str:
+    useful = [ln.strip() for ln in (err or "").splitlines() if ln.strip() and "Warning" not in ln]
+    return " | ".join(useful[-lines:])[:400] or "no output"

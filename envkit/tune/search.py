@@ -1,0 +1,245 @@
+"""`envkit tune`: measure candidate settings within a time budget, one dimension at a time, each
+candidate in its own child process (envkit/bench/runner.py), and decide with envkit/tune/decide.py.
+
+Only measured values are kept: the shipped profile's own values are measured first (the
+incumbent), a candidate replaces one only when decide.py says so, and a dimension whose
+candidates were not all measured in time is left out. Ctrl-C or the end of the budget stops the
+search; what was decided so far is returned (the caller writes it, or nothing).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+
+from envkit.bench.context import BenchContext
+from envkit.bench.ladder import low_precision
+from envkit.bench.runner import Interrupted, run_spec
+from envkit.bench.spec import RunSpec
+from envkit.tune import decide
+from envkit.tune.decide import Decision, Measurement
+
+# The order dimensions are searched in, per device: the likeliest wins first, compile (slow to
+# measure) last where it is costly.
+ORDER = {"cpu": ("threads", "workers", "batch", "compile"),
+         "cuda": ("precision", "compile", "batch", "workers"),
+         "mps": ("precision", "batch", "workers", "empty_cache", "compile")}
+
+
+@dataclass
+class Settings:
+    """The values a measured run uses; starts as the shipped profile's, resolved for this device."""
+
+    precision: str
+    compile: bool
+    batch_size: int
+    grad_accum: int
+    num_workers: int
+    persistent_workers: bool
+    prefetch_factor: int | None
+    pin_memory: bool
+    threads: int | None
+    empty_cache_every: int
+
+
+@dataclass
+class TuneResult:
+    base: str  # the profile the tuned one extends
+    device: str
+    model: str
+    decisions: list[Decision] = field(default_factory=list)
+    runs: list[dict] = field(default_factory=list)  # every measurement, for --json and the report
+    stopped: str = "done"  # done | budget | interrupted | baseline failed
+    budget_s: float = 0.0
+    elapsed_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+def shipped_settings(ctx: BenchContext) -> Settings:
+    p = ctx.profile
+    train, dl, env = p.train, p.dataloader, p.env
+    precision = train["precision"]
+    if precision == "auto":  # as the trainer decides it
+        bf16 = ctx.checks.get("bf16")
+        precision = "bf16" if ctx.target == "cuda" and (bf16 is None or bf16.status == "pass") else "fp32"
+    comp = train["compile"]
+    threads = env.get("OMP_NUM_THREADS")
+    return Settings(precision, (ctx.target == "cuda") if comp == "auto" else bool(comp), int(train["batch_size"]),
+                    int(train["grad_accum"]), int(dl["num_workers"]), bool(dl["persistent_workers"]), dl["prefetch_factor"],
+                    bool(dl["pin_memory"]), int(threads) if threads and str(threads).isdigit() else None,
+                    int(train["empty_cache_every"]))
+
+
+def spec_of(ctx: BenchContext, s: Settings, name: str, window_steps: int | None) -> RunSpec:
+    env = ctx.profile_env()
+    if s.threads:
+        env["OMP_NUM_THREADS"] = str(s.threads)
+    return RunSpec(name, ctx.target, ctx.config.resolved(), precision=s.precision, compile=s.compile,
+                   fused=ctx.target == "cuda", channels_last=ctx.model == "cnn" and ctx.target in ("cuda", "mps"),
+                   batch_size=s.batch_size, num_workers=s.num_workers, pin_memory=s.pin_memory,
+                   persistent_workers=s.persistent_workers and s.num_workers > 0,
+                   prefetch_factor=s.prefetch_factor if s.num_workers > 0 else None,
+                   empty_cache_every=s.empty_cache_every, threads=s.threads, torch_settings=dict(ctx.profile.torch),
+                   env=env, window_steps=window_steps or (5 if ctx.target == "cpu" else 10),
+                   seed=int(ctx.config.values["experiment"]["seed"]))
+
+
+def device_memory_mb(ctx: BenchContext) -> float | None:
+    f = ctx.facts
+    if ctx.target == "cuda" and f.gpus and f.gpus[0].memory_bytes:
+        return f.gpus[0].memory_bytes / 2**20
+    if ctx.target == "mps" and f.memory_bytes:
+        return f.memory_bytes / 2**20  # unified memory; the allocator's own cap is the watermark
+    return None
+
+
+class _Budget(Exception):
+    pass
+
+
+def tune(ctx: BenchContext, budget_s: float, *, window_steps: int | None = None, on_run=None, debug: bool = False) -> TuneResult:
+    t0 = time.monotonic()
+    result = TuneResult(ctx.profile.name, ctx.target, ctx.model, budget_s=budget_s)
+    shipped = shipped_settings(ctx)
+    base_env = ctx.plain_env()
+    costs: list[float] = []
+
+    def measure(label: str, s: Settings, value, *, expensive: bool = False) -> Measurement:
+        left = budget_s - (time.monotonic() - t0)
+        est = (max(costs) if costs else 0.0) * (3.0 if expensive else 1.2)
+        if left <= 0 or (costs and est > left):
+            raise _Budget(label)
+        r = run_spec(spec_of(ctx, s, label, window_steps), ctx.python, base_env, timeout=left, debug=debug)
+        costs.append(r.seconds)
+        m = Measurement(value, "ok" if r.status == "ok" else "fail", r.per_second, r.unit, r.peak_memory_mb, r.loss,
+                        oom=r.note == "oom", batch_size=s.batch_size, reason=r.reason)
+        row = {"run": label, "status": m.status, "per_second": r.per_second, "unit": r.unit,
+               "peak_memory_mb": r.peak_memory_mb, "loss": r.loss, "seconds": round(r.seconds, 2), "reason": r.reason}
+        result.runs.append(row)
+        if on_run:
+            on_run(row)
+        return m
+
+    current = shipped
+    try:
+        base = measure(f"shipped {ctx.shipped_profile}", current, None)
+        if not base.usable:
+            result.stopped = "baseline failed"
+            result.notes.append(f"the shipped settings did not run: {base.reason}")
+            return _done(result, t0)
+        for dim in ORDER.get(ctx.target, ORDER["cpu"]):
+            current, base = _search(dim, ctx, current, base, shipped, measure, result)
+    except _Budget as exc:
+        result.stopped = "budget"
+        result.notes.append(f"budget of {budget_s:.0f} s reached before {exc}: the dimensions measured so far are kept")
+    except (Interrupted, KeyboardInterrupt):
+        result.stopped = "interrupted"
+        result.notes.append("interrupted: the dimensions measured so far are kept")
+    return _done(result, t0)
+
+
+def _done(result: TuneResult, t0: float) -> TuneResult:
+    result.elapsed_s = round(time.monotonic() - t0, 1)
+    return result
+
+
+def _search(dim: str, ctx: BenchContext, current: Settings, base: Measurement, shipped: Settings, measure, result: TuneResult):
+    """One dimension: measure its candidates against the incumbent, record the decision; returns
+    the new incumbent settings and its measurement."""
+    base = replace(base)
+
+    if dim == "threads":
+        cores = ctx.facts.chip.perf_cores or ctx.facts.chip.cores
+        logical = _logical_cores()
+        base.value = current.threads or "torch's default"
+        cands = [measure(f"threads {n}", replace(current, threads=n), n)
+                 for n in decide.thread_candidates(current.threads, cores, logical)]
+        if not cands:
+            return current, base
+        win, why = decide.pick(base, cands, fmt=lambda v: f"{v} thread{'s' if v != 1 else ''}" if isinstance(v, int) else str(v))
+        if win is not base:
+            current = replace(current, threads=int(win.value))
+        if current.threads:
+            result.decisions.append(Decision("env", "OMP_NUM_THREADS", str(current.threads), why,
+                                             current.threads != shipped.threads, [base, *cands]))
+        return current, win
+
+    if dim == "workers":
+        base.value = current.num_workers
+        cands = [measure(f"workers {w}", replace(current, num_workers=w, persistent_workers=w > 0), w)
+                 for w in decide.worker_candidates(current.num_workers, ctx.facts.chip.cores, ctx.target)]
+        if not cands:
+            return current, base
+        win, why = decide.pick(base, cands, compare_loss=False, fmt=lambda v: f"{v} workers")
+        current = replace(current, num_workers=int(win.value), persistent_workers=int(win.value) > 0)
+        result.decisions.append(Decision("dataloader", "num_workers", current.num_workers, why,
+                                         current.num_workers != shipped.num_workers, [base, *cands]))
+        if current.num_workers > 0:
+            result.decisions.append(Decision("dataloader", "persistent_workers", True,
+                                             f"measured with num_workers {current.num_workers}: workers are kept between epochs",
+                                             not shipped.persistent_workers))
+        return current, win
+
+    if dim == "batch":
+        base.value = current.batch_size
+        cands = []
+        for b in decide.batch_candidates(current.batch_size):
+            m = measure(f"batch {b}", replace(current, batch_size=b), b)
+            cands.append(m)
+            if m.oom or not m.usable:
+                break  # a larger one will not fit either
+        if not cands:
+            return current, base
+        batch, accum, why = decide.choose_batch([base, *cands], shipped.batch_size, shipped.grad_accum, device_memory_mb(ctx))
+        win = next(m for m in [base, *cands] if m.value == batch)
+        current = replace(current, batch_size=batch, grad_accum=accum)
+        result.decisions.append(Decision("train", "batch_size", batch, why, batch != shipped.batch_size, [base, *cands]))
+        if accum != shipped.grad_accum:
+            result.decisions.append(Decision("train", "grad_accum", accum,
+                                             f"keeps the effective batch of {shipped.batch_size * shipped.grad_accum} at batch {batch}", True))
+        return current, win
+
+    if dim == "precision":
+        low, _ = low_precision(ctx.target, ctx.facts, ctx.checks)
+        base.value = current.precision
+        cands = [measure(f"precision {p}", replace(current, precision=p), p)
+                 for p in decide.precision_candidates(ctx.target, low, current.precision)]
+        if not cands:
+            return current, base
+        win, why = decide.pick(base, cands)
+        current = replace(current, precision=str(win.value))
+        result.decisions.append(Decision("train", "precision", current.precision, why,
+                                         current.precision != shipped.precision, [base, *cands]))
+        return current, win
+
+    if dim == "compile":
+        c = ctx.checks.get("compile")
+        if c is not None and c.status != "pass":
+            result.notes.append(f"compile not measured: {c.message} (doctor check 'compile')")
+            return current, base
+        base.value = current.compile
+        cand = measure(f"compile {'off' if current.compile else 'on'}", replace(current, compile=not current.compile),
+                       not current.compile, expensive=not current.compile)
+        win, why = decide.pick(base, [cand], fmt=lambda v: f"compile {decide.show(v)}")
+        current = replace(current, compile=bool(win.value))
+        result.decisions.append(Decision("train", "compile", current.compile, why, current.compile != shipped.compile, [base, cand]))
+        return current, win
+
+    if dim == "empty_cache":
+        base.value = current.empty_cache_every
+        cands = [measure(f"empty_cache every {n}", replace(current, empty_cache_every=n), n)
+                 for n in (0, 10, 50) if n != current.empty_cache_every]
+        every, why = decide.choose_empty_cache([base, *cands], shipped.empty_cache_every, device_memory_mb(ctx))
+        win = next(m for m in [base, *cands] if m.value == every)
+        current = replace(current, empty_cache_every=every)
+        result.decisions.append(Decision("train", "empty_cache_every", every, why, every != shipped.empty_cache_every, [base, *cands]))
+        _, wm_why = decide.watermark_settings()
+        result.notes.append(f"watermark ratios: {wm_why}")
+        return current, win
+    raise ValueError(dim)
+
+
+def _logical_cores() -> int | None:
+    import os
+
+    return os.cpu_count()

@@ -1,0 +1,128 @@
+"""The tuner's and the ladder's decisions as pure functions: recorded measurements (Mac ones
+included, which this machine cannot make) and replayed snapshots in, decisions out."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import snapshot_path
+from envkit.bench.ladder import LOSS_TOLERANCE, build_ladder, judge, low_precision
+from envkit.bench.spec import RunResult
+from envkit.errors import EnvkitError
+from envkit.tune import decide
+from envkit.tune.decide import Measurement as M
+from envkit.tune.session import parse_budget
+
+
+def ladder_for(snapshot: str, model: str = "gpt"):
+    from envkit.checks import best_device, run_checks
+    from envkit.facts import gather
+
+    facts = gather(str(snapshot_path(snapshot)), runtime=True)
+    checks = {c.id: c for c in run_checks(facts)}
+    return {r.name: r for r in build_ladder(facts, checks, best_device(facts), model)}
+
+
+def test_cpu_machine_runs_cpu_rungs_and_skips_device_rungs_naming_the_cuda_check():
+    rungs = ladder_for("linux_no_gpu")
+    assert [n for n, r in rungs.items() if not r.skip] == ["cpu fp32", "cpu + compile", "cpu + profile"]
+    device = [r for r in rungs.values() if r.device == "cuda"]
+    assert len(device) == 5 and all(r.skip and r.check == "cuda" for r in device)
+
+
+def test_m3_max_climbs_mps_with_bf16_and_m1_with_fp16_where_bf16_is_emulated():
+    m3 = ladder_for("m3_max_macos14")
+    assert "mps + bf16" in m3 and m3["mps + bf16"].settings["precision"] == "bf16"
+    assert "cpu + compile" not in m3  # CPU rungs beyond the baseline only where the CPU is the target
+    m2 = ladder_for("m2_max_macos13")  # macOS 13: no bf16 on MPS (and M2 emulates it): fp16 instead
+    assert "mps + fp16" in m2 and m2["mps + fp16"].settings["precision"] == "fp16" and not m2["mps + fp16"].skip
+    # fused AdamW is CUDA only; the gpt model has no channels_last: nothing to add on MPS
+    assert m3["mps + fused"].skip and m3["mps + fused"].check is None
+
+
+def test_m1_low_precision_is_fp16_not_emulated_bf16():
+    from envkit.checks import run_checks
+    from envkit.facts import gather
+
+    facts = gather(str(snapshot_path("m1_ultra")), runtime=True)
+    prec, why = low_precision("mps", facts, {c.id: c for c in run_checks(facts)})
+    assert prec == "fp16" and "emulated" in why
+
+
+def test_h100_ladder_is_cumulative_and_ends_with_fused_adamw():
+    rungs = ladder_for("real_h100")
+    names = list(rungs)
+    assert names[0] == "cpu fp32" and "cuda + bf16" in names and names[-1] == "cuda + fused AdamW"
+    last = rungs["cuda + fused AdamW"].settings
+    assert last == {"precision": "bf16", "compile": True, "profile": True, "fused": True}
+
+
+def test_a_rung_whose_loss_departs_is_flagged_not_celebrated():
+    base = RunResult("cpu fp32", "ok", per_second=100.0, loss=2.0)
+    judge(base, base)
+    fast_wrong = RunResult("x", "ok", per_second=500.0, loss=2.0 * (1 + LOSS_TOLERANCE) + 0.01)
+    judge(fast_wrong, base)
+    assert fast_wrong.status == "flagged" and fast_wrong.speedup == pytest.approx(5.0) and "tolerance" in fast_wrong.reason
+    fine = RunResult("y", "ok", per_second=300.0, loss=2.05)
+    judge(fine, base)
+    assert fine.status == "ok" and fine.speedup == pytest.approx(3.0)
+    nan = RunResult("z", "ok", per_second=300.0, loss=float("nan"))
+    judge(nan, base)
+    assert nan.status == "flagged"
+
+
+def test_pick_needs_a_margin_and_never_takes_a_failed_or_loss_changing_candidate():
+    inc = M(2, "ok", 1000.0, loss=1.0)
+    win, why = decide.pick(inc, [M(1, "ok", 1030.0, loss=1.0)])
+    assert win is inc  # 3% is noise on a shared machine
+    win, why = decide.pick(inc, [M(1, "ok", 1300.0, loss=1.0), M(4, "fail", None, reason="crash")])
+    assert win.value == 1 and "1,300" in why and "1,000" in why and "4 failed" in why
+    win, _ = decide.pick(inc, [M("bf16", "ok", 3000.0, loss=1.5)])
+    assert win is inc  # faster but a different training
+
+
+def test_choose_batch_fastest_that_fits_with_headroom_and_accum_keeps_effective_batch():
+    # recorded on a 16 GB M1 (MPS unified memory): 64 ran but above 80% of memory, 128 ran out of memory
+    mem = 16 * 1024
+    measured = [M(32, "ok", 1310.0, peak_memory_mb=5000), M(16, "ok", 900.0, peak_memory_mb=2600),
+                M(64, "ok", 1840.0, peak_memory_mb=14500), M(128, "fail", oom=True)]
+    batch, accum, why = decide.choose_batch(measured, shipped_batch=32, shipped_accum=1, device_memory_mb=mem)
+    assert (batch, accum) == (32, 1)
+    assert "largest that fits: 32" in why and "128 (out of memory)" in why and "64 (over the headroom)" in why
+    measured = [M(32, "ok", 1310.0, peak_memory_mb=5000), M(16, "ok", 1840.0, peak_memory_mb=2600), M(64, "fail", oom=True)]
+    batch, accum, why = decide.choose_batch(measured, 32, 1, mem)
+    assert (batch, accum) == (16, 2) and "effective batch of 32" in why
+
+
+def test_empty_cache_never_unless_never_does_not_fit():
+    mem = 8 * 1024  # an 8 GB M1
+    fits_all = [M(0, "ok", 1000.0, peak_memory_mb=4000), M(10, "ok", 880.0, peak_memory_mb=3500), M(50, "ok", 990.0, peak_memory_mb=3900)]
+    assert decide.choose_empty_cache(fits_all, shipped=10, device_memory_mb=mem)[0] == 0
+    tight = [M(0, "ok", 1000.0, peak_memory_mb=7600), M(10, "ok", 850.0, peak_memory_mb=5000), M(50, "ok", 950.0, peak_memory_mb=6000)]
+    every, why = decide.choose_empty_cache(tight, shipped=0, device_memory_mb=mem)
+    assert every == 50 and "every 0: no headroom" in why
+
+
+def test_watermark_ratios_are_never_written_and_zero_is_refused():
+    env, why = decide.watermark_settings({"PYTORCH_MPS_HIGH_WATERMARK_RATIO": 0.0, "PYTORCH_MPS_LOW_WATERMARK_RATIO": 1.2})
+    assert env == {} and "system failure" in why and "PYTORCH_MPS_LOW_WATERMARK_RATIO" in why
+
+
+def test_candidates():
+    assert decide.thread_candidates(2, cores=2, logical=2) == [1]
+    assert decide.worker_candidates(0, cores=10, device="mps") == [2, 4]
+    assert decide.worker_candidates(0, cores=2, device="cpu") == []
+    assert decide.batch_candidates(16) == [8, 32, 64]
+    assert decide.precision_candidates("mps", "fp16", "fp32") == ["fp16"]
+
+
+@pytest.mark.parametrize("text,seconds", [("5m", 300), ("90s", 90), ("1h", 3600), ("2m30s", 150), ("20", 20)])
+def test_parse_budget(text, seconds):
+    assert parse_budget(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["five", "5x", "0", "-1m"])
+def test_bad_budget_is_one_clear_error(text):
+    with pytest.raises(EnvkitError) as e:
+        parse_budget(text)
+    assert "--budget" in e.value.one_line()
