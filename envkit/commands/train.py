@@ -88,8 +88,11 @@ def validate(config, overrides, profile, replay, as_json):
 @click.option("--selftest", is_flag=True, help="Run the quick self-test on the device first.")
 @click.option("--nproc-per-node", type=click.IntRange(min=1), default=1, show_default=True, help="Processes (GPUs) via torchrun, DDP.")
 @click.option("--python", "python", help="Train with this interpreter (default: the managed env's, else this one).")
+@click.option("--profile-steps", "profile_steps", metavar="A:B",
+              help="Record optimizer steps A to B with torch.profiler: a Chrome trace (profile_steps_A-B.json) in the run folder.")
 @click.pass_context
-def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_config, as_json, selftest, nproc_per_node, python):
+def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_config, as_json, selftest, nproc_per_node, python,
+        profile_steps):
     """Train from a train.yaml with the embedded reference trainer.
 
     Writes runs/<experiment>/<run-id>/ (config, environment.json, metrics.jsonl, heartbeat.json,
@@ -97,6 +100,7 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
     from envkit.train import launcher
 
     debug = bool((ctx.obj or {}).get("debug"))
+    window = launcher.parse_profile_steps(profile_steps)
     p = launcher.plan(config, overrides=overrides, profile_name=profile, python=python)
     launcher.absolutise_paths(p.cfg)
     if print_config:
@@ -117,7 +121,7 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
     run_dir, resuming, note = launcher.choose_run_dir(p.cfg, run_id, resume)
     if note:
         click.echo(note, err=True)
-    env = launcher.child_environ(p.profile)
+    env = launcher.child_environ(p.profile, nproc_per_node)
     if resuming:
         saved = launcher.read_json(run_dir / "config.json") or {}
         if saved.get("config_hash") != p.cfg.config_hash():
@@ -125,7 +129,7 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
                               where=str(run_dir), fix="restore that config, use another --run-id, or --resume never")
     launcher.write_run_files(p, run_dir, env)
     cmd = launcher.child_command(p.python, run_dir, stop_after=stop_after, resume=resume if resume not in ("auto",) else "auto",
-                                 nproc=nproc_per_node, debug=debug)
+                                 nproc=nproc_per_node, debug=debug, profile_steps=window)
     click.echo(f"{'resuming' if resuming else 'starting'} run {run_dir}", err=True)
     rc = launcher.launch(cmd, env)
     summary = launcher.read_json(run_dir / "summary.json")
