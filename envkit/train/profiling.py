@@ -17,22 +17,27 @@ class StepProfiler:
         self.run_dir, self.steps, self.device_type, self.log = Path(run_dir), steps, device_type, log
         self.suffix = f"_rank{rank}" if world > 1 else ""
         self.prof = None
-        self.first = self.last = None
+        self.first = self.last = self.span = None
 
     def before_step(self, step: int) -> None:
         """`step` optimizer steps are done; the next one is step + 1."""
-        if self.steps is None or self.prof is not None or not (self.steps[0] <= step + 1 <= self.steps[1]):
-            return
-        from torch.profiler import ProfilerActivity, profile
+        if self.prof is None and self.steps is None:
+            return  # the common case: no profiling, nothing per step
+        from torch.profiler import ProfilerActivity, profile, record_function
 
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device_type == "cuda" else [])
-        self.prof = profile(activities=activities, record_shapes=True)
-        self.prof.__enter__()
-        self.first = step + 1
+        if self.prof is None:
+            if self.steps is None or not self.steps[0] <= step + 1 <= self.steps[1]:
+                return
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device_type == "cuda" else [])
+            self.prof = profile(activities=activities, record_shapes=True)
+            self.prof.__enter__()
+            self.first = step + 1
+        self.span = record_function(f"envkit step {step + 1}")  # one span per optimizer step in the trace
+        self.span.__enter__()
 
     def after_step(self, step: int) -> None:
         if self.prof is not None:
-            self.prof.step()
+            self._end_span()
             self.last = step
             if step >= self.steps[1]:
                 self._write()
@@ -42,7 +47,13 @@ class StepProfiler:
         if self.prof is not None:
             self._write()
 
+    def _end_span(self) -> None:
+        if self.span is not None:
+            self.span.__exit__(None, None, None)
+            self.span = None
+
     def _write(self) -> None:
+        self._end_span()
         prof, self.prof = self.prof, None
         prof.__exit__(None, None, None)
         a, b = self.first, self.last if self.last is not None else self.first
