@@ -222,15 +222,17 @@ def test_runs_monitor_plot(tmp_path):
 
 
 def test_bench_trainer_runs_on_cpu():
+    """The benchmark's smoke shape (automatic without CUDA): both loops on the same token data."""
     import subprocess
     import sys
 
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_trainer.py"), "--device", "cpu", "--small",
-                          "--steps", "8", "--warmup", "3", "--json"], capture_output=True, text=True, timeout=300)
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_trainer.py"), "--device", "cpu", "--steps", "6",
+                          "--window", "2", "--warmup-windows", "1", "--json"], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
-    out = json.loads(res.stdout)
-    assert out["results"]["envkit"]["tokens_per_second"] > 0 and out["results"]["plain"]["tokens_per_second"] > 0
-    assert out["results"]["envkit"]["mfu"] is None  # CPU: no peak, MFU n/a
+    (row,) = json.loads(res.stdout)["runs"]
+    assert row["envkit"]["tokens_per_second"] > 0 and row["plain"]["tokens_per_second"] > 0 and row["ratio"] > 0
+    assert row["envkit"]["windows"] == row["plain"]["windows"] == 2
+    assert row["envkit"]["mfu"] is None and row["vocab"] == 512  # CPU: no peak, MFU n/a
 
 
 def test_mfu_peaks_by_device_name():
