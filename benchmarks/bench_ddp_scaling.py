@@ -18,9 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 TEMPLATE = ROOT / "templates" / "train" / "gpt2_small_tokens.yaml"
 NOISE = ("OMP_NUM_THREADS", "barrier(): using the device", "UserWarning")
 
@@ -38,9 +37,13 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
         data.mkdir()
-        rng = np.random.default_rng(0)
+        import torch
+
+        from envkit.train.tokens import write_tokens
+
+        g = torch.Generator().manual_seed(0)
         for name in ("train.bin", "val.bin"):
-            rng.integers(0, 50304, 1 << 24, dtype=np.uint16).tofile(data / name)
+            write_tokens(data / name, torch.randint(50304, (1 << 24,), generator=g), "uint16")
         for n in args.nproc:
             cmd = [sys.executable, "-m", "envkit", "run", str(TEMPLATE), "--run-id", f"n{n}", "--resume", "never",
                    "--nproc-per-node", str(n), "--set", f"dataset.path={data}", "--set", f"training.batch_size={args.batch}",

@@ -32,7 +32,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
@@ -40,6 +39,7 @@ from envkit.train.config import load_config  # noqa: E402
 from envkit.train.loop import train  # noqa: E402
 from envkit.train.mfu import mfu, peak_flops  # noqa: E402
 from envkit.train.models import build_model  # noqa: E402
+from envkit.train.tokens import open_tokens, write_tokens  # noqa: E402
 
 TEMPLATE = ROOT / "templates" / "train" / "gpt2_small_tokens.yaml"
 SMOKE_SHAPE = ["model.n_layer=2", "model.n_head=2", "model.n_embd=64", "model.block_size=64"]
@@ -60,9 +60,9 @@ def make_config(args, batch: int, data_dir: Path, vocab: int | None, extra=()):
 
 
 def write_random_tokens(folder: Path, vocab: int, n: int, seed: int = 0) -> None:
-    rng = np.random.default_rng(seed)
+    g = torch.Generator().manual_seed(seed)
     for name in ("train.bin", "val.bin"):
-        rng.integers(0, vocab, n, dtype=np.uint16).tofile(folder / name)
+        write_tokens(folder / name, torch.randint(vocab, (n,), generator=g), "uint16")
 
 
 def window_rates(dts: list[float], tokens_per_step: int) -> list[float]:
@@ -87,7 +87,8 @@ def run_plain(cfg, args) -> list[float]:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     torch.manual_seed(cfg.values["experiment"]["seed"])  # the trainer's seed, so the same initial weights
-    data = np.memmap(Path(D["path"]) / "train.bin", dtype=D["dtype"], mode="r")
+    path = Path(D["path"]) / "train.bin"
+    data = open_tokens(path, D["dtype"], path.stat().st_size // (2 if D["dtype"] == "uint16" else 4))  # a memory map
     vocab = D["vocab_size"]
     block, bs, accum = M["block_size"], T["batch_size"], T["grad_accum"]
     model = build_model(cfg, {"vocab_size": vocab, "block_size": block}, args.device).to(device)
@@ -106,9 +107,9 @@ def run_plain(cfg, args) -> list[float]:
     gen = torch.Generator().manual_seed(cfg.values["experiment"]["seed"])
 
     def get_batch():
-        ix = torch.randint(len(data) - block - 1, (bs,), generator=gen)
-        x = torch.stack([torch.from_numpy(data[i:i + block].astype(np.int64)) for i in ix])
-        y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + block].astype(np.int64)) for i in ix])
+        ix = torch.randint(len(data) - block - 1, (bs,), generator=gen).tolist()
+        chunks = torch.stack([data[i:i + block + 1].to(torch.int64) for i in ix])
+        x, y = chunks[:, :-1].contiguous(), chunks[:, 1:].contiguous()
         if device.type == "cuda":
             return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
         return x, y

@@ -88,14 +88,49 @@ def _meta_vocab(meta: Path) -> int:
     return v
 
 
-# ---------------------------------------------------------------- reading (torch + numpy)
+# ---------------------------------------------------------------- reading (torch)
+
+
+def open_tokens(path: Path, dtype: str, n: int):
+    """The file as a 1-D tensor over a private memory map (pages are read when touched, nothing is
+    loaded whole, the file is never written). torch before 2.3 has no uint16/uint32: numpy's memmap."""
+    import torch
+
+    tdtype = getattr(torch, dtype, None)
+    if tdtype is not None:
+        return torch.from_file(str(path), shared=False, size=n, dtype=tdtype)
+    try:
+        import numpy as np
+    except ImportError:
+        raise EnvkitError(f"reading {dtype} token files with torch {torch.__version__} needs numpy", where="dataset.type",
+                          fix="pip install numpy, or torch 2.3+")
+    return np.memmap(path, dtype=dtype, mode="r", shape=(n,))
+
+
+def write_tokens(path: Path, ids, dtype: str = "uint16") -> None:
+    """Write a 1-D tensor of ids as a .bin file (what nanoGPT's prepare.py writes with numpy)."""
+    import ctypes
+
+    import torch
+
+    t = ids.to(getattr(torch, dtype)).contiguous()
+    from envkit.fsutil import atomic_write_bytes
+
+    atomic_write_bytes(Path(path), ctypes.string_at(t.data_ptr(), t.numel() * t.element_size()))
+
+
+def window(tokens, start: int, length: int):
+    import torch
+
+    part = tokens[start:start + length]
+    return part.to(torch.int64) if isinstance(part, torch.Tensor) else torch.from_numpy(part.astype("int64"))
 
 
 class TokenFile:
     """Map-style dataset of the windows of one .bin file: item i is (tokens[i:i+T], tokens[i+1:i+T+1]).
 
     The memory map opens lazily in each process (DataLoader workers included) and is never
-    pickled: pickling a numpy memmap would copy the whole file into every worker."""
+    pickled: pickling it would copy the whole file into every worker."""
 
     def __init__(self, path: Path, dtype: str, n_tokens: int, block: int, vocab: int, check: bool):
         self.path, self.dtype, self.n_tokens, self.block, self.vocab, self.check = Path(path), dtype, n_tokens, block, vocab, check
@@ -108,12 +143,9 @@ class TokenFile:
         return {**self.__dict__, "_mm": None}
 
     def __getitem__(self, i: int):
-        import numpy as np
-        import torch
-
         if self._mm is None:
-            self._mm = np.memmap(self.path, dtype=self.dtype, mode="r", shape=(self.n_tokens,))
-        chunk = torch.from_numpy(self._mm[i:i + self.block + 1].astype(np.int64))
+            self._mm = open_tokens(self.path, self.dtype, self.n_tokens)
+        chunk = window(self._mm, i, self.block + 1)
         if self.check:
             check_ids(chunk, self.vocab, self.path)
         return chunk[:-1], chunk[1:]
@@ -131,11 +163,6 @@ def tokens(cfg):
     from envkit.train.config import resolve_path
     from envkit.train.data import DataBundle, _entropy
 
-    try:
-        import numpy  # noqa: F401
-    except ImportError:
-        raise EnvkitError("dataset type tokens needs numpy in the training environment (it reads the .bin files through a memory map)",
-                          where="dataset.type", fix="pip install numpy")
     import torch
 
     d, block = cfg.values["dataset"], cfg.values["model"]["block_size"]
@@ -152,11 +179,8 @@ def tokens(cfg):
         check_ids(x[:, :1], tf.vocab_size, tf.train)
         return batch
 
-    import numpy as np
-
-    sample = np.memmap(tf.train, dtype=tf.dtype, mode="r", shape=(tf.n_train,))[: 1 << 20]
-    counts = torch.bincount(torch.from_numpy(sample.astype(np.int64)), minlength=tf.vocab_size)
-    counts = counts[: tf.vocab_size] if len(counts) > tf.vocab_size else counts
+    sample = window(open_tokens(tf.train, tf.dtype, tf.n_train), 0, 1 << 20)  # unigram baseline from the first 1M tokens
+    counts = torch.bincount(sample, minlength=tf.vocab_size)[: tf.vocab_size]
     return DataBundle("lm", train, val, {"vocab_size": tf.vocab_size, "block_size": block},
                       baseline_loss=_entropy(counts), tokens_per_sample=block, check_batch=check_batch,
                       notes=[f"tokens: train.bin {tf.n_train:,} and val.bin {tf.n_val:,} {tf.dtype} tokens (memory-mapped), "
