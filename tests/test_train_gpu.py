@@ -67,8 +67,8 @@ def test_tokens_folder_with_compiled_loss_and_a_profile_on_cuda(tmp_path):
     (tmp_path / "t.yaml").write_text(
         "experiment: {name: tok}\ndataset: {type: tokens, path: data}\n"
         "model: {type: gpt, n_layer: 2, n_head: 2, n_embd: 64, block_size: 64}\n"
-        "training: {max_steps: 40, batch_size: 16, lr: 0.003, compile: true, precision: bf16}\n"
-        "eval: {every_steps: 40}\nlogging: {every_steps: 10}\ndevice: {type: cuda}\n")
+        "training: {max_steps: 60, batch_size: 16, lr: 0.01, warmup_steps: 5, compile: true, precision: bf16}\n"
+        "eval: {every_steps: 60}\nlogging: {every_steps: 10}\ndevice: {type: cuda}\n")
     res = envkit("run", str(tmp_path / "t.yaml"), "--run-id", "g", "--profile-steps", "30:31", cwd=tmp_path, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     d = tmp_path / "runs" / "tok" / "g"
