@@ -114,13 +114,25 @@ def test_profile_supplies_defaults_below_yaml(tmp_path):
         assert all(k.split(".")[0] in ("training", "dataloader", "device") for k in profiled)
 
 
-def test_all_templates_valid():
+def test_all_templates_exist():
     names = sorted(p.stem for p in TEMPLATES.glob("*.yaml"))
     for model in ("gpt", "mlp", "cnn"):
         for kind in ("quick_test", "full_training", "conservative"):
             assert f"{model}_{kind}" in names
-    for n in names:
-        res = envkit("validate", str(TEMPLATES / f"{n}.yaml"))
+    assert "gpt2_small_tokens" in names
+
+
+def test_all_templates_valid(tmp_path):
+    """Every template validates; a tokens template is given a folder of token files to point at."""
+    np = __import__("pytest").importorskip("numpy")
+    data = tmp_path / "tokens"
+    data.mkdir()
+    for name in ("train.bin", "val.bin"):
+        np.zeros(40_000, dtype=np.uint16).tofile(data / name)
+    for n in sorted(p.stem for p in TEMPLATES.glob("*.yaml")):
+        text = (TEMPLATES / f"{n}.yaml").read_text()
+        extra = ["--set", f"dataset.path={data}"] if "type: tokens" in text else []
+        res = envkit("validate", str(TEMPLATES / f"{n}.yaml"), *extra)
         assert res.returncode == 0, (n, res.stderr)
 
 

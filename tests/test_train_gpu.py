@@ -45,9 +45,34 @@ def test_exact_resume_on_cuda_fp32(tmp_path):
     assert max(abs(x - y) for x, y in zip(la, lb)) < 1e-4
 
 
-def test_bench_trainer_small_on_cuda():
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_trainer.py"), "--small", "--steps", "20",
-                          "--warmup", "8", "--json"], capture_output=True, text=True, timeout=600)
+def test_bench_trainer_smoke_on_cuda():
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_trainer.py"), "--smoke", "--json"],
+                         capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout)
-    assert out["device"] != "cpu" and out["ratio_envkit_over_plain"] > 0
+    assert out["device"] != "cpu"
+    (row,) = out["runs"]
+    assert row["ratio"] > 0 and row["envkit"]["tokens_per_second"] > 0 and row["compile"] is True
+
+
+def test_tokens_folder_with_compiled_loss_and_a_profile_on_cuda(tmp_path):
+    """The tokens type on the GPU, forward + loss compiled, and a trace that holds CUDA kernels."""
+    np = pytest.importorskip("numpy")
+    data = tmp_path / "data"
+    data.mkdir()
+    rng = np.random.default_rng(0)
+    for name in ("train.bin", "val.bin"):
+        (np.cumsum(np.where(rng.random(50_000) < 0.02, 3, 7)) % 61).astype(np.uint16).tofile(data / name)
+    (data / "meta.json").write_text('{"vocab_size": 64}')
+    (tmp_path / "t.yaml").write_text(
+        "experiment: {name: tok}\ndataset: {type: tokens, path: data}\n"
+        "model: {type: gpt, n_layer: 2, n_head: 2, n_embd: 64, block_size: 64}\n"
+        "training: {max_steps: 60, batch_size: 16, lr: 0.01, warmup_steps: 5, compile: true, precision: bf16}\n"
+        "eval: {every_steps: 60}\nlogging: {every_steps: 10}\ndevice: {type: cuda}\n")
+    res = envkit("run", str(tmp_path / "t.yaml"), "--run-id", "g", "--profile-steps", "30:31", cwd=tmp_path, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    d = tmp_path / "runs" / "tok" / "g"
+    s = json.loads((d / "summary.json").read_text())
+    assert s["status"] == "completed" and s["compile"] == "on" and s["best_val_loss"] < 0.5 * s["baseline_loss"], s
+    trace = json.loads((d / "profile_steps_30-31.json").read_text())
+    assert any(e.get("cat") == "kernel" for e in trace["traceEvents"])

@@ -223,15 +223,17 @@ def test_runs_monitor_plot(tmp_path):
 
 
 def test_bench_trainer_runs_on_cpu():
+    """The benchmark's smoke shape (automatic without CUDA): both loops on the same token data."""
     import subprocess
     import sys
 
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_trainer.py"), "--device", "cpu", "--small",
-                          "--steps", "8", "--warmup", "3", "--json"], capture_output=True, text=True, timeout=300)
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_trainer.py"), "--device", "cpu", "--steps", "6",
+                          "--window", "2", "--warmup-windows", "1", "--json"], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
-    out = json.loads(res.stdout)
-    assert out["results"]["envkit"]["tokens_per_second"] > 0 and out["results"]["plain"]["tokens_per_second"] > 0
-    assert out["results"]["envkit"]["mfu"] is None  # CPU: no peak, MFU n/a
+    (row,) = json.loads(res.stdout)["runs"]
+    assert row["envkit"]["tokens_per_second"] > 0 and row["plain"]["tokens_per_second"] > 0 and row["ratio"] > 0
+    assert row["envkit"]["windows"] == row["plain"]["windows"] == 2
+    assert row["envkit"]["mfu"] is None and row["vocab"] == 512  # CPU: no peak, MFU n/a
 
 
 def test_mfu_peaks_by_device_name():
@@ -264,6 +266,26 @@ def test_two_processes_through_torchrun_on_cpu(tmp_path):
     steps = losses(d)
     assert steps[-1][1] < steps[0][1]  # it learned
     assert "64 x 1 accum x 2 proc" in (d / "train.log").read_text()
+    # only envkit's lines: no torchrun banner about OMP_NUM_THREADS, no barrier() device warning
+    out = res.stdout + res.stderr
+    assert "OMP_NUM_THREADS" not in out and "barrier()" not in out and "UserWarning" not in out, out[-3000:]
+    assert json.loads((d / "environment.json").read_text())["environ"]["OMP_NUM_THREADS"] == str(max(1, (os.cpu_count() or 1) // 2)) \
+        or "OMP_NUM_THREADS" in json.loads((d / "environment.json").read_text())["profile_env"]
+
+
+def test_profile_steps_writes_a_chrome_trace(tmp_path):
+    res = run(tmp_path, "mlp_quick_test", "--profile-steps", "3:5", "--set", "training.max_steps=8", "--set", "eval.every_steps=0",
+              run_id="p")
+    assert res.returncode == 0, res.stderr[-2000:]
+    d = exp_dir(tmp_path, "mlp_quick_test") / "p"
+    trace = json.loads((d / "profile_steps_3-5.json").read_text())
+    names = {e.get("name", "") for e in trace["traceEvents"]}
+    assert {"envkit step 3", "envkit step 4", "envkit step 5"} <= names and any(n.startswith("aten::") for n in names)
+    assert "aten::" in (d / "profile_steps_3-5.txt").read_text()
+    assert "profile of steps 3-5 written" in (d / "train.log").read_text()
+    assert [p.name for p in d.iterdir() if p.name.endswith(".tmp.json")] == []
+    res = run(tmp_path, "mlp_quick_test", "--profile-steps", "5:3", run_id="bad")
+    assert res.returncode == 2 and "--profile-steps: '5:3' is not A:B" in res.stderr and res.stderr.count("envkit: error") == 1
 
 
 def test_npz_images_train_the_cnn(tmp_path):

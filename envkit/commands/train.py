@@ -94,9 +94,11 @@ def validate(config, overrides, profile, replay, as_json):
 @click.option("--rdzv-endpoint", metavar="HOST:PORT", help="Rendezvous address, on node 0 (needed with --nnodes > 1).")
 @click.option("--rdzv-backend", default="static", show_default=True, help="torchrun's rendezvous backend (static keeps global rank 0 on node 0; c10d).")
 @click.option("--rdzv-id", help="Rendezvous id shared by all nodes (default: the run id).")
+@click.option("--profile-steps", "profile_steps", metavar="A:B",
+              help="Record optimizer steps A to B with torch.profiler: a Chrome trace (profile_steps_A-B.json) in the run folder.")
 @click.pass_context
 def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_config, as_json, selftest, nproc_per_node, python,
-        nnodes, node_rank, rdzv_endpoint, rdzv_backend, rdzv_id):
+        nnodes, node_rank, rdzv_endpoint, rdzv_backend, rdzv_id, profile_steps):
     """Train from a train.yaml with the embedded reference trainer.
 
     Writes runs/<experiment>/<run-id>/ (config, environment.json, metrics.jsonl, heartbeat.json,
@@ -104,6 +106,7 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
     from envkit.train import launcher
 
     debug = bool((ctx.obj or {}).get("debug"))
+    window = launcher.parse_profile_steps(profile_steps)
     p = launcher.plan(config, overrides=overrides, profile_name=profile, python=python)
     launcher.absolutise_paths(p.cfg)
     if print_config:
@@ -129,7 +132,7 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
     run_dir, resuming, note = launcher.choose_run_dir(p.cfg, run_id, resume)
     if note:
         click.echo(note, err=True)
-    env = launcher.child_environ(p.profile)
+    env = launcher.child_environ(p.profile, nproc_per_node)
     if resuming:
         saved = launcher.read_json(run_dir / "config.json") or {}
         if saved.get("config_hash") != p.cfg.config_hash():
@@ -141,7 +144,8 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
     else:
         child_dir = launcher.stage_for_node(p, run_dir, nodes.node_rank)
     cmd = launcher.child_command(p.python, child_dir, stop_after=stop_after, resume=resume if resume not in ("auto",) else "auto",
-                                 nproc=nproc_per_node, debug=debug, nodes=nodes)
+                                 nproc=nproc_per_node, debug=debug, nodes=nodes,
+                                 profile_steps=window)
     click.echo(f"{'resuming' if resuming else 'starting'} run {run_dir}", err=True)
     rc = launcher.launch(cmd, env)
     if nodes.node_rank > 0:

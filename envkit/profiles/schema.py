@@ -44,6 +44,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "device": Field(("auto", "mps", "cuda", "cpu")),
         "precision": Field(("auto", "fp32", "bf16", "fp16")),
         "compile": Field(("auto", True, False)),
+        "compile_mode": Field(("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")),
+        "sdpa_backend": Field(("auto", "flash", "efficient", "cudnn", "math")),
         "batch_size": Field(int, minimum=1),
         "lr": Field(float, minimum=0),
         "grad_clip": Field(float, minimum=0),

@@ -19,6 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stop-after", type=int, default=None)
     parser.add_argument("--resume", default="auto")
     parser.add_argument("--debug", action="store_true")
+    parser.add_argument("--profile-steps", default=None, help="A:B (validated by envkit run)")
     args = parser.parse_args(argv)
 
     import warnings
@@ -34,8 +35,10 @@ def main(argv: list[str] | None = None) -> int:
         from envkit.train.loop import train
 
         cfg = Config.from_resolved(resolved)
+        from envkit.train.launcher import parse_profile_steps
+
         summary = train(cfg, run_dir, stop_after=args.stop_after, resume=args.resume,
-                        torch_settings=resolved.get("torch_settings"))
+                        torch_settings=resolved.get("torch_settings"), profile_steps=parse_profile_steps(args.profile_steps))
     except EnvkitError as exc:
         if args.debug:
             raise

@@ -47,9 +47,11 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "notes": F("str", ""),
     },
     "dataset": {
-        "type": F("str", "synthetic", help="synthetic | text | npz | package.module:factory"),
+        "type": F("str", "synthetic", help="synthetic | text | npz | tokens | package.module:factory"),
         "task": F("str", "arithmetic", help="synthetic task: arithmetic (gpt) | teacher (mlp) | images (cnn)"),
-        "path": F("str", None, nullable=True, help="text file or folder (text), .npz file (npz)"),
+        "path": F("str", None, nullable=True, help="text file or folder (text), .npz file (npz), folder of train.bin/val.bin (tokens)"),
+        "dtype": F("str", "uint16", choices=("uint16", "uint32"), help="tokens: the .bin files' integer type (uint32 above 65,535 tokens)"),
+        "vocab_size": F("int", None, nullable=True, min=2, help="tokens: vocabulary size (default: DIR/meta.json's vocab_size)"),
         "level": F("str", "char", choices=("char", "byte"), help="text tokenisation"),
         "val_fraction": F("float", 0.1, gt=0, max=0.5),
         "num_samples": F("int", 20000, min=16, help="synthetic: training examples (teacher/images) or problems (arithmetic)"),
@@ -91,6 +93,10 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "grad_clip": F("float", 1.0, min=0, help="max grad norm; 0 = off"),
         "precision": F("str", AUTO, choices=PRECISIONS, help="autocast dtype; auto: bf16 on CUDA with bf16, else fp32"),
         "compile": F("compile", AUTO, help="torch.compile: auto (CUDA only) | true | false"),
+        "compile_mode": F("str", "default", choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+                          help="torch.compile mode (reduce-overhead: CUDA graphs; max-autotune: minutes of tuning)"),
+        "sdpa_backend": F("str", AUTO, choices=("auto", "flash", "efficient", "cudnn", "math"),
+                          help="CUDA attention kernel for scaled_dot_product_attention; auto: PyTorch's choice"),
         "empty_cache_every": F("int", 0, min=0, help="MPS/CUDA: empty_cache() every N steps; 0 = never"),
         "nan_policy": F("str", "rollback", choices=("rollback", "stop"),
                         help="non-finite loss: roll back to the last good checkpoint with a lower lr, or stop"),
@@ -136,6 +142,7 @@ DATASET_KEYS = {
     "synthetic": {"type", "task", "num_samples", "num_classes", "input_dim", "image_size", "noise", "digits", "val_fraction"},
     "text": {"type", "path", "level", "val_fraction"},
     "npz": {"type", "path", "val_fraction"},
+    "tokens": {"type", "path", "dtype", "vocab_size"},
 }
 SYNTHETIC_TASKS = {"arithmetic": "gpt", "teacher": "mlp", "images": "cnn"}
 
@@ -144,6 +151,8 @@ PROFILE_KEYS = {
     ("train", "device"): "device.type",
     ("train", "precision"): "training.precision",
     ("train", "compile"): "training.compile",
+    ("train", "compile_mode"): "training.compile_mode",
+    ("train", "sdpa_backend"): "training.sdpa_backend",
     ("train", "batch_size"): "training.batch_size",
     ("train", "lr"): "training.lr",
     ("train", "grad_clip"): "training.grad_clip",
@@ -158,6 +167,7 @@ PROFILE_KEYS = {
 HASH_EXCLUDED = {"logging", "checkpoint"}
 HASH_EXCLUDED_KEYS = {"experiment.name", "experiment.output_dir", "experiment.tags", "experiment.notes",
                       "eval.batches", "eval.accuracy_samples", "device.fallback_to_cpu", "device.fallback", "dataloader.num_workers",
+                      "training.compile_mode", "training.sdpa_backend",  # speed only: same computation
                       "dataloader.pin_memory", "dataloader.persistent_workers", "dataloader.prefetch_factor"}
 
 
@@ -417,7 +427,7 @@ def check_consistency(cfg: Config) -> None:
                           fix="use gpt, mlp, cnn or 'package.module:factory'")
     if dtype not in DATASET_KEYS and not is_factory(dtype):
         raise EnvkitError(f"unknown dataset type {dtype!r}{_did_you_mean(dtype, DATASET_KEYS)}", where=_where(cfg, "dataset.type"),
-                          fix="use synthetic, text, npz or 'package.module:factory'")
+                          fix="use synthetic, text, npz, tokens or 'package.module:factory'")
     if mtype in MODEL_KEYS:
         for key in m:
             if cfg.origin.get(f"model.{key}") in ("yaml", "cli") and key not in MODEL_KEYS[mtype]:
@@ -451,6 +461,15 @@ def check_consistency(cfg: Config) -> None:
             raise EnvkitError("npz dataset path is a folder; expected an .npz file", where=_where(cfg, "dataset.path"))
         if dtype == "text" and mtype in ("mlp", "cnn"):
             raise EnvkitError(f"a text dataset trains a language model (gpt), not {mtype}", where=_where(cfg, "model.type"))
+    if dtype == "tokens":
+        from envkit.train.tokens import check_token_folder
+
+        if mtype in ("mlp", "cnn"):
+            raise EnvkitError(f"a tokens dataset trains a language model (gpt), not {mtype}", where=_where(cfg, "model.type"))
+        if not d["path"]:
+            raise EnvkitError("dataset type tokens needs a path (a folder with train.bin and val.bin)", where=_where(cfg, "dataset.path"))
+        check_token_folder(resolve_path(cfg, d["path"]), d["dtype"], d["vocab_size"], batch_tokens=t["batch_size"] * (m["block_size"] + 1),
+                           where_path=_where(cfg, "dataset.path"))
     if mtype == "gpt" and m["n_embd"] % m["n_head"]:
         raise EnvkitError(f"n_embd {m['n_embd']} is not divisible by n_head {m['n_head']}", where=_where(cfg, "model.n_embd"))
     if t["min_lr"] is not None and t["min_lr"] > t["lr"]:

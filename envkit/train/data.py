@@ -1,5 +1,6 @@
 """Datasets: synthetic (arithmetic for gpt, a known teacher for mlp, class images for cnn), text
-(file or folder, char or byte level), npz, or a user factory. Nothing downloads.
+(file or folder, char or byte level), npz, tokens (nanoGPT's train.bin/val.bin: envkit/train/tokens.py),
+or a user factory. Nothing downloads.
 
 Every dataset is map-style and every batch order comes from `ResumableBatchSampler`, a pure
 function of (seed, batches consumed): the data position in a checkpoint is one integer, and a
@@ -31,6 +32,7 @@ class DataBundle:
     chance_accuracy: float | None = None
     tokens_per_sample: int = 1  # lm: block_size
     scorer: Callable | None = None  # scorer(model, device, autocast) -> {"accuracy": ...}
+    check_batch: Callable | None = None  # check_batch((x, y)) -> (x, y), in the trainer's process; raises EnvkitError
     notes: list[str] = field(default_factory=list)
 
 
@@ -141,6 +143,10 @@ def build_data(cfg, *, seed: int) -> DataBundle:
         return text(cfg)
     if kind == "npz":
         return npz(cfg)
+    if kind == "tokens":
+        from envkit.train.tokens import tokens
+
+        return tokens(cfg)
     return from_factory(cfg, seed)
 
 

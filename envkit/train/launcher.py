@@ -254,11 +254,24 @@ class Nodes:
                 f"--rdzv-endpoint={self.rdzv_endpoint}", f"--rdzv-id={self.rdzv_id or 'envkit'}"]
 
 
+def parse_profile_steps(text: str | None) -> tuple[int, int] | None:
+    """`--profile-steps A:B` -> (A, B): optimizer steps A to B inclusive, 1 <= A <= B."""
+    if text is None:
+        return None
+    m = re.fullmatch(r"\s*(\d+)\s*:\s*(\d+)\s*", text)
+    if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
+        raise EnvkitError(f"{text!r} is not A:B with 1 <= A <= B", where="--profile-steps",
+                          fix="e.g. --profile-steps 20:25 (after compilation and warm-up; a few steps make a readable trace)")
+    return int(m.group(1)), int(m.group(2))
+
+
 def child_command(python: str, run_dir: Path, *, stop_after: int | None, resume: str, nproc: int, debug: bool,
-                  nodes: Nodes | None = None) -> list[str]:
+                  nodes: Nodes | None = None, profile_steps: tuple[int, int] | None = None) -> list[str]:
     args = [str(run_dir), "--resume", resume]
     if stop_after is not None:
         args += ["--stop-after", str(stop_after)]
+    if profile_steps is not None:
+        args += ["--profile-steps", f"{profile_steps[0]}:{profile_steps[1]}"]
     if debug:
         args.append("--debug")
     entry = str(child_entry())
@@ -331,10 +344,27 @@ def child_entry() -> Path:
     return entry
 
 
-def child_environ(profile) -> dict:
+def child_environ(profile, nproc: int = 1) -> dict:
     env = profile.child_environ(dict(os.environ)) if profile is not None and hasattr(profile, "child_environ") else dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
+    if nproc > 1:
+        env["OMP_NUM_THREADS"] = omp_threads_per_process(profile, env, nproc)
     return env
+
+
+def omp_threads_per_process(profile, env: dict, nproc: int) -> str:
+    """OpenMP threads for each of nproc torchrun processes. The profile's OMP_NUM_THREADS is meant
+    for the whole machine (one per physical core), so each process gets its share; without one, the
+    machine's cores are shared out. A value the user exported (and the profile left alone) is
+    kept. Either way torchrun finds the variable set and does not print its banner about it."""
+    from_profile = (getattr(profile, "env", None) or {}).get("OMP_NUM_THREADS")
+    if from_profile is None and env.get("OMP_NUM_THREADS"):
+        return env["OMP_NUM_THREADS"]
+    try:
+        total = int(from_profile) if from_profile is not None else (os.cpu_count() or 1)
+    except ValueError:
+        total = os.cpu_count() or 1
+    return str(max(1, total // nproc))
 
 
 def launch(cmd: list[str], env: dict) -> int:

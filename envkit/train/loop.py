@@ -24,14 +24,18 @@ from envkit.train import checkpoint as ckpt
 from envkit.train import faults
 from envkit.train.config import Config
 from envkit.train.data import ResumableBatchSampler, build_data
+from envkit.train.distributed import init_distributed
 from envkit.train.guards import NanGuard, TrainingStopped, resolve_device
 from envkit.train.mfu import mfu as compute_mfu
 from envkit.train.models import build_model
+from envkit.train.profiling import StepProfiler
+from envkit.train.step import LossModule, apply_sdpa_backend, compile_kwargs
 from envkit.train.telemetry import Telemetry, fmt_duration, write_json
 
 
 def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: str = "auto",
-          torch_settings: dict | None = None, handle_signals: bool = True) -> dict:
+          torch_settings: dict | None = None, handle_signals: bool = True,
+          profile_steps: tuple[int, int] | None = None) -> dict:
     run_dir = Path(run_dir)
     E, D, M, T = cfg.values["experiment"], cfg.values["dataset"], cfg.values["model"], cfg.values["training"]
     V, C, L, DL = cfg.values["eval"], cfg.values["checkpoint"], cfg.values["logging"], cfg.values["dataloader"]
@@ -44,17 +48,15 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
                     progress=L["progress"], enabled=master)
     log = tel.log
     device_type = resolve_device(cfg.values["device"]["type"], cfg.values["device"]["fallback_to_cpu"], log)
-    if world > 1:
-        import torch.distributed as dist
-
-        dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
     device = torch.device(f"cuda:{local_rank}" if device_type == "cuda" else device_type)
     if device_type == "cuda":
         torch.cuda.set_device(device)
+    if world > 1:
+        init_distributed(device)
     seed = E["seed"]
     random.seed(seed)
     torch.manual_seed(seed)  # seeds CPU, CUDA and MPS generators
-    for message in _apply_torch_settings(torch_settings, device_type):
+    for message in _apply_torch_settings(torch_settings, device_type) + apply_sdpa_backend(T["sdpa_backend"], device_type):
         log(message)
 
     # ------------------------------------------------------------ data
@@ -143,8 +145,10 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
     guard = NanGuard(T["nan_policy"], T["nan_lr_factor"], T["max_rollbacks"], state["rollbacks"])
 
     # ------------------------------------------------------------ compile, DDP
+    # `model` from here on is the training module: forward + loss, one compiled graph (train/step.py)
     compile_note = _want_compile(T["compile"], device_type)
-    model, compile_note = _maybe_compile(model, compile_note, log)
+    loss_module = LossModule(model, accum)  # kept: an out-of-memory split changes its accum
+    model, compile_note = _maybe_compile(loss_module, compile_note, log, T["compile_mode"])
     if world > 1:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -157,7 +161,7 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
             kw = {"persistent_workers": DL["persistent_workers"], **({"prefetch_factor": DL["prefetch_factor"]} if DL["prefetch_factor"] else {})}
         loader = torch.utils.data.DataLoader(data.train, batch_sampler=sampler, num_workers=DL["num_workers"], pin_memory=pin,
                                              generator=torch.Generator().manual_seed(seed), **kw)
-        return iter(loader)
+        return iter(loader) if data.check_batch is None else map(data.check_batch, loader)
 
     # ------------------------------------------------------------ training loop
     stop_reason = {"signal": None}
@@ -182,9 +186,11 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
         f"compile {compile_note}) from step {step}; run folder {run_dir}")
     tel.heartbeat(step=step, loss=None, eta=None, force=True)
 
+    profiler = StepProfiler(run_dir, profile_steps, device_type, rank, world, log)
     try:
         while step < T["max_steps"]:
             # -- one optimizer step
+            profiler.before_step(step)
             lr = get_lr(step) * state["lr_scale"]
             for g in optimizer.param_groups:
                 g["lr"] = lr
@@ -199,8 +205,7 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
                     if world > 1:  # gradient sync only on the last micro-step
                         model.require_backward_grad_sync = micro == accum - 1
                     with autocast:
-                        logits = model(x)
-                        loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1)) / accum
+                        loss = model(x, y)  # cross-entropy / accum
                     nonfinite |= ~torch.isfinite(loss.detach())
                     scaler.scale(loss).backward()
                     loss_accum += loss.detach()
@@ -210,6 +215,7 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
                 optimizer.zero_grad(set_to_none=True)
                 sampler = ResumableBatchSampler(len(data.train), bs, seed, rank=rank, world=world)
                 state.update(batches=batches_at_step * factor, micro_batch=bs, grad_accum=accum)
+                loss_module.accum = accum
                 batches_iter = make_loader(state["batches"])
                 continue
             grad_norm = None
@@ -221,6 +227,7 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
             optimizer.zero_grad(set_to_none=True)
             step += 1
             steps_since += 1
+            profiler.after_step(step)
             if T["empty_cache_every"] and step % T["empty_cache_every"] == 0:
                 _empty_cache(device_type)
 
@@ -313,6 +320,7 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
         _finish(tel, run_dir, status, step, locals(), error=f"{type(exc).__name__}: {exc}")
         raise
     finally:
+        profiler.close()
         if handle_signals and master:
             for s, h in old_handlers.items():
                 signal.signal(s, h)
@@ -420,15 +428,15 @@ def _want_compile(setting, device_type: str) -> str:
     return "on" if device_type == "cuda" else "off (auto: CUDA only)"
 
 
-def _maybe_compile(model, note: str, log):
+def _maybe_compile(model, note: str, log, mode: str = "default"):
     if note != "on":
         return model, note
     try:
-        compiled = torch.compile(model)
+        compiled = torch.compile(model, **compile_kwargs(mode))
     except Exception as exc:  # noqa: BLE001 - compile is an optimisation: fall back, say so
         log(f"warning: torch.compile failed ({type(exc).__name__}: {exc}); training eager")
         return model, f"failed, eager ({type(exc).__name__})"
-    return _FallbackOnFirstCall(compiled, model, log), "on"
+    return _FallbackOnFirstCall(compiled, model, log), "on" if mode in (None, "default") else f"on ({mode})"
 
 
 class _FallbackOnFirstCall(torch.nn.Module):

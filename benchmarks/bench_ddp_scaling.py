@@ -1,0 +1,82 @@
+"""Data-parallel scaling of `envkit run`: tokens/s with 1 process and with N (torchrun + DDP), as a
+user runs it, on GPT-2 small (templates/train/gpt2_small_tokens.yaml) over a folder of random tokens.
+
+    python benchmarks/bench_ddp_scaling.py                   # 1 and 2 processes, batch 16 per GPU
+    python benchmarks/bench_ddp_scaling.py --nproc 1 2 4 --set training.grad_accum=4
+
+Prints each run's tokens/s and MFU (median of the trainer's logging windows after the first, from
+summary.json), the scaling against one process, and how many lines of torch/torchrun noise (the
+OMP_NUM_THREADS banner, the barrier() device warning) the run printed. --json for machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+TEMPLATE = ROOT / "templates" / "train" / "gpt2_small_tokens.yaml"
+NOISE = ("OMP_NUM_THREADS", "barrier(): using the device", "UserWarning")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nproc", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--batch", type=int, default=16, help="per GPU")
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--set", action="append", default=[], help="extra config override (repeatable)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "data"
+        data.mkdir()
+        import torch
+
+        from envkit.train.tokens import write_tokens
+
+        g = torch.Generator().manual_seed(0)
+        for name in ("train.bin", "val.bin"):
+            write_tokens(data / name, torch.randint(50304, (1 << 24,), generator=g), "uint16")
+        for n in args.nproc:
+            cmd = [sys.executable, "-m", "envkit", "run", str(TEMPLATE), "--run-id", f"n{n}", "--resume", "never",
+                   "--nproc-per-node", str(n), "--set", f"dataset.path={data}", "--set", f"training.batch_size={args.batch}",
+                   "--set", "training.grad_accum=1", "--set", f"training.max_steps={args.steps}", "--set", "training.warmup_steps=10",
+                   "--set", "eval.every_steps=0", "--set", "eval.batches=2", "--set", f"checkpoint.every_steps={args.steps}",
+                   "--set", "checkpoint.keep_last=1", "--set", "logging.every_steps=10", "--set", "logging.progress=plain",
+                   *[x for s in args.set for x in ("--set", s)]]
+            res = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
+            out = res.stdout + res.stderr
+            summary_path = Path(tmp) / "runs" / "gpt2-small-tokens" / f"n{n}" / "summary.json"
+            s = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+            noise = [line for line in out.splitlines() if any(w in line for w in NOISE)]
+            results.append({"nproc": n, "returncode": res.returncode, "tokens_per_second": s.get("tokens_per_second"),
+                            "mfu": s.get("mfu"), "status": s.get("status"), "device_name": s.get("device_name"),
+                            "noise_lines": noise})
+            if res.returncode != 0:
+                print(out[-4000:], file=sys.stderr)
+    base = results[0]["tokens_per_second"]
+    for r in results:
+        r["scaling"] = r["tokens_per_second"] / base if base and r["tokens_per_second"] else None
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0 if all(r["returncode"] == 0 for r in results) else 1
+    for r in results:
+        tps = f"{r['tokens_per_second']:,.0f}" if r["tokens_per_second"] else "n/a"
+        mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] else "n/a"
+        scale = f"x{r['scaling']:.3f}" if r["scaling"] else "n/a"
+        print(f"{r['nproc']} proc: {tps} tokens/s | MFU {mfu} | scaling {scale} vs 1 proc | {r['status']} "
+              f"({r['device_name']}) | torch/torchrun noise lines: {len(r['noise_lines'])}")
+        for line in r["noise_lines"][:5]:
+            print(f"    noise: {line}")
+    return 0 if all(r["returncode"] == 0 for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""`envkit run --profile-steps A:B`: a torch.profiler trace of optimizer steps A to B (inclusive,
+counted from 1 like the progress line), written into the run folder as a Chrome trace
+(`profile_steps_A-B.json`, open it in chrome://tracing or https://ui.perfetto.dev) plus the
+operators that took the most time (`profile_steps_A-B.txt`). With several processes each rank
+writes its own (`..._rank1.json`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+
+class StepProfiler:
+    def __init__(self, run_dir: Path, steps: tuple[int, int] | None, device_type: str, rank: int, world: int, log):
+        self.run_dir, self.steps, self.device_type, self.log = Path(run_dir), steps, device_type, log
+        self.suffix = f"_rank{rank}" if world > 1 else ""
+        self.prof = None
+        self.first = self.last = self.span = None
+
+    def before_step(self, step: int) -> None:
+        """`step` optimizer steps are done; the next one is step + 1."""
+        if self.prof is None and self.steps is None:
+            return  # the common case: no profiling, nothing per step
+        from torch.profiler import ProfilerActivity, profile, record_function
+
+        if self.prof is None:
+            if self.steps is None or not self.steps[0] <= step + 1 <= self.steps[1]:
+                return
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device_type == "cuda" else [])
+            self.prof = profile(activities=activities, record_shapes=True)
+            self.prof.__enter__()
+            self.first = step + 1
+        self.span = record_function(f"envkit step {step + 1}")  # one span per optimizer step in the trace
+        self.span.__enter__()
+
+    def after_step(self, step: int) -> None:
+        if self.prof is not None:
+            self._end_span()
+            self.last = step
+            if step >= self.steps[1]:
+                self._write()
+
+    def close(self) -> None:
+        """The run ended (or failed) inside the window: keep what was recorded."""
+        if self.prof is not None:
+            self._write()
+
+    def _end_span(self) -> None:
+        if self.span is not None:
+            self.span.__exit__(None, None, None)
+            self.span = None
+
+    def _write(self) -> None:
+        self._end_span()
+        prof, self.prof = self.prof, None
+        prof.__exit__(None, None, None)
+        a, b = self.first, self.last if self.last is not None else self.first
+        stem = self.run_dir / f"profile_steps_{a}-{b}{self.suffix}"
+        tmp = stem.with_name(stem.name + f".{os.getpid()}.tmp.json")
+        prof.export_chrome_trace(str(tmp))
+        os.replace(tmp, stem.with_suffix(".json"))  # atomic: a reader never sees half a trace
+        sort = "self_cuda_time_total" if self.device_type == "cuda" else "self_cpu_time_total"
+        table = prof.key_averages().table(sort_by=sort, row_limit=30)
+        from envkit.fsutil import atomic_write_text
+
+        atomic_write_text(stem.with_suffix(".txt"), table + "\n")
+        self.steps = None  # one window per run
+        self.log(f"profile of steps {a}-{b} written: {stem.with_suffix('.json').name} (chrome trace), {stem.with_suffix('.txt').name}")

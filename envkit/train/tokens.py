@@ -1,0 +1,187 @@
+"""The `tokens` dataset: pre-tokenised text in the format nanoGPT and llm.c write.
+
+    dataset: {type: tokens, path: DIR}      # DIR/train.bin, DIR/val.bin (DIR/meta.json optional)
+
+Each .bin file is a flat array of token ids, `dtype: uint16` (default) or `uint32` (vocabularies
+above 65,535), read through a memory map: a 20 GB file costs no memory. A training example is a
+window of block_size + 1 tokens starting anywhere in train.bin; the order comes from envkit's
+ResumableBatchSampler (a pure function of seed and batches consumed), so resume is exact.
+
+The vocabulary size is `dataset.vocab_size`, else `DIR/meta.json`'s `{"vocab_size": N}`. A
+nanoGPT `meta.pkl` is never unpickled (a pickle runs code). A bad folder is one EnvkitError naming
+the file: checked by `envkit validate`/`run` before training (no torch or numpy needed for that),
+and a token id >= the vocabulary is caught in the window that holds it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from envkit.errors import EnvkitError
+
+ITEMSIZE = {"uint16": 2, "uint32": 4}
+
+
+@dataclass(frozen=True)
+class TokenFolder:
+    train: Path
+    val: Path
+    n_train: int
+    n_val: int
+    vocab_size: int
+    dtype: str
+    vocab_from: str  # "dataset.vocab_size" or the meta.json path
+
+
+def check_token_folder(folder: Path, dtype: str, vocab_size: int | None, *, batch_tokens: int,
+                       where_path: str = "dataset.path") -> TokenFolder:
+    """Sizes and vocabulary of a tokens folder, or one EnvkitError naming the file at fault.
+    `batch_tokens` = batch_size x (block_size + 1): each file must hold at least one batch."""
+    folder = Path(folder)
+    if not folder.exists():
+        raise EnvkitError(f"dataset path {str(folder)!r} does not exist", where=where_path,
+                          fix="point dataset.path at a folder holding train.bin and val.bin")
+    if not folder.is_dir():
+        raise EnvkitError(f"{folder} is a file; a tokens dataset is a folder holding train.bin and val.bin", where=where_path)
+    size = ITEMSIZE[dtype]
+    counts = {}
+    for name in ("train.bin", "val.bin"):
+        f = folder / name
+        if not f.is_file():
+            raise EnvkitError(f"{name} is missing (a tokens folder holds train.bin and val.bin)", where=str(f),
+                              fix="write both with numpy: np.array(ids, dtype=np.uint16).tofile(path), as nanoGPT's prepare.py does")
+        nbytes = f.stat().st_size
+        if nbytes % size:
+            other = "uint32" if dtype == "uint16" else "uint16"
+            raise EnvkitError(f"{nbytes} bytes is not a multiple of {size} (dataset.dtype {dtype}): a truncated or differently typed file",
+                              where=str(f), fix=f"rewrite the file, or set dataset.dtype: {other} if it was written that way")
+        counts[name] = n = nbytes // size
+        if n < batch_tokens:
+            raise EnvkitError(f"holds {n} tokens, fewer than one batch (batch_size x (block_size + 1) = {batch_tokens})",
+                              where=str(f), fix="use more data, or lower training.batch_size or model.block_size")
+    if vocab_size is not None:
+        vocab, source = vocab_size, "dataset.vocab_size"
+    else:
+        vocab, source = _meta_vocab(folder / "meta.json"), str(folder / "meta.json")
+    limit = 1 << (8 * size)
+    if vocab > limit:
+        raise EnvkitError(f"vocabulary {vocab} does not fit in {dtype} (ids up to {limit - 1})", where=source,
+                          fix="write the .bin files as uint32 and set dataset.dtype: uint32")
+    return TokenFolder(folder / "train.bin", folder / "val.bin", counts["train.bin"], counts["val.bin"], vocab, dtype, source)
+
+
+def _meta_vocab(meta: Path) -> int:
+    pkl = meta.with_name("meta.pkl")
+    fix = 'set dataset.vocab_size, or write {"vocab_size": N} to meta.json'
+    if not meta.is_file():
+        why = " (meta.pkl is never unpickled: a pickle can run code)" if pkl.exists() else ""
+        raise EnvkitError(f"no vocabulary size: meta.json is missing{why}", where=str(meta), fix=fix)
+    try:
+        data = json.loads(meta.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise EnvkitError(f"cannot read: {exc}", where=str(meta), fix=fix)
+    v = data.get("vocab_size") if isinstance(data, dict) else None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 2:
+        raise EnvkitError(f"vocab_size must be an integer of at least 2, got {v!r}", where=str(meta), fix=fix)
+    return v
+
+
+# ---------------------------------------------------------------- reading (torch)
+
+
+def open_tokens(path: Path, dtype: str, n: int):
+    """The file as a 1-D tensor over a private memory map (pages are read when touched, nothing is
+    loaded whole, the file is never written). torch before 2.3 has no uint16/uint32: numpy's memmap."""
+    import torch
+
+    tdtype = getattr(torch, dtype, None)
+    if tdtype is not None:
+        return torch.from_file(str(path), shared=False, size=n, dtype=tdtype)
+    try:
+        import numpy as np
+    except ImportError:
+        raise EnvkitError(f"reading {dtype} token files with torch {torch.__version__} needs numpy", where="dataset.type",
+                          fix="pip install numpy, or torch 2.3+")
+    return np.memmap(path, dtype=dtype, mode="r", shape=(n,))
+
+
+def write_tokens(path: Path, ids, dtype: str = "uint16") -> None:
+    """Write a 1-D tensor of ids as a .bin file (what nanoGPT's prepare.py writes with numpy)."""
+    import ctypes
+
+    import torch
+
+    t = ids.to(getattr(torch, dtype)).contiguous()
+    from envkit.fsutil import atomic_write_bytes
+
+    atomic_write_bytes(Path(path), ctypes.string_at(t.data_ptr(), t.numel() * t.element_size()))
+
+
+def window(tokens, start: int, length: int):
+    import torch
+
+    part = tokens[start:start + length]
+    return part.to(torch.int64) if isinstance(part, torch.Tensor) else torch.from_numpy(part.astype("int64"))
+
+
+class TokenFile:
+    """Map-style dataset of the windows of one .bin file: item i is (tokens[i:i+T], tokens[i+1:i+T+1]).
+
+    The memory map opens lazily in each process (DataLoader workers included) and is never
+    pickled: pickling it would copy the whole file into every worker."""
+
+    def __init__(self, path: Path, dtype: str, n_tokens: int, block: int, vocab: int, check: bool):
+        self.path, self.dtype, self.n_tokens, self.block, self.vocab, self.check = Path(path), dtype, n_tokens, block, vocab, check
+        self._mm = None
+
+    def __len__(self) -> int:
+        return self.n_tokens - self.block
+
+    def __getstate__(self):
+        return {**self.__dict__, "_mm": None}
+
+    def __getitem__(self, i: int):
+        if self._mm is None:
+            self._mm = open_tokens(self.path, self.dtype, self.n_tokens)
+        chunk = window(self._mm, i, self.block + 1)
+        if self.check:
+            check_ids(chunk, self.vocab, self.path)
+        return chunk[:-1], chunk[1:]
+
+
+def check_ids(t, vocab: int, path: Path) -> None:
+    top = int(t.max())
+    if top >= vocab:
+        raise EnvkitError(f"a window holds token id {top}, not below the vocabulary size {vocab}", where=str(path),
+                          fix="set dataset.vocab_size (or meta.json) to the tokenizer's size, or check dataset.dtype")
+
+
+def tokens(cfg):
+    """The DataBundle of a tokens folder (envkit/train/data.py dispatches here)."""
+    from envkit.train.config import resolve_path
+    from envkit.train.data import DataBundle, _entropy
+
+    import torch
+
+    d, block = cfg.values["dataset"], cfg.values["model"]["block_size"]
+    bs = cfg.values["training"]["batch_size"]
+    tf = check_token_folder(resolve_path(cfg, d["path"]), d["dtype"], d["vocab_size"], batch_tokens=bs * (block + 1))
+    # Training windows are read in DataLoader workers, where an exception arrives as a traceback:
+    # they are checked in the trainer's process instead (check_batch); validation reads in-process.
+    train = TokenFile(tf.train, tf.dtype, tf.n_train, block, tf.vocab_size, check=False)
+    val = TokenFile(tf.val, tf.dtype, tf.n_val, block, tf.vocab_size, check=True)
+
+    def check_batch(batch):
+        x, y = batch
+        check_ids(y, tf.vocab_size, tf.train)  # y holds every token of x but the first
+        check_ids(x[:, :1], tf.vocab_size, tf.train)
+        return batch
+
+    sample = window(open_tokens(tf.train, tf.dtype, tf.n_train), 0, 1 << 20)  # unigram baseline from the first 1M tokens
+    counts = torch.bincount(sample, minlength=tf.vocab_size)[: tf.vocab_size]
+    return DataBundle("lm", train, val, {"vocab_size": tf.vocab_size, "block_size": block},
+                      baseline_loss=_entropy(counts), tokens_per_sample=block, check_batch=check_batch,
+                      notes=[f"tokens: train.bin {tf.n_train:,} and val.bin {tf.n_val:,} {tf.dtype} tokens (memory-mapped), "
+                             f"vocabulary {tf.vocab_size} from {tf.vocab_from}"])
