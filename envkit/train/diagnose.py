@@ -88,14 +88,14 @@ def diagnose(rows: list[dict], ctx: HintContext) -> list[Hint]:
     dt = _median(recent, "dt_ms")
     n = sum(1 for r in recent if isinstance(r.get("data_wait_fraction"), (int, float)))
     if wait is not None and wait >= INPUT_WAIT_FRACTION and (util is None or util < BUSY_UTIL_PCT):
-        evidence = f"{100 * wait:.0f}% of step time waiting for data (median of the last {n} logs), step {dt:.0f} ms"
+        evidence = f"median of the last {n} logs: {100 * wait:.0f}% of step time waiting for data, step {dt:.0f} ms"
         if util is not None:
             evidence += f", {ctx.device} utilization {util:.0f}%"
         hints.append(Hint("input-pipeline", "the input pipeline is the bottleneck: the device waits for batches", evidence,
                           _input_fix(ctx)))
     elif util is not None and util < UNDERUSED_UTIL_PCT and ctx.device != "cpu" and (wait is None or wait < INPUT_WAIT_FRACTION):
         hints.append(Hint("device-underused", f"the {ctx.device} is busy only part of the time although batches arrive on time",
-                          f"{ctx.device} utilization {util:.0f}% (median of the last {len(recent)} logs), "
+                          f"median of the last {len(recent)} logs: {ctx.device} utilization {util:.0f}%, "
                           f"{100 * (wait or 0):.0f}% of step time waiting for data, step {dt:.0f} ms",
                           f"a larger training.batch_size{f' (now {ctx.batch_size})' if ctx.batch_size else ''}"
                           " (small steps are launch-bound), or training.compile: true"))
