@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from envkit.facts.runner import RecordingRunner, redact_home  # noqa: E402
-from envkit.train.device_sampler import DeviceSampler  # noqa: E402
+from envkit.facts.runner import RecordingRunner, redact_home
+from envkit.train.device_sampler import DeviceSampler
 
 
 def busy(device: str, seconds: float, stop: threading.Event) -> None:

@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 
 import pytest
-
 from conftest import envkit
+
 from envkit.facts import device_parse as dp
 from envkit.facts.runner import ReplayRunner
 from envkit.train.device_sampler import POWER_NOTE_MPS, DeviceSampler
@@ -240,3 +240,21 @@ def test_cuda_run_records_real_utilization_memory_and_power(tmp_path):
     last = rows[-1]
     assert last["device_mem_total_mb"] > 1000 and last["torch_allocated_mb"] > 0 and "device_util_pct" in last
     assert "power_w" in last and "temp_c" in last
+
+
+def test_tensorboard_tracker_writes_the_same_metrics_as_metrics_jsonl(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from conftest import ROOT
+
+    res = envkit("run", str(ROOT / "templates" / "train" / "mlp_quick_test.yaml"), "--run-id", "tb", "--profile", "cpu",
+                 "--set", "training.max_steps=10", "--set", "logging.every_steps=5", "--set", "logging.trackers=[tensorboard]",
+                 cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    d = tmp_path / "runs" / "mlp-quick-test" / "tb"
+    ea = EventAccumulator(str(d / "tensorboard"))
+    ea.Reload()
+    rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines() if '"loss"' in x]
+    assert [(e.step, round(e.value, 5)) for e in ea.Scalars("loss")] == [(r["step"], round(r["loss"], 5)) for r in rows]
+    assert "data_wait_fraction" in ea.Tags()["scalars"]

@@ -147,7 +147,7 @@ class DeviceSampler:
         self._thread = threading.Thread(target=self._run, name="envkit-device-sampler", daemon=True)
         self._cpu_clock = (time.process_time(), time.monotonic())
 
-    def start(self) -> "DeviceSampler":
+    def start(self) -> DeviceSampler:
         self._thread.start()
         return self
 

@@ -50,7 +50,7 @@ class HintContext:
     cpu_count: int = os.cpu_count() or 1
 
     @classmethod
-    def from_config(cls, values: dict, device: str) -> "HintContext":
+    def from_config(cls, values: dict, device: str) -> HintContext:
         dl, t = values.get("dataloader", {}), values.get("training", {})
         pin = dl.get("pin_memory", "auto")
         return cls(device=device, num_workers=int(dl.get("num_workers") or 0),

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import netrc
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 INSTALL = {"tensorboard": "pip install tensorboard", "wandb": "pip install wandb"}
 
@@ -99,6 +99,6 @@ class Trackers:
         for tracker in self.active:
             try:
                 tracker.close()
-            except Exception:  # noqa: BLE001
-                pass
+            except Exception as exc:  # noqa: BLE001 - the run is over; say so, do not fail it
+                self._log(f"tracker {tracker.name}: closing failed ({type(exc).__name__}: {exc})")
         self.active = []

@@ -11,8 +11,8 @@ current hints; trackers receive every metrics row."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from envkit.train.diagnose import HintContext, diagnose
 from envkit.train.trackers import Trackers
