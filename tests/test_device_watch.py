@@ -261,3 +261,16 @@ def test_tensorboard_tracker_writes_the_same_metrics_as_metrics_jsonl(tmp_path):
     rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines() if '"loss"' in x]
     assert [(e.step, round(e.value, 5)) for e in ea.Scalars("loss")] == [(r["step"], round(r["loss"], 5)) for r in rows]
     assert "data_wait_fraction" in ea.Tags()["scalars"]
+
+
+def test_rich_monitor_layout_shows_steps_device_panel_and_hints(tmp_path):
+    from rich.console import Console
+
+    from envkit.commands.monitor import _metrics, _rich_view, run_state
+
+    d = fake_run(tmp_path)
+    console = Console(width=160, record=True, force_terminal=False)
+    console.print(_rich_view(run_state(d), _metrics(d)))
+    text = console.export_text()
+    assert "│ util 28%" in text and "power 150W" in text and "80    1.4000" in text
+    assert "hint [input-pipeline]" in text
