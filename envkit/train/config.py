@@ -37,6 +37,7 @@ class Field:
 F = Field
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda", "mps")
+TRACKERS = ("tensorboard", "wandb")
 
 SCHEMA: dict[str, dict[str, Field]] = {
     "experiment": {
@@ -116,6 +117,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "every_steps": F("int", 10, min=1, help="metrics.jsonl and progress cadence"),
         "heartbeat_seconds": F("float", 5.0, gt=0),
         "progress": F("str", AUTO, choices=("auto", "rich", "plain", "none")),
+        "device_seconds": F("float", 3.0, min=0, help="seconds between device samples (utilization, memory, power); 0 = off"),
+        "trackers": F("list", [], choices=TRACKERS, help="also write metrics through: tensorboard, wandb (metrics.jsonl stays)"),
     },
     "device": {
         "type": F("str", AUTO, choices=DEVICES),
@@ -303,6 +306,11 @@ def coerce(value: Any, f: Field, where: str, *, from_text: bool = False):
     elif kind == "list":
         if not isinstance(value, list):
             raise EnvkitError(f"expected a list, got {_show(value)}", where=where)
+        for item in value if f.choices is not None else ():
+            if item not in f.choices:
+                raise EnvkitError(f"{item!r} is not one of {', '.join(map(str, f.choices))}{_did_you_mean(item, f.choices)}",
+                                  where=where)
+        return value
     elif kind == "dict":
         if not isinstance(value, dict):
             raise EnvkitError(f"expected a mapping, got {_show(value)}", where=where)

@@ -31,6 +31,7 @@ from envkit.train.models import build_model
 from envkit.train.profiling import StepProfiler
 from envkit.train.step import LossModule, apply_sdpa_backend, compile_kwargs
 from envkit.train.telemetry import Telemetry, fmt_duration, write_json
+from envkit.train.watch import RunWatch
 
 
 def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: str = "auto",
@@ -181,6 +182,7 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
     nonfinite = torch.zeros((), dtype=torch.bool, device=device)
     t_last, steps_since, paused = time.perf_counter(), 0, 0.0
     t_start = time.perf_counter()
+    watch = RunWatch(run_dir, cfg.values, device_type, device, log, enabled=master, telemetry=tel, local_devices=world)
     tel.start(step)
     log(f"training {M['type']} for {T['max_steps']} steps ({bs} x {accum} accum x {world} proc, {precision}, "
         f"compile {compile_note}) from step {step}; run folder {run_dir}")
@@ -199,7 +201,7 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
             try:
                 faults.inject_before_step(run_dir, step + 1, raw_model)
                 for micro in range(accum):
-                    x, y = next(batches_iter)
+                    x, y = watch.next_batch(batches_iter)
                     state["batches"] += 1
                     x, y = x.to(device, non_blocking=pin), y.to(device, non_blocking=pin)
                     if world > 1:  # gradient sync only on the last micro-step
@@ -258,6 +260,7 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
                 mem = _memory_mb(device_type, device)
                 if mem:
                     row["memory_mb"] = mem
+                watch.on_log(row)
                 tel.metrics(row)
                 eta = dt * (T["max_steps"] - step)
                 tel.progress(step, row, eta)
@@ -360,6 +363,8 @@ def _finish(tel: Telemetry, run_dir: Path, status: str, step: int, ns: dict, err
     summary.update(micro_batch=state.get("micro_batch"), grad_accum=state.get("grad_accum"), faults=faults.events(run_dir))
     if error:
         summary["error"] = error
+    if ns.get("watch") is not None:
+        summary.update(ns["watch"].finish())
     if tel.enabled:
         write_json(run_dir / "summary.json", summary)
         tel.heartbeat(step=step, loss=ns.get("last_loss"), eta=None, status=status, force=True)

@@ -41,6 +41,8 @@ class Telemetry:
         self.total, self.unit = total_steps, unit
         self.heartbeat_seconds = heartbeat_seconds
         self._last_beat = 0.0
+        self.extra_fields = None  # a callable adding fields to every heartbeat (the device sample, hints)
+        self.sinks: list = []  # callables receiving every metrics row (trackers)
         self._log = open(self.dir / "train.log", "a", buffering=1, encoding="utf-8") if enabled else None
         self._metrics = open(self.dir / "metrics.jsonl", "a", buffering=1, encoding="utf-8") if enabled else None
         mode = progress
@@ -82,6 +84,8 @@ class Telemetry:
     def metrics(self, row: dict) -> None:
         if self.enabled:
             self._metrics.write(json.dumps(row, default=float) + "\n")
+            for sink in self.sinks:
+                sink(row)
 
     def progress(self, step: int, row: dict, eta: float | None) -> None:
         if not self.enabled:
@@ -94,6 +98,10 @@ class Telemetry:
             parts.append(f"mfu {100 * mfu:.1f}%")
         if row.get("memory_mb"):
             parts.append(f"mem {row['memory_mb']:.0f}MB")
+        if row.get("device_util_pct") is not None:
+            parts.append(f"util {row['device_util_pct']:.0f}%")
+        if row.get("data_wait_fraction") is not None:
+            parts.append(f"data wait {100 * row['data_wait_fraction']:.0f}%")
         if self._bar is not None:
             self._bar.update(self._task, completed=step, info=" | ".join(parts))
         elif self.mode == "plain":
@@ -113,7 +121,8 @@ class Telemetry:
         write_json(self.dir / "heartbeat.json", {"status": status, "step": step, "max_steps": self.total, "loss": loss,
                                                  "eta_seconds": None if eta is None else round(eta, 1), "pid": os.getpid(),
                                                  "host": os.uname().nodename if hasattr(os, "uname") else None,
-                                                 "updated_at": now, **extra})
+                                                 "updated_at": now, **(self.extra_fields() if self.extra_fields else {}),
+                                                 **extra})
 
     def close(self) -> None:
         self.stop()
