@@ -62,6 +62,17 @@ def test_two_gpus_only_the_runs_gpu_counts_and_na_power_is_unknown():
     assert both.metrics["power_w"] == 612.3 and any("power: not reported" in n for n in both.notes)
 
 
+def test_real_h100_recording_reads_utilization_memory_power_and_rss():
+    """Recorded on the lent H100 while `envkit run` trained the gpt quick test
+    (benchmarks/record_device_sample.py)."""
+    s = sample("real_h100_training", "cuda", uuids=["GPU-9ae77c61-ee3a-9b02-50dc-e90c515f7c61"])
+    assert s.metrics["device_util_pct"] == 7.0 and s.metrics["power_w"] == 125.9 and s.metrics["temp_c"] == 36
+    assert s.metrics["device_mem_used_mb"] == 961 and s.metrics["device_mem_total_mb"] == 81559
+    assert s.metrics["rss_mb"] == round(526044 / 1024, 1) and len(s.gpus) == 1
+    other = sample("real_h100_training", "cuda", uuids=["GPU-not-this-one"])  # torch's uuid not in the list: all GPUs
+    assert other.metrics["device_util_pct"] == 7.0
+
+
 def test_garbled_nvidia_smi_keeps_what_is_readable_and_invents_nothing():
     s = sample("nvidia_garbled", "cuda")
     assert len(s.gpus) == 1  # the error line and the half-written line are skipped
