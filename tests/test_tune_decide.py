@@ -126,3 +126,28 @@ def test_bad_budget_is_one_clear_error(text):
     with pytest.raises(EnvkitError) as e:
         parse_budget(text)
     assert "--budget" in e.value.one_line()
+
+
+def test_budget_running_out_inside_the_batch_search_keeps_the_best_batch_measured():
+    """Measured on the H100: batch 256 (1.37M tokens/s) beat the shipped 128 (0.86M) before the
+    budget ran out ahead of 512; the tuned profile must keep 256, not drop the whole dimension."""
+    from types import SimpleNamespace
+
+    from envkit.tune import search
+
+    shipped = search.Settings("bf16", True, 128, 1, 8, True, 2, True, None, 0)
+    ctx = SimpleNamespace(target="cuda", facts=SimpleNamespace(gpus=[SimpleNamespace(memory_bytes=80 * 2**30)]))
+    rates = {64: 388_528.0, 256: 1_366_803.0}
+
+    def measure(label, s, value, expensive=False):
+        if value == 512:
+            raise search._Budget(label)
+        return M(value, "ok", rates[value], "tokens", 20_000.0, 1.42, batch_size=value)
+
+    base = M(None, "ok", 856_283.0, "tokens", 12_000.0, 1.42, batch_size=128)
+    result = search.TuneResult("cuda-hopper", "cuda", "gpt")
+    with pytest.raises(search._Budget):
+        search._search("batch", ctx, shipped, base, shipped, measure, result)
+    (decision,) = [d for d in result.decisions if d.key == "batch_size"]
+    assert decision.value == 256 and decision.changed
+    assert any("before the budget ran out" in n for n in result.notes)

@@ -152,9 +152,10 @@ def _search(dim: str, ctx: BenchContext, current: Settings, base: Measurement, s
         cores = ctx.facts.chip.perf_cores or ctx.facts.chip.cores
         logical = _logical_cores()
         base.value = current.threads or "torch's default"
-        cands = [measure(f"threads {n}", replace(current, threads=n), n)
-                 for n in decide.thread_candidates(current.threads, cores, logical)]
+        cands, stopped = _measure_each(decide.thread_candidates(current.threads, cores, logical),
+                                       lambda n: measure(f"threads {n}", replace(current, threads=n), n))
         if not cands:
+            _raise(stopped)
             return current, base
         win, why = decide.pick(base, cands, fmt=lambda v: f"{v} thread{'s' if v != 1 else ''}" if isinstance(v, int) else str(v))
         if win is not base:
@@ -162,13 +163,15 @@ def _search(dim: str, ctx: BenchContext, current: Settings, base: Measurement, s
         if current.threads:
             result.decisions.append(Decision("env", "OMP_NUM_THREADS", str(current.threads), why,
                                              current.threads != shipped.threads, [base, *cands]))
+        _raise(stopped)
         return current, win
 
     if dim == "workers":
         base.value = current.num_workers
-        cands = [measure(f"workers {w}", replace(current, num_workers=w, persistent_workers=w > 0), w)
-                 for w in decide.worker_candidates(current.num_workers, ctx.facts.chip.cores, ctx.target)]
+        cands, stopped = _measure_each(decide.worker_candidates(current.num_workers, ctx.facts.chip.cores, ctx.target),
+                                       lambda w: measure(f"workers {w}", replace(current, num_workers=w, persistent_workers=w > 0), w))
         if not cands:
+            _raise(stopped)
             return current, base
         win, why = decide.pick(base, cands, compare_loss=False, fmt=lambda v: f"{v} workers")
         current = replace(current, num_workers=int(win.value), persistent_workers=int(win.value) > 0)
@@ -178,17 +181,23 @@ def _search(dim: str, ctx: BenchContext, current: Settings, base: Measurement, s
             result.decisions.append(Decision("dataloader", "persistent_workers", True,
                                              f"measured with num_workers {current.num_workers}: workers are kept between epochs",
                                              not shipped.persistent_workers))
+        _raise(stopped)
         return current, win
 
     if dim == "batch":
         base.value = current.batch_size
-        cands = []
+        cands, stopped = [], None
         for b in decide.batch_candidates(current.batch_size):
-            m = measure(f"batch {b}", replace(current, batch_size=b), b)
+            try:
+                m = measure(f"batch {b}", replace(current, batch_size=b), b)
+            except _Budget as exc:  # decide among the batches measured so far
+                stopped = exc
+                break
             cands.append(m)
             if m.oom or not m.usable:
                 break  # a larger one will not fit either
         if not cands:
+            _raise(stopped)
             return current, base
         batch, accum, why = decide.choose_batch([base, *cands], shipped.batch_size, shipped.grad_accum, device_memory_mb(ctx))
         win = next(m for m in [base, *cands] if m.value == batch)
@@ -197,19 +206,24 @@ def _search(dim: str, ctx: BenchContext, current: Settings, base: Measurement, s
         if accum != shipped.grad_accum:
             result.decisions.append(Decision("train", "grad_accum", accum,
                                              f"keeps the effective batch of {shipped.batch_size * shipped.grad_accum} at batch {batch}", True))
+        if stopped:
+            result.notes.append(f"batch: decided among the sizes measured before the budget ran out ({', '.join(str(m.value) for m in cands)})")
+        _raise(stopped)
         return current, win
 
     if dim == "precision":
         low, _ = low_precision(ctx.target, ctx.facts, ctx.checks)
         base.value = current.precision
-        cands = [measure(f"precision {p}", replace(current, precision=p), p)
-                 for p in decide.precision_candidates(ctx.target, low, current.precision)]
+        cands, stopped = _measure_each(decide.precision_candidates(ctx.target, low, current.precision),
+                                       lambda p: measure(f"precision {p}", replace(current, precision=p), p))
         if not cands:
+            _raise(stopped)
             return current, base
         win, why = decide.pick(base, cands)
         current = replace(current, precision=str(win.value))
         result.decisions.append(Decision("train", "precision", current.precision, why,
                                          current.precision != shipped.precision, [base, *cands]))
+        _raise(stopped)
         return current, win
 
     if dim == "compile":
@@ -237,6 +251,23 @@ def _search(dim: str, ctx: BenchContext, current: Settings, base: Measurement, s
         result.notes.append(f"watermark ratios: {wm_why}")
         return current, win
     raise ValueError(dim)
+
+
+def _measure_each(values, run_one) -> tuple[list[Measurement], "_Budget | None"]:
+    """Measure candidates in order until the budget runs out: the ones measured are still decided
+    on (the best found so far is kept), then the budget stop goes on up."""
+    out = []
+    for v in values:
+        try:
+            out.append(run_one(v))
+        except _Budget as exc:
+            return out, exc
+    return out, None
+
+
+def _raise(stopped) -> None:
+    if stopped is not None:
+        raise stopped
 
 
 def _logical_cores() -> int | None:
