@@ -153,7 +153,9 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
     if world > 1:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        model = DDP(model, device_ids=[local_rank] if device_type == "cuda" else None)
+        # gradient_as_bucket_view: gradients live in DDP's all-reduce buckets, saving a copy of
+        # every gradient each step (and its memory)
+        model = DDP(model, device_ids=[local_rank] if device_type == "cuda" else None, gradient_as_bucket_view=True)
 
     def make_loader(start: int):
         sampler.start = start
