@@ -21,10 +21,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("envkit.commands.env:env", "Print or write the profile's environment for your shell."),
     "run": ("envkit.commands.train:run", "Train with the embedded reference trainer from a train.yaml."),
     "validate": ("envkit.commands.train:validate", "Check a train.yaml without running it."),
-    "init": ("envkit.commands.train:init", "Write a ready train.yaml from a template."),
-    "runs": ("envkit.commands.monitor:runs", "A table of training runs with status, steps and best val loss."),
+    "init": ("envkit.commands.init:init", "Write a ready train.yaml from a template."),
+    "runs": ("envkit.commands.runs:runs", "A table of training runs with status, steps and best val loss."),
     "monitor": ("envkit.commands.monitor:monitor", "Live view of a run from its heartbeat and metrics."),
-    "plot": ("envkit.commands.monitor:plot", "Write loss and throughput curves of a run as a PNG."),
+    "plot": ("envkit.commands.plot:plot", "Write loss and throughput curves of a run as a PNG."),
     "bench": ("envkit.commands.bench:bench", "Measure the optimization ladder here: CPU, device, bf16, compile, profile settings."),
     "tune": ("envkit.commands.tune:tune", "Measure settings within a time budget and write the winner as this machine's profile."),
 }

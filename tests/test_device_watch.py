@@ -277,7 +277,8 @@ def test_tensorboard_tracker_writes_the_same_metrics_as_metrics_jsonl(tmp_path):
 def test_rich_monitor_layout_shows_steps_device_panel_and_hints(tmp_path):
     from rich.console import Console
 
-    from envkit.commands.monitor import _metrics, _rich_view, run_state
+    from envkit.commands.monitor import _rich_view
+    from envkit.train.runs_state import read_metrics as _metrics, run_state
 
     d = fake_run(tmp_path)
     console = Console(width=160, record=True, force_terminal=False)

@@ -1,0 +1,45 @@
+"""`envkit runs`: a table of the training runs under a folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from envkit.train.runs_state import find_runs, run_state
+
+
+def _fmt(x, spec=".4f"):
+    return "-" if x is None else format(x, spec)
+
+
+@click.command()
+@click.argument("root", type=click.Path(file_okay=False), default="runs", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON.")
+def runs(root, as_json):
+    """A table of training runs under ROOT (default ./runs): status, steps, best val loss."""
+    states = [run_state(d) for d in find_runs(Path(root))] if Path(root).exists() else []
+    if as_json:
+        click.echo(json.dumps(states, indent=2, default=str))
+        return
+    if not states:
+        click.echo(f"no runs under {root} (start one with `envkit run train.yaml`)")
+        return
+    from envkit.console import console, is_tty
+
+    header = ("experiment", "run", "status", "steps", "loss", "best val loss", "accuracy", "avg util")
+    rows = [(s["experiment"], s["run"], s["status"] or "?", f"{s['step'] if s['step'] is not None else '-'}/{s['max_steps'] or '-'}",
+             _fmt(s.get("loss")), _fmt(s.get("best_val_loss")), _fmt(s.get("accuracy"), ".3f"),
+             "-" if s.get("avg_device_util_pct") is None else f"{s['avg_device_util_pct']:.0f}%") for s in states]
+    if is_tty():
+        from rich.table import Table
+
+        t = Table(*header)
+        for r in rows:
+            t.add_row(*r)
+        console().print(t)
+    else:
+        widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+        for r in (header, *rows):
+            click.echo("  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip())

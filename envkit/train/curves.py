@@ -1,0 +1,76 @@
+"""`envkit plot`'s figure: loss and throughput, and under them device utilization, memory, data
+wait and power where the run recorded them (matplotlib, drawn off-screen)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from envkit.errors import EnvkitError
+from envkit.train.runs_state import read_metrics
+
+
+def draw_curves(d: Path, out: Path) -> Path:
+    """Write the run's curves to `out` (a PNG) and return it."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise EnvkitError("plotting needs matplotlib, which is not installed", where="envkit plot",
+                          fix="pip install 'envkit[plot]' (or pip install matplotlib)")
+    rows = read_metrics(d)
+    train = [r for r in rows if "loss" in r]
+    val = [r for r in rows if "val_loss" in r]
+    if not train:
+        raise EnvkitError("no metrics yet", where=str(d / "metrics.jsonl"))
+    dev = [r for r in train if "device_util_pct" in r or "device_mem_used_mb" in r or "torch_allocated_mb" in r
+           or "data_wait_fraction" in r]
+    if dev:
+        fig, axes = plt.subplots(3, 2, figsize=(11, 10), sharex="col")
+        (ax1, ax2), (ax3, ax4), (ax5, ax6) = axes
+        _plot_device(dev, ax3, ax4, ax5, ax6)
+    else:
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    ax1.plot([r["step"] for r in train], [r["loss"] for r in train], label="train")
+    if val:
+        ax1.plot([r["step"] for r in val], [r["val_loss"] for r in val], "o-", label="val")
+    ax1.set_xlabel("step"), ax1.set_ylabel("loss"), ax1.legend(), ax1.set_title(f"{d.parent.name}/{d.name}")
+    key = "tokens_per_second" if any("tokens_per_second" in r for r in train) else "samples_per_second"
+    ax2.plot([r["step"] for r in train], [r.get(key) or 0 for r in train])
+    ax2.set_xlabel("step"), ax2.set_ylabel(key.replace("_", " "))
+    ax1.set_xlabel("step" if not dev else ""), ax2.set_xlabel("step" if not dev else "")
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def _plot_device(rows: list[dict], ax_util, ax_mem, ax_wait, ax_power) -> None:
+    """Utilization and memory under the loss curve; data wait and power beside them."""
+    steps = [r["step"] for r in rows]
+
+    def series(key):
+        return [r.get(key) for r in rows]
+
+    if any(v is not None for v in series("device_util_pct")):
+        ax_util.plot(steps, series("device_util_pct"), label="device")
+    if any(v is not None for v in series("cpu_pct")):
+        ax_util.plot(steps, series("cpu_pct"), label="process CPU")
+    ax_util.set_ylabel("utilization %"), ax_util.set_ylim(bottom=0), ax_util.legend(loc="best")
+    for key, label in (("device_mem_used_mb", "device in use"), ("torch_allocated_mb", "torch allocated"),
+                       ("torch_reserved_mb", "torch reserved"), ("rss_mb", "process RSS")):
+        if any(v is not None for v in series(key)):
+            ax_mem.plot(steps, [None if v is None else v / 1024 for v in series(key)], label=label)
+    totals = [v for v in series("device_mem_total_mb") if v]
+    if totals:
+        ax_mem.axhline(max(totals) / 1024, color="red", linestyle="--", label="limit")
+    ax_mem.set_ylabel("memory GiB"), ax_mem.legend(loc="best")
+    ax_wait.plot(steps, [None if v is None else 100 * v for v in series("data_wait_fraction")])
+    ax_wait.set_ylabel("data wait % of step"), ax_wait.set_xlabel("step"), ax_wait.set_ylim(0, 100)
+    if any(v is not None for v in series("power_w")):
+        ax_power.plot(steps, series("power_w"))
+        ax_power.set_ylabel("power W")
+    else:
+        ax_power.text(0.5, 0.5, "power: not reported here", ha="center", va="center", transform=ax_power.transAxes)
+    ax_power.set_xlabel("step")

@@ -1,0 +1,136 @@
+"""What a run folder says about its run, read from its files (no torch): summary.json (finished),
+else heartbeat.json: "running" while it is fresh and its pid lives, "stalled" when it is older
+than STALL_SECONDS, "dead" when the pid is gone (on this host) without a summary. Used by
+`envkit runs`, `envkit monitor` and `envkit plot`."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from envkit.errors import EnvkitError
+
+STALL_SECONDS = 60.0
+# The device fields of a metrics row that monitor shows and --json reports under "latest".
+DEVICE_KEYS = ("device_util_pct", "renderer_util_pct", "device_mem_used_mb", "device_mem_total_mb", "torch_allocated_mb",
+               "torch_reserved_mb", "torch_peak_mb", "torch_driver_mb", "power_w", "temp_c", "system_mem_free_pct", "cpu_pct",
+               "rss_mb", "dataloader_workers", "data_wait_fraction")
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _pid_alive(pid) -> bool | None:
+    if not isinstance(pid, int) or pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return None
+    return True
+
+
+def run_state(run_dir: Path, now: float | None = None) -> dict:
+    """{status, step, max_steps, loss, best_val_loss, eta_seconds, age_seconds, ...} of one run."""
+    now = now or time.time()
+    beat = _read(run_dir / "heartbeat.json") or {}
+    summary = _read(run_dir / "summary.json")
+    out = {"run": run_dir.name, "experiment": run_dir.parent.name, "path": str(run_dir),
+           "step": beat.get("step"), "max_steps": beat.get("max_steps"), "loss": beat.get("loss"),
+           "eta_seconds": beat.get("eta_seconds"), "best_val_loss": None}
+    age = now - beat["updated_at"] if isinstance(beat.get("updated_at"), (int, float)) else None
+    out["age_seconds"] = age
+    rows = read_metrics(run_dir)
+    _device_state(out, run_dir, rows, beat, summary)
+    if summary and (not beat or summary.get("updated_at", 0) >= beat.get("updated_at", 0) - 1):
+        out.update(status=summary.get("status"), step=summary.get("steps"), max_steps=summary.get("max_steps"),
+                   loss=summary.get("final_loss"), best_val_loss=summary.get("best_val_loss"), accuracy=summary.get("accuracy"),
+                   tokens_per_second=summary.get("tokens_per_second"), samples_per_second=summary.get("samples_per_second"))
+        return out
+    if not beat:
+        out["status"] = "new"
+        return out
+    same_host = beat.get("host") in (None, os.uname().nodename if hasattr(os, "uname") else None)
+    alive = _pid_alive(beat.get("pid")) if same_host else None
+    if alive is False:
+        out["status"] = "dead"
+    elif age is not None and age > STALL_SECONDS:
+        out["status"] = "stalled"
+    else:
+        out["status"] = beat.get("status", "running")
+    best = None
+    for row in rows:
+        if "val_loss" in row and (best is None or row["val_loss"] < best):
+            best = row["val_loss"]
+    out["best_val_loss"] = best
+    return out
+
+
+def _device_state(out: dict, run_dir: Path, rows: list[dict], beat: dict, summary: dict | None) -> None:
+    """latest: the newest training row's throughput and device fields; avg_device_util_pct; hints
+    (the trainer's, from summary.json, else judged from metrics.jsonl by the same pure function)."""
+    from envkit.train.diagnose import HintContext, diagnose
+
+    train = [r for r in rows if "loss" in r]
+    latest = {k: train[-1][k] for k in ("step", "dt_ms", "tokens_per_second", "samples_per_second", *DEVICE_KEYS)
+              if train and k in train[-1]}
+    out["latest"] = latest
+    utils = [r["device_util_pct"] for r in train if isinstance(r.get("device_util_pct"), (int, float))]
+    out["avg_device_util_pct"] = (summary or {}).get("avg_device_util_pct") or (round(sum(utils) / len(utils), 1) if utils else None)
+    if summary and "hints" in summary:
+        out["hints"] = summary["hints"]
+        return
+    config = (_read(run_dir / "config.json") or {}).get("values", {})
+    device = (summary or {}).get("device") or (beat.get("device") or {}).get("device") or "cpu"
+    out["hints"] = [h.to_dict() for h in diagnose(rows, HintContext.from_config(config, device))]
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    rows = []
+    try:
+        with open(run_dir / "metrics.jsonl", encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    rows.append(json.loads(line))
+                except ValueError:
+                    continue  # a line being written
+    except OSError:
+        pass
+    return rows
+
+
+def find_runs(root: Path) -> list[Path]:
+    """Run folders (holding config.json) under root: root itself, root/<exp>/<run>, or root/runs/<exp>/<run>."""
+    root = Path(root)
+    if (root / "config.json").is_file():
+        return [root]
+    found = [p.parent for p in root.glob("*/*/config.json")] + [p.parent for p in root.glob("*/config.json")]
+    if (root / "runs").is_dir() and not found:
+        found = [p.parent for p in (root / "runs").glob("*/*/config.json")]
+    return sorted(set(found), key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+def resolve_run(run_dir: str | None) -> Path:
+    if run_dir:
+        p = Path(run_dir)
+        if not (p / "config.json").is_file():
+            found = find_runs(p) if p.is_dir() else []
+            if not found:
+                raise EnvkitError("not a run folder (no config.json)", where=str(p), fix="`envkit runs` lists the runs")
+            return found[0]
+        return p
+    found = find_runs(Path("runs")) if Path("runs").is_dir() else []
+    if not found:
+        raise EnvkitError("no runs under ./runs", fix="give a RUN_DIR, or start one with `envkit run train.yaml`")
+    return found[0]
