@@ -21,8 +21,8 @@ from conftest import ROOT
 
 pytestmark = pytest.mark.slow
 
-COMMANDS = ["doctor", "check", "setup", "selftest", "profile", "env", "run", "validate", "init", "runs",
-            "monitor", "plot"]
+from envkit.cli import COMMANDS  # noqa: E402 - every command the CLI lists
+
 
 
 def _clean_env(venv: Path) -> dict[str, str]:
