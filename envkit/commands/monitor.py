@@ -27,6 +27,25 @@ def _line(s: dict) -> str:
     return " | ".join(parts) + (f" | {device}" if device else "")
 
 
+def _gib_of_total(v, r) -> str:
+    total = f"/{r['device_mem_total_mb'] / 1024:.1f}" if r.get("device_mem_total_mb") else ""
+    return f"mem {v / 1024:.1f}{total} GiB"
+
+
+# (metrics key, how it reads in the line), in the order shown
+_DEVICE_FIELDS = (
+    ("device_util_pct", lambda v, r: f"util {v:.0f}%"),
+    ("device_mem_used_mb", _gib_of_total),
+    ("torch_allocated_mb", lambda v, r: f"torch {v / 1024:.2f} GiB"),
+    ("power_w", lambda v, r: f"power {v:.0f}W"),
+    ("temp_c", lambda v, r: f"{v:.0f}C"),
+    ("system_mem_free_pct", lambda v, r: f"system memory {v:.0f}% free"),
+    ("cpu_pct", lambda v, r: f"cpu {v:.0f}%"),
+    ("rss_mb", lambda v, r: f"rss {v / 1024:.2f} GiB"),
+    ("data_wait_fraction", lambda v, r: f"data wait {100 * v:.0f}%"),
+)
+
+
 def _device_line(r: dict) -> str:
     """"12.3k tok/s | util 97% | mem 71.2/79.6 GiB | torch 60.1 GiB | power 612W | 66C | cpu 101% | rss 3.1 GiB | data wait 2%"."""
     from envkit.train.telemetry import fmt_rate
@@ -35,25 +54,9 @@ def _device_line(r: dict) -> str:
     rate = r.get("tokens_per_second") or r.get("samples_per_second")
     if rate:
         parts.append(f"{fmt_rate(rate)} {'tok/s' if r.get('tokens_per_second') else 'samples/s'}")
-    if r.get("device_util_pct") is not None:
-        parts.append(f"util {r['device_util_pct']:.0f}%")
-    if r.get("device_mem_used_mb") is not None:
-        total = f"/{r['device_mem_total_mb'] / 1024:.1f}" if r.get("device_mem_total_mb") else ""
-        parts.append(f"mem {r['device_mem_used_mb'] / 1024:.1f}{total} GiB")
-    if r.get("torch_allocated_mb") is not None:
-        parts.append(f"torch {r['torch_allocated_mb'] / 1024:.2f} GiB")
-    if r.get("power_w") is not None:
-        parts.append(f"power {r['power_w']:.0f}W")
-    if r.get("temp_c") is not None:
-        parts.append(f"{r['temp_c']:.0f}C")
-    if r.get("system_mem_free_pct") is not None:
-        parts.append(f"system memory {r['system_mem_free_pct']:.0f}% free")
-    if r.get("cpu_pct") is not None:
-        parts.append(f"cpu {r['cpu_pct']:.0f}%")
-    if r.get("rss_mb") is not None:
-        parts.append(f"rss {r['rss_mb'] / 1024:.2f} GiB")
-    if r.get("data_wait_fraction") is not None:
-        parts.append(f"data wait {100 * r['data_wait_fraction']:.0f}%")
+    for key, show in _DEVICE_FIELDS:
+        if r.get(key) is not None:
+            parts.append(show(r[key], r))
     return " | ".join(parts)
 
 
