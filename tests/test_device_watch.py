@@ -73,6 +73,18 @@ def test_real_h100_recording_reads_utilization_memory_power_and_rss():
     assert other.metrics["device_util_pct"] == 7.0
 
 
+def test_real_two_h200_recording_counts_only_the_runs_gpu():
+    """Recorded on the lent 2 x H200 with a matmul load on GPU 0 only
+    (benchmarks/record_device_sample.py --load 4)."""
+    busy = sample("real_2xh200_load", "cuda", uuids=["GPU-ac0eea33-de72-33e2-ba07-7f4f3c7f8fa7"])
+    idle = sample("real_2xh200_load", "cuda", uuids=["GPU-2f816df1-495a-2327-68fb-4201e9f19f21"])
+    assert busy.metrics["device_util_pct"] == 98.0 and busy.metrics["power_w"] == 688.4 and busy.metrics["temp_c"] == 57
+    assert idle.metrics["device_util_pct"] == 0.0 and idle.metrics["device_mem_used_mb"] == 4
+    assert busy.metrics["device_mem_total_mb"] == 143771 and len(busy.gpus) == 2
+    both = sample("real_2xh200_load", "cuda")  # DDP over both: utilization averaged, memory added up
+    assert both.metrics["device_util_pct"] == 49.0 and both.metrics["device_mem_total_mb"] == 2 * 143771
+
+
 def test_garbled_nvidia_smi_keeps_what_is_readable_and_invents_nothing():
     s = sample("nvidia_garbled", "cuda")
     assert len(s.gpus) == 1  # the error line and the half-written line are skipped
