@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -44,6 +45,9 @@ def main() -> int:
     for s in out["settings"]:
         print(f"  {'*' if s['changed'] else '='} {s['section']}.{s['key']} = {s['value']}: {s['reason']}")
     envkit("init", "train.yaml", "--template", f"{a.model}_quick_test", env=env, cwd=work)
+    # no batch_size in the YAML: the profile's value applies (the template's own would hide what tune chose)
+    yaml_path = Path(work) / "train.yaml"
+    yaml_path.write_text(re.sub(r"(?m)^\s*batch_size:.*\n", "", yaml_path.read_text(), count=1))
     sets = ["--set", f"training.max_steps={a.steps}", "--set", "logging.every_steps=5", "--set", "eval.every_steps=0",
             "--set", f"checkpoint.every_steps={a.steps}", "--resume", "never", "--set", "logging.progress=none"]
     rates: dict[str, list[float]] = {shipped: [], tuned: []}
