@@ -138,9 +138,15 @@ def run_setup(opts: SetupOptions, ui) -> int:
 
 def _finish(venv_python: str, profile, selftest: bool, ui, tune: str | None = None, root: Path | None = None) -> int:
     rc = _selftest(venv_python, profile, selftest, ui)
-    if rc == 0 and tune:
+    if rc:
+        return rc
+    if tune:
         _tune(venv_python, profile, tune, ui, root)
-    return rc
+    if Path("train.yaml").is_file():
+        ui.say("next: source .envkit/activate, then envkit run train.yaml")
+    else:
+        ui.say("next: source .envkit/activate, then envkit init train.yaml && envkit run train.yaml")
+    return 0
 
 
 def _tune(venv_python: str, profile, budget: str, ui, root: Path | None) -> None:
@@ -174,10 +180,6 @@ def _selftest(venv_python: str, profile, selftest: bool, ui) -> int:
         if not report.ok:
             ui.say("the self-test failed: torch is installed and verified, but the device misbehaves (see above)", err=True)
             return 1
-    if Path("train.yaml").is_file():
-        ui.say("next: source .envkit/activate, then envkit run train.yaml")
-    else:
-        ui.say("next: source .envkit/activate, then envkit init train.yaml && envkit run train.yaml")
     return 0
 
 
