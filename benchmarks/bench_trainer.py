@@ -4,6 +4,7 @@
     python benchmarks/bench_trainer.py                       # CUDA: GPT-2 small, vocab 50304, batch 16 and 32
     python benchmarks/bench_trainer.py --batch 64 --try training.sdpa_backend=cudnn --try training.compile_mode=reduce-overhead
     python benchmarks/bench_trainer.py --data DIR            # a tokens folder (train.bin/val.bin) and its vocabulary
+    python benchmarks/bench_trainer.py --batch 16 32 --repeats 3   # alternating pairs: median ratio and its spread
     python benchmarks/bench_trainer.py --smoke               # a tiny shape (automatic without CUDA): seconds on a CPU
 
 envkit: `envkit.train.loop.train` on templates/train/gpt2_small_tokens.yaml (dataset type tokens,
@@ -39,6 +40,7 @@ from envkit.train.config import load_config  # noqa: E402
 from envkit.train.loop import train  # noqa: E402
 from envkit.train.mfu import mfu, peak_flops  # noqa: E402
 from envkit.train.models import build_model  # noqa: E402
+from envkit.train.step import compile_kwargs  # noqa: E402
 from envkit.train.tokens import open_tokens, write_tokens  # noqa: E402
 
 TEMPLATE = ROOT / "templates" / "train" / "gpt2_small_tokens.yaml"
@@ -101,7 +103,7 @@ def run_plain(cfg, args) -> list[float]:
         logits = model(x)
         return F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1))
 
-    step_fn = torch.compile(forward_loss) if T["compile"] is True else forward_loss
+    step_fn = torch.compile(forward_loss, **compile_kwargs(T["compile_mode"])) if T["compile"] is True else forward_loss
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(T["precision"])
     ctx = torch.autocast(device.type, dtype=dtype) if dtype else torch.autocast(device.type, enabled=False)
     gen = torch.Generator().manual_seed(cfg.values["experiment"]["seed"])
@@ -175,6 +177,8 @@ def main(argv=None) -> int:
     ap.add_argument("--set", action="append", default=[], help="config override for both loops (repeatable)")
     ap.add_argument("--try", dest="tries", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
                     help="an extra envkit run with these overrides at each batch size (repeatable)")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="measure each loop this many times, alternating which runs first; medians and the median ratio")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     args.smoke = args.smoke or args.device != "cuda"
@@ -206,9 +210,17 @@ def main(argv=None) -> int:
             row = {"batch": batch, "tokens_per_step": batch * M["block_size"], "flops_per_token": fpt, "vocab": D["vocab_size"],
                    "shape": f"gpt {M['n_layer']}L {M['n_head']}H {M['n_embd']}d T={M['block_size']}",
                    "precision": T["precision"], "compile": T["compile"]}
-            row["envkit"] = measure("envkit", run_envkit, cfg, args, fpt, name)
-            row["plain"] = measure("plain", run_plain, cfg, args, fpt, name)
-            row["ratio"] = row["envkit"]["tokens_per_second"] / row["plain"]["tokens_per_second"]
+            pairs = []
+            for r in range(args.repeats):  # alternating order: neither loop always runs on a warmer GPU
+                order = (("envkit", run_envkit), ("plain", run_plain))[:: 1 if r % 2 == 0 else -1]
+                got = {label: measure(label, fn, cfg, args, fpt, name) for label, fn in order}
+                pairs.append(got)
+            for label in ("envkit", "plain"):
+                runs = [p[label] for p in pairs]
+                best = sorted(runs, key=lambda x: x["tokens_per_second"])[len(runs) // 2]  # the median run
+                row[label] = dict(best, repeats=[x["tokens_per_second"] for x in runs])
+            row["ratios"] = [p["envkit"]["tokens_per_second"] / p["plain"]["tokens_per_second"] for p in pairs]
+            row["ratio"] = statistics.median(row["ratios"])
             row["tries"] = []
             for t in args.tries:
                 tcfg = make_config(args, batch, data_dir, vocab, extra=t.split(","))
@@ -235,7 +247,13 @@ def show(row: dict, out: dict) -> None:
         ratio = f" | x{r['ratio']:.3f} of plain" if "ratio" in r else ""
         print(f"  {r['loop']:<40} {r['tokens_per_second']:>12,.0f} tokens/s | step {r['median_step_ms']:.2f} ms "
               f"| MFU {mfu_s} | {r['windows']} windows{mem}{ratio}")
-    print(f"  ratio envkit / plain = {row['ratio']:.3f}", flush=True)
+    if len(row["ratios"]) > 1:
+        print(f"  repeats (tokens/s): envkit {', '.join(f'{x:,.0f}' for x in row['envkit']['repeats'])}; "
+              f"plain {', '.join(f'{x:,.0f}' for x in row['plain']['repeats'])}")
+        print(f"  ratio envkit / plain = {row['ratio']:.3f} (median of {len(row['ratios'])} alternating pairs: "
+              f"{', '.join(f'{x:.3f}' for x in row['ratios'])})", flush=True)
+    else:
+        print(f"  ratio envkit / plain = {row['ratio']:.3f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -65,6 +65,16 @@ class StepProfiler:
         table = prof.key_averages().table(sort_by=sort, row_limit=30)
         from envkit.fsutil import atomic_write_text
 
-        atomic_write_text(stem.with_suffix(".txt"), table + "\n")
+        timeline = ""
+        if self.device_type == "cuda":  # the device's own timeline: what the kernels did, idle and exposed communication
+            import json
+
+            from envkit.train.trace_breakdown import breakdown, render, top_kernels
+
+            trace = json.loads(stem.with_suffix(".json").read_text())
+            summary = breakdown(trace, steps=b - a + 1)
+            if summary:
+                timeline = render(summary, top_kernels(trace)) + "\n\n"
+        atomic_write_text(stem.with_suffix(".txt"), timeline + table + "\n")
         self.steps = None  # one window per run
         self.log(f"profile of steps {a}-{b} written: {stem.with_suffix('.json').name} (chrome trace), {stem.with_suffix('.txt').name}")
