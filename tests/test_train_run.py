@@ -273,6 +273,20 @@ def test_two_processes_through_torchrun_on_cpu(tmp_path):
         or "OMP_NUM_THREADS" in json.loads((d / "environment.json").read_text())["profile_env"]
 
 
+def test_ddp_bucket_size_keeps_the_losses_and_bf16_all_reduce_is_cuda_only(tmp_path):
+    """training.ddp_bucket_mb regroups the all-reduce, not its sums (two ranks: a + b either way);
+    training.ddp_comm_dtype bf16 needs NCCL: on gloo it says so in one line and trains in fp32."""
+    args = ["--nproc-per-node", "2", "--set", "training.max_steps=12", "--set", "eval.every_steps=0",
+            "--set", "logging.every_steps=1", "--set", "logging.progress=none"]
+    assert run(tmp_path, "gpt_quick_test", *args, run_id="default").returncode == 0
+    res = run(tmp_path, "gpt_quick_test", *args, "--set", "training.ddp_bucket_mb=0.05", "--set", "training.ddp_comm_dtype=bf16",
+              run_id="small")
+    assert res.returncode == 0, res.stderr[-3000:]
+    d = exp_dir(tmp_path, "gpt_quick_test")
+    assert losses(d / "small") == losses(d / "default")
+    assert "training.ddp_comm_dtype bf16 ignored on cpu: gloo all-reduces fp32" in (d / "small" / "train.log").read_text()
+
+
 def test_profile_steps_writes_a_chrome_trace(tmp_path):
     res = run(tmp_path, "mlp_quick_test", "--profile-steps", "3:5", "--set", "training.max_steps=8", "--set", "eval.every_steps=0",
               run_id="p")

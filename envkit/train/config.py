@@ -98,6 +98,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
                           help="torch.compile mode (reduce-overhead: CUDA graphs; max-autotune: minutes of tuning)"),
         "sdpa_backend": F("str", AUTO, choices=("auto", "flash", "efficient", "cudnn", "math"),
                           help="CUDA attention kernel for scaled_dot_product_attention; auto: PyTorch's choice"),
+        "ddp_bucket_mb": F("float", 25.0, gt=0, help="several processes: DDP's gradient bucket size in MB (torch's default 25)"),
+        "ddp_comm_dtype": F("str", "fp32", choices=("fp32", "bf16"),
+                            help="several processes on CUDA: dtype of the gradient all-reduce (bf16: half the bytes)"),
         "empty_cache_every": F("int", 0, min=0, help="MPS/CUDA: empty_cache() every N steps; 0 = never"),
         "nan_policy": F("str", "rollback", choices=("rollback", "stop"),
                         help="non-finite loss: roll back to the last good checkpoint with a lower lr, or stop"),
@@ -132,6 +135,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "pin_memory": F("compile", AUTO, help="auto: on CUDA only"),
         "persistent_workers": F("bool", False),
         "prefetch_factor": F("int", None, nullable=True, min=1),
+        "fetch_ahead": F("compile", AUTO, help="read and copy the next batch while the GPU computes; auto: on CUDA/MPS "
+                                              "with workers or a built-in dataset (train/prefetch.py)"),
     },
 }
 
@@ -170,8 +175,9 @@ PROFILE_KEYS = {
 HASH_EXCLUDED = {"logging", "checkpoint"}
 HASH_EXCLUDED_KEYS = {"experiment.name", "experiment.output_dir", "experiment.tags", "experiment.notes",
                       "eval.batches", "eval.accuracy_samples", "device.fallback_to_cpu", "device.fallback", "dataloader.num_workers",
-                      "training.compile_mode", "training.sdpa_backend",  # speed only: same computation
-                      "dataloader.pin_memory", "dataloader.persistent_workers", "dataloader.prefetch_factor"}
+                      "training.compile_mode", "training.sdpa_backend", "training.ddp_bucket_mb",  # speed only: same computation
+                      "dataloader.pin_memory", "dataloader.persistent_workers", "dataloader.prefetch_factor",
+                      "dataloader.fetch_ahead"}
 
 
 class Section:

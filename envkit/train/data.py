@@ -134,6 +134,9 @@ def _entropy(counts: torch.Tensor) -> float:
 # ---------------------------------------------------------------- builders
 
 
+BUILTIN_DATASETS = ("synthetic", "text", "npz", "tokens")  # dataset.type values envkit reads itself (anything else: a factory)
+
+
 def build_data(cfg, *, seed: int) -> DataBundle:
     d = cfg.values["dataset"]
     kind = d["type"]

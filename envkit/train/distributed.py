@@ -18,3 +18,25 @@ def init_distributed(device: torch.device) -> None:
         dist.init_process_group(backend="nccl", **kw)
     else:
         dist.init_process_group(backend="gloo")
+
+
+def wrap_ddp(module: torch.nn.Module, device: torch.device, local_rank: int, bucket_mb: float, comm_dtype: str, log):
+    """DistributedDataParallel around the training module (forward + loss).
+
+    gradient_as_bucket_view: gradients live in DDP's all-reduce buckets, saving a copy of every
+    gradient each step (and its memory). comm_dtype "bf16": the gradients are all-reduced in
+    bfloat16 (torch's bf16_compress_hook: half the bytes on the wire, the result cast back to
+    fp32); NCCL on CUDA only, elsewhere fp32 with a note."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ddp = DDP(module, device_ids=[local_rank] if device.type == "cuda" else None, gradient_as_bucket_view=True,
+              bucket_cap_mb=bucket_mb)
+    if comm_dtype == "bf16":
+        if device.type == "cuda":
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+            ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
+            log("gradient all-reduce in bf16 (training.ddp_comm_dtype)")
+        else:
+            log(f"training.ddp_comm_dtype bf16 ignored on {device.type}: gloo all-reduces fp32")
+    return ddp

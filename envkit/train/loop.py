@@ -23,11 +23,12 @@ import torch.nn.functional as F
 from envkit.train import checkpoint as ckpt
 from envkit.train import faults
 from envkit.train.config import Config
-from envkit.train.data import ResumableBatchSampler, build_data
-from envkit.train.distributed import init_distributed
+from envkit.train.data import BUILTIN_DATASETS, ResumableBatchSampler, build_data
+from envkit.train.distributed import init_distributed, wrap_ddp
 from envkit.train.guards import NanGuard, TrainingStopped, resolve_device
 from envkit.train.mfu import mfu as compute_mfu
 from envkit.train.models import build_model
+from envkit.train.prefetch import DeviceBatches, want_fetch_ahead
 from envkit.train.profiling import StepProfiler
 from envkit.train.step import LossModule, apply_sdpa_backend, compile_kwargs
 from envkit.train.telemetry import Telemetry, fmt_duration, write_json
@@ -151,11 +152,7 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
     loss_module = LossModule(model, accum)  # kept: an out-of-memory split changes its accum
     model, compile_note = _maybe_compile(loss_module, compile_note, log, T["compile_mode"])
     if world > 1:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        # gradient_as_bucket_view: gradients live in DDP's all-reduce buckets, saving a copy of
-        # every gradient each step (and its memory)
-        model = DDP(model, device_ids=[local_rank] if device_type == "cuda" else None, gradient_as_bucket_view=True)
+        model = wrap_ddp(model, device, local_rank, T["ddp_bucket_mb"], T["ddp_comm_dtype"], log)
 
     def make_loader(start: int):
         sampler.start = start
@@ -178,13 +175,15 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
 
     unit = "tokens" if data.kind == "lm" else "samples"
     per_step = bs * accum * world * (data.tokens_per_sample if data.kind == "lm" else 1)
-    batches_iter = make_loader(state["batches"])
     step, start_step = state["step"], state["step"]
     last_loss, last_val, last_acc, rates, status = None, None, None, [], "running"
     nonfinite = torch.zeros((), dtype=torch.bool, device=device)
     t_last, steps_since, paused = time.perf_counter(), 0, 0.0
     t_start = time.perf_counter()
     watch = RunWatch(run_dir, cfg.values, device_type, device, log, enabled=master, telemetry=tel, local_devices=world)
+    batches = DeviceBatches(make_loader(state["batches"]), device, pin, watch.next_batch,
+                            ahead=want_fetch_ahead(DL["fetch_ahead"], device_type, DL["num_workers"],
+                                                   cfg.values["dataset"]["type"] in BUILTIN_DATASETS))
     tel.start(step)
     log(f"training {M['type']} for {T['max_steps']} steps ({bs} x {accum} accum x {world} proc, {precision}, "
         f"compile {compile_note}) from step {step}; run folder {run_dir}")
@@ -203,13 +202,13 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
             try:
                 faults.inject_before_step(run_dir, step + 1, raw_model)
                 for micro in range(accum):
-                    x, y = watch.next_batch(batches_iter)
-                    state["batches"] += 1
-                    x, y = x.to(device, non_blocking=pin), y.to(device, non_blocking=pin)
+                    x, y = batches.take()
+                    state["batches"] += 1  # counted when used: a checkpoint's data position
                     if world > 1:  # gradient sync only on the last micro-step
                         model.require_backward_grad_sync = micro == accum - 1
                     with autocast:
                         loss = model(x, y)  # cross-entropy / accum
+                    batches.prefetch()  # the next batch is read and copied while the GPU runs this one
                     nonfinite |= ~torch.isfinite(loss.detach())
                     scaler.scale(loss).backward()
                     loss_accum += loss.detach()
@@ -220,7 +219,7 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
                 sampler = ResumableBatchSampler(len(data.train), bs, seed, rank=rank, world=world)
                 state.update(batches=batches_at_step * factor, micro_batch=bs, grad_accum=accum)
                 loss_module.accum = accum
-                batches_iter = make_loader(state["batches"])
+                batches.reset(make_loader(state["batches"]))
                 continue
             grad_norm = None
             if T["grad_clip"] > 0:
@@ -242,7 +241,7 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
                 if bool(nonfinite) or not math.isfinite(last_loss):
                     step = _rollback(step, guard, ckpt_dir, restore, state, log)
                     nonfinite.zero_()
-                    batches_iter = make_loader(state["batches"])
+                    batches.reset(make_loader(state["batches"]))
                     t_last, steps_since = time.perf_counter(), 0
                     continue
                 now = time.perf_counter()
@@ -275,7 +274,7 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
                 if bool(nonfinite) or not math.isfinite(last_val):
                     step = _rollback(step, guard, ckpt_dir, restore, state, log)
                     nonfinite.zero_()
-                    batches_iter = make_loader(state["batches"])
+                    batches.reset(make_loader(state["batches"]))
                     continue
                 if state["best_val_loss"] is None or last_val < state["best_val_loss"]:
                     state["best_val_loss"] = last_val
@@ -289,7 +288,7 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
                 if bool(nonfinite):
                     step = _rollback(step, guard, ckpt_dir, restore, state, log)
                     nonfinite.zero_()
-                    batches_iter = make_loader(state["batches"])
+                    batches.reset(make_loader(state["batches"]))
                     continue
                 if master:
                     state["elapsed"] += time.perf_counter() - t_start
