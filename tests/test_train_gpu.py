@@ -76,3 +76,13 @@ def test_tokens_folder_with_compiled_loss_and_a_profile_on_cuda(tmp_path):
     assert s["status"] == "completed" and s["compile"] == "on" and s["best_val_loss"] < 0.5 * s["baseline_loss"], s
     trace = json.loads((d / "profile_steps_30-31.json").read_text())
     assert any(e.get("cat") == "kernel" for e in trace["traceEvents"])
+
+
+def test_profile_steps_on_cuda_writes_the_device_timeline(tmp_path):
+    q = str(ROOT / "templates" / "train" / "gpt_quick_test.yaml")
+    res = envkit("run", q, "--run-id", "p", "--set", "device.type=cuda", "--set", "training.max_steps=12",
+                 "--set", "eval.every_steps=0", "--profile-steps", "8:10", cwd=tmp_path, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    text = (tmp_path / "runs" / "gpt-quick-test" / "p" / "profile_steps_8-10.txt").read_text()
+    assert text.startswith("device timeline: ") and "ms a step" in text
+    assert "matmul" in text and "kernels that took the most time:" in text
