@@ -3,6 +3,12 @@ user runs it, on GPT-2 small (templates/train/gpt2_small_tokens.yaml) over a fol
 
     python benchmarks/bench_ddp_scaling.py                   # 1 and 2 processes, batch 16 per GPU
     python benchmarks/bench_ddp_scaling.py --nproc 1 2 4 --set training.grad_accum=4
+    python benchmarks/bench_ddp_scaling.py --try training.ddp_comm_dtype=bf16 --try training.ddp_bucket_mb=100 --profile
+
+--try KEY=VALUE[,KEY=VALUE] (repeatable) adds a run at the largest --nproc with those overrides, scaled
+against the same 1-process run. --profile records steps 41-43 of the largest plain run with
+`--profile-steps` and prints rank 0's device timeline (idle time, and how much of the all-reduce
+no computation hid: the number that says whether DDP overlaps).
 
 Prints each run's tokens/s and MFU (median of the trainer's logging windows after the first, from
 summary.json), the scaling against one process, and how many lines of torch/torchrun noise (the
@@ -30,8 +36,15 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=16, help="per GPU")
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--set", action="append", default=[], help="extra config override (repeatable)")
+    ap.add_argument("--try", dest="tries", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]")
+    ap.add_argument("--profile", action="store_true", help="a device timeline of the largest run (steps 41-43)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if args.profile and args.steps < 50:
+        ap.error("--profile needs --steps 50 or more (steps 41-43 are recorded, after compilation)")
+    runs = [(n, [], False) for n in args.nproc] + [(max(args.nproc), t.split(","), False) for t in args.tries]
+    if args.profile:
+        runs.append((max(args.nproc), [], True))
 
     results = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -44,19 +57,26 @@ def main(argv=None) -> int:
         g = torch.Generator().manual_seed(0)
         for name in ("train.bin", "val.bin"):
             write_tokens(data / name, torch.randint(50304, (1 << 24,), generator=g), "uint16")
-        for n in args.nproc:
-            cmd = [sys.executable, "-m", "envkit", "run", str(TEMPLATE), "--run-id", f"n{n}", "--resume", "never",
+        for i, (n, extra, profile) in enumerate(runs):
+            run_id = f"r{i}-n{n}"
+            cmd = [sys.executable, "-m", "envkit", "run", str(TEMPLATE), "--run-id", run_id, "--resume", "never",
                    "--nproc-per-node", str(n), "--set", f"dataset.path={data}", "--set", f"training.batch_size={args.batch}",
                    "--set", "training.grad_accum=1", "--set", f"training.max_steps={args.steps}", "--set", "training.warmup_steps=10",
                    "--set", "eval.every_steps=0", "--set", "eval.batches=2", "--set", f"checkpoint.every_steps={args.steps}",
                    "--set", "checkpoint.keep_last=1", "--set", "logging.every_steps=10", "--set", "logging.progress=plain",
-                   *[x for s in args.set for x in ("--set", s)]]
+                   *[x for s in args.set + extra for x in ("--set", s)], *(["--profile-steps", "41:43"] if profile else [])]
             res = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
             out = res.stdout + res.stderr
-            summary_path = Path(tmp) / "runs" / "gpt2-small-tokens" / f"n{n}" / "summary.json"
+            run_dir = Path(tmp) / "runs" / "gpt2-small-tokens" / run_id
+            summary_path = run_dir / "summary.json"
             s = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
             noise = [line for line in out.splitlines() if any(w in line for w in NOISE)]
-            results.append({"nproc": n, "returncode": res.returncode, "tokens_per_second": s.get("tokens_per_second"),
+            timeline = None
+            if profile:
+                txt = sorted(run_dir.glob("profile_steps_41-43*.txt"))
+                head = txt[0].read_text().split("\n\n")[0] if txt else ""
+                timeline = head if head.startswith("device timeline") else f"no device timeline ({'a CPU run' if txt else 'no profile written'})"
+            results.append({"nproc": n, "set": extra, "profile": profile, "timeline": timeline, "returncode": res.returncode, "tokens_per_second": s.get("tokens_per_second"),
                             "mfu": s.get("mfu"), "status": s.get("status"), "device_name": s.get("device_name"),
                             "noise_lines": noise})
             if res.returncode != 0:
@@ -71,10 +91,13 @@ def main(argv=None) -> int:
         tps = f"{r['tokens_per_second']:,.0f}" if r["tokens_per_second"] else "n/a"
         mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] else "n/a"
         scale = f"x{r['scaling']:.3f}" if r["scaling"] else "n/a"
-        print(f"{r['nproc']} proc: {tps} tokens/s | MFU {mfu} | scaling {scale} vs 1 proc | {r['status']} "
+        label = f" ({', '.join(r['set'])})" if r["set"] else " (profiled)" if r["profile"] else ""
+        print(f"{r['nproc']} proc{label}: {tps} tokens/s | MFU {mfu} | scaling {scale} vs 1 proc | {r['status']} "
               f"({r['device_name']}) | torch/torchrun noise lines: {len(r['noise_lines'])}")
         for line in r["noise_lines"][:5]:
             print(f"    noise: {line}")
+        if r["timeline"]:
+            print("    " + r["timeline"].replace("\n", "\n    "))
     return 0 if all(r["returncode"] == 0 for r in results) else 1
 
 
