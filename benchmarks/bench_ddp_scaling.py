@@ -52,7 +52,7 @@ def main(argv=None) -> int:
         data.mkdir()
         import torch
 
-        from envkit.train.tokens import write_tokens
+        from envkit.train.data.tokens import write_tokens
 
         g = torch.Generator().manual_seed(0)
         for name in ("train.bin", "val.bin"):

@@ -7,7 +7,7 @@
     python benchmarks/bench_trainer.py --batch 16 32 --repeats 3   # alternating pairs: median ratio and its spread
     python benchmarks/bench_trainer.py --smoke               # a tiny shape (automatic without CUDA): seconds on a CPU
 
-envkit: `envkit.train.loop.train` on templates/train/gpt2_small_tokens.yaml (dataset type tokens,
+envkit: `envkit.train.run.loop.train` on templates/train/gpt2_small_tokens.yaml (dataset type tokens,
 its DataLoader, NaN guard, metrics row every --window steps). Plain: nanoGPT's loop written the way
 a careful engineer writes it: random windows from a memory map, pinned non_blocking copies with the
 next batch fetched during the backward, forward + cross-entropy compiled as one function, fused
@@ -36,12 +36,12 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from envkit.train.config import load_config  # noqa: E402
-from envkit.train.loop import train  # noqa: E402
-from envkit.train.mfu import mfu, peak_flops  # noqa: E402
-from envkit.train.models import build_model  # noqa: E402
-from envkit.train.step import compile_kwargs  # noqa: E402
-from envkit.train.tokens import open_tokens, write_tokens  # noqa: E402
+from envkit.train.run.config import load_config  # noqa: E402
+from envkit.train.run.loop import train  # noqa: E402
+from envkit.train.watching.mfu import mfu, peak_flops  # noqa: E402
+from envkit.train.run.models import build_model  # noqa: E402
+from envkit.train.run.step import compile_kwargs  # noqa: E402
+from envkit.train.data.tokens import open_tokens, write_tokens  # noqa: E402
 
 TEMPLATE = ROOT / "templates" / "train" / "gpt2_small_tokens.yaml"
 SMOKE_SHAPE = ["model.n_layer=2", "model.n_head=2", "model.n_embd=64", "model.block_size=64"]
@@ -203,7 +203,7 @@ def main(argv=None) -> int:
             cfg = make_config(args, batch, data_dir, vocab)
             D, M, T = cfg.values["dataset"], cfg.values["model"], cfg.values["training"]
             if D["vocab_size"] is None:  # --data with meta.json: the plain loop needs the number too
-                from envkit.train.tokens import check_token_folder
+                from envkit.train.data.tokens import check_token_folder
 
                 D["vocab_size"] = check_token_folder(data_dir, D["dtype"], None, batch_tokens=1).vocab_size
             fpt = build_model(cfg, {"vocab_size": D["vocab_size"]}, "cpu").flops_per_token()

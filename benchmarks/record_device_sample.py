@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from envkit.facts.runner import RecordingRunner, redact_home
-from envkit.train.device_sampler import DeviceSampler
+from envkit.train.watching.device_sampler import DeviceSampler
 
 
 def busy(device: str, seconds: float, stop: threading.Event) -> None:

@@ -3,6 +3,7 @@ or inside the installed wheel as `envkit._profiles` / `envkit._templates`."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
@@ -36,3 +37,14 @@ def load_toml(path: Path) -> dict:
         import tomli as tomllib
     with open(path, "rb") as fh:
         return tomllib.load(fh)
+
+
+def user_dir() -> Path:
+    """The user profile folder (ENVKIT_CONFIG_DIR/profiles, else the platform's config folder):
+    tuned and personal profiles live here."""
+    explicit = os.environ.get("ENVKIT_CONFIG_DIR")
+    if explicit:
+        return Path(explicit) / "profiles"
+    import click
+
+    return Path(click.get_app_dir("envkit")) / "profiles"

@@ -14,8 +14,8 @@ from conftest import envkit
 
 from envkit.facts import device_parse as dp
 from envkit.facts.runner import ReplayRunner
-from envkit.train.device_sampler import POWER_NOTE_MPS, DeviceSampler
-from envkit.train.diagnose import HintContext, diagnose
+from envkit.train.watching.device_sampler import POWER_NOTE_MPS, DeviceSampler
+from envkit.train.watching.diagnose import HintContext, diagnose
 
 SAMPLES = Path(__file__).resolve().parent / "device_samples"
 
@@ -290,7 +290,7 @@ def test_rich_monitor_layout_shows_steps_device_panel_and_hints(tmp_path):
     from rich.console import Console
 
     from envkit.commands.monitor import _rich_view
-    from envkit.train.runs_state import read_metrics as _metrics, run_state
+    from envkit.train.watching.runs_state import read_metrics as _metrics, run_state
 
     d = fake_run(tmp_path)
     console = Console(width=160, record=True, force_terminal=False)

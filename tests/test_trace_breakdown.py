@@ -3,7 +3,7 @@ communication that computation did not hide, on hand-made traces whose answers a
 
 import json
 
-from envkit.train.trace_breakdown import breakdown, kind_of, main, render, top_kernels
+from envkit.train.watching.trace_breakdown import breakdown, kind_of, main, render, top_kernels
 
 
 def k(name, ts, dur, stream=7, cat="kernel"):

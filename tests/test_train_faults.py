@@ -1,5 +1,5 @@
 """Faults the trainer survives on its own, each raised for real on the CPU through the injection
-hook (ENVKIT_TRAIN_INJECT, envkit/train/faults.py), each ending in the promised state with
+hook (ENVKIT_TRAIN_INJECT, envkit/train/recovery/faults.py), each ending in the promised state with
 nothing lost: `envkit run` in a subprocess as a user would, a tiny MLP, a dozen steps."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, envkit
-from envkit.train import checkpoint as ckpt
+from envkit.train.run import checkpoint as ckpt
 
 TEMPLATE = str(ROOT / "templates" / "train" / "mlp_quick_test.yaml")
 SMALL = ["--set", "training.max_steps=12", "--set", "training.batch_size=8", "--set", "training.warmup_steps=0",

@@ -10,7 +10,7 @@ import json
 import torch
 
 from conftest import ROOT, envkit
-from envkit.train.prefetch import DeviceBatches, want_fetch_ahead
+from envkit.train.data.prefetch import DeviceBatches, want_fetch_ahead
 
 TEMPLATES = ROOT / "templates" / "train"
 AHEAD = ["--set", "dataloader.fetch_ahead=true"]

@@ -237,7 +237,7 @@ def test_bench_trainer_runs_on_cpu():
 
 
 def test_mfu_peaks_by_device_name():
-    from envkit.train.mfu import mfu, peak_flops
+    from envkit.train.watching.mfu import mfu, peak_flops
 
     assert peak_flops("NVIDIA H100 80GB HBM3")[0] == 989e12
     assert peak_flops("NVIDIA H100 PCIe")[0] == 756e12
@@ -248,7 +248,7 @@ def test_mfu_peaks_by_device_name():
 
 
 def test_gpt_flops_per_token_formula():
-    from envkit.train.models import GPT
+    from envkit.train.run.models import GPT
 
     m = GPT(vocab_size=13, block_size=64, n_layer=2, n_head=4, n_embd=32)
     n = sum(p.numel() for p in m.parameters()) - m.wpe.weight.numel()

@@ -2,7 +2,7 @@
 
 Started by envkit/bench/runner.py with the run's environment already set (variables such as
 PYTORCH_MPS_HIGH_WATERMARK_RATIO are read when torch starts). Builds the model and data as the
-trainer does (envkit/train/models.py, data.py), trains `warmup` steps, then `windows` timed
+trainer does (envkit/train/run/models.py, data.py), trains `warmup` steps, then `windows` timed
 windows of `window_steps` steps; the device is synchronised before the clock is read. Prints one
 line `@@envkit-bench {json}` with the median rate, peak device memory and the last window's mean
 loss. Needs torch and the standard library only.
@@ -43,9 +43,9 @@ def measure(spec: dict) -> dict:
     import torch
     import torch.nn.functional as F
 
-    from envkit.train.config import Config
-    from envkit.train.data import ResumableBatchSampler, build_data
-    from envkit.train.models import build_model
+    from envkit.train.run.config import Config
+    from envkit.train.data.datasets import ResumableBatchSampler, build_data
+    from envkit.train.run.models import build_model
 
     cfg = Config.from_resolved(spec["config"])
     dev = spec["device"]

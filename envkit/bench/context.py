@@ -19,7 +19,7 @@ class BenchContext:
     checks: dict  # doctor check id -> Check
     profile: object | None  # envkit.profiles.Profile
     shipped_profile: str  # what doctor recommends, ignoring tuned profiles
-    config: object  # envkit.train.config.Config
+    config: object  # envkit.train.run.config.Config
     model: str  # gpt | cnn | mlp | the user's factory
     target: str  # the device training uses here: cuda | mps | cpu
 
@@ -48,7 +48,7 @@ def load_context(model: str | None, config_path: str | None, profile_name: str |
     from envkit.facts import gather
     from envkit.install.managed import find_managed
     from envkit.profiles import load_profile
-    from envkit.train.config import load_config
+    from envkit.train.run.config import load_config
 
     if config_path and model:
         raise EnvkitError("--model and --config exclude each other", where="--model",
@@ -83,7 +83,7 @@ def load_context(model: str | None, config_path: str | None, profile_name: str |
 
 def _absolute_paths(cfg) -> None:
     """The child runs elsewhere: give it absolute dataset paths (as envkit run does)."""
-    from envkit.train.config import resolve_path
+    from envkit.train.data.paths import resolve_path
 
     d = cfg.values["dataset"]
     if d.get("path"):

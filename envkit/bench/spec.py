@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 class RunSpec:
     name: str
     device: str  # cpu | cuda | mps
-    config: dict  # envkit.train.config.Config.resolved(): model, dataset, training
+    config: dict  # envkit.train.run.config.Config.resolved(): model, dataset, training
     precision: str = "fp32"  # fp32 | bf16 | fp16
     compile: bool = False
     fused: bool = False  # fused AdamW (CUDA)

@@ -43,7 +43,7 @@ def tuned_name(shipped: str) -> str:
 
 def tuned_profile_path(shipped: str):
     """The tuned profile file in the user profile folder, or None."""
-    from envkit.profiles.files import user_dir
+    from envkit.resources import user_dir
 
     path = user_dir() / f"{tuned_name(shipped)}.toml"
     return path if path.is_file() else None

@@ -7,14 +7,14 @@ import time
 
 import click
 
-from envkit.train.runs_state import read_metrics, resolve_run, run_state
+from envkit.train.watching.runs_state import read_metrics, resolve_run, run_state
 
 def _fmt(x, spec=".4f"):
     return "-" if x is None else format(x, spec)
 
 
 def _line(s: dict) -> str:
-    from envkit.train.telemetry import fmt_duration
+    from envkit.train.watching.telemetry import fmt_duration
 
     step = f"step {s['step'] if s['step'] is not None else '-'}/{s['max_steps'] or '-'}"
     parts = [f"{s['experiment']}/{s['run']}", s["status"] or "?", step, f"loss {_fmt(s.get('loss'))}",
@@ -48,7 +48,7 @@ _DEVICE_FIELDS = (
 
 def _device_line(r: dict) -> str:
     """"12.3k tok/s | util 97% | mem 71.2/79.6 GiB | torch 60.1 GiB | power 612W | 66C | cpu 101% | rss 3.1 GiB | data wait 2%"."""
-    from envkit.train.telemetry import fmt_rate
+    from envkit.train.watching.telemetry import fmt_rate
 
     parts = []
     rate = r.get("tokens_per_second") or r.get("samples_per_second")
@@ -114,7 +114,7 @@ def _rich_view(s: dict, rows: list[dict]):
     from rich.table import Table
     from rich.text import Text
 
-    from envkit.train.telemetry import fmt_duration, fmt_rate
+    from envkit.train.watching.telemetry import fmt_duration, fmt_rate
 
     head = Text(f"{s['experiment']}/{s['run']}  {s['status']}  step {s['step'] if s['step'] is not None else '-'}/{s['max_steps'] or '-'}"
                 f"  loss {_fmt(s.get('loss'))}  best val {_fmt(s.get('best_val_loss'))}"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from envkit.train.runs_state import find_runs, run_state
+from envkit.train.watching.runs_state import find_runs, run_state
 
 
 def _fmt(x, spec=".4f"):

@@ -1,8 +1,10 @@
-"""`envkit setup`: parse the options, run install.setup_flow.run_setup, render what it reports."""
+"""`envkit setup`: parse the options, run install.setup_flow.run_setup (install), then the self-test
+and, with --tune, the tuner; render what each reports."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -41,13 +43,72 @@ def setup(profile_name, torch_req, with_, no_numpy, venv_opt, python_opt, instal
     """Install or upgrade PyTorch into a reproducible, containerless environment."""
     from envkit.install.setup_flow import SetupOptions, run_setup
 
+    if tune:
+        from envkit.tune.session import parse_budget
+
+        try:
+            parse_budget(tune)  # a bad budget is refused before anything changes
+        except EnvkitError as exc:
+            raise EnvkitError(exc.message, where="--tune", fix=exc.fix)
     opts = SetupOptions(profile=profile_name, torch=torch_req, with_=with_, numpy=not no_numpy, venv=venv_opt,
                         python=python_opt, installer=installer, index_url=index_url, dry_run=dry_run, yes=yes,
                         lock=lock_opt, selftest=not no_selftest, as_json=as_json, replay=replay,
                         tune=tune)
-    rc = run_setup(opts, _CommandLineUI())
+    ui = _CommandLineUI()
+    installed = run_setup(opts, ui)
+    if installed is None:
+        return
+    rc = _after_install(installed.venv_python, installed.profile, opts.selftest, ui, opts.tune, installed.root)
     if rc:
         sys.exit(rc)
+
+
+def _after_install(venv_python: str, profile, selftest: bool, ui, tune: str | None = None, root: Path | None = None) -> int:
+    """The stages after install, composed here: the self-test, then (with --tune) the tuner."""
+    rc = _selftest(venv_python, profile, selftest, ui)
+    if rc:
+        return rc
+    if tune:
+        _tune(venv_python, profile, tune, ui, root)
+    if Path("train.yaml").is_file():
+        ui.say("next: source .envkit/activate, then envkit run train.yaml")
+    else:
+        ui.say("next: source .envkit/activate, then envkit init train.yaml && envkit run train.yaml")
+    return 0
+
+
+def _tune(venv_python: str, profile, budget: str, ui, root: Path | None) -> None:
+    """`envkit setup --tune`: measure in the new environment and make the tuned profile the managed one."""
+    from envkit.bench.context import load_context
+    from envkit.checks.recommend import TUNED_SUFFIX
+    from envkit.install.managed import write_state
+    from envkit.tune.session import parse_budget, run_tune
+
+    start = profile.name.removesuffix(TUNED_SUFFIX)  # tune from the shipped profile, never on top of itself
+    ui.say(f"tuning from profile {start} for {budget} (envkit tune)")
+    ctx = load_context(None, None, start, venv_python)
+    out = run_tune(ctx, parse_budget(budget), on_run=lambda row: ui.say(
+        f"  {row['run']:<24} {row['status']:<5} " + (f"{row['per_second']:,.0f} {row['unit']}/s" if row["per_second"] else row["reason"])))
+    for d in out.result.decisions:
+        ui.say(f"  {'*' if d.changed else '='} {d.section}.{d.key} = {d.value}: {d.reason}")
+    if out.profile and out.path:
+        if root is not None and (root / "state.json").is_file():
+            write_state(root, profile=out.profile)
+        ui.say(f"wrote profile {out.profile}: {out.path}")
+    else:
+        ui.say("envkit tune decided nothing within the budget: the profile stays " + profile.name, err=True)
+
+
+def _selftest(venv_python: str, profile, selftest: bool, ui) -> int:
+    if selftest:
+        from envkit.selftest import run_selftest
+
+        report = run_selftest(python=venv_python, device="auto", profile=profile.name, quick=True)
+        ui.selftest_report(report)
+        if not report.ok:
+            ui.say("the self-test failed: torch is installed and verified, but the device misbehaves (see above)", err=True)
+            return 1
+    return 0
 
 
 class _CommandLineUI:

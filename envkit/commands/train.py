@@ -1,7 +1,7 @@
 """`envkit run`, `envkit validate`: the reference trainer's commands.
 
 Nothing here imports torch: validation and --print-config read the YAML and doctor's facts;
-training happens in a child process (envkit/train/launcher.py)."""
+training happens in a child process (envkit/train/run/launcher.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import click
 from envkit.errors import EnvkitError
 
 def _print_config(cfg, as_json: bool) -> None:
-    from envkit.train.config import render_rows
+    from envkit.train.run.config import render_rows
 
     if as_json:
         click.echo(json.dumps({"config": cfg.to_dict(), "origin": {k: o for k, _, o in cfg.rows()},
@@ -45,7 +45,7 @@ def common(fn):
 def validate(config, overrides, profile, replay, as_json):
     """Check a train.yaml without running it: schema, types, ranges, paths, and the device and
     precision against this machine (or --replay SNAPSHOT). Exit 0 valid, 2 invalid."""
-    from envkit.train.launcher import absolutise_paths, hold_against_machine, plan
+    from envkit.train.run.launcher import absolutise_paths, hold_against_machine, plan
 
     p = plan(config, overrides=overrides, profile_name=profile, replay=replay)
     absolutise_paths(p.cfg)
@@ -87,7 +87,7 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
 
     Writes runs/<experiment>/<run-id>/ (config, environment.json, metrics.jsonl, heartbeat.json,
     train.log, checkpoints/, summary.json). Exit 0 done, 1 training failed, 2 bad config."""
-    from envkit.train import launcher
+    from envkit.train.run import launcher
 
     debug = bool((ctx.obj or {}).get("debug"))
     window = launcher.parse_profile_steps(profile_steps)
@@ -161,7 +161,7 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
 
 
 def _nodes(nnodes, node_rank, endpoint, backend, rdzv_id, run_id):
-    from envkit.train.launcher import Nodes
+    from envkit.train.run.launcher import Nodes
 
     if nnodes > 1 and not endpoint:
         raise EnvkitError(f"--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT (node 0's address, the same on every node)",

@@ -1,6 +1,7 @@
 """`envkit setup` as one function: facts -> profile -> build and index (variants.py) -> versions read
 off the index (resolve.py) -> plan (plan.py, shown before anything happens) -> install + verify with
-rollback (apply.py) -> lock, state, env scripts (outputs.py) -> self-test. All validation happens
+rollback (apply.py) -> lock, state, env scripts (outputs.py). The command
+(commands/setup.py) then runs the self-test and, with --tune, the tuner. All validation happens
 before the first write: bad input changes nothing.
 
 The caller passes a `ui` with say(text, err=False), show_plan(plan_dict, as_json), show_json(obj),
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from envkit.errors import EnvkitError
@@ -19,25 +21,28 @@ from envkit.install.hashes import index_hashes
 from envkit.install.options import (DEFAULT_EXTRAS, SetupOptions, index_override, parse_with, pick_installer,
                                     venv_path, venv_python_of)
 
-__all__ = ["SetupOptions", "run_setup"]
+__all__ = ["Installed", "SetupOptions", "run_setup"]
 from envkit.install.outputs import write_outputs
 
 
-def run_setup(opts: SetupOptions, ui) -> int:
-    """Returns the exit code: 0 done (or nothing to do), 1 the self-test failed after the install."""
+@dataclass(frozen=True)
+class Installed:
+    """What a setup that changed the environment hands on to the next stages (self-test, tune)."""
+    venv_python: str
+    profile: "_Profile"
+    root: Path
+
+
+def run_setup(opts: SetupOptions, ui) -> Installed | None:
+    """Installs (or plans) and returns what was installed; None when nothing changed (a dry run,
+    nothing to do). The self-test and `--tune` come after, composed by the command (install knows
+    nothing of the later stages)."""
     from envkit.install import lockfile
     from envkit.install.variants import parse_request
 
     # ---- validate everything before touching the disk -------------------------------------------
     say = ui.say
     request = parse_request(opts.torch)
-    if opts.tune:
-        from envkit.tune.session import parse_budget
-
-        try:
-            parse_budget(opts.tune)  # a bad budget is refused before anything changes
-        except EnvkitError as exc:
-            raise EnvkitError(exc.message, where="--tune", fix=exc.fix)
     companions = parse_with(opts.with_)
     dry_run, as_json, yes, replay, python_opt = opts.dry_run or bool(opts.replay), opts.as_json, opts.yes, opts.replay, opts.python
     no_numpy = not opts.numpy
@@ -59,8 +64,8 @@ def run_setup(opts: SetupOptions, ui) -> int:
 
     if lock_in is not None:
         if rebuild_from_lock(lock_in, lock_path, facts, profile, venv, base_python, dry_run, yes, as_json, root, ui):
-            return _finish(venv_python_of(venv), profile, opts.selftest, ui, opts.tune, root)
-        return 0
+            return Installed(venv_python_of(venv), profile, root)
+        return None
 
     from envkit.install import plan as planmod
     from envkit.install.variants import choose
@@ -105,14 +110,14 @@ def run_setup(opts: SetupOptions, ui) -> int:
     ui.show_plan(plan.to_dict(), as_json)
     if plan.nothing_to_do and dry_run:
         say(f"nothing to change: {', '.join(f'{k} {v}' for k, v in versions.items())} already installed in {venv} (dry run: nothing written)", err=as_json)
-        return 0
+        return None
     if plan.nothing_to_do:
         write_outputs(root, venv, venv_python, profile, plan, facts, lock_path, report=None, cached={}, say=say,
                       quiet_if_same=True)
         say(f"nothing to change: {', '.join(f'{k} {v}' for k, v in versions.items())} already installed in {venv}", err=as_json)
-        return 0
+        return None
     if dry_run:
-        return 0
+        return None
     ui.confirm(yes)
 
     from envkit.install import execute
@@ -133,54 +138,7 @@ def run_setup(opts: SetupOptions, ui) -> int:
                               index_used if installer == "uv" else None, installed)
         write_outputs(root, venv, venv_python, profile, plan, facts, lock_path, report=report, cached=cached, say=say,
                       known_hashes=known)
-    return _finish(venv_python, profile, opts.selftest, ui, opts.tune, root)
-
-
-def _finish(venv_python: str, profile, selftest: bool, ui, tune: str | None = None, root: Path | None = None) -> int:
-    rc = _selftest(venv_python, profile, selftest, ui)
-    if rc:
-        return rc
-    if tune:
-        _tune(venv_python, profile, tune, ui, root)
-    if Path("train.yaml").is_file():
-        ui.say("next: source .envkit/activate, then envkit run train.yaml")
-    else:
-        ui.say("next: source .envkit/activate, then envkit init train.yaml && envkit run train.yaml")
-    return 0
-
-
-def _tune(venv_python: str, profile, budget: str, ui, root: Path | None) -> None:
-    """`envkit setup --tune`: measure in the new environment and make the tuned profile the managed one."""
-    from envkit.bench.context import load_context
-    from envkit.checks.recommend import TUNED_SUFFIX
-    from envkit.install.managed import write_state
-    from envkit.tune.session import parse_budget, run_tune
-
-    start = profile.name.removesuffix(TUNED_SUFFIX)  # tune from the shipped profile, never on top of itself
-    ui.say(f"tuning from profile {start} for {budget} (envkit tune)")
-    ctx = load_context(None, None, start, venv_python)
-    out = run_tune(ctx, parse_budget(budget), on_run=lambda row: ui.say(
-        f"  {row['run']:<24} {row['status']:<5} " + (f"{row['per_second']:,.0f} {row['unit']}/s" if row["per_second"] else row["reason"])))
-    for d in out.result.decisions:
-        ui.say(f"  {'*' if d.changed else '='} {d.section}.{d.key} = {d.value}: {d.reason}")
-    if out.profile and out.path:
-        if root is not None and (root / "state.json").is_file():
-            write_state(root, profile=out.profile)
-        ui.say(f"wrote profile {out.profile}: {out.path}")
-    else:
-        ui.say("envkit tune decided nothing within the budget: the profile stays " + profile.name, err=True)
-
-
-def _selftest(venv_python: str, profile, selftest: bool, ui) -> int:
-    if selftest:
-        from envkit.selftest import run_selftest
-
-        report = run_selftest(python=venv_python, device="auto", profile=profile.name, quick=True)
-        ui.selftest_report(report)
-        if not report.ok:
-            ui.say("the self-test failed: torch is installed and verified, but the device misbehaves (see above)", err=True)
-            return 1
-    return 0
+    return Installed(venv_python, profile, root)
 
 
 class _Profile:

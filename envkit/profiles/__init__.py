@@ -29,7 +29,8 @@ and is reported as "unknown".
 """
 
 from envkit.profiles.expr import _ExprError, evaluate
-from envkit.profiles.files import ProfileInfo, Setting, list_profiles, search_dirs, user_dir
+from envkit.profiles.files import ProfileInfo, Setting, list_profiles, search_dirs
+from envkit.resources import user_dir
 from envkit.profiles.resolve import Profile, diff_profiles, load_profile
 from envkit.profiles.schema import FACT_FALLBACKS, SCHEMA, SECTIONS, show_value
 

@@ -208,17 +208,6 @@ def _read_manifest(directory: Path) -> dict:
         return {}
 
 
-def default_venv(directory: Path) -> Path | None:
-    """DIR/venv when it is a venv, else the managed env's venv (if any)."""
-    own = Path(directory) / "venv"
-    if (own / "bin" / "activate").is_file() or (own / "pyvenv.cfg").is_file():
-        return own
-    from envkit.install.managed import find_managed
-
-    m = find_managed()
-    return m.venv if m else None
-
-
 def write_env_scripts(directory: Path, profile, venv: Path | None, force: bool) -> list[Path]:
     """Write activate, activate.fish, .env and .envrc for `profile` (a Profile or a name) into
     `directory`; return their paths. A file changed since envkit wrote it (or not written by

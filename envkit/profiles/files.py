@@ -26,18 +26,9 @@ class ProfileInfo:
                 "extends": self.extends, "overrides": [str(p) for p in self.overrides]}
 
 
-def user_dir() -> Path:
-    explicit = os.environ.get("ENVKIT_CONFIG_DIR")
-    if explicit:
-        return Path(explicit) / "profiles"
-    import click
-
-    return Path(click.get_app_dir("envkit")) / "profiles"
-
-
 def search_dirs() -> list[tuple[str, Path]]:
     """(origin, folder), highest priority first. A folder that is the shipped one counts once."""
-    from envkit.resources import shipped_dir
+    from envkit.resources import shipped_dir, user_dir
 
     shipped = shipped_dir("profiles")
     out: list[tuple[str, Path]] = []

@@ -1,6 +1,12 @@
-"""The embedded reference trainer behind `envkit run train.yaml`.
+"""The embedded reference trainer behind `envkit run train.yaml`, in four rooms:
 
-config (schema, strict validation, overrides, provenance; no torch) -> launcher (parent: gates,
-run folder, child process) -> child (loop: models, data, checkpoint, guards, telemetry, mfu).
-Modules that import torch do so themselves; importing this package stays cheap.
+- `run/`: the run itself: config (schema, validation, overrides), models, the step, the loop,
+  the launcher (parent process, torchrun), the child process, distributed setup, checkpoints.
+- `data/`: datasets and token files, the batch order, fetching the next batch ahead.
+- `recovery/`: what the trainer survives on its own: out of memory, device faults, NaN guards.
+- `watching/`: what a person watches: telemetry and heartbeat, the device sampler, hints, trackers,
+  run folders as `runs`/`monitor`/`plot` read them, profiling, MFU.
+
+Imports go one way: run -> data, recovery, watching -> `user_code` (tests/test_layers.py checks it).
+Modules that import torch do so themselves; importing these packages stays cheap.
 """

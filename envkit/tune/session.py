@@ -49,7 +49,7 @@ def parse_budget(text: str) -> float:
 def run_tune(ctx: BenchContext, budget_s: float, *, on_run=None, dry_run: bool = False, window_steps: int | None = None,
              debug: bool = False) -> TuneOutcome:
     from envkit.checks.recommend import tuned_name
-    from envkit.profiles.files import user_dir
+    from envkit.resources import user_dir
 
     result = tune(ctx, budget_s, window_steps=window_steps, on_run=on_run, debug=debug)
     out = TuneOutcome(result)

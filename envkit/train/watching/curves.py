@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.train.runs_state import read_metrics
+from envkit.train.watching.runs_state import read_metrics
 
 
 def draw_curves(d: Path, out: Path) -> Path:

@@ -69,7 +69,7 @@ class StepProfiler:
         if self.device_type == "cuda":  # the device's own timeline: what the kernels did, idle and exposed communication
             import json
 
-            from envkit.train.trace_breakdown import breakdown, render, top_kernels
+            from envkit.train.watching.trace_breakdown import breakdown, render, top_kernels
 
             trace = json.loads(stem.with_suffix(".json").read_text())
             summary = breakdown(trace, steps=b - a + 1)

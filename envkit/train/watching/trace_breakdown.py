@@ -8,7 +8,7 @@ compiled model most of the work is a handful of "CompiledFunction" rows. The ker
 timeline say what is actually slow: an idle fraction means the host or the input pipeline is the
 limit; exposed communication means the gradient all-reduce is not overlapped with the backward.
 
-    python -m envkit.train.trace_breakdown runs/NAME/RUN/profile_steps_20-22.json
+    python -m envkit.train.watching.trace_breakdown runs/NAME/RUN/profile_steps_20-22.json
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def render(summary: dict, top: list | None = None) -> str:
 def main(argv=None) -> int:
     paths = [Path(p) for p in (argv if argv is not None else sys.argv[1:])]
     if not paths:
-        print("usage: python -m envkit.train.trace_breakdown TRACE.json [...]", file=sys.stderr)
+        print("usage: python -m envkit.train.watching.trace_breakdown TRACE.json [...]", file=sys.stderr)
         return 2
     for p in paths:
         trace = json.loads(p.read_text())

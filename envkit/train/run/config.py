@@ -18,166 +18,22 @@ from pathlib import Path
 from typing import Any
 
 from envkit.errors import EnvkitError
-
-AUTO = "auto"
-
-
-@dataclass(frozen=True)
-class Field:
-    kind: str  # int | float | str | bool | list | dict | compile (auto|bool)
-    default: Any = None
-    choices: tuple | None = None
-    min: float | None = None
-    max: float | None = None
-    gt: float | None = None  # strictly greater than
-    help: str = ""
-    nullable: bool = False
-
-
-F = Field
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-DEVICES = ("auto", "cpu", "cuda", "mps")
-TRACKERS = ("tensorboard", "wandb")
-
-SCHEMA: dict[str, dict[str, Field]] = {
-    "experiment": {
-        "name": F("str", "experiment", help="runs/<name>/<run-id>/"),
-        "output_dir": F("str", "runs", help="folder holding <name>/<run-id>/"),
-        "seed": F("int", 1337, min=0, help="seeds python, torch (all devices) and the data order"),
-        "tags": F("list", []),
-        "notes": F("str", ""),
-    },
-    "dataset": {
-        "type": F("str", "synthetic", help="synthetic | text | npz | tokens | package.module:factory"),
-        "task": F("str", "arithmetic", help="synthetic task: arithmetic (gpt) | teacher (mlp) | images (cnn)"),
-        "path": F("str", None, nullable=True, help="text file or folder (text), .npz file (npz), folder of train.bin/val.bin (tokens)"),
-        "dtype": F("str", "uint16", choices=("uint16", "uint32"), help="tokens: the .bin files' integer type (uint32 above 65,535 tokens)"),
-        "vocab_size": F("int", None, nullable=True, min=2, help="tokens: vocabulary size (default: DIR/meta.json's vocab_size)"),
-        "level": F("str", "char", choices=("char", "byte"), help="text tokenisation"),
-        "val_fraction": F("float", 0.1, gt=0, max=0.5),
-        "num_samples": F("int", 20000, min=16, help="synthetic: training examples (teacher/images) or problems (arithmetic)"),
-        "num_classes": F("int", 10, min=2),
-        "input_dim": F("int", 32, min=1, help="teacher task: input features"),
-        "image_size": F("int", 32, min=8, help="images task: side in pixels"),
-        "noise": F("float", 0.5, min=0, help="images/teacher task: noise level"),
-        "digits": F("int", 2, min=1, max=6, help="arithmetic task: digits per operand"),
-        "kwargs": F("dict", {}, help="arguments for a package.module:factory dataset"),
-    },
-    "model": {
-        "type": F("str", "gpt", help="gpt | mlp | cnn | package.module:factory"),
-        "n_layer": F("int", 4, min=1),
-        "n_head": F("int", 4, min=1),
-        "n_embd": F("int", 128, min=8),
-        "block_size": F("int", 64, min=4, help="context length in tokens"),
-        "dropout": F("float", 0.0, min=0, max=0.9),
-        "bias": F("bool", False),
-        "hidden": F("int", 256, min=1, help="mlp: hidden width"),
-        "depth": F("int", 2, min=1, help="mlp: hidden layers"),
-        "width": F("int", 32, min=4, help="cnn: channels of the first stage"),
-        "blocks": F("int", 1, min=1, help="cnn: residual blocks per stage (3 stages)"),
-        "channels_last": F("compile", AUTO, help="cnn: memory format (auto: on CUDA/MPS)"),
-        "kwargs": F("dict", {}, help="arguments for a package.module:factory model"),
-    },
-    "training": {
-        "max_steps": F("int", 1000, min=1, help="optimizer steps"),
-        "batch_size": F("int", 32, min=1, help="per micro-step, per process"),
-        "grad_accum": F("int", 1, min=1, help="micro-steps per optimizer step"),
-        "lr": F("float", 3e-4, gt=0, help="peak learning rate"),
-        "min_lr": F("float", None, nullable=True, min=0, help="end of the cosine (default lr/10)"),
-        "schedule": F("str", "cosine", choices=("cosine", "constant")),
-        "warmup_steps": F("int", 0, min=0),
-        "optimizer": F("str", "adamw", choices=("adamw", "sgd")),
-        "weight_decay": F("float", 0.1, min=0, help="AdamW: applied to 2-D parameters only"),
-        "beta1": F("float", 0.9, min=0, max=1),
-        "beta2": F("float", 0.95, min=0, max=1),
-        "momentum": F("float", 0.9, min=0, max=1, help="SGD"),
-        "grad_clip": F("float", 1.0, min=0, help="max grad norm; 0 = off"),
-        "precision": F("str", AUTO, choices=PRECISIONS, help="autocast dtype; auto: bf16 on CUDA with bf16, else fp32"),
-        "compile": F("compile", AUTO, help="torch.compile: auto (CUDA only) | true | false"),
-        "compile_mode": F("str", "default", choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
-                          help="torch.compile mode (reduce-overhead: CUDA graphs; max-autotune: minutes of tuning)"),
-        "sdpa_backend": F("str", AUTO, choices=("auto", "flash", "efficient", "cudnn", "math"),
-                          help="CUDA attention kernel for scaled_dot_product_attention; auto: PyTorch's choice"),
-        "ddp_bucket_mb": F("float", 25.0, gt=0, help="several processes: DDP's gradient bucket size in MB (torch's default 25)"),
-        "ddp_comm_dtype": F("str", "fp32", choices=("fp32", "bf16"),
-                            help="several processes on CUDA: dtype of the gradient all-reduce (bf16: half the bytes)"),
-        "empty_cache_every": F("int", 0, min=0, help="MPS/CUDA: empty_cache() every N steps; 0 = never"),
-        "nan_policy": F("str", "rollback", choices=("rollback", "stop"),
-                        help="non-finite loss: roll back to the last good checkpoint with a lower lr, or stop"),
-        "nan_lr_factor": F("float", 0.5, gt=0, max=1),
-        "max_rollbacks": F("int", 3, min=0),
-    },
-    "eval": {
-        "every_steps": F("int", 100, min=0, help="0 = only at the end"),
-        "batches": F("int", 20, min=1, help="validation batches per eval"),
-        "accuracy_samples": F("int", 256, min=0, help="arithmetic: problems scored by exact match"),
-    },
-    "checkpoint": {
-        "every_steps": F("int", 200, min=0, help="0 = only at the end"),
-        "keep_last": F("int", 3, min=1),
-    },
-    "logging": {
-        "every_steps": F("int", 10, min=1, help="metrics.jsonl and progress cadence"),
-        "heartbeat_seconds": F("float", 5.0, gt=0),
-        "progress": F("str", AUTO, choices=("auto", "rich", "plain", "none")),
-        "device_seconds": F("float", 3.0, min=0, help="seconds between device samples (utilization, memory, power); 0 = off"),
-        "trackers": F("list", [], choices=TRACKERS, help="also write metrics through: tensorboard, wandb (metrics.jsonl stays)"),
-    },
-    "device": {
-        "type": F("str", AUTO, choices=DEVICES),
-        "fallback_to_cpu": F("bool", False, help="train on the CPU when the device is unusable at run time (reported)"),
-        "fallback": F("str", AUTO, choices=("auto", "cpu", "mps-fallback", "none"),
-                      help="after a device fault mid-run, restart from the last checkpoint: mps-fallback (missing MPS "
-                           "operators on the CPU), cpu (the whole run), none (stop); auto: mps-fallback for a missing operator"),
-    },
-    "dataloader": {
-        "num_workers": F("int", 0, min=0),
-        "pin_memory": F("compile", AUTO, help="auto: on CUDA only"),
-        "persistent_workers": F("bool", False),
-        "prefetch_factor": F("int", None, nullable=True, min=1),
-        "fetch_ahead": F("compile", AUTO, help="read and copy the next batch while the GPU computes; auto: on CUDA/MPS "
-                                              "with workers or a built-in dataset (train/prefetch.py)"),
-    },
-}
-
-# Which model keys apply to which built-in model (others are an error, not silently ignored).
-MODEL_KEYS = {
-    "gpt": {"type", "n_layer", "n_head", "n_embd", "block_size", "dropout", "bias"},
-    "mlp": {"type", "hidden", "depth", "dropout"},
-    "cnn": {"type", "width", "blocks", "channels_last"},
-}
-DATASET_KEYS = {
-    "synthetic": {"type", "task", "num_samples", "num_classes", "input_dim", "image_size", "noise", "digits", "val_fraction"},
-    "text": {"type", "path", "level", "val_fraction"},
-    "npz": {"type", "path", "val_fraction"},
-    "tokens": {"type", "path", "dtype", "vocab_size"},
-}
-SYNTHETIC_TASKS = {"arithmetic": "gpt", "teacher": "mlp", "images": "cnn"}
-
-# training/dataloader/device keys whose defaults come from the profile (profile key -> config path)
-PROFILE_KEYS = {
-    ("train", "device"): "device.type",
-    ("train", "precision"): "training.precision",
-    ("train", "compile"): "training.compile",
-    ("train", "compile_mode"): "training.compile_mode",
-    ("train", "sdpa_backend"): "training.sdpa_backend",
-    ("train", "batch_size"): "training.batch_size",
-    ("train", "lr"): "training.lr",
-    ("train", "grad_clip"): "training.grad_clip",
-    ("train", "grad_accum"): "training.grad_accum",
-    ("train", "empty_cache_every"): "training.empty_cache_every",
-    ("dataloader", "num_workers"): "dataloader.num_workers",
-    ("dataloader", "pin_memory"): "dataloader.pin_memory",
-    ("dataloader", "persistent_workers"): "dataloader.persistent_workers",
-    ("dataloader", "prefetch_factor"): "dataloader.prefetch_factor",
-}
-# Sections that do not change the trajectory: excluded from the config hash checked on resume.
-HASH_EXCLUDED = {"logging", "checkpoint"}
-HASH_EXCLUDED_KEYS = {"experiment.name", "experiment.output_dir", "experiment.tags", "experiment.notes",
-                      "eval.batches", "eval.accuracy_samples", "device.fallback_to_cpu", "device.fallback", "dataloader.num_workers",
-                      "training.compile_mode", "training.sdpa_backend", "training.ddp_bucket_mb",  # speed only: same computation
-                      "dataloader.pin_memory", "dataloader.persistent_workers", "dataloader.prefetch_factor",
-                      "dataloader.fetch_ahead"}
+from envkit.train.data.paths import resolve_path
+from envkit.train.run.schema import (  # noqa: F401 - the schema's names are part of config's face
+    AUTO,
+    DATASET_KEYS,
+    DEVICES,
+    F,
+    Field,
+    HASH_EXCLUDED,
+    HASH_EXCLUDED_KEYS,
+    MODEL_KEYS,
+    PRECISIONS,
+    PROFILE_KEYS,
+    SCHEMA,
+    SYNTHETIC_TASKS,
+    TRACKERS,
+)
 
 
 class Section:
@@ -476,7 +332,7 @@ def check_consistency(cfg: Config) -> None:
         if dtype == "text" and mtype in ("mlp", "cnn"):
             raise EnvkitError(f"a text dataset trains a language model (gpt), not {mtype}", where=_where(cfg, "model.type"))
     if dtype == "tokens":
-        from envkit.train.tokens import check_token_folder
+        from envkit.train.data.tokens import check_token_folder
 
         if mtype in ("mlp", "cnn"):
             raise EnvkitError(f"a tokens dataset trains a language model (gpt), not {mtype}", where=_where(cfg, "model.type"))
@@ -490,18 +346,6 @@ def check_consistency(cfg: Config) -> None:
         raise EnvkitError(f"min_lr {t['min_lr']:g} is above lr {t['lr']:g}", where=_where(cfg, "training.min_lr"))
     if t["precision"] == "fp16" and cfg.values["device"]["type"] == "cpu":
         raise EnvkitError("fp16 autocast on the CPU is slow and unscaled; use fp32 or bf16 there", where=_where(cfg, "training.precision"))
-
-
-def resolve_path(cfg: Config, p: str) -> Path:
-    """Relative dataset paths are relative to the YAML file's folder, then the working directory."""
-    path = Path(p).expanduser()
-    if path.is_absolute():
-        return path
-    if cfg.source and cfg.source not in ("<defaults>", "config.json"):
-        beside = Path(cfg.source).resolve().parent / path
-        if beside.exists():
-            return beside
-    return Path.cwd() / path
 
 
 def render_rows(cfg: Config) -> list[str]:

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_text
-from envkit.train.config import Config, load_config, resolve_path, to_yaml
+from envkit.train.data.paths import resolve_path
+from envkit.train.run.config import Config, load_config, to_yaml
 
 FINISHED = ("completed",)
 
@@ -122,7 +123,7 @@ def hold_against_machine(cfg: Config, facts) -> list[str]:
 
 
 def _where(cfg: Config, path: str) -> str:
-    from envkit.train.config import _where as w
+    from envkit.train.run.config import _where as w
 
     return w(cfg, path)
 
@@ -305,7 +306,7 @@ import os, runpy, sys
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path[0] = os.getcwd()  # as `python -m` would: the user's own modules (model factories) first
 sys.path.append(here)      # envkit and its helpers LAST: the environment's own packages (its torch) win
-runpy.run_module("envkit.train.child", run_name="__main__", alter_sys=True)
+runpy.run_module("envkit.train.run.child", run_name="__main__", alter_sys=True)
 """
 
 

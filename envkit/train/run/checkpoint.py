@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from envkit.fsutil import atomic_writer
-from envkit.train.guards import TrainingStopped
+from envkit.train.recovery.guards import TrainingStopped
 
 NAME = re.compile(r"^step_(\d+)\.pt$")
 REQUIRED = ("step", "model", "optimizer", "rng", "data", "config_hash")
@@ -80,7 +80,7 @@ def save(folder: Path, state: dict, keep_last: int) -> Path:
     torch.save(state, buf)
     data = buf.getvalue()
     trailer = TRAILER + hashlib.sha256(data).hexdigest().encode() + b"\n"
-    from envkit.train import faults
+    from envkit.train.recovery import faults
 
     try:
         with atomic_writer(path) as fh:  # a crash mid-save never leaves a half checkpoint

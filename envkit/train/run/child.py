@@ -1,6 +1,6 @@
-"""The trainer's process: `python -m envkit.train.child RUN_DIR [--stop-after K] [--resume auto|never|PATH]`.
+"""The trainer's process: `python -m envkit.train.run.child RUN_DIR [--stop-after K] [--resume auto|never|PATH]`.
 
-Started by `envkit run` (envkit/train/launcher.py) with the managed environment's Python and the
+Started by `envkit run` (envkit/train/run/launcher.py) with the managed environment's Python and the
 profile's variables already set, or by torchrun (one per GPU). It reads RUN_DIR/config.json, which
 the parent resolved and validated. Needs torch and the standard library only.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="envkit.train.child")
+    parser = argparse.ArgumentParser(prog="envkit.train.run.child")
     parser.add_argument("run_dir")
     parser.add_argument("--stop-after", type=int, default=None)
     parser.add_argument("--resume", default="auto")
@@ -26,16 +26,16 @@ def main(argv: list[str] | None = None) -> int:
 
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")  # torch without numpy: harmless here
     from envkit.errors import EnvkitError
-    from envkit.train.guards import TrainingStopped
+    from envkit.train.recovery.guards import TrainingStopped
 
     run_dir = Path(args.run_dir)
     try:
         resolved = json.loads((run_dir / "config.json").read_text())
-        from envkit.train.config import Config
-        from envkit.train.loop import train
+        from envkit.train.run.config import Config
+        from envkit.train.run.loop import train
 
         cfg = Config.from_resolved(resolved)
-        from envkit.train.launcher import parse_profile_steps
+        from envkit.train.run.launcher import parse_profile_steps
 
         summary = train(cfg, run_dir, stop_after=args.stop_after, resume=args.resume,
                         torch_settings=resolved.get("torch_settings"), profile_steps=parse_profile_steps(args.profile_steps))
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as exc:  # noqa: BLE001 - a device error gets its meaning and fix, not only a traceback
         if not args.debug:
-            from envkit.train.faults import switch_device
+            from envkit.train.recovery.faults import switch_device
 
             switch_device(run_dir, resolved["values"]["device"].get("fallback", "auto"), exc)  # returns only without a switch
         advice = device_error_advice(exc)

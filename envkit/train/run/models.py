@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import math
 
 import torch
@@ -10,6 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from envkit.errors import EnvkitError
+from envkit.train.user_code import accepted_args, import_factory
 
 
 # ---------------------------------------------------------------- gpt (nanoGPT-shaped)
@@ -143,22 +143,6 @@ class ResNet(nn.Module):
         return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
-# ---------------------------------------------------------------- factory
-
-
-def import_factory(spec: str, what: str):
-    """`package.module:attr` -> the attribute (the user's code, imported on purpose)."""
-    module, _, attr = spec.partition(":")
-    try:
-        mod = importlib.import_module(module)
-    except Exception as exc:  # noqa: BLE001 - report any import failure as one line
-        raise EnvkitError(f"cannot import {module!r}: {type(exc).__name__}: {exc}", where=f"{what}.type",
-                          fix="make the package importable (pip install -e . or PYTHONPATH) in the training environment")
-    if not hasattr(mod, attr):
-        raise EnvkitError(f"module {module!r} has no attribute {attr!r}", where=f"{what}.type")
-    return getattr(mod, attr)
-
-
 def build_model(cfg, info: dict, device_type: str) -> nn.Module:
     """info comes from the data: vocab_size, num_classes, input_dim, in_channels."""
     m = cfg.values["model"]
@@ -176,19 +160,7 @@ def build_model(cfg, info: dict, device_type: str) -> nn.Module:
             model = model.to(memory_format=torch.channels_last)
         return model
     factory = import_factory(kind, "model")
-    model = factory(**(m.get("kwargs") or {}), **{k: v for k, v in info.items() if k in _accepts(factory)})
+    model = factory(**(m.get("kwargs") or {}), **{k: v for k, v in info.items() if k in accepted_args(factory)})
     if not isinstance(model, nn.Module):
         raise EnvkitError(f"{kind} returned {type(model).__name__}, not a torch.nn.Module", where="model.type")
     return model
-
-
-def _accepts(fn) -> set:
-    import inspect
-
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return set()
-    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
-        return {"vocab_size", "num_classes", "input_dim", "in_channels", "block_size"}
-    return set(params)

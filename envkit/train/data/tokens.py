@@ -159,9 +159,9 @@ def check_ids(t, vocab: int, path: Path) -> None:
 
 
 def tokens(cfg):
-    """The DataBundle of a tokens folder (envkit/train/data.py dispatches here)."""
-    from envkit.train.config import resolve_path
-    from envkit.train.data import DataBundle, _entropy
+    """The DataBundle of a tokens folder (envkit/train/data/datasets.py dispatches here)."""
+    from envkit.train.data.bundle import DataBundle, label_entropy
+    from envkit.train.data.paths import resolve_path
 
     import torch
 
@@ -182,6 +182,6 @@ def tokens(cfg):
     sample = window(open_tokens(tf.train, tf.dtype, tf.n_train), 0, 1 << 20)  # unigram baseline from the first 1M tokens
     counts = torch.bincount(sample, minlength=tf.vocab_size)[: tf.vocab_size]
     return DataBundle("lm", train, val, {"vocab_size": tf.vocab_size, "block_size": block},
-                      baseline_loss=_entropy(counts), tokens_per_sample=block, check_batch=check_batch,
+                      baseline_loss=label_entropy(counts), tokens_per_sample=block, check_batch=check_batch,
                       notes=[f"tokens: train.bin {tf.n_train:,} and val.bin {tf.n_val:,} {tf.dtype} tokens (memory-mapped), "
                              f"vocabulary {tf.vocab_size} from {tf.vocab_from}"])

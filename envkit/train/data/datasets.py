@@ -1,5 +1,5 @@
 """Datasets: synthetic (arithmetic for gpt, a known teacher for mlp, class images for cnn), text
-(file or folder, char or byte level), npz, tokens (nanoGPT's train.bin/val.bin: envkit/train/tokens.py),
+(file or folder, char or byte level), npz, tokens (nanoGPT's train.bin/val.bin: envkit/train/data/tokens.py),
 or a user factory. Nothing downloads.
 
 Every dataset is map-style and every batch order comes from `ResumableBatchSampler`, a pure
@@ -10,68 +10,18 @@ resumed run sees exactly the batches the uninterrupted run would have seen.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch.utils.data import Dataset
 
 from envkit.errors import EnvkitError
+from envkit.train.data.bundle import DataBundle, ResumableBatchSampler, label_entropy
+from envkit.train.data.paths import resolve_path
+from envkit.train.data.tokens import tokens
+from envkit.train.user_code import accepted_args, import_factory
 
 ARITH_VOCAB = "0123456789+=\n"
-
-
-@dataclass
-class DataBundle:
-    kind: str  # "lm" (targets per token) or "classify"
-    train: Dataset
-    val: Dataset
-    info: dict  # for the model: vocab_size / num_classes / input_dim / in_channels
-    baseline_loss: float | None = None  # unigram entropy (lm) or label entropy (classify), nats
-    chance_accuracy: float | None = None
-    tokens_per_sample: int = 1  # lm: block_size
-    scorer: Callable | None = None  # scorer(model, device, autocast) -> {"accuracy": ...}
-    check_batch: Callable | None = None  # check_batch((x, y)) -> (x, y), in the trainer's process; raises EnvkitError
-    notes: list[str] = field(default_factory=list)
-
-
-# ---------------------------------------------------------------- sampling
-
-
-class ResumableBatchSampler:
-    """Yields index lists forever. Epoch e is a permutation seeded by (seed, e); with several
-    processes each takes its slice of the global batch. `start` = global batches already consumed."""
-
-    MAX_PERMUTE = 1 << 24  # above this, draw with replacement per batch (no n-sized permutation)
-
-    def __init__(self, n: int, batch_size: int, seed: int, start: int = 0, rank: int = 0, world: int = 1):
-        if n < batch_size * world:
-            raise EnvkitError(f"the training set has {n} examples, fewer than one batch of {batch_size * world}",
-                              where="training.batch_size", fix="lower training.batch_size or use more data")
-        self.n, self.bs, self.seed, self.start, self.rank, self.world = n, batch_size, seed, start, rank, world
-        self.per_epoch = n // (batch_size * world)
-
-    def __iter__(self):
-        b = self.start
-        g = torch.Generator()
-        gb = self.bs * self.world
-        perm, perm_epoch = None, -1
-        while True:
-            if self.n > self.MAX_PERMUTE:
-                g.manual_seed(self.seed * 1_000_003 + b)
-                idx = torch.randint(self.n, (gb,), generator=g)
-            else:
-                epoch, i = divmod(b, self.per_epoch)
-                if epoch != perm_epoch:
-                    g.manual_seed(self.seed * 1_000_003 + epoch)
-                    perm, perm_epoch = torch.randperm(self.n, generator=g), epoch
-                idx = perm[i * gb:(i + 1) * gb]
-            yield idx[self.rank * self.bs:(self.rank + 1) * self.bs].tolist()
-            b += 1
-
-    def epoch_of(self, batches: int) -> float:
-        return batches / max(1, self.per_epoch)
 
 
 # ---------------------------------------------------------------- datasets
@@ -125,12 +75,6 @@ class ClassImages(Dataset):
         return x, y
 
 
-def _entropy(counts: torch.Tensor) -> float:
-    p = counts.double() / counts.sum()
-    p = p[p > 0]
-    return float(-(p * p.log()).sum())
-
-
 # ---------------------------------------------------------------- builders
 
 
@@ -147,8 +91,6 @@ def build_data(cfg, *, seed: int) -> DataBundle:
     if kind == "npz":
         return npz(cfg)
     if kind == "tokens":
-        from envkit.train.tokens import tokens
-
         return tokens(cfg)
     return from_factory(cfg, seed)
 
@@ -204,7 +146,7 @@ def arithmetic(cfg, seed: int) -> DataBundle:
         return {"accuracy": float((got == want).all(dim=1).float().mean())}
 
     return DataBundle("lm", train, val, {"vocab_size": len(ARITH_VOCAB), "block_size": block},
-                      baseline_loss=_entropy(counts), chance_accuracy=1.0 / (2 * base - 1),
+                      baseline_loss=label_entropy(counts), chance_accuracy=1.0 / (2 * base - 1),
                       tokens_per_sample=block, scorer=scorer,
                       notes=[f"arithmetic: {nd}-digit addition, {len(train_ids)} training lines, {n_val} held-out pairs"])
 
@@ -222,7 +164,7 @@ def teacher(cfg, seed: int) -> DataBundle:
     n = d["num_samples"]
     counts = torch.bincount(y[:n], minlength=k)
     return DataBundle("classify", TensorPairs(x[:n], y[:n]), TensorPairs(x[n:], y[n:]), {"input_dim": dim, "num_classes": k},
-                      baseline_loss=_entropy(counts), chance_accuracy=float(counts.max()) / n,
+                      baseline_loss=label_entropy(counts), chance_accuracy=float(counts.max()) / n,
                       notes=[f"teacher: {dim} features, {k} classes, {n} training examples"])
 
 
@@ -250,8 +192,6 @@ def _read_text(path: Path, level: str) -> bytes | str:
 
 
 def text(cfg) -> DataBundle:
-    from envkit.train.config import resolve_path
-
     d, block = cfg.values["dataset"], cfg.values["model"]["block_size"]
     path = resolve_path(cfg, d["path"])
     raw = _read_text(path, d["level"])
@@ -272,13 +212,11 @@ def text(cfg) -> DataBundle:
     if itos:
         info["itos"] = itos
     return DataBundle("lm", TokenWindows(train_t, block), TokenWindows(val_t, block, stride=max(1, block // 2)), info,
-                      baseline_loss=_entropy(counts), tokens_per_sample=block,
+                      baseline_loss=label_entropy(counts), tokens_per_sample=block,
                       notes=[f"text: {len(tokens)} {d['level']} tokens, vocab {vocab}"])
 
 
 def npz(cfg) -> DataBundle:
-    from envkit.train.config import resolve_path
-
     d = cfg.values["dataset"]
     try:
         import numpy as np
@@ -324,18 +262,16 @@ def npz(cfg) -> DataBundle:
     k = int(max(Y.max(), Yv.max())) + 1
     counts = torch.bincount(Y, minlength=k)
     info = {"num_classes": k, "input_dim": int(X[0].numel()), "in_channels": int(X.shape[1]) if X.ndim == 4 else 1}
-    return DataBundle("classify", TensorPairs(X, Y), TensorPairs(Xv, Yv), info, baseline_loss=_entropy(counts),
+    return DataBundle("classify", TensorPairs(X, Y), TensorPairs(Xv, Yv), info, baseline_loss=label_entropy(counts),
                       chance_accuracy=float(counts.max()) / len(Y), notes=[f"npz: {len(Y)} train, {len(Yv)} val, {k} classes"])
 
 
 def from_factory(cfg, seed: int) -> DataBundle:
     """`factory(seed=..., block_size=..., **kwargs)` returns {"train": Dataset, "val": Dataset,
     "kind": "lm" | "classify", "info": {...}} (info feeds the model: vocab_size or num_classes...)."""
-    from envkit.train.models import _accepts, import_factory
-
     d = cfg.values["dataset"]
     fn = import_factory(d["type"], "dataset")
-    extra = {k: v for k, v in {"seed": seed, "block_size": cfg.values["model"]["block_size"]}.items() if k in _accepts(fn)}
+    extra = {k: v for k, v in {"seed": seed, "block_size": cfg.values["model"]["block_size"]}.items() if k in accepted_args(fn)}
     out = fn(**(d.get("kwargs") or {}), **extra)
     if not isinstance(out, dict) or "train" not in out or "val" not in out:
         raise EnvkitError(f"{d['type']} must return a dict with train and val datasets (and kind, info)", where="dataset.type")

@@ -80,7 +80,7 @@ def run_state(run_dir: Path, now: float | None = None) -> dict:
 def _device_state(out: dict, run_dir: Path, rows: list[dict], beat: dict, summary: dict | None) -> None:
     """latest: the newest training row's throughput and device fields; avg_device_util_pct; hints
     (the trainer's, from summary.json, else judged from metrics.jsonl by the same pure function)."""
-    from envkit.train.diagnose import HintContext, diagnose
+    from envkit.train.watching.diagnose import HintContext, diagnose
 
     train = [r for r in rows if "loss" in r]
     latest = {k: train[-1][k] for k in ("step", "dt_ms", "tokens_per_second", "samples_per_second", *DEVICE_KEYS)

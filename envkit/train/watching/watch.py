@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from envkit.train.diagnose import HintContext, diagnose
-from envkit.train.trackers import Trackers
+from envkit.train.watching.diagnose import HintContext, diagnose
+from envkit.train.watching.trackers import Trackers
 
 ROWS_KEPT = 50
 
@@ -33,7 +33,7 @@ class RunWatch:
         self.sampler = None
         self.trackers = Trackers(L.get("trackers") or [], run_dir, values, log) if enabled else Trackers([], run_dir, values, log)
         if enabled and (L.get("device_seconds") or 0) > 0:
-            from envkit.train.device_sampler import DeviceSampler
+            from envkit.train.watching.device_sampler import DeviceSampler
 
             self.sampler = DeviceSampler(device_type, device, interval=float(L["device_seconds"]), local_devices=local_devices).start()
         if telemetry is not None and enabled:

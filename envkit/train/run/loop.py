@@ -2,7 +2,7 @@
 setup (distributed, device, seeds, torch settings) -> data -> model -> precision -> optimizer and
 schedule -> resume -> compile/DDP -> loop (step, log, eval, checkpoint, NaN guard) -> summary.
 
-Runs in the child process that `envkit run` starts (envkit/train/child.py), or in-process for
+Runs in the child process that `envkit run` starts (envkit/train/run/child.py), or in-process for
 benchmarks. `step` always counts completed optimizer steps.
 """
 
@@ -20,19 +20,19 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from envkit.train import checkpoint as ckpt
-from envkit.train import faults
-from envkit.train.config import Config
-from envkit.train.data import BUILTIN_DATASETS, ResumableBatchSampler, build_data
-from envkit.train.distributed import init_distributed, wrap_ddp
-from envkit.train.guards import NanGuard, TrainingStopped, resolve_device
-from envkit.train.mfu import mfu as compute_mfu
-from envkit.train.models import build_model
-from envkit.train.prefetch import DeviceBatches, want_fetch_ahead
-from envkit.train.profiling import StepProfiler
-from envkit.train.step import LossModule, apply_sdpa_backend, compile_kwargs
-from envkit.train.telemetry import Telemetry, fmt_duration, write_json
-from envkit.train.watch import RunWatch
+from envkit.train.run import checkpoint as ckpt
+from envkit.train.recovery import faults
+from envkit.train.run.config import Config
+from envkit.train.data.datasets import BUILTIN_DATASETS, ResumableBatchSampler, build_data
+from envkit.train.run.distributed import init_distributed, wrap_ddp
+from envkit.train.recovery.guards import NanGuard, TrainingStopped, resolve_device
+from envkit.train.watching.mfu import mfu as compute_mfu
+from envkit.train.run.models import build_model
+from envkit.train.data.prefetch import DeviceBatches, want_fetch_ahead
+from envkit.train.watching.profiling import StepProfiler
+from envkit.train.run.step import LossModule, apply_sdpa_backend, compile_kwargs
+from envkit.train.watching.telemetry import Telemetry, fmt_duration, write_json
+from envkit.train.watching.watch import RunWatch
 
 
 def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: str = "auto",

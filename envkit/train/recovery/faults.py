@@ -5,7 +5,7 @@
   the same factor, so the effective batch is unchanged, and redo the current step. Only a
   micro-batch of 1 (or a multi-process run, whose ranks must agree) stops with the advice.
 - A device fault mid-run (a missing MPS operator, a backend RuntimeError): see `device_fallback`;
-  the child process restarts itself from the last checkpoint (envkit/train/child.py).
+  the child process restarts itself from the last checkpoint (envkit/train/run/child.py).
 - Every fault handled is one line in train.log and one JSON line in RUN_DIR/faults.jsonl, which
   summary.json lists under "faults".
 

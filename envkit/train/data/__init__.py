@@ -1,0 +1,3 @@
+"""Data for the trainer: `datasets` (synthetic, text, npz, tokens, user factories -> a DataBundle),
+`bundle` (the DataBundle and the resumable batch order), `tokens` (nanoGPT-style .bin folders),
+`prefetch` (the next batch fetched and copied one ahead), `paths` (paths relative to train.yaml)."""

@@ -1,0 +1,71 @@
+"""What every dataset hands the trainer: a `DataBundle` (train and val sets, what the model needs to
+know, the baseline loss), its batch order (`ResumableBatchSampler`), and the label entropy the readers share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch.utils.data import Dataset
+
+from envkit.errors import EnvkitError
+
+
+@dataclass
+class DataBundle:
+    kind: str  # "lm" (targets per token) or "classify"
+    train: Dataset
+    val: Dataset
+    info: dict  # for the model: vocab_size / num_classes / input_dim / in_channels
+    baseline_loss: float | None = None  # unigram entropy (lm) or label entropy (classify), nats
+    chance_accuracy: float | None = None
+    tokens_per_sample: int = 1  # lm: block_size
+    scorer: Callable | None = None  # scorer(model, device, autocast) -> {"accuracy": ...}
+    check_batch: Callable | None = None  # check_batch((x, y)) -> (x, y), in the trainer's process; raises EnvkitError
+    notes: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- sampling
+
+
+class ResumableBatchSampler:
+    """Yields index lists forever. Epoch e is a permutation seeded by (seed, e); with several
+    processes each takes its slice of the global batch. `start` = global batches already consumed."""
+
+    MAX_PERMUTE = 1 << 24  # above this, draw with replacement per batch (no n-sized permutation)
+
+    def __init__(self, n: int, batch_size: int, seed: int, start: int = 0, rank: int = 0, world: int = 1):
+        if n < batch_size * world:
+            raise EnvkitError(f"the training set has {n} examples, fewer than one batch of {batch_size * world}",
+                              where="training.batch_size", fix="lower training.batch_size or use more data")
+        self.n, self.bs, self.seed, self.start, self.rank, self.world = n, batch_size, seed, start, rank, world
+        self.per_epoch = n // (batch_size * world)
+
+    def __iter__(self):
+        b = self.start
+        g = torch.Generator()
+        gb = self.bs * self.world
+        perm, perm_epoch = None, -1
+        while True:
+            if self.n > self.MAX_PERMUTE:
+                g.manual_seed(self.seed * 1_000_003 + b)
+                idx = torch.randint(self.n, (gb,), generator=g)
+            else:
+                epoch, i = divmod(b, self.per_epoch)
+                if epoch != perm_epoch:
+                    g.manual_seed(self.seed * 1_000_003 + epoch)
+                    perm, perm_epoch = torch.randperm(self.n, generator=g), epoch
+                idx = perm[i * gb:(i + 1) * gb]
+            yield idx[self.rank * self.bs:(self.rank + 1) * self.bs].tolist()
+            b += 1
+
+    def epoch_of(self, batches: int) -> float:
+        return batches / max(1, self.per_epoch)
+
+
+def label_entropy(counts: torch.Tensor) -> float:
+    p = counts.double() / counts.sum()
+    p = p[p > 0]
+    return float(-(p * p.log()).sum())

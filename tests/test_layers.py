@@ -1,0 +1,194 @@
+"""The package's shape, read from the source with `ast` (nothing is imported): no import circles,
+and no stage importing a later one. The pipeline is
+    facts -> checks -> profiles -> install -> selftest | train -> bench -> tune -> commands (cli)
+with the shared helpers (errors, redact, console, resources, fsutil) below every stage. Inside
+train/: run -> data | recovery | watching -> user_code. An import inside a function counts too: a
+late import is still a dependency."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "envkit"
+
+STAGE_ORDER = {
+    # stage: rank; a module may import its own stage and any lower rank
+    "base": 0, "facts": 1, "checks": 2, "profiles": 3, "install": 4, "selftest": 5, "train": 5,
+    "bench": 6, "tune": 7, "commands": 8, "cli": 9,
+}
+BASE = {"errors", "redact", "console", "resources", "fsutil", "__init__", "data"}
+TRAIN_ORDER = {"user_code": 0, "data": 1, "recovery": 1, "watching": 1, "run": 2}
+
+
+def module_files(package: Path) -> dict[str, Path]:
+    out = {}
+    for path in package.rglob("*.py"):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """module -> the envkit modules it imports (a `from pkg import name` of a submodule counts as
+    that submodule; of a name, as pkg)."""
+    mods = module_files(package)
+
+    def known(name: str) -> str | None:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for mod, path in mods.items():
+        is_pkg = path.name == "__init__.py"
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                deps |= {known(a.name) for a in node.names if a.name.split(".")[0] == "envkit"}
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = mod.split(".") if is_pkg else mod.split(".")[:-1]
+                    base = base[:len(base) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                if target.split(".")[0] != "envkit":
+                    continue
+                for a in node.names:
+                    sub = f"{target}.{a.name}"
+                    deps.add(sub if sub in mods else known(target))
+        deps.discard(None)
+        deps.discard(mod)
+        graph[mod] = deps
+    return graph
+
+
+def stage_of(mod: str) -> str:
+    parts = mod.split(".")
+    if len(parts) == 1 or parts[1] in BASE:
+        return "base"
+    if parts[1] == "__main__":
+        return "cli"
+    return parts[1]
+
+
+def train_room(mod: str) -> str | None:
+    parts = mod.split(".")
+    if len(parts) >= 3 and parts[1] == "train":
+        return parts[2]
+    return None
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan's algorithm)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def backward_imports(graph: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for mod, deps in sorted(graph.items()):
+        for dep in sorted(deps):
+            a, b = stage_of(mod), stage_of(dep)
+            if a != b and STAGE_ORDER[b] >= STAGE_ORDER[a]:
+                bad.append(f"{mod} ({a}) imports {dep} ({b})")
+            ra, rb = train_room(mod), train_room(dep)
+            if ra and rb and ra != rb and TRAIN_ORDER.get(rb, 9) >= TRAIN_ORDER.get(ra, 9):
+                bad.append(f"{mod} (train/{ra}) imports {dep} (train/{rb})")
+    return bad
+
+
+def test_the_package_has_no_import_circle():
+    assert cycles(import_graph()) == []
+
+
+def test_no_stage_imports_a_later_one():
+    assert backward_imports(import_graph()) == []
+
+
+def test_every_stage_is_known():
+    """A new top-level package must be placed in the pipeline, not silently allowed."""
+    unknown = {stage_of(m) for m in import_graph()} - set(STAGE_ORDER)
+    assert unknown == set()
+
+
+def test_train_is_in_rooms_and_no_file_is_long():
+    train = PACKAGE / "train"
+    rooms = {p.name for p in train.iterdir() if (p / "__init__.py").is_file()}
+    assert rooms == {"run", "data", "recovery", "watching"}
+    loose = sorted(p.name for p in train.glob("*.py") if p.name not in ("__init__.py", "user_code.py"))
+    assert loose == []
+    long = {str(p.relative_to(PACKAGE)): n for p in train.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 500}
+    assert long == {}
+
+
+# The checks above must be able to fail: each is run once against a made-up package that breaks it.
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    pkg = root / "envkit"
+    for name, text in files.items():
+        path = pkg / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return pkg
+
+
+def test_a_circle_through_late_imports_is_found(tmp_path):
+    pkg = _write(tmp_path, {
+        "__init__.py": "",
+        "train/__init__.py": "",
+        "train/run/__init__.py": "",
+        "train/run/config.py": "def f():\n    from envkit.train.data.tokens import t\n",
+        "train/data/__init__.py": "",
+        "train/data/tokens.py": "from ..run import config\n",
+    })
+    assert cycles(import_graph(pkg)) == [["envkit.train.data.tokens", "envkit.train.run.config"]]
+
+
+@pytest.mark.parametrize("importer, imported", [
+    ("install/setup_flow.py", "from envkit.tune.session import run_tune"),
+    ("checks/recommend.py", "from envkit.profiles import files"),
+    ("train/data/datasets.py", "from envkit.train.run.config import Config"),
+])
+def test_an_import_from_an_earlier_stage_to_a_later_one_is_found(tmp_path, importer, imported):
+    files = {"__init__.py": "", importer: f"def f():\n    {imported}\n"}
+    target = imported.split()[1].replace(".", "/") + ".py"
+    files[target.removeprefix("envkit/")] = "run_tune = Config = files = 1\n"
+    for folder in {str(Path(n).parent) for n in list(files)}:
+        while folder not in (".", ""):
+            files.setdefault(f"{folder}/__init__.py", "")
+            folder = str(Path(folder).parent)
+    pkg = _write(tmp_path, files)
+    assert len(backward_imports(import_graph(pkg))) == 1
