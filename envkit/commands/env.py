@@ -35,7 +35,7 @@ def env(profile_name: str | None, shell: str | None, replay: str | None, write_d
     restores every variable to its previous value. With a managed env (.envkit/, from envkit setup)
     its venv is activated too.
     """
-    from envkit.profiles.envscripts import default_venv, render, write_env_scripts
+    from envkit.profiles.envscripts import render, write_env_scripts
     from envkit.install.managed import find_managed
     from envkit.profiles import load_profile
 
@@ -74,3 +74,14 @@ def env(profile_name: str | None, shell: str | None, replay: str | None, write_d
         return
     venv = None if (no_venv or not managed) else managed.venv
     click.echo(render(shell or _default_shell(), p.env, profile_name=p.name, description=p.description, venv=venv), nl=False)
+
+
+def default_venv(directory: Path) -> Path | None:
+    """DIR/venv when it is a venv, else the managed env's venv (if any)."""
+    own = Path(directory) / "venv"
+    if (own / "bin" / "activate").is_file() or (own / "pyvenv.cfg").is_file():
+        return own
+    from envkit.install.managed import find_managed
+
+    m = find_managed()
+    return m.venv if m else None
