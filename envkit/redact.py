@@ -22,9 +22,10 @@ from functools import lru_cache
 SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION",
                 "PRIVATE", "SIGNATURE")
 
-# scheme://userinfo@ : the userinfo runs to the LAST '@' before the host's end ('/', '?', '#',
-# whitespace or a quote), so a raw '@' inside a password is removed with the rest.
-_URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#\s\"'<>@]*(?:@[^/?#\s\"'<>@]*)*)@")
+# A URL token (scheme:// up to whitespace or a quote) and the host that must follow a userinfo's
+# '@' for it to be one: a name or [IPv6], an optional port, then '/', '?', '#' or the end.
+_URL_TOKEN = re.compile(r"\b(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<rest>[^\s\"'<>]+)")
+_HOST = re.compile(r"(?:[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*|\[[0-9A-Fa-f:.]+\])(?::\d*)?(?=[/?#]|$)")
 # user:pass@host:port without a scheme (a proxy written the short way), as a whole value only
 _BARE_USERINFO = re.compile(r"^[^/\s:@]+:[^/\s]*@(?=[^/\s@]+$)")
 _SECRET_QUERY = re.compile(r"(?P<key>[?&;](?:[\w.-]*(?:token|key|secret|password|passwd|sig|signature|auth|credential)[\w.-]*)=)[^&#\s\"']*",
@@ -42,11 +43,32 @@ def strip_userinfo(text: str) -> str:
     """Every URL in `text` without its credentials; a secret-named query value masked."""
     if not text or ("@" not in text and "=" not in text):
         return text
-    out = _URL_USERINFO.sub(lambda m: m.group("scheme"), text)
+    out = _URL_TOKEN.sub(lambda m: m.group("scheme") + _without_userinfo(m.group("rest")), text)
     out = _BARE_USERINFO.sub("", out)
     if "://" in out:
         out = _SECRET_QUERY.sub(lambda m: m.group("key") + MASK, out)
     return out
+
+
+def _without_userinfo(rest: str) -> str:
+    """`rest` is what follows `scheme://`. Users paste passwords unencoded, so a userinfo may hold
+    '@', '/', '?' or '#'. Two readings, the strict one first:
+    - RFC 3986: the userinfo holds none of '/?#' and ends at its last '@' (a raw '@' in the
+      password goes with the rest);
+    - an unencoded password: `user:pa/ss@host` (a ':' before the first '/?#' that is not a port)
+      ends at the first '@' that a host follows.
+    Anything else (an '@' in a path or a query: npm's /@scope/, ?email=a@b.c) is left alone."""
+    ats = [i for i, c in enumerate(rest) if c == "@" and _HOST.match(rest, i + 1)]
+    strict = [i for i in ats if not any(c in rest[:i] for c in "/?#")]
+    if strict:
+        return rest[strict[-1] + 1:]
+    for i in ats:
+        userinfo = rest[:i]
+        cut = min(userinfo.find(c) for c in "/?#" if c in userinfo)
+        head = userinfo[:cut]
+        if ":" in head and not head.partition(":")[2].isdigit():
+            return rest[i + 1:]
+    return rest
 
 
 def redact(value):

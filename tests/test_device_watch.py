@@ -298,3 +298,37 @@ def test_rich_monitor_layout_shows_steps_device_panel_and_hints(tmp_path):
     text = console.export_text()
     assert "│ util 28%" in text and "power 150W" in text and "80    1.4000" in text
     assert "hint [input-pipeline]" in text
+
+
+class _Sequence(ReplayRunner):
+    """nvidia-smi answers from one recording after another (the last one from then on)."""
+
+    def __init__(self, names):
+        self.snaps = [json.loads((SAMPLES / f"{n}.json").read_text()) for n in names]
+        self.calls = 0
+        super().__init__(self.snaps[0], source="sequence")
+
+    def run(self, argv, timeout=10.0):
+        if argv == dp.NVIDIA_SMI_SAMPLE:
+            self.snap = self.snaps[min(self.calls, len(self.snaps) - 1)]
+            self.calls += 1
+        return super().run(argv, timeout)
+
+
+def test_the_sampler_thread_averages_utilization_and_keeps_the_peak_memory():
+    """The run's figures in summary.json come from the sampler's thread: the mean utilization of
+    the samples that had one (the garbled nvidia-smi has none) and the highest memory fraction."""
+    import time
+
+    mine = ["GPU-9ae77c61-ee3a-9b02-50dc-e90c515f7c61", "GPU-5f1d2c3a-9b8e-4f7a-a1b2-0c9d8e7f6a51"]
+    sampler = DeviceSampler("cuda", None, interval=0.01, runner=_Sequence(["real_h100_training", "nvidia_2gpu", "nvidia_garbled"]))
+    sampler.uuids = mine
+    sampler.start()
+    deadline = time.monotonic() + 30
+    while sampler.summary()["device_samples"] < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    sampler.stop()
+    s = sampler.summary()
+    assert s["device_samples"] >= 4
+    assert s["avg_device_util_pct"] == 52.0  # (7 + 97) / 2, from the recordings' own numbers
+    assert s["peak_device_mem_fraction"] == round(80123 / 81559, 4)  # the garbled recording still reads memory

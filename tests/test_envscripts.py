@@ -82,11 +82,15 @@ def test_bash_activate_sets_restores_and_keeps_hostile_values_inert(setup):
 
 
 def test_bash_deactivate_restores_after_double_activation(setup):
+    """Sourcing activate twice must not make the second call save the first one's values as the
+    user's: one deactivate brings back what the shell had before either."""
     work = setup["work"]
-    envkit("env", "--profile", "hostile", "--write", ".envkit", env=setup["env"], cwd=work)
-    (_, after) = run_shell("bash", f". .envkit/activate; . .envkit/activate; deactivate_envkit; {DUMP}; {DUMP}",
-                           work, clean_env(OMP_NUM_THREADS="7"))
-    assert after["OMP_NUM_THREADS"] == "7" and "ENVKIT_T_CMD" not in after
+    res = envkit("env", "--profile", "hostile", "--write", ".envkit", env=setup["env"], cwd=work)
+    assert res.returncode == 0, res.stderr
+    (during, after) = run_shell("bash", f"set -e; . .envkit/activate; . .envkit/activate; {DUMP}; deactivate_envkit; {DUMP}",
+                                work, clean_env(OMP_NUM_THREADS="7"))
+    assert during["ENVKIT_T_CMD"] == HOSTILE["ENVKIT_T_CMD"] and during["OMP_NUM_THREADS"] != "7"
+    assert after["OMP_NUM_THREADS"] == "7" and "ENVKIT_T_CMD" not in after and "_ENVKIT_PROFILE" not in after
 
 
 @pytest.mark.skipif(not shutil.which("zsh"), reason="zsh is not installed")

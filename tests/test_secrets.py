@@ -40,6 +40,19 @@ def assert_clean(*texts: str, files: list[Path] = ()):
     ("u:pw@proxy:3128", "proxy:3128"),  # a proxy without a scheme
     ("me@example.com", "me@example.com"),  # not a URL: untouched
     ("https://h/p?a=1&api_key=zz#f", "https://h/p?a=1&api_key=***#f"),
+    # passwords pasted unencoded: '/', '#', '?' and '@' inside them
+    ("https://u:p/w@host/x", "https://host/x"),
+    ("https://u:p#w@host/x", "https://host/x"),
+    ("https://u:p?w@host:8080/x", "https://host:8080/x"),
+    ("https://u:p/w@x@host/y", "https://host/y"),
+    ("pip install --index-url https://u:a/b#c@idx.example/simple torch", "pip install --index-url https://idx.example/simple torch"),
+    ("https://u:p%40w%2F@host", "https://host"),  # encoded
+    ("https://u:p@[::1]:8080/x", "https://[::1]:8080/x"),
+    # an '@' that is no userinfo stays
+    ("https://registry.npmjs.org/@babel/core", "https://registry.npmjs.org/@babel/core"),
+    ("http://localhost:4873/@babel/core", "http://localhost:4873/@babel/core"),
+    ("https://u:pw@h/p?email=a@b.com", "https://h/p?email=a@b.com"),
+    ("https://host/page#me@x.com", "https://host/page#me@x.com"),
 ])
 def test_urls_lose_their_credentials(url, expected):
     assert strip_userinfo(url) == expected
@@ -68,6 +81,11 @@ def test_doctor_record_and_json_and_check_json(tmp_path):
     old["env"].update(PLANTED)
     (tmp_path / "old.json").write_text(json.dumps(old))
     replay = envkit("doctor", "--json", "--replay", str(tmp_path / "old.json"), cwd=tmp_path)
+    assert replay.returncode in (0, 1), replay.stderr
+    replayed_env = json.loads(replay.stdout)["facts"]["env"]
+    assert replayed_env["PIP_INDEX_URL"] == "https://mirror.invalid/simple"
+    assert replayed_env["PYTORCH_KEEP_ME"] == "https://example.invalid/data?access_token=***&x=1"
+    assert "HF_TOKEN" not in replayed_env and "DATABASE_URL" not in replayed_env
     assert_clean(rec.stdout, rec.stderr, as_json.stdout, as_json.stderr, check.stdout, check.stderr,
                  replay.stdout, replay.stderr, files=[snap])
 
@@ -104,5 +122,7 @@ def test_error_lines_name_urls_without_credentials(tmp_path):
     assert "https://mirror.invalid/simple" in line
     res = envkit("setup", "--dry-run", "--json", "--index-url", "https://bob:PASSWORD1@127.0.0.1:9/simple",
                  "--venv", str(tmp_path / "v"), env={"ENVKIT_INDEX_TIMEOUT": "1"}, cwd=tmp_path, timeout=120)
-    assert res.returncode != 0 or res.stdout
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.strip().splitlines() == [res.stderr.strip()]  # one line, no traceback
+    assert "cannot reach the package index https://127.0.0.1:9/simple" in res.stderr
     assert_clean(line, res.stdout, res.stderr)

@@ -231,7 +231,10 @@ def test_rich_render_shows_fix_under_a_failure():
     render_rich(rep, con)
     out = con.export_text()
     assert "softmax" in out and "NaN/inf" in out and "→ upgrade torch" in out and "NOT ready" in out
-    assert json.dumps(rep.to_dict())  # inf/NaN errors stay valid JSON
+    rep.probes.append(ProbeResult("layernorm", "fail", 0.1, float("nan"), 1e-4, "NaN vs the float64 CPU reference"))
+    doc = json.loads(json.dumps(rep.to_dict(), allow_nan=False))  # inf/NaN errors stay valid (strict) JSON
+    assert [p["error"] for p in doc["probes"]] == [1e-6, None, None]
+    assert doc["probes"][1]["fix"] == "upgrade torch" and doc["ok"] is False
     lines = []
     render_plain(rep, lines.append)
     assert lines[0].startswith("envkit selftest  device mps (Apple GPU (MPS)), torch 2.8.0, profile m3-max")

@@ -107,11 +107,24 @@ def test_print_config_shows_origins():
 
 
 def test_profile_supplies_defaults_below_yaml(tmp_path):
-    p = write(tmp_path, "t.yaml", "model:\n  type: gpt\n")
-    data = json.loads(envkit("run", str(p), "--print-config", "--json", "--profile", "cpu").stdout)
-    profiled = [k for k, o in data["origin"].items() if o.startswith("profile:")]
-    if profiled:  # the cpu profile sets some training/dataloader defaults
-        assert all(k.split(".")[0] in ("training", "dataloader", "device") for k in profiled)
+    """Precedence, lowest first: default < profile < YAML < --set. A user profile sets lr, batch
+    size, clip and workers; the YAML sets lr and batch size; --set sets the batch size again."""
+    cfg_dir = tmp_path / "config"
+    (cfg_dir / "profiles").mkdir(parents=True)
+    (cfg_dir / "profiles" / "mine.toml").write_text(
+        'extends = "cpu"\n[train]\nlr = 0.0123\nbatch_size = 48\ngrad_clip = 0.25\n[dataloader]\nnum_workers = 3\n')
+    p = write(tmp_path, "t.yaml", "model:\n  type: gpt\ntraining:\n  lr: 0.002\n  batch_size: 24\n")
+    res = envkit("run", str(p), "--print-config", "--json", "--profile", "mine", "--set", "training.batch_size=12",
+                 env={"ENVKIT_CONFIG_DIR": str(cfg_dir)})
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    values, origin = data["config"], data["origin"]
+    assert (values["training"]["lr"], origin["training.lr"]) == (0.002, "yaml")
+    assert (values["training"]["batch_size"], origin["training.batch_size"]) == (12, "cli")
+    assert (values["training"]["grad_clip"], origin["training.grad_clip"]) == (0.25, "profile:mine")
+    assert (values["dataloader"]["num_workers"], origin["dataloader.num_workers"]) == (3, "profile:mine")
+    assert (values["training"]["warmup_steps"], origin["training.warmup_steps"]) == (0, "default")
+    assert data["profile"] == "mine"
 
 
 def test_all_templates_exist():

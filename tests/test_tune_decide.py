@@ -36,6 +36,9 @@ def test_m3_max_climbs_mps_with_bf16_and_m1_with_fp16_where_bf16_is_emulated():
     assert "cpu + compile" not in m3  # CPU rungs beyond the baseline only where the CPU is the target
     m2 = ladder_for("m2_max_macos13")  # macOS 13: no bf16 on MPS (and M2 emulates it): fp16 instead
     assert "mps + fp16" in m2 and m2["mps + fp16"].settings["precision"] == "fp16" and not m2["mps + fp16"].skip
+    # an M1 on macOS 14 with torch 2.9: the gates allow bf16 on MPS, but the M1 emulates it: fp16
+    m1 = ladder_for("m1_ultra")
+    assert "mps + bf16" not in m1 and m1["mps + fp16"].settings["precision"] == "fp16" and not m1["mps + fp16"].skip
     # fused AdamW is CUDA only; the gpt model has no channels_last: nothing to add on MPS
     assert m3["mps + fused"].skip and m3["mps + fused"].check is None
 
@@ -104,8 +107,15 @@ def test_empty_cache_never_unless_never_does_not_fit():
 
 
 def test_watermark_ratios_are_never_written_and_zero_is_refused():
-    env, why = decide.watermark_settings({"PYTORCH_MPS_HIGH_WATERMARK_RATIO": 0.0, "PYTORCH_MPS_LOW_WATERMARK_RATIO": 1.2})
-    assert env == {} and "system failure" in why and "PYTORCH_MPS_LOW_WATERMARK_RATIO" in why
+    """No proposal becomes an env var; each value that differs from PyTorch's default (0.0 above
+    all) is named as not written, and a default one is not (it changes nothing)."""
+    env, why = decide.watermark_settings({"PYTORCH_MPS_HIGH_WATERMARK_RATIO": 0.0, "PYTORCH_MPS_LOW_WATERMARK_RATIO": 1.4})
+    assert env == {} and "system failure" in why
+    assert why.endswith("not written: PYTORCH_MPS_HIGH_WATERMARK_RATIO")
+    env, why = decide.watermark_settings({"PYTORCH_MPS_HIGH_WATERMARK_RATIO": 1.7, "PYTORCH_MPS_LOW_WATERMARK_RATIO": 1.2})
+    assert env == {} and why.endswith("not written: PYTORCH_MPS_LOW_WATERMARK_RATIO")
+    env, why = decide.watermark_settings()
+    assert env == {} and "not written" not in why
 
 
 def test_candidates():
