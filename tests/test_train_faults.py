@@ -132,6 +132,103 @@ def test_disk_full_while_checkpointing_keeps_the_previous_one(tmp_path, straight
     assert summary(tmp_path)["status"] == "completed" and losses(tmp_path)[12] == straight[12]
 
 
+def lrs(tmp_path, run_id="r") -> dict[int, float]:
+    rows = [json.loads(line) for line in (folder(tmp_path, run_id) / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["lr"] for r in rows if "lr" in r}
+
+
+@pytest.fixture(scope="module")
+def straight_lr(tmp_path_factory):
+    d = tmp_path_factory.mktemp("straight-lr")
+    assert train(d).returncode == 0
+    return lrs(d)
+
+
+def test_each_nan_rollback_cuts_the_learning_rate_until_max_rollbacks_stops_the_run(tmp_path, straight_lr):
+    """nan_lr_factor 0.5: after one rollback the lr is half the schedule's, after two a quarter;
+    the third non-finite loss with max_rollbacks 2 stops with the advice (exit 1, status nan)."""
+    res = train(tmp_path, "--set", "training.max_rollbacks=2", inject="nan@5,nan@7,nan@9")
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert "already rolled back 2 time(s) (training.max_rollbacks)" in res.stderr
+    s = summary(tmp_path)
+    assert s["status"] == "nan" and s["rollbacks"] == 2
+    log = (folder(tmp_path) / "train.log").read_text()
+    assert "learning rate x0.5 (rollback 1/2)" in log and "learning rate x0.25 (rollback 2/2)" in log
+    got = lrs(tmp_path)
+    assert got[6] == pytest.approx(0.5 * straight_lr[6], rel=1e-6)  # after the first rollback (to step 4)
+    assert got[8] == pytest.approx(0.25 * straight_lr[8], rel=1e-6)  # after the second (to step 6)
+
+
+def test_a_nan_before_the_first_checkpoint_stops_with_the_advice(tmp_path):
+    res = train(tmp_path, inject="nan@1")
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert "before the first checkpoint: nothing to roll back to" in res.stderr and "training.lr" in res.stderr
+    assert summary(tmp_path)["status"] == "nan" and not (folder(tmp_path) / "checkpoints").exists() or \
+        not any((folder(tmp_path) / "checkpoints").iterdir())
+
+
+def test_schedules_cosine_to_min_lr_and_constant(tmp_path):
+    """Cosine from lr to min_lr over max_steps (the standard half-cosine); constant stays at lr;
+    warm-up climbs linearly first."""
+    import math
+
+    assert train(tmp_path, "--set", "training.lr=0.01", "--set", "training.min_lr=0.002", run_id="cos").returncode == 0
+    cos = lrs(tmp_path, "cos")
+    for step, lr in cos.items():  # step k (1-based) is trained with the schedule at k-1
+        assert lr == pytest.approx(0.002 + 0.5 * (1 + math.cos(math.pi * (step - 1) / 12)) * 0.008, rel=1e-6), step
+    assert train(tmp_path, "--set", "training.schedule=constant", "--set", "training.warmup_steps=4", "--set", "training.lr=0.01",
+                 run_id="const").returncode == 0
+    const = lrs(tmp_path, "const")
+    assert [round(const[k], 6) for k in (1, 2, 3, 4)] == [0.0025, 0.005, 0.0075, 0.01]
+    assert {round(const[k], 6) for k in range(5, 13)} == {0.01}
+
+
+def test_a_changed_config_is_not_resumed(tmp_path, straight):
+    """An unfinished run is resumed by the same config only: another config starts a new run
+    folder (and says why); naming the old folder with another config is refused."""
+    assert train(tmp_path, "--stop-after", "4").returncode == 0
+    res = envkit("run", TEMPLATE, "--profile", "cpu", *SMALL, "--set", "training.lr=0.001", cwd=tmp_path, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "not resuming r: its config differs" in res.stdout + res.stderr
+    runs = sorted(p.name for p in (tmp_path / "runs" / "mlp-quick-test").iterdir())
+    assert len(runs) == 2 and summary(tmp_path)["status"] == "stopped"  # r is untouched
+    res = train(tmp_path, "--set", "training.lr=0.001")  # --run-id r, another config
+    errors = [line for line in res.stderr.splitlines() if line.startswith("envkit:")]
+    assert res.returncode == 2 and len(errors) == 1 and "with a different config" in errors[0] and "--resume never" in errors[0]
+    res = envkit("run", TEMPLATE, "--profile", "cpu", *SMALL, cwd=tmp_path, timeout=300)  # the same config: r resumes
+    assert res.returncode == 0 and "resuming unfinished run r" in res.stdout + res.stderr
+    assert summary(tmp_path)["status"] == "completed" and losses(tmp_path)[12] == straight[12]
+
+
+def test_resume_from_a_named_checkpoint_and_resume_never(tmp_path, straight):
+    assert train(tmp_path, "--stop-after", "6").returncode == 0
+    early = folder(tmp_path) / "checkpoints" / "step_00000004.pt"
+    res = envkit("run", TEMPLATE, "--profile", "cpu", *SMALL, "--resume", str(early), cwd=tmp_path, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "resumed from step_00000004.pt" in (folder(tmp_path) / "train.log").read_text()
+    assert summary(tmp_path)["status"] == "completed" and losses(tmp_path)[12] == straight[12]
+    res = train(tmp_path, "--resume", "never")  # the folder exists: refused, nothing changed
+    errors = [line for line in res.stderr.splitlines() if line.startswith("envkit:")]
+    assert res.returncode == 2 and len(errors) == 1 and "run folder" in errors[0] and "exists" in errors[0]
+    assert "Traceback" not in res.stderr and summary(tmp_path)["status"] == "completed"
+    res = envkit("run", TEMPLATE, "--profile", "cpu", *SMALL, "--resume", str(tmp_path / "nope.pt"), cwd=tmp_path)
+    assert res.returncode == 2 and "checkpoint not found" in res.stderr
+
+
+def test_a_second_device_fault_after_the_switch_to_the_cpu_stops_instead_of_looping(tmp_path):
+    res = train(tmp_path, "--set", "device.fallback=cpu", inject="device@6,device@9")
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    s = summary(tmp_path)
+    assert s["status"] == "failed" and [e["switch"] for e in s["faults"] if e["event"] == "device_switch"] == ["cpu"]
+
+
+def test_a_missing_operator_with_the_mps_fallback_already_on_is_not_retried(tmp_path):
+    res = envkit("run", TEMPLATE, "--run-id", "r", "--profile", "cpu", *SMALL, cwd=tmp_path, timeout=300,
+                 env={"ENVKIT_TRAIN_INJECT": "device@6", "PYTORCH_ENABLE_MPS_FALLBACK": "1"})
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert not [e for e in summary(tmp_path)["faults"] if e["event"] == "device_switch"]
+
+
 REAL_OOM = ["--set", "training.max_steps=3", "--set", "training.batch_size=1048576", "--set", "dataset.num_samples=1048576",
             "--set", "model.hidden=8192", "--set", "model.depth=4", "--set", "training.precision=fp32",
             "--set", "training.compile=false", "--set", "eval.every_steps=0", "--set", "checkpoint.every_steps=0",

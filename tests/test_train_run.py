@@ -47,8 +47,10 @@ def test_gpt_quick_test_learns(tmp_path):
     d = exp_dir(tmp_path, "gpt_quick_test") / "r"
     s = summary(d)
     assert s["status"] == "completed" and s["steps"] == s["max_steps"]
-    assert s["best_val_loss"] < 0.6 * s["baseline_loss"], s
-    assert s["accuracy"] >= 0.5 and s["accuracy"] > 20 * s["chance_accuracy"], s
+    # the figures README.md states for this template (measured on a 2-core CPU: val loss 1.04, accuracy 1.0)
+    assert round(s["baseline_loss"], 2) == 2.53 and s["chance_accuracy"] == 1 / 199, s
+    assert s["best_val_loss"] < 1.1, s
+    assert s["accuracy"] >= 0.95, s
     assert s["tokens_per_second"] > 0 and s["device"] == "cpu" and s["mfu"] is None  # no CPU peak: n/a
     for name in ("config.json", "config.yaml", "environment.json", "metrics.jsonl", "heartbeat.json", "train.log", "summary.json"):
         assert (d / name).is_file(), name
