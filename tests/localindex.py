@@ -7,6 +7,8 @@ URL layout (``base = http://127.0.0.1:PORT``):
   {base}/broken/simple/<project>/   like json, plus torch 2.7.0+cpu whose `import torch` raises
   {base}/garbage/simple/<project>/  200 with bytes that are no index page
   {base}/slow/simple/<project>/     answers after `slow_seconds`
+  {base}/tampered/simple/<project>/ like json, plus torch 2.7.1+cpu whose file is served with one byte changed
+  {base}/stall/simple/<project>/    like json, plus torch 2.7.2+cpu whose file takes `stall_seconds` to arrive
   {base}/files/<wheel>              the wheels
 """
 
@@ -112,15 +114,18 @@ def build_all(directory: Path) -> dict[str, list[Path]]:
         build_wheel(directory, "torchvision", "0.22.0+cpu", tag="py3-none-macosx_11_0_arm64"),
     ]
     broken = good + [build_wheel(directory, "torch", "2.7.0+cpu", module=BROKEN_TORCH)]
-    return {"good": good, "broken": broken}
+    tampered = good + [build_wheel(directory, "torch", "2.7.1+cpu")]
+    stall = good + [build_wheel(directory, "torch", "2.7.2+cpu")]
+    return {"good": good, "broken": broken, "tampered": tampered, "stall": stall}
 
 
 class LocalIndex:
     """Serve the wheels on 127.0.0.1 in a thread. Use as a context manager."""
 
-    def __init__(self, wheels: dict[str, list[Path]], slow_seconds: float = 3.0):
+    def __init__(self, wheels: dict[str, list[Path]], slow_seconds: float = 3.0, stall_seconds: float = 60.0):
         self.wheels = wheels
         self.slow_seconds = slow_seconds
+        self.stall_seconds = stall_seconds
         self.requests: list[tuple[str, str]] = []  # (path, Accept)
         index = self
 
@@ -156,7 +161,12 @@ class LocalIndex:
                 for group in index.wheels.values():
                     for w in group:
                         if w.name == name:
-                            return self._send(200, "application/octet-stream", w.read_bytes())
+                            body = w.read_bytes()
+                            if w in index.wheels.get("tampered", [])[len(index.wheels["good"]):]:
+                                body = body[:-1] + bytes([body[-1] ^ 0xFF])  # the index's sha256 no longer matches
+                            if w in index.wheels.get("stall", [])[len(index.wheels["good"]):] and not getattr(self, "_head_only", False):
+                                time.sleep(index.stall_seconds)  # an install that takes long enough to interrupt
+                            return self._send(200, "application/octet-stream", body)
                 self._send(404, "text/plain", b"no such file")
 
             def _project(self, mode, project):
@@ -165,11 +175,11 @@ class LocalIndex:
                 if mode == "slow":
                     time.sleep(index.slow_seconds)
                     mode = "json"
-                group = index.wheels["broken" if mode == "broken" else "good"]
+                group = index.wheels[mode if mode in ("broken", "tampered", "stall") else "good"]
                 files = [w for w in group if w.name.split("-")[0].lower() == project.replace("-", "_")]
                 if not files:
                     return self._send(404, "text/plain", b"no such project")
-                def sha(w):
+                def sha(w):  # of the file as built (a tampered one is served otherwise)
                     return hashlib.sha256(w.read_bytes()).hexdigest()
                 accept = self.headers.get("Accept", "")
                 if mode != "html" and "application/vnd.pypi.simple.v1+json" in accept:

@@ -237,16 +237,20 @@ def pip_sources(python: str) -> tuple[list[str], list[str]]:
         out = subprocess.run([python, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired):
         out = ""
-    index_url = None
+    # pip's precedence: a PIP_* variable (":env:") beats a config file's [install] section, which
+    # beats [global]. Multi-line values are printed with literal "\n" between the URLs.
+    rank = {":env:": 0, "install": 1, "global": 2}
+    chosen: dict[str, tuple[int, str]] = {}
     for line in out.splitlines():
         key, _, value = line.partition("=")
-        value = value.strip().strip("'\"")
-        opt = key.rsplit(".", 1)[-1]
-        if opt == "index-url":
-            index_url = value
-        elif opt == "extra-index-url":
-            indexes.extend(value.split())
-        elif opt == "find-links":
-            links.extend(value.split())
+        scope, _, opt = key.rpartition(".")
+        if scope not in rank or opt not in ("index-url", "extra-index-url", "find-links"):
+            continue
+        value = value.strip().strip("'\"").replace("\\n", " ")
+        if opt not in chosen or rank[scope] < chosen[opt][0]:
+            chosen[opt] = (rank[scope], value)
+    index_url = chosen.get("index-url", (0, ""))[1].strip() or None
+    indexes.extend(chosen.get("extra-index-url", (0, ""))[1].split())
+    links.extend(chosen.get("find-links", (0, ""))[1].split())
     indexes.insert(0, index_url or "https://pypi.org/simple")
     return list(dict.fromkeys(indexes)), list(dict.fromkeys(links))
