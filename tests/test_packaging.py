@@ -133,3 +133,38 @@ def test_every_command_from_the_installed_wheel(installed):
     assert not (installed["work"] / ".envkit").exists(), "a dry run wrote files"
     # nothing the walk-through needed came from the checkout
     assert str(ROOT) not in trained + planned
+
+
+PROFILES_CODE = r"""
+import importlib.resources as ir, json, os
+from pathlib import Path
+import envkit
+from envkit.profiles import list_profiles
+from envkit.profiles.envscripts import render
+infos = list_profiles()
+print(json.dumps({
+    "envkit": str(Path(envkit.__file__).parent),
+    "resources": sorted(p.name for p in ir.files("envkit._profiles").iterdir() if p.name.endswith(".toml")),
+    "listed": {i.name: [i.origin, str(i.path)] for i in infos},
+    "templates": sorted(p.name for p in ir.files("envkit._templates").joinpath("env").iterdir()),
+    "script": render("bash", {"A": "1"}, profile_name="cpu"),
+}))
+"""
+
+
+def test_wheel_ships_profiles_and_env_templates(installed, tmp_path):
+    """The profiles and the env templates come from the installed package (importlib.resources),
+    not from the checkout: the same wheel as above, listed from its venv."""
+    cfg = tmp_path / "config"
+    r = subprocess.run([str(installed["venv"] / "bin" / "python"), "-c", PROFILES_CODE], capture_output=True, text=True,
+                       timeout=60, cwd=installed["work"], env={"ENVKIT_CONFIG_DIR": str(cfg), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    venv = installed["venv"]
+    assert d["envkit"].startswith(str(venv))  # the installed copy, not the checkout
+    shipped = sorted(p.name for p in (ROOT / "profiles").glob("*.toml"))
+    assert d["resources"] == shipped
+    assert sorted(f"{n}.toml" for n in d["listed"]) == shipped
+    assert all(origin == "shipped" and path.startswith(str(venv)) for origin, path in d["listed"].values())
+    assert {"activate.sh", "activate.fish", "dotenv", "envrc"} <= set(d["templates"])
+    assert "export A=1" in d["script"]
