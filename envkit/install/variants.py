@@ -6,20 +6,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from envkit.checks import gates
-from envkit.errors import EnvkitError
+from envkit.checks import builds, gates
+from envkit.errors import EnvkitError, NoBuildError
 from envkit.facts.model import Facts
-from envkit.resources import data_file, load_toml
 
 
-@lru_cache(maxsize=1)
 def variants_data() -> dict:
-    return load_toml(data_file("torch_variants.toml"))
+    return builds.table()
 
 
 @dataclass(frozen=True)
@@ -114,22 +111,7 @@ def index_for(backend: str, channel: str) -> str:
 
 
 def cuda_of(backend: str) -> str | None:
-    m = re.fullmatch(r"cu(\d+)(\d)", backend)
-    return f"{m.group(1)}.{m.group(2)}" if m else None
-
-
-def _releases() -> list[tuple[Version, list[str]]]:
-    return [(Version(r["torch"]), list(r["cuda"])) for r in variants_data()["release"]]
-
-
-def _release_row(version: Version | None) -> tuple[Version, list[str], bool]:
-    """The CUDA variants of a release line; (row version, variants, assumed from the newest row)."""
-    rows = _releases()
-    if version is not None:
-        for v, cudas in rows:
-            if (v.major, v.minor) == (version.major, version.minor):
-                return v, cudas, False
-    return rows[-1][0], rows[-1][1], True
+    return builds.cuda_of(backend)
 
 
 def _spec_pins_minor(request: Request) -> Version | None:
@@ -145,17 +127,24 @@ def _spec_pins_minor(request: Request) -> Version | None:
     return None
 
 
-def _cuda_fits(backend: str, facts: Facts) -> str | None:
+def _build_problem(build: builds.Build, facts: Facts) -> str | None:
     """Why this CUDA build cannot run on this machine's GPUs and driver, or None."""
-    cuda = cuda_of(backend)
-    need = gates.min_driver_for_cuda(cuda)
+    need = gates.min_driver_for_cuda(build.cuda)
     for g in facts.gpus:
         if need and g.driver and gates.V(g.driver) and gates.V(g.driver) < gates.V(need):
-            return f"{backend} needs NVIDIA driver {need} or newer (this one is {g.driver})"
-        problem = gates.capability_problem(g.compute_capability, cuda)
-        if problem:
-            return f"{backend}: {problem}"
+            return f"{build.backend} needs NVIDIA driver {need} or newer (this one is {g.driver})"
+        if builds.runs_on(build, g.compute_capability) is False:
+            return f"{build.backend} holds no kernels for {g.name} ({builds.sm_name(g.compute_capability)}): it holds {build.arch_text()}"
     return None
+
+
+def _driver_short(build: builds.Build, facts: Facts) -> bool:
+    need = gates.min_driver_for_cuda(build.cuda)
+    return any(need and g.driver and gates.V(g.driver) and gates.V(g.driver) < gates.V(need) for g in facts.gpus)
+
+
+def _arch_fits(build: builds.Build, facts: Facts) -> bool:
+    return all(builds.runs_on(build, g.compute_capability) is not False for g in facts.gpus)
 
 
 def choose(facts: Facts, request: Request, index_override: str | None = None, override_why: str = "") -> Choice:
@@ -240,36 +229,63 @@ def _cpu(facts: Facts, request: Request, channel: str) -> Choice:
 
 
 def _cuda(facts: Facts, request: Request, channel: str) -> Choice:
+    """The newest CUDA build that (a) exists for the requested release or today's nightlies,
+    (b) runs on this driver, (c) holds kernels for this GPU (torch_variants.toml)."""
     gpu = facts.gpus[0]
     desc = f"{gpu.name}, driver {gpu.driver or 'unknown'}, compute capability {gpu.compute_capability or 'unknown'}"
+    pinned = _spec_pins_minor(request)
     if channel == "nightly":
-        cudas, row, assumed = list(variants_data()["nightly"]["cuda"]), None, False
+        row, assumed, what = builds.nightly_row(), False, "the newest nightly builds"
     else:
-        row, cudas, assumed = _release_row(_spec_pins_minor(request))
+        row, assumed = builds.release_row(pinned)
+        what = f"torch {row['torch']}" if not assumed or pinned is None else f"torch {pinned.major}.{pinned.minor}"
+    candidates = builds.cuda_builds(row)
+    published = ", ".join(b.backend for b in candidates)
     why_not = []
-    for backend in reversed(cudas):
-        problem = _cuda_fits(backend, facts)
+    for build in reversed(candidates):
+        problem = _build_problem(build, facts)
         if problem is None:
-            choice = Choice(device="cuda", backend=backend, channel=channel, index_url=index_for(backend, channel),
-                            index_why=f"PyTorch's {backend} index: the newest CUDA build this GPU and driver run ({desc})")
-            if assumed:
-                choice.notes.append(f"torch variants newer than {row} are assumed to match {row}'s ({', '.join(cudas)})")
+            choice = Choice(device="cuda", backend=build.backend, channel=channel, index_url=index_for(build.backend, channel),
+                            index_why=f"PyTorch's {build.backend} index: the newest build of {what} ({published}) this GPU and driver run ({desc})")
+            if assumed and pinned is not None:
+                choice.notes.append(f"torch {pinned.major}.{pinned.minor} is newer than envkit's build table (checked "
+                                    f"{builds.table()['checked']}): assumed to have torch {row['torch']}'s builds ({published})")
             if why_not:
                 choice.notes.append("newer builds skipped: " + "; ".join(why_not))
             return choice
         why_not.append(problem)
-    # No variant of this release fits: an older release line may (stable/range requests only).
-    if channel == "stable" and _spec_pins_minor(request) is None:
-        for v, older in reversed(_releases()):
-            for backend in reversed(older):
-                if _cuda_fits(backend, facts) is None:
+    # No build of this release fits: an older release line may (stable/range requests only).
+    if channel == "stable" and pinned is None:
+        for older in reversed(builds.releases()):
+            for build in reversed(builds.cuda_builds(older)):
+                if _build_problem(build, facts) is None:
+                    v = Version(older["torch"])
                     nxt = f"{v.major}.{v.minor + 1}"
-                    choice = Choice(device="cuda", backend=backend, channel=channel, index_url=index_for(backend, channel),
-                                    index_why=f"PyTorch's {backend} index: the newest CUDA build this GPU and driver run ({desc})",
+                    choice = Choice(device="cuda", backend=build.backend, channel=channel, index_url=index_for(build.backend, channel),
+                                    index_why=f"PyTorch's {build.backend} index: the newest CUDA build this GPU and driver run ({desc})",
                                     limit=SpecifierSet(f"<{nxt}"),
                                     limit_why=[f"torch {nxt}+ has no CUDA build for this machine: " + "; ".join(why_not)])
-                    choice.notes.append(f"torch stays below {nxt}: newer releases need a newer driver ({'; '.join(why_not)})")
+                    choice.notes.append(f"torch stays below {nxt}: newer releases have no build for this machine ({'; '.join(why_not)})")
                     return choice
-    need = gates.min_driver_for_cuda(cuda_of(cudas[0])) if cudas else None
-    raise EnvkitError(f"no CUDA build of torch {request.text} runs on this machine ({desc}): " + "; ".join(why_not),
-                      fix=f"update the NVIDIA driver to {need} or newer" if need else "update the NVIDIA driver")
+    subject = what if channel == "nightly" else f"the builds of {what} ({published})"
+    raise _no_build(subject, candidates, facts, why_not, channel)
+
+
+def _no_build(what: str, candidates: list, facts: Facts, why_not: list[str], channel: str) -> NoBuildError:
+    """One line naming the constraint (the driver, or the GPU's architecture) and the fix."""
+    gpu = facts.gpus[0]
+    arch_ok = [b for b in candidates if _arch_fits(b, facts)]
+    if arch_ok and all(_driver_short(b, facts) for b in arch_ok):
+        oldest = arch_ok[0]
+        need = gates.min_driver_for_cuda(oldest.cuda)
+        other = "`--torch stable`" if channel != "stable" else "an older `--torch`"
+        return NoBuildError(f"{what} need driver {need} or newer (CUDA {oldest.cuda}); this machine has {gpu.driver}",
+                            fix=f"upgrade the driver, or use {other}")
+    newest_fit = None
+    for row in reversed(builds.releases()):
+        if any(_build_problem(b, facts) is None for b in builds.cuda_builds(row)):
+            newest_fit = row["torch"]
+            break
+    fix = f"use `--torch {newest_fit}` (the newest release with a build for this GPU)" if newest_fit else "use a newer GPU"
+    return NoBuildError(f"{what} hold no kernels for {gpu.name} ({builds.sm_name(gpu.compute_capability)}): " + "; ".join(why_not),
+                        fix=fix)

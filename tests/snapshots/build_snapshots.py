@@ -159,6 +159,19 @@ SNAPSHOTS = {
     "linux_rtx5090_cu126": linux(os_release=UBUNTU, cpu_model="AMD Ryzen 9 9950X 16-Core Processor", vendor_id="AuthenticAMD",
                                  cores=16, mem_kb=98000000, smi="NVIDIA GeForce RTX 5090, 32607, 570.133.07, 12.0\n",
                                  torch="2.7.0+cu126"),
+    # GTX 1080 Ti (Pascal sm_61) on a 580 driver with a cu128 build of 2.8: "no kernel image is
+    # available" (pytorch#157517, Whisper-WebUI#653). The runtime recorded torch's own arch list.
+    "linux_gtx1080ti_cu128": linux(os_release=UBUNTU, cpu_model="Intel(R) Core(TM) i7-8700K CPU @ 3.70GHz", vendor_id="GenuineIntel",
+                                   cores=6, mem_kb=32768000, smi="NVIDIA GeForce GTX 1080 Ti, 11264, 580.95.05, 6.1\n",
+                                   torch="2.8.0+cu128",
+                                   runtime={"ok": True, "torch_version": "2.8.0+cu128", "mps_built": False, "mps_available": False,
+                                            "cuda_built": True, "cuda_version": "12.8", "cuda_available": True, "device_count": 1,
+                                            "devices": [{"name": "NVIDIA GeForce GTX 1080 Ti", "capability": "6.1", "memory_bytes": 11711807488}],
+                                            "cuda_bf16": False, "cudnn_version": 91002,
+                                            "arch_list": ["sm_70", "sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"]}),
+    # H100 PCIe on a 570 driver (CUDA 12.8), torch not yet installed: 2.12+ ship no cu128 build.
+    "linux_h100_driver570": linux(os_release=UBUNTU, cpu_model="AMD EPYC 9454 48-Core Processor", vendor_id="AuthenticAMD", cores=16,
+                                  mem_kb=1056698368, smi="NVIDIA H100 PCIe, 81559, 570.86.15, 9.0\n", torch=None),
     # No GPU, torchvision from another torch release.
     "linux_no_gpu": linux(os_release='PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nNAME="Debian GNU/Linux"\nVERSION_ID="12"\n',
                           cpu_model="Intel(R) Xeon(R) Processor", vendor_id="GenuineIntel", cores=2, mem_kb=24600000,
