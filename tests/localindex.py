@@ -216,3 +216,33 @@ def installed(venv: Path) -> dict[str, str]:
                           "import json; from importlib import metadata as m; print(json.dumps({d.metadata['Name'].lower(): d.version for d in m.distributions()}))"],
                          capture_output=True, text=True, check=True).stdout
     return {k: v for k, v in json.loads(out).items() if k not in ("pip", "setuptools", "wheel")}
+
+
+def fake_cuda_torch(version: str, cuda: str, arch_list: list[str], capability: tuple[int, int],
+                    gpu: str = "NVIDIA GeForce GTX 1080 Ti") -> str:
+    """A fake CUDA build: it sees one GPU of `capability` and reports `arch_list` as the kernels it
+    holds; a CUDA operation fails as a real build does when the GPU's architecture is missing."""
+    return FAKE_TORCH.format(version=version, cuda=cuda) + f'''
+_ARCHS = {arch_list!r}
+_CAP = {capability!r}
+class cuda:
+    @staticmethod
+    def is_available():
+        return True
+    @staticmethod
+    def device_count():
+        return 1
+    @staticmethod
+    def get_arch_list():
+        return list(_ARCHS)
+    @staticmethod
+    def get_device_capability(i=0):
+        return _CAP
+    @staticmethod
+    def get_device_name(i=0):
+        return {gpu!r}
+def ones(n, device="cpu"):
+    if device == "cuda" and "sm_%d%d" % _CAP not in _ARCHS and not any(a.startswith("sm_%d" % _CAP[0]) for a in _ARCHS):
+        raise RuntimeError("CUDA error: no kernel image is available for execution on the device")
+    return _T([[1.0] * n])
+'''

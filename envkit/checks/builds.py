@@ -146,3 +146,18 @@ def python_floor(torch_version: str | None) -> tuple[str, str]:
 
 def has_xpu(row: dict) -> bool:
     return bool(row.get("xpu"))
+
+
+def newest_fit(capability: str | None, driver: str | None) -> tuple[str, str] | None:
+    """(release, backend) of the newest build that holds kernels for this GPU and runs on this
+    driver, e.g. ("2.14", "cu126") for a Pascal card on driver 580."""
+    from envkit.checks.gates import V, min_driver_for_cuda
+
+    for row in reversed(releases()):
+        for b in reversed(cuda_builds(row)):
+            need = min_driver_for_cuda(b.cuda)
+            if need and V(driver) is not None and V(driver) < V(need):
+                continue
+            if runs_on(b, capability) is not False:
+                return row["torch"], b.backend
+    return None

@@ -34,8 +34,17 @@ def select(cands: list[index.Candidate], request: Request, choice: Choice, tags:
     """The newest torch wheel the request, the gates and the target's tags allow. Pure."""
     ok = [c for c in cands if not c.yanked and c.fits(tags, python_version) and request.admits(c.version)
           and (choice.local is None or c.version.local == choice.local)
+          and _build_label_fits(c.version.local, choice)
           and (not str(choice.limit) or choice.limit.contains(Version(c.version.public), prereleases=True))]
     return max(ok, key=lambda c: (c.version, _tag_rank(c, tags)), default=None)
+
+
+def _build_label_fits(local: str | None, choice: Choice) -> bool:
+    """On a CUDA machine a wheel labelled for another CUDA build (+cu132 where cu126 was chosen, on
+    a mirror holding several) is not the build the driver and GPU were judged for."""
+    if choice.device != "cuda" or not local or not local.startswith("cu"):
+        return True
+    return local == choice.backend
 
 
 def select_companion(cands: list[index.Candidate], name: str, torch: index.Candidate, tags: frozenset,

@@ -274,18 +274,20 @@ def _cuda(facts: Facts, request: Request, channel: str) -> Choice:
 def _no_build(what: str, candidates: list, facts: Facts, why_not: list[str], channel: str) -> NoBuildError:
     """One line naming the constraint (the driver, or the GPU's architecture) and the fix."""
     gpu = facts.gpus[0]
-    arch_ok = [b for b in candidates if _arch_fits(b, facts)]
-    if arch_ok and all(_driver_short(b, facts) for b in arch_ok):
-        oldest = arch_ok[0]
-        need = gates.min_driver_for_cuda(oldest.cuda)
-        other = "`--torch stable`" if channel != "stable" else "an older `--torch`"
-        return NoBuildError(f"{what} need driver {need} or newer (CUDA {oldest.cuda}); this machine has {gpu.driver}",
-                            fix=f"upgrade the driver, or use {other}")
     newest_fit = None
     for row in reversed(builds.releases()):
         if any(_build_problem(b, facts) is None for b in builds.cuda_builds(row)):
             newest_fit = row["torch"]
             break
+    older = "`--torch stable`" if channel != "stable" else (f"`--torch {newest_fit}`" if newest_fit else "an older `--torch`")
+    arch_ok = [b for b in candidates if _arch_fits(b, facts)]
+    if arch_ok and all(_driver_short(b, facts) for b in arch_ok):
+        oldest = arch_ok[0]
+        need = gates.min_driver_for_cuda(oldest.cuda)
+        if len(arch_ok) < len(candidates):
+            what = f"{what.split(' (')[0]} with kernels for {builds.sm_name(gpu.compute_capability)} ({', '.join(b.backend for b in arch_ok)})"
+        return NoBuildError(f"{what} need driver {need} or newer (CUDA {oldest.cuda}); this machine has {gpu.driver}",
+                            fix=f"upgrade the driver, or use {older}")
     fix = f"use `--torch {newest_fit}` (the newest release with a build for this GPU)" if newest_fit else "use a newer GPU"
     return NoBuildError(f"{what} hold no kernels for {gpu.name} ({builds.sm_name(gpu.compute_capability)}): " + "; ".join(why_not),
                         fix=fix)
