@@ -102,3 +102,29 @@ def test_a_build_without_the_gpus_architecture_is_rolled_back(tmp_path, venv, fa
     assert "put back exactly" in err
     assert installed(venv) == {"torch": "2.13.0+cu126"}
     assert subprocess.run([str(venv / "bin/python"), "-c", "import torch; assert torch.__version__ == '2.13.0+cu126'"]).returncode == 0
+
+
+def test_torchaudio_pairs_its_last_release_and_steers_the_build(tmp_path):
+    """torchaudio 2.11 is its last release and pairs with every later torch (stable ABI), but it was
+    built for 2.11's CUDA builds only: with --with torchaudio a driver-580 H100 gets cu130, not cu132."""
+    r, p = plan(tmp_path, "real_h100", "--torch", "2.13")
+    assert r.returncode == 0 and p["backend"] == "cu132", r.stderr
+    r, p = plan(tmp_path, "real_h100", "--torch", "2.13", "--with", "torchaudio")
+    assert r.returncode == 0 and p["backend"] == "cu130", r.stderr
+    assert any("cu132: torchaudio 2.11, its last release, has no cu132 build" in n for n in p["notes"])
+    r, p = plan(tmp_path, "linux_h100_driver570", "--torch", "2.13", "--with", "torchaudio")
+    assert r.returncode == 0 and p["backend"] == "cu126", r.stderr
+
+
+def test_python_floor_depends_on_the_torch_release(tmp_path):
+    r, _ = plan(tmp_path, "linux_t4_py39", "--torch", "2.13")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "torch 2.13 has wheels for Python 3.10 and newer only; this Python is 3.9.18" in r.stderr and "--python" in r.stderr
+    r, p = plan(tmp_path, "linux_t4_py39", "--torch", "2.8")
+    assert r.returncode == 0 and p["backend"] == "cu129" and p["limit"] is None
+    r, p = plan(tmp_path, "linux_t4_py39")  # stable: the newest release Python 3.9 has, with 2.8's newest build
+    assert r.returncode == 0 and p["limit"] == "<2.9" and p["backend"] == "cu129", p
+    checks = {c["id"]: c for c in json.loads(envkit("doctor", "--replay", str(snapshot_path("linux_t4_py39")), "--json",
+                                                    cwd=tmp_path).stdout)["checks"]}
+    assert checks["python-version"]["status"] == "warn" and "torch 2.14 needs Python 3.10+" in checks["python-version"]["message"]
+    assert checks["cuda"]["status"] == "pass"  # sm_75 is in its cu126 arch list

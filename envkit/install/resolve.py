@@ -58,7 +58,9 @@ def select_companion(cands: list[index.Candidate], name: str, torch: index.Candi
             continue
         if pair and f"{c.version.major}.{c.version.minor}" != pair:
             continue
-        if tv.is_devrelease != c.version.is_devrelease or (not tv.is_prerelease and c.version.is_prerelease):
+        if name == "torchaudio" and pair == gates.torchaudio_last()[0] and not c.version.is_prerelease:
+            pass  # its last release pairs with every later torch, nightlies included (gates.toml)
+        elif tv.is_devrelease != c.version.is_devrelease or (not tv.is_prerelease and c.version.is_prerelease):
             continue
         ok.append(c)
     return max(ok, key=lambda c: (c.version, _tag_rank(c, tags)), default=None)

@@ -70,7 +70,7 @@ def run_setup(opts: SetupOptions, ui) -> Installed | None:
     from envkit.install import plan as planmod
     from envkit.install.variants import choose
 
-    choice = choose(facts, request, override, override_why)
+    choice = choose(facts, request, override, override_why, companions)
     venv_python = venv_python_of(venv)
     create = not Path(venv_python).exists()
     notes: list[str] = []

@@ -147,15 +147,19 @@ def _arch_fits(build: builds.Build, facts: Facts) -> bool:
     return all(builds.runs_on(build, g.compute_capability) is not False for g in facts.gpus)
 
 
-def choose(facts: Facts, request: Request, index_override: str | None = None, override_why: str = "") -> Choice:
+def choose(facts: Facts, request: Request, index_override: str | None = None, override_why: str = "",
+           companions: tuple[str, ...] | list[str] = ()) -> Choice:
     """The build and index for this machine. Raises EnvkitError when no torch fits (with the fix)."""
     channel = request.channel
     if facts.is_macos:
         choice = _macos(facts, request, channel)
     elif facts.gpus:
-        choice = _cuda(facts, request, channel)
+        choice = _cuda(facts, request, channel, tuple(companions))
+    elif facts.other_gpus:
+        choice = _amd_intel(facts, request, channel)
     else:
         choice = _cpu(facts, request, channel)
+    _python_floor(facts, request, choice)
     if index_override:
         choice.notes.append(f"index {choice.index_url} replaced by {index_override} ({override_why})")
         choice.index_url, choice.index_why = index_override, override_why
@@ -228,7 +232,7 @@ def _cpu(facts: Facts, request: Request, channel: str) -> Choice:
     return choice
 
 
-def _cuda(facts: Facts, request: Request, channel: str) -> Choice:
+def _cuda(facts: Facts, request: Request, channel: str, companions: tuple[str, ...] = ()) -> Choice:
     """The newest CUDA build that (a) exists for the requested release or today's nightlies,
     (b) runs on this driver, (c) holds kernels for this GPU (torch_variants.toml)."""
     gpu = facts.gpus[0]
@@ -238,12 +242,20 @@ def _cuda(facts: Facts, request: Request, channel: str) -> Choice:
         row, assumed, what = builds.nightly_row(), False, "the newest nightly builds"
     else:
         row, assumed = builds.release_row(pinned)
+        if pinned is None and channel == "stable":
+            row = _newest_row_for_python(facts) or row  # stable on Python 3.9: 2.8's builds, not 2.14's
+            assumed = False
         what = f"torch {row['torch']}" if not assumed or pinned is None else f"torch {pinned.major}.{pinned.minor}"
     candidates = builds.cuda_builds(row)
     published = ", ".join(b.backend for b in candidates)
     why_not = []
+    audio = _torchaudio_builds(row, channel) if "torchaudio" in companions else None
     for build in reversed(candidates):
         problem = _build_problem(build, facts)
+        if problem is None and audio is not None and build.backend not in audio:
+            last, _ = gates.torchaudio_last()
+            why_not.append(f"{build.backend}: torchaudio {last}, its last release, has no {build.backend} build")
+            continue
         if problem is None:
             choice = Choice(device="cuda", backend=build.backend, channel=channel, index_url=index_for(build.backend, channel),
                             index_why=f"PyTorch's {build.backend} index: the newest build of {what} ({published}) this GPU and driver run ({desc})")
@@ -252,8 +264,16 @@ def _cuda(facts: Facts, request: Request, channel: str) -> Choice:
                                     f"{builds.table()['checked']}): assumed to have torch {row['torch']}'s builds ({published})")
             if why_not:
                 choice.notes.append("newer builds skipped: " + "; ".join(why_not))
+            if audio is not None:
+                last, source = gates.torchaudio_last()
+                choice.notes.append(f"torchaudio {last} is its last release and pairs with torch {last} and later ({source})")
             return choice
         why_not.append(problem)
+    if audio is not None and any(_build_problem(b, facts) is None for b in candidates):
+        last, source = gates.torchaudio_last()
+        raise EnvkitError(f"torchaudio has no release after {last}, and torchaudio {last} has no build of {what} this machine runs "
+                          f"(it exists for {', '.join(sorted(audio))}; {source})",
+                          where="--with", fix=f"drop torchaudio from --with (torchcodec replaces its I/O), or ask for --torch {last}")
     # No build of this release fits: an older release line may (stable/range requests only).
     if channel == "stable" and pinned is None:
         for older in reversed(builds.releases()):
@@ -269,6 +289,48 @@ def _cuda(facts: Facts, request: Request, channel: str) -> Choice:
                     return choice
     subject = what if channel == "nightly" else f"the builds of {what} ({published})"
     raise _no_build(subject, candidates, facts, why_not, channel)
+
+
+def _torchaudio_builds(row: dict, channel: str) -> set[str] | None:
+    """The CUDA builds torchaudio exists for beside this release, or None when it pairs release
+    for release (up to its last release, which pairs with every later torch: gates.toml)."""
+    last, _ = gates.torchaudio_last()
+    lv, rv = Version(last), Version(row.get("torch", "99.0"))
+    if channel != "nightly" and (rv.major, rv.minor) < (lv.major, lv.minor):
+        return None
+    last_row, _ = builds.release_row(last)
+    return {b.backend for b in builds.cuda_builds(last_row)}
+
+
+def _newest_row_for_python(facts: Facts) -> dict | None:
+    pv = gates.V(facts.python.version)
+    fits = [r for r in builds.releases() if pv is None or pv >= gates.V(r["python"])]
+    return fits[-1] if fits else None
+
+
+def _python_floor(facts: Facts, request: Request, choice: Choice) -> None:
+    """torch's wheels start at a Python that rose with the releases (3.9 up to 2.8, 3.10 from 2.9):
+    a pinned release this Python cannot run is refused; stable stays within the releases it can."""
+    pv = gates.V(facts.python.version)
+    if pv is None or facts.is_macos and not facts.is_apple_silicon:
+        return
+    pinned = _spec_pins_minor(request)
+    if pinned is not None or request.kind == "nightly":
+        floor, source = builds.python_floor(pinned)
+        if pv < gates.V(floor):
+            what = f"torch {request.text}" if pinned is not None else "torch nightly"
+            raise EnvkitError(f"{what} has wheels for Python {floor} and newer only; this Python is {facts.python.version} ({source})",
+                              where="--torch", fix=f"pass --python with a Python {floor} or newer (e.g. --python python3.12)")
+        return
+    if request.kind != "stable":
+        return
+    fits = [r for r in builds.releases() if pv >= gates.V(r["python"])]
+    newest = builds.releases()[-1]
+    if fits and fits[-1] is not newest:
+        v = Version(fits[-1]["torch"])
+        nxt = f"{v.major}.{v.minor + 1}"
+        choice.limit = SpecifierSet(",".join(x for x in (str(choice.limit), f"<{nxt}") if x))
+        choice.limit_why.append(f"torch {nxt}+ has wheels for Python {builds.python_floor(nxt)[0]}+ only; this Python is {facts.python.version}")
 
 
 def _no_build(what: str, candidates: list, facts: Facts, why_not: list[str], channel: str) -> NoBuildError:
@@ -291,3 +353,21 @@ def _no_build(what: str, candidates: list, facts: Facts, why_not: list[str], cha
     fix = f"use `--torch {newest_fit}` (the newest release with a build for this GPU)" if newest_fit else "use a newer GPU"
     return NoBuildError(f"{what} hold no kernels for {gpu.name} ({builds.sm_name(gpu.compute_capability)}): " + "; ".join(why_not),
                         fix=fix)
+
+
+def _amd_intel(facts: Facts, request: Request, channel: str) -> Choice:
+    """AMD (ROCm) and Intel (XPU) GPUs: envkit/checks/accel.py picks the build from
+    envkit/data/accelerators.toml; a GPU no build runs gets the CPU index with the reason."""
+    from envkit.checks import accel
+
+    pinned = _spec_pins_minor(request)
+    pick = accel.pick(facts, f"{pinned.major}.{pinned.minor}" if pinned else None, channel)
+    if pick.backend == "cpu":
+        choice = _cpu(facts, request, channel)
+        choice.index_why, choice.notes = pick.why, pick.notes + choice.notes
+        return choice
+    choice = Choice(device=pick.device, backend=pick.backend, channel=channel, index_url=index_for(pick.backend, channel),
+                    index_why=pick.why, notes=list(pick.notes))
+    if pick.limit:
+        choice.limit, choice.limit_why = SpecifierSet(pick.limit), [pick.notes[-1] if pick.notes else pick.why]
+    return choice
