@@ -7,6 +7,7 @@ URL layout (``base = http://127.0.0.1:PORT``):
   {base}/broken/simple/<project>/   like json, plus torch 2.7.0+cpu whose `import torch` raises
   {base}/garbage/simple/<project>/  200 with bytes that are no index page
   {base}/slow/simple/<project>/     answers after `slow_seconds`
+  {base}/whl/<group>/<project>/      HTML, the wheels of group <group> (download.pytorch.org/whl/cu126/torch/)
   {base}/files/<wheel>              the wheels
 """
 
@@ -135,6 +136,8 @@ class LocalIndex:
                     return self._file(parts[1])
                 if len(parts) == 3 and parts[1] == "simple":
                     return self._project(parts[0], parts[2])
+                if len(parts) == 3 and parts[0] == "whl":  # download.pytorch.org's layout: /whl/<build>/<project>/
+                    return self._project("html", parts[2], index.wheels.get(parts[1], []))
                 self._send(404, "text/plain", b"not found")
 
             def do_HEAD(self):  # uv asks for a file's size before downloading it
@@ -159,13 +162,14 @@ class LocalIndex:
                             return self._send(200, "application/octet-stream", w.read_bytes())
                 self._send(404, "text/plain", b"no such file")
 
-            def _project(self, mode, project):
+            def _project(self, mode, project, group=None):
                 if mode == "garbage":
                     return self._send(200, "text/html", b"\x00\x9f\x92 definitely not a simple index }{")
                 if mode == "slow":
                     time.sleep(index.slow_seconds)
                     mode = "json"
-                group = index.wheels["broken" if mode == "broken" else "good"]
+                if group is None:
+                    group = index.wheels["broken" if mode == "broken" else "good"]
                 files = [w for w in group if w.name.split("-")[0].lower() == project.replace("-", "_")]
                 if not files:
                     return self._send(404, "text/plain", b"no such project")

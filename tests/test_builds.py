@@ -128,3 +128,30 @@ def test_python_floor_depends_on_the_torch_release(tmp_path):
                                                     cwd=tmp_path).stdout)["checks"]}
     assert checks["python-version"]["status"] == "warn" and "torch 2.14 needs Python 3.10+" in checks["python-version"]["message"]
     assert checks["cuda"]["status"] == "pass"  # sm_75 is in its cu126 arch list
+
+
+def test_the_index_pages_overrule_the_table_where_the_network_allows(tmp_path, venv):
+    """Live (not replayed): the chosen build's page on PyTorch's index (ENVKIT_PYTORCH_INDEX, laid out
+    like download.pytorch.org/whl) is read; a build the table lists but whose page lacks the release
+    is skipped for the next one that runs here."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA H100 PCIe, 81559, 570.86.15, 9.0'\n")
+    (bindir / "nvidia-smi").chmod(0o755)
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    groups = {"cu128": [build_wheel(wheels, "torch", "2.10.0+cu128")],  # 2.11 withdrawn from cu128
+              "cu126": [build_wheel(wheels, "torch", "2.11.0+cu126"), build_wheel(wheels, "torch", "2.10.0+cu126")]}
+    with LocalIndex(groups) as srv:
+        env = {"PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "ENVKIT_PYTORCH_INDEX": f"{srv.base}/whl/"}
+        r = envkit("setup", "--dry-run", "--json", "--installer", "pip", "--no-numpy", "--venv", str(venv), "--torch", "2.11",
+                   cwd=tmp_path, env=env, timeout=120)
+        assert r.returncode == 0, r.stderr
+        p = json.loads(r.stdout)
+        assert p["backend"] == "cu126" and p["versions"] == {"torch": "2.11.0+cu126"}, p
+        assert p["index_url"] == f"{srv.base}/whl/cu126"
+        assert any("cu128" in n and "holds no torch 2.11" in n for n in p["notes"]), p["notes"]
+        assert ("/whl/cu128/torch/", "") in [(path, "") for path, _ in srv.requests]
+        r = envkit("setup", "--dry-run", "--json", "--installer", "pip", "--no-numpy", "--venv", str(venv), "--torch", "2.12",
+                   cwd=tmp_path, env=env, timeout=120)
+    assert r.returncode == 2 and "holds torch 2.12" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr

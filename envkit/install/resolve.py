@@ -13,6 +13,10 @@ from envkit.install import index
 from envkit.install.variants import Choice, Request
 
 
+class NoMatchingTorch(EnvkitError):
+    """The index answered, and holds no torch for this request (not: the index is unreachable)."""
+
+
 @dataclass
 class Resolved:
     torch: index.Candidate
@@ -118,7 +122,7 @@ def resolve(choice: Choice, request: Request, tags: frozenset, python_version: s
         return _fallback(choice, request, tags, python_version, companions, pip_python, exc, list(extras))
     pick = select(cands, request, choice, tags, python_version)
     if pick is None:
-        raise EnvkitError(f"the index {choice.index_url} has no torch matching {_want(request, choice)}: "
+        raise NoMatchingTorch(f"the index {choice.index_url} has no torch matching {_want(request, choice)}: "
                           + _describe(cands, tags, python_version, request),
                           fix="ask for another --torch, or point --index-url at an index that has it")
     res = Resolved(torch=pick, index_url=choice.index_url, sources=[choice.index_url])

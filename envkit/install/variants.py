@@ -103,11 +103,16 @@ class Choice:
 
 
 def index_for(backend: str, channel: str) -> str:
+    """PyTorch's index of one build: BASE/cu126, BASE/nightly/cu130. BASE is ENVKIT_PYTORCH_INDEX
+    when set (a mirror laid out like download.pytorch.org/whl), else the table's."""
+    import os
+
     d = variants_data()["index"]
     if backend == "pypi":
         return d["pypi"]
     sub = d[channel]
-    return "/".join(p for p in (d["base"], sub, backend) if p)
+    base = os.environ.get("ENVKIT_PYTORCH_INDEX", "").rstrip("/") or d["base"]
+    return "/".join(p for p in (base, sub, backend) if p)
 
 
 def cuda_of(backend: str) -> str | None:
@@ -148,13 +153,15 @@ def _arch_fits(build: builds.Build, facts: Facts) -> bool:
 
 
 def choose(facts: Facts, request: Request, index_override: str | None = None, override_why: str = "",
-           companions: tuple[str, ...] | list[str] = ()) -> Choice:
-    """The build and index for this machine. Raises EnvkitError when no torch fits (with the fix)."""
+           companions: tuple[str, ...] | list[str] = (), missing: dict[str, str] | None = None) -> Choice:
+    """The build and index for this machine. Raises EnvkitError when no torch fits (with the fix).
+    `missing`: builds whose index page was read and holds no torch for this request ({backend: why}),
+    skipped like builds the table says do not exist."""
     channel = request.channel
     if facts.is_macos:
         choice = _macos(facts, request, channel)
     elif facts.gpus:
-        choice = _cuda(facts, request, channel, tuple(companions))
+        choice = _cuda(facts, request, channel, tuple(companions), dict(missing or {}))
     elif facts.other_gpus:
         choice = _amd_intel(facts, request, channel)
     else:
@@ -232,7 +239,8 @@ def _cpu(facts: Facts, request: Request, channel: str) -> Choice:
     return choice
 
 
-def _cuda(facts: Facts, request: Request, channel: str, companions: tuple[str, ...] = ()) -> Choice:
+def _cuda(facts: Facts, request: Request, channel: str, companions: tuple[str, ...] = (),
+          missing: dict[str, str] | None = None) -> Choice:
     """The newest CUDA build that (a) exists for the requested release or today's nightlies,
     (b) runs on this driver, (c) holds kernels for this GPU (torch_variants.toml)."""
     gpu = facts.gpus[0]
@@ -250,8 +258,9 @@ def _cuda(facts: Facts, request: Request, channel: str, companions: tuple[str, .
     published = ", ".join(b.backend for b in candidates)
     why_not = []
     audio = _torchaudio_builds(row, channel) if "torchaudio" in companions else None
+    missing = missing or {}
     for build in reversed(candidates):
-        problem = _build_problem(build, facts)
+        problem = _build_problem(build, facts) or missing.get(build.backend)
         if problem is None and audio is not None and build.backend not in audio:
             last, _ = gates.torchaudio_last()
             why_not.append(f"{build.backend}: torchaudio {last}, its last release, has no {build.backend} build")
@@ -287,6 +296,9 @@ def _cuda(facts: Facts, request: Request, channel: str, companions: tuple[str, .
                                     limit_why=[f"torch {nxt}+ has no CUDA build for this machine: " + "; ".join(why_not)])
                     choice.notes.append(f"torch stays below {nxt}: newer releases have no build for this machine ({'; '.join(why_not)})")
                     return choice
+    if any(b.backend in missing and _build_problem(b, facts) is None for b in candidates):
+        raise EnvkitError(f"no build of {what} this machine runs holds torch {request.text} on PyTorch's index: "
+                          + "; ".join(why_not), fix="ask for another --torch, or point --index-url at an index that has it")
     subject = what if channel == "nightly" else f"the builds of {what} ({published})"
     raise _no_build(subject, candidates, facts, why_not, channel)
 
