@@ -7,7 +7,8 @@ URL layout (``base = http://127.0.0.1:PORT``):
   {base}/broken/simple/<project>/   like json, plus torch 2.7.0+cpu whose `import torch` raises
   {base}/garbage/simple/<project>/  200 with bytes that are no index page
   {base}/slow/simple/<project>/     answers after `slow_seconds`
-  {base}/whl/<group>/<project>/      HTML, the wheels of group <group> (download.pytorch.org/whl/cu126/torch/)
+  {base}/whl/<group>/<project>/      HTML, the wheels of group <group> (download.pytorch.org/whl/cu126/torch/,
+                                    group "nightly/cu130" for /whl/nightly/cu130/torch/)
   {base}/files/<wheel>              the wheels
 """
 
@@ -136,8 +137,8 @@ class LocalIndex:
                     return self._file(parts[1])
                 if len(parts) == 3 and parts[1] == "simple":
                     return self._project(parts[0], parts[2])
-                if len(parts) == 3 and parts[0] == "whl":  # download.pytorch.org's layout: /whl/<build>/<project>/
-                    return self._project("html", parts[2], index.wheels.get(parts[1], []))
+                if len(parts) in (3, 4) and parts[0] == "whl":  # download.pytorch.org: /whl/[nightly/]<build>/<project>/
+                    return self._project("html", parts[-1], index.wheels.get("/".join(parts[1:-1]), []))
                 self._send(404, "text/plain", b"not found")
 
             def do_HEAD(self):  # uv asks for a file's size before downloading it

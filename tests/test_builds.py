@@ -155,3 +155,26 @@ def test_the_index_pages_overrule_the_table_where_the_network_allows(tmp_path, v
         r = envkit("setup", "--dry-run", "--json", "--installer", "pip", "--no-numpy", "--venv", str(venv), "--torch", "2.12",
                    cwd=tmp_path, env=env, timeout=120)
     assert r.returncode == 2 and "holds torch 2.12" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_regen_script_reads_the_index_and_names_what_the_table_lacks(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    groups = {
+        "cu126": [build_wheel(wheels, "torch", f"{v}+cu126") for v in ("2.11.0", "2.13.0")],
+        "cu130": [build_wheel(wheels, "torch", f"{v}+cu130") for v in ("2.11.0", "2.13.0", "2.15.0")],
+        "cu132": [build_wheel(wheels, "torch", "2.13.0+cu132")],
+        "nightly/cu130": [build_wheel(wheels, "torch", "2.16.0.dev20261120+cu130")],
+        "nightly/cu128": [build_wheel(wheels, "torch", "2.12.0.dev20260301+cu128")],  # left behind: dropped
+    }
+    script = [sys.executable, "benchmarks/regen_build_table.py"]
+    root = str(snapshot_path("x").parents[2])
+    with LocalIndex(groups) as srv:
+        r = subprocess.run(script + ["--base", f"{srv.base}/whl", "--check"], capture_output=True, text=True, cwd=root, timeout=120)
+        rows = subprocess.run(script + ["--base", f"{srv.base}/whl"], capture_output=True, text=True, cwd=root, timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "torch 2.11: index has cu126, cu130; table has cu126, cu128, cu130" in r.stdout
+    assert "torch 2.15: on the index (cu130), not in the table" in r.stdout
+    assert "nightly: index has cu130; table has cu130, cu132" in r.stdout
+    assert "torch 2.13" not in r.stdout  # the same builds as the table
+    assert rows.returncode == 0 and '[[release]]\ntorch = "2.15"\ncuda = { cu130 = "turing_to_blackwell_ptx" }' in rows.stdout

@@ -11,7 +11,7 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import PurePath
 
-from envkit.checks import builds
+from envkit.checks import accel, builds
 from envkit.facts.model import Facts
 from envkit.checks.gates import V, capability_problem, gates, macos_floor_for_mps, min_driver_for_cuda, newest_torch_spec_for_macos, paired_versions
 
@@ -38,7 +38,7 @@ def best_device(facts: Facts) -> str:
     if facts.is_apple_silicon:
         return "mps"
     rt = facts.runtime or {}
-    if facts.gpus or rt.get("cuda_available"):
+    if facts.gpus or rt.get("cuda_available") or accel.rocm_usable(facts):  # ROCm torch answers as "cuda"
         return "cuda"
     return "cpu"
 
@@ -64,13 +64,22 @@ def check_os(facts: Facts) -> Check:
 
 
 def check_python_version(facts: Facts) -> Check:
-    g = gates()["python"]
+    """torch's Python floor rose with its releases (torch_variants.toml: 3.9 up to 2.8, 3.10 from
+    2.9): judged against the installed torch, else against the newest release."""
     pv = V(facts.python.version)
     if pv is None:
         return Check("python-version", WARN, "could not read the Python version", "run `python3 --version`", "Python")
-    if pv < V(g["min"]):
-        return Check("python-version", FAIL, f"Python {pv} is older than {g['min']}, the oldest recent torch supports",
-                     "install Python 3.12 and run `envkit setup --python python3.12`", "Python", g["source"])
+    installed = facts.torch.base_version
+    floor, source = builds.python_floor(installed)
+    newest = builds.releases()[-1]
+    if pv < V(floor):
+        what = f"torch {installed}" if installed else f"torch {newest['torch']}"
+        return Check("python-version", FAIL, f"Python {pv} is older than {floor}, the oldest {what} has wheels for",
+                     "install Python 3.12 and run `envkit setup --python python3.12`", "Python", source)
+    if installed and pv < V(newest["python"]):
+        return Check("python-version", WARN, f"Python {pv} runs torch {installed}, but torch {newest['torch']} needs Python "
+                     f"{newest['python']}+: this environment cannot move past its torch line",
+                     "install Python 3.12 and run `envkit setup --python python3.12`", "Python", source)
     return Check("python-version", PASS, f"{facts.python.implementation or 'Python'} {pv}", group="Python")
 
 
@@ -207,6 +216,14 @@ def _arch_check(facts: Facts, rt: dict) -> Check | None:
     return None
 
 
+def check_amd_intel(facts: Facts) -> Check:
+    """AMD (ROCm) and Intel (XPU) GPUs: the GPU, the build setup plans, the installed build's fit."""
+    if not facts.other_gpus:
+        return Check("rocm-xpu", SKIP, "no AMD or Intel GPU found (rocminfo, xpu-smi, sycl-ls, lspci)", group="Devices")
+    status, message, fix, source = accel.verdict(facts)
+    return Check("rocm-xpu", status, message, fix, "Devices", source)
+
+
 def check_bf16(facts: Facts) -> Check:
     device = best_device(facts)
     t, rt = facts.torch, facts.runtime or {}
@@ -228,6 +245,9 @@ def check_bf16(facts: Facts) -> Check:
         if facts.chip.family in g["emulated_families"]:
             return Check("bf16", PASS, f"bf16 works but is emulated on {facts.chip.family}: no speed-up over fp32 (the {facts.chip.family.lower()} profiles train in fp32)", group="Devices", source=g["source"])
         return Check("bf16", PASS, f"bf16 supported on MPS (macOS {macos}, torch {t.base_version})" + _gate_note(facts), group="Devices")
+    if device == "cuda" and not facts.gpus and facts.amd_gpus:
+        return Check("bf16", SKIP, "ROCm: torch.cuda.is_bf16_supported() answers True on every AMD GPU and envkit has no per-gfx table; "
+                     "training.precision auto lets the trainer decide", group="Devices")
     if device == "cuda":
         g = gates()["bf16"]["cuda"]
         # Compute capability first: is_bf16_supported() also answers True where bf16 is only
@@ -382,7 +402,7 @@ def _sh(value: str) -> str:
 
 
 ALL_CHECKS = (check_os, check_python_version, check_python_arch, check_torch, check_pairing, check_mps, check_cuda,
-              check_bf16, check_compile, check_env_vars, check_openmp)
+              check_amd_intel, check_bf16, check_compile, check_env_vars, check_openmp)
 
 
 def run_checks(facts: Facts) -> list[Check]:
