@@ -38,7 +38,7 @@ def linux_lines(cands: list[index.Candidate]) -> set[str]:
     """Release lines ("2.13") with a Linux x86_64 wheel among these candidates (final releases only)."""
     out = set()
     for c in cands:
-        if c.version.is_prerelease or not any("x86_64" in t.platform and "linux" in t.platform for t in c.tags):
+        if c.version.is_prerelease or not any("x86_64" in str(t) and "linux" in str(t) for t in c.tags):
             continue
         out.add(f"{c.version.major}.{c.version.minor}")
     return out

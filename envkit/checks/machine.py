@@ -210,6 +210,8 @@ def _arch_check(facts: Facts, rt: dict) -> Check | None:
         else:
             continue
         fit = builds.newest_fit(g.compute_capability, g.driver)
+        if fit:
+            message += f"; torch {fit[0]}'s {fit[1]} build holds {sm} and runs on this driver"
         fix = (f"`envkit setup --torch stable` installs a build that holds {sm} (torch {fit[0]}, {fit[1]} for this GPU and driver)"
                if fit else "no published build runs this GPU: build torch from source with TORCH_CUDA_ARCH_LIST")
         return Check("cuda", FAIL, message, fix, "Devices", build.source if build else "torch.cuda.get_arch_list()")
