@@ -146,6 +146,11 @@ def test_m5_family_known_and_profiles_cite_apple_figures():
         assert f"{spec[chip]['bandwidth_gbs']} GB/s" in desc and f"up to {spec[chip]['memory_gb_max']} GB" in desc
         assert spec[chip]["source"].startswith("Apple")
     assert "4P+4E" in spec["M4"]["cpu"] and 8 in spec["M4"]["gpu_cores"]  # the iMac's M4
+    from envkit.facts import machine_label
+
+    # an M5 Max's perflevel0/1 are 6 super + 12 performance cores, not efficiency cores
+    assert "(6S+12P, 40-core GPU, 128 GB)" in machine_label(diagnosis("m5_max_unknown").facts)
+    assert "(12P+4E, 40-core GPU" in machine_label(diagnosis("m4_max_tahoe").facts)
 
 
 def test_mfu_peaks_tell_nvl_and_pcie_from_sxm():

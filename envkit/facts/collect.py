@@ -187,7 +187,10 @@ def machine_label(facts: Facts) -> str:
         parts.append(re.sub(r"\s+", " ", c.name))
     bits = []
     if c.perf_cores is not None:
-        bits.append(f"{c.perf_cores}P+{c.efficiency_cores or 0}E")
+        # hw.perflevel0/1 are "super" and "performance" cores on an M5 Pro/Max (chips.toml [spec])
+        spec = chips_data().get("spec", {}).get(f"{c.family} {c.tier}" if c.tier not in (None, "base") else str(c.family), {})
+        first, second = ("S", "P") if any("S+" in v for v in spec.get("cpu", [])) else ("P", "E")
+        bits.append(f"{c.perf_cores}{first}+{c.efficiency_cores or 0}{second}")
     elif c.cores:
         bits.append(f"{c.cores} cores")
     if c.gpu_cores:
