@@ -74,10 +74,10 @@ def test_doctor_on_amd_with_cpu_torch_and_with_a_build_lacking_its_target():
     assert check(rx590, "rocm-xpu").status == "warn" and "gfx803" in check(rx590, "rocm-xpu").message and rx590.profile == "cpu"
     bad = diagnosis("linux_rocm_rx590", packages={"torch": "2.8.0+rocm6.4", "numpy": "2.2.6"})
     assert check(bad, "rocm-xpu").status == "fail" and bad.exit_code == 1
-    # a Radeon VII (gfx906) under 2.11's rocm7.0 build, which dropped gfx906: fails, and the fix installs one that holds it
+    # a Radeon VII (gfx906) under 2.10's rocm7.0 build, which dropped gfx906: fails, and the fix installs one that holds it
     snap = load_snapshot("linux_rocm_rx7900xtx")
     cmds = dict(snap["commands"], rocminfo=snap["commands"]["rocminfo"].replace("gfx1100", "gfx906").replace("Radeon RX 7900 XTX", "AMD Radeon VII"))
-    vii = diagnosis("linux_rocm_rx7900xtx", commands=cmds, packages={"torch": "2.11.0+rocm7.0", "numpy": "2.2.6"})
+    vii = diagnosis("linux_rocm_rx7900xtx", commands=cmds, packages={"torch": "2.10.0+rocm7.0", "numpy": "2.2.6"})
     c = check(vii, "rocm-xpu")
     assert c.status == "fail" and "holds no kernels for gfx906" in c.message and "envkit setup" in c.fix
 
@@ -104,6 +104,7 @@ def test_setup_plans_rocm_and_xpu_indexes(tmp_path):
     r, p = plan(tmp_path, "linux_rocm_rx7900xtx")
     assert r.returncode == 0, r.stderr
     assert (p["device"], p["backend"], p["profile"]) == ("cuda", "rocm7.2", "rocm")
+    assert any("not read off the index" in n for n in p["notes"])  # 2.14's ROCm row is not from a source
     assert p["index_url"] == "https://download.pytorch.org/whl/rocm7.2"
     r, p = plan(tmp_path, "linux_rocm_rx7900xtx", "--torch", "2.9")
     assert p["index_url"] == "https://download.pytorch.org/whl/rocm6.4"  # 2.9 shipped rocm6.3 and rocm6.4
@@ -124,10 +125,10 @@ def test_rocm_pick_for_a_target_newer_releases_dropped():
     facts = Facts(os=OSInfo("Linux"), python=PythonInfo(), chip=ChipInfo(),
                   other_gpus=[GPUInfo(name="AMD Radeon VII", vendor="amd", arch="gfx906:sramecc+:xnack-")])
     stable = accel.pick(facts, None, "stable")  # rocm7 builds dropped gfx906: the newest line that holds it
-    assert stable.limit == "<2.11" and stable.backend == "rocm6.4"
+    assert stable.limit == "<2.10" and stable.backend == "rocm6.4"
     with pytest.raises(NoBuildError) as exc:
         accel.pick(facts, "2.13", "stable")
-    assert exc.value.exit_code == 1 and "gfx906" in exc.value.message and "--torch 2.10" in exc.value.fix
+    assert exc.value.exit_code == 1 and "gfx906" in exc.value.message and "--torch 2.9" in exc.value.fix
 
 
 # --------------------------------------------------------------------------- other facts of today

@@ -120,7 +120,7 @@ def _pick_rocm(gpu: GPUInfo, facts: Facts, line: str | None, channel: str) -> Pi
     if facts.rocm_version:
         notes.append(f"ROCm {facts.rocm_version} is installed; the wheel brings its own ROCm libraries and needs only the amdgpu kernel driver")
     ver = table()["rocm"]["verified"]
-    if key == "nightly" or _minor(key) > _minor(ver["through"]):
+    if key not in ver["lines"]:
         notes.append(f"the ROCm builds of torch {key} come from envkit's table, not read off the index: {ver['note']}")
     return Pick("cuda", backend, f"PyTorch's {backend} index: the newest ROCm build of torch {key} that holds {gpu.name} ({gfx})", notes, limit)
 
