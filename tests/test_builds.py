@@ -178,3 +178,17 @@ def test_regen_script_reads_the_index_and_names_what_the_table_lacks(tmp_path):
     assert "nightly: index has cu130; table has cu130, cu132" in r.stdout
     assert "torch 2.13" not in r.stdout  # the same builds as the table
     assert rows.returncode == 0 and '[[release]]\ntorch = "2.15"\ncuda = { cu130 = "turing_to_blackwell_ptx" }' in rows.stdout
+
+
+def test_build_table_api_answers_which_builds_exist():
+    """envkit.checks.builds.available(): the table other modules (locks, plans) read, not re-parse."""
+    from envkit.checks import builds
+
+    got = builds.available("2.13.0")
+    assert [b["backend"] for b in got] == ["cu126", "cu130", "cu132"]
+    assert got[0]["min_driver"] == "525.60.13" and got[1]["min_driver"] == "580.65.06"
+    assert "6.0" in got[0]["sm"] and "6.0" not in got[1]["sm"] and got[1]["ptx"] == "12.0"
+    assert [b["backend"] for b in builds.available("2.11")] == ["cu126", "cu128", "cu130"]
+    assert "7.0" not in builds.available("2.11")[1]["sm"] and "7.0" in builds.available("2.10")[1]["sm"]  # #172352
+    assert [b["backend"] for b in builds.available(None, "nightly")] == ["cu130", "cu132"]
+    assert builds.available("2.99")[0]["assumed"] is True

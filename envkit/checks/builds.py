@@ -161,3 +161,18 @@ def newest_fit(capability: str | None, driver: str | None) -> tuple[str, str] | 
             if runs_on(b, capability) is not False:
                 return row["torch"], b.backend
     return None
+
+
+def available(torch_version: str | None, channel: str = "stable") -> list[dict]:
+    """The one question other modules ask: for a release ("2.13", "2.13.0") or today's nightlies,
+    which CUDA builds exist, the driver each needs, the architectures each holds, oldest CUDA first:
+    [{"backend": "cu126", "cuda": "12.6", "min_driver": "525.60.13", "sm": [...], "ptx": None,
+    "assumed": False, "source": ...}]. `assumed`: a release newer than the table (its newest row's builds)."""
+    from envkit.checks.gates import min_driver_for_cuda
+
+    if channel == "nightly":
+        row, assumed = nightly_row(), False
+    else:
+        row, assumed = release_row(torch_version)
+    return [{"backend": b.backend, "cuda": b.cuda, "min_driver": min_driver_for_cuda(b.cuda), "sm": list(b.sm),
+             "ptx": b.ptx, "assumed": assumed, "source": b.source} for b in cuda_builds(row)]
