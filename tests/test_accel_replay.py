@@ -41,6 +41,14 @@ def test_rocminfo_keeps_gpu_agents_only():
     assert ap.parse_rocm_version("6.4.1-83\n") == "6.4.1" and ap.parse_rocm_version(None) is None
 
 
+def test_amd_smi_static_gives_name_target_and_driver():
+    text = load_snapshot("linux_rocm_mi350x")["commands"]["amd-smi static --asic --driver"]
+    assert ap.parse_amd_smi_static(text) == [{"name": "AMD Instinct MI350X", "arch": "gfx950", "driver": "6.18.3"}]
+    d = diagnosis("linux_rocm_mi350x")  # amd-smi answered: rocminfo is not needed
+    c = check(d, "rocm-xpu")
+    assert "AMD Instinct MI350X (gfx950), ROCm 7.0.2" in c.message and "rocm7.2" in c.message and d.profile == "rocm"
+
+
 def test_intel_tools_and_lspci():
     snap = load_snapshot("linux_xpu_arc_a770")
     assert ap.parse_xpu_smi_discovery(snap["commands"]["xpu-smi discovery"]) == [

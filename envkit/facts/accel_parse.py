@@ -29,6 +29,34 @@ def parse_rocminfo(text: str | None) -> list[dict]:
     return gpus
 
 
+def parse_amd_smi_static(text: str | None) -> list[dict]:
+    """`amd-smi static --asic --driver`: one dict per "GPU: N" block, {"name": MARKET_NAME,
+    "arch": TARGET_GRAPHICS_VERSION, "driver": the amdgpu driver VERSION}."""
+    gpus, cur, section = [], None, None
+    for line in (text or "").splitlines():
+        if re.match(r"^GPU:\s*\d+", line):
+            cur, section = {"name": None, "arch": None, "driver": None}, None
+            gpus.append(cur)
+            continue
+        if cur is None:
+            continue
+        m = re.match(r"^\s{4}([A-Z_]+):\s*$", line)
+        if m:
+            section = m.group(1)
+            continue
+        m = re.match(r"^\s+([A-Z_]+):\s*(.+?)\s*$", line)
+        if not m:
+            continue
+        key, value = m.groups()
+        if section == "ASIC" and key == "MARKET_NAME":
+            cur["name"] = value
+        elif section == "ASIC" and key == "TARGET_GRAPHICS_VERSION" and re.match(r"gfx[0-9a-f]+$", value):
+            cur["arch"] = value
+        elif section == "DRIVER" and key == "VERSION":
+            cur["driver"] = value
+    return [g for g in gpus if g["arch"]]
+
+
 def parse_rocm_version(text: str | None) -> str | None:
     """/opt/rocm/.info/version: "6.4.1-83" -> "6.4.1"."""
     m = re.match(r"\s*(\d+\.\d+(?:\.\d+)?)", text or "")

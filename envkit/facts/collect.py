@@ -151,7 +151,11 @@ def _amd_intel(runner: Runner, skip: bool) -> tuple[list[GPUInfo], str | None]:
         return [], None
     from envkit.facts import accel_parse as ap
 
-    amd = [GPUInfo(name=g["name"], vendor="amd", arch=g["arch"]) for g in ap.parse_rocminfo(_out(runner, ["rocminfo"], timeout=20))]
+    # amd-smi is ROCm's current tool (rocm-smi's successor); rocminfo ships with every ROCm install
+    amd = [GPUInfo(name=g["name"] or g["arch"], vendor="amd", arch=g["arch"], driver=g["driver"])
+           for g in ap.parse_amd_smi_static(_out(runner, ["amd-smi", "static", "--asic", "--driver"], timeout=20))]
+    if not amd:
+        amd = [GPUInfo(name=g["name"], vendor="amd", arch=g["arch"]) for g in ap.parse_rocminfo(_out(runner, ["rocminfo"], timeout=20))]
     rocm = ap.parse_rocm_version(runner.read("/opt/rocm/.info/version"))
     intel = [GPUInfo(name=g["name"], vendor="intel", arch=g["arch"], driver=g["driver"])
              for g in ap.parse_xpu_smi_discovery(_out(runner, ["xpu-smi", "discovery"], timeout=20))]

@@ -7,6 +7,8 @@ reads (each agent's own keys; the pools and ISA sections are left out):
       (the CPU agent verbatim; the GPU agent in the same layout as the GPU agents of
       pytorch/pytorch#103973 (Radeon VII, gfx906) and robertrosenbusch/gfx803_rocm#13 (RX 590))
   rocminfo, Radeon RX 590 (gfx803): robertrosenbusch/gfx803_rocm#13
+  amd-smi static, Instinct MI350X (gfx950): ROCm/rocm-systems#2987 (its ASIC and DRIVER sections,
+      which is what `amd-smi static --asic --driver` prints; the serial was redacted there)
   xpu-smi discovery -d 0, Intel Arc A770: ggml-org/llama.cpp#28725
   sycl-ls level_zero line: the format of intel/llvm's sycl-ls as quoted in leejet/stable-diffusion.cpp#330
       and ggml-org/llama.cpp's SYCL docs, with the A770's name
@@ -61,6 +63,26 @@ def rocminfo(cpu: str, gpu_arch: str, gpu_name: str) -> str:
             + agent(2, gpu_arch, gpu_name, "AMD", "GPU", "GPU-XX", isa=gpu_arch) + "*** Done ***             \n")
 
 
+AMD_SMI_MI350X = """GPU: 0
+    ASIC:
+        MARKET_NAME: AMD Instinct MI350X
+        VENDOR_ID: 0x1002
+        VENDOR_NAME: Advanced Micro Devices Inc. [AMD/ATI]
+        SUBVENDOR_ID: 0x1002
+        DEVICE_ID: 0x75a0
+        SUBSYSTEM_ID: 0x75a0
+        REV_ID: 0x00
+        ASIC_SERIAL: <redacted>
+        OAM_ID: 6
+        NUM_COMPUTE_UNITS: 128
+        TARGET_GRAPHICS_VERSION: gfx950
+        FLAGS: 16
+    DRIVER:
+        NAME: amdgpu
+        VERSION: 6.18.3
+        OS_KERNEL_VERSION: 5.15.0-164-generic
+"""
+
 XPU_SMI = """                                                                  
   Device ID     Device Information                                
   0             Device Type: Discrete GPU                         
@@ -101,12 +123,20 @@ def intel_machine(*, torch):
     return snap
 
 
+def _with_amd_smi(snap):
+    snap["commands"]["amd-smi static --asic --driver"] = AMD_SMI_MI350X
+    snap["files"]["/opt/rocm/.info/version"] = "7.0.2-56\n"
+    return snap
+
+
 SNAPSHOTS = {
     "linux_rocm_rx7900xtx": amd_machine(cpu="AMD Ryzen 9 5900X 12-Core Processor", cores=12, gpu_arch="gfx1100",
                                         gpu_name="Radeon RX 7900 XTX", rocm="6.4.1-83", torch="2.9.1+rocm6.4"),
     "linux_rocm_rx590": amd_machine(cpu="AMD Ryzen 7 2700X Eight-Core Processor", cores=8, gpu_arch="gfx803",
                                     gpu_name="Radeon RX 590 Series", rocm="6.3.1-48", torch="2.8.0+cpu"),
     "linux_xpu_arc_a770": intel_machine(torch="2.9.1+cpu"),
+    "linux_rocm_mi350x": _with_amd_smi(linux(os_release=UBUNTU, cpu_model="AMD EPYC 9575F 64-Core Processor", vendor_id="AuthenticAMD",
+                                             cores=64, mem_kb=2113000000, smi=None, torch=None)),
 }
 
 
