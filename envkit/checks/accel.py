@@ -193,3 +193,18 @@ def verdict(facts: Facts) -> tuple[str, str, str | None, str | None]:
     if local != "xpu" and not rt.get("xpu_available"):
         return "fail", f"{what}: torch {t.version} is not the XPU build, so the GPU sits unused; {plan}", setup, table()["xpu"]["source"]
     return "pass", f"{what}: torch {t.version} (XPU build)", None, None
+
+
+def gfx_problems(arch_list: list[str] | None, gpus: list[dict]) -> list[str]:
+    """After installing a ROCm build: every GPU's gfx target (torch.cuda.get_device_properties().
+    gcnArchName, "gfx90a:sramecc+:xnack-") must be among the build's torch.cuda.get_arch_list()."""
+    if arch_list is None:
+        return []
+    have = {_base_gfx(a) for a in arch_list}
+    out = []
+    for g in gpus:
+        gfx = _base_gfx(g.get("gfx"))
+        if gfx and gfx not in have:
+            out.append(f"{g.get('name', 'the GPU')} ({gfx}) is not in this ROCm build's torch.cuda.get_arch_list() "
+                       f"({', '.join(arch_list)}): every GPU operation would fail with 'HIP error: invalid device function'")
+    return out

@@ -145,6 +145,9 @@ try:
             out["gpus"] = [{"name": torch.cuda.get_device_name(i),
                             "capability": "%d.%d" % tuple(torch.cuda.get_device_capability(i))}
                            for i in range(torch.cuda.device_count())]
+            if out["hip"]:  # ROCm: the gfx target, which get_arch_list() names
+                for i, g in enumerate(out["gpus"]):
+                    g["gfx"] = str(getattr(torch.cuda.get_device_properties(i), "gcnArchName", "") or "")
             try:
                 float(torch.ones(4, device="cuda").sum())
             except Exception as exc:
@@ -176,7 +179,12 @@ def verify(python: str, versions: dict[str, str], device: str, timeout: float = 
         if line.startswith("ENVKIT_VERIFY "):
             out = json.loads(line[len("ENVKIT_VERIFY "):])
             # a ROCm build lists gfx targets, not sm_XY: its fit is judged by checks/accel.py
-            problems = [] if out.get("hip") else arch_problems(out.get("arch_list"), out.get("gpus") or [])
+            if out.get("hip"):
+                from envkit.checks.accel import gfx_problems
+
+                problems = gfx_problems(out.get("arch_list"), out.get("gpus") or [])
+            else:
+                problems = arch_problems(out.get("arch_list"), out.get("gpus") or [])
             if problems:
                 out["problems"] = problems + [p for p in out["problems"] if "no kernel image" not in p]
                 out["ok"] = False
