@@ -88,6 +88,15 @@ def test_doctor_on_amd_with_cpu_torch_and_with_a_build_lacking_its_target():
     vii = diagnosis("linux_rocm_rx7900xtx", commands=cmds, packages={"torch": "2.10.0+rocm7.0", "numpy": "2.2.6"})
     c = check(vii, "rocm-xpu")
     assert c.status == "fail" and "holds no kernels for gfx906" in c.message and "envkit setup" in c.fix
+    # where torch ran, its own get_arch_list() judges (a ROCm build the table does not know)
+    runtime = {"ok": True, "torch_version": "2.11.0+rocm7.9", "hip_version": "7.9", "cuda_available": True, "cuda_built": True,
+               "arch_list": ["gfx942", "gfx950"], "devices": []}
+    ran = diagnosis("linux_rocm_rx7900xtx", packages={"torch": "2.11.0+rocm7.9", "numpy": "2.2.6"}, runtime=runtime)
+    c = check(ran, "rocm-xpu")
+    assert c.status == "fail" and "(gfx1100) is not in this ROCm build's torch.cuda.get_arch_list()" in c.message
+    runtime["arch_list"].append("gfx1100")
+    ok = diagnosis("linux_rocm_rx7900xtx", packages={"torch": "2.11.0+rocm7.9", "numpy": "2.2.6"}, runtime=runtime)
+    assert check(ok, "rocm-xpu").status == "pass"
 
 
 def test_doctor_on_intel_arc_names_gpu_build_and_profile():

@@ -184,9 +184,13 @@ def verdict(facts: Facts) -> tuple[str, str, str | None, str | None]:
         if rt.get("ok") and not rt.get("cuda_available"):
             return "fail", f"{what}: torch {t.version} cannot use the GPU (torch.cuda.is_available() is False under ROCm)", \
                    "check `rocminfo` lists the GPU and that your user is in the render and video groups", None
-        key, builds = rocm_builds(t.base_version, t.channel or "stable")
-        row = next((b for b in builds if b[0] == local), None)
         gfx = _base_gfx(g.arch)
+        if rt.get("ok") and rt.get("arch_list") is not None:  # torch ran: its own list is the truth
+            problems = gfx_problems(rt["arch_list"], [{"name": g.name, "gfx": gfx}])
+            if problems:
+                return "fail", f"{what}: torch {t.version}: {problems[0]}", setup, "torch.cuda.get_arch_list()"
+        _, builds = rocm_builds(t.base_version, t.channel or "stable")
+        row = next((b for b in builds if b[0] == local), None)
         if row is not None and gfx not in row[1]:
             return "fail", f"{what}: torch {t.version} holds no kernels for {gfx} (its {local} build holds {', '.join(row[1])})", setup, row[2]
         return "pass", f"{what}: torch {t.version}" + (f" ({local} holds {gfx})" if row else ""), None, row[2] if row else None
