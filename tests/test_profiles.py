@@ -14,7 +14,7 @@ from conftest import ROOT, SNAPSHOTS, envkit
 SNAPSHOT_FILES = sorted(SNAPSHOTS.glob("*.json"))
 PROFILES_DIR = ROOT / "profiles"
 APPLE_TIERS = [f"m{g}{t}" for g in (1, 2, 3) for t in ("", "-pro", "-max", "-ultra")] + ["m4", "m4-pro", "m4-max", "m5", "m5-pro", "m5-max"]
-REQUIRED = ["base", "cpu", "cuda", "cuda-hopper", "apple-silicon", "conservative", *APPLE_TIERS]
+REQUIRED = ["base", "cpu", "cuda", "cuda-hopper", "rocm", "xpu", "apple-silicon", "conservative", *APPLE_TIERS]
 
 
 @pytest.fixture(autouse=True)
