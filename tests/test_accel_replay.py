@@ -108,6 +108,19 @@ def test_doctor_on_intel_arc_names_gpu_build_and_profile():
     assert check(ok, "rocm-xpu").status == "pass" and ok.exit_code == 0
 
 
+def test_integrated_graphics_seen_by_lspci_are_no_gpu_to_train_on():
+    """An Intel desktop's UHD graphics or a Ryzen's Radeon iGPU, named by lspci only: the CPU build and
+    profile, no warning (a CPU user is not nagged), and doctor says why it skipped."""
+    for lspci, needle in (("00:02.0 VGA compatible controller [0300]: Intel Corporation AlderLake-S GT1 [8086:4680] (rev 0c)\n", "Arc"),
+                          ("0b:00.0 VGA compatible controller [0300]: Advanced Micro Devices, Inc. [AMD/ATI] Cezanne [1002:1638] (rev c8)\n", "install ROCm")):
+        snap = load_snapshot("linux_no_gpu")
+        d = diagnosis("linux_no_gpu", commands=dict(snap["commands"], **{"lspci -nn": lspci}))
+        assert len(d.facts.other_gpus) == 1
+        c = check(d, "rocm-xpu")
+        assert c.status == "skip" and needle in c.message
+        assert d.profile == "cpu" and not d.profile_warning
+
+
 @pytest.mark.parametrize("name", ["linux_h100", "linux_no_gpu", "linux_a100_cpu_torch", "m4_max_tahoe"])
 def test_machines_without_amd_or_intel_gpus_unchanged(name):
     d = diagnosis(name)

@@ -166,8 +166,10 @@ def verdict(facts: Facts) -> tuple[str, str, str | None, str | None]:
         plan = f"setup plans the {planned.backend} build" if planned.backend != "cpu" else planned.why
     except NoBuildError as exc:  # stable never raises for a GPU some release holds: kept for safety
         return "fail", f"{what}: {exc.message}", exc.fix, None
-    if g.vendor == "amd" and not g.arch:
-        return "warn", f"{what}: seen by lspci only, its gfx target is unknown", "install ROCm (rocminfo), then `envkit doctor` again", None
+    if g.vendor == "amd" and not g.arch:  # often a Ryzen's integrated graphics: not worth a warning
+        return "skip", f"{what}: seen by lspci only (no amd-smi or rocminfo), so its gfx target is unknown: install ROCm to have it judged", None, None
+    if g.vendor == "intel" and planned.backend == "cpu" and not (t.local or "") == "xpu":
+        return "skip", f"{what}: {planned.notes[0]}", None, table()["xpu"]["supported_source"]
     if planned.backend == "cpu":
         # No build runs this GPU: a CPU build is the best there is (a warning, not a failure),
         # and a ROCm/XPU build installed anyway is a failure.

@@ -223,7 +223,7 @@ def check_amd_intel(facts: Facts) -> Check:
     if not facts.other_gpus:
         return Check("rocm-xpu", SKIP, "no AMD or Intel GPU found (rocminfo, xpu-smi, sycl-ls, lspci)", group="Devices")
     status, message, fix, source = accel.verdict(facts)
-    return Check("rocm-xpu", status, message, fix, "Devices", source)
+    return Check("rocm-xpu", status, message, fix, "Devices", source)  # status: pass, warn, fail or skip
 
 
 def check_bf16(facts: Facts) -> Check:

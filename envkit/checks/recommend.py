@@ -87,5 +87,5 @@ def shipped_recommendation(facts: Facts) -> tuple[str, str | None]:
             return "rocm", None
         if planned.backend == "xpu":
             return "xpu", None
-        return "cpu", f"{accel.describe(facts)}: {planned.why.split(': ', 1)[-1]}; using the cpu profile"
+        return "cpu", None  # a GPU torch cannot use (an integrated one, most often): the CPU is this machine's device
     return "cpu", None
