@@ -221,7 +221,7 @@ def _arch_check(facts: Facts, rt: dict) -> Check | None:
 def check_amd_intel(facts: Facts) -> Check:
     """AMD (ROCm) and Intel (XPU) GPUs: the GPU, the build setup plans, the installed build's fit."""
     if not facts.other_gpus:
-        return Check("rocm-xpu", SKIP, "no AMD or Intel GPU found (rocminfo, xpu-smi, sycl-ls, lspci)", group="Devices")
+        return Check("rocm-xpu", SKIP, "no AMD or Intel GPU found (amd-smi, rocminfo, xpu-smi, sycl-ls, lspci)", group="Devices")
     status, message, fix, source = accel.verdict(facts)
     return Check("rocm-xpu", status, message, fix, "Devices", source)  # status: pass, warn, fail or skip
 
