@@ -27,3 +27,10 @@ class EnvkitError(Exception):
         from envkit.redact import strip_userinfo
 
         return strip_userinfo(f"envkit: error: {text}")  # an index URL named in an error keeps no password
+
+
+class NoBuildError(EnvkitError):
+    """No torch build fits this machine (its driver, its GPU): a fact about the machine, not bad
+    input, so the exit code is 1 like a failed doctor check. Raised before anything changes."""
+
+    exit_code = 1

@@ -9,6 +9,8 @@ URL layout (``base = http://127.0.0.1:PORT``):
   {base}/slow/simple/<project>/     answers after `slow_seconds`
   {base}/tampered/simple/<project>/ like json, plus torch 2.7.1+cpu whose file is served with one byte changed
   {base}/stall/simple/<project>/    like json, plus torch 2.7.2+cpu whose file takes `stall_seconds` to arrive
+  {base}/whl/<group>/<project>/      HTML, the wheels of group <group> (download.pytorch.org/whl/cu126/torch/,
+                                    group "nightly/cu130" for /whl/nightly/cu130/torch/)
   {base}/files/<wheel>              the wheels
 """
 
@@ -140,6 +142,8 @@ class LocalIndex:
                     return self._file(parts[1])
                 if len(parts) == 3 and parts[1] == "simple":
                     return self._project(parts[0], parts[2])
+                if len(parts) in (3, 4) and parts[0] == "whl":  # download.pytorch.org: /whl/[nightly/]<build>/<project>/
+                    return self._project("html", parts[-1], index.wheels.get("/".join(parts[1:-1]), []))
                 self._send(404, "text/plain", b"not found")
 
             def do_HEAD(self):  # uv asks for a file's size before downloading it
@@ -169,13 +173,14 @@ class LocalIndex:
                             return self._send(200, "application/octet-stream", body)
                 self._send(404, "text/plain", b"no such file")
 
-            def _project(self, mode, project):
+            def _project(self, mode, project, group=None):
                 if mode == "garbage":
                     return self._send(200, "text/html", b"\x00\x9f\x92 definitely not a simple index }{")
                 if mode == "slow":
                     time.sleep(index.slow_seconds)
                     mode = "json"
-                group = index.wheels[mode if mode in ("broken", "tampered", "stall") else "good"]
+                if group is None:
+                    group = index.wheels[mode if mode in ("broken", "tampered", "stall") else "good"]
                 files = [w for w in group if w.name.split("-")[0].lower() == project.replace("-", "_")]
                 if not files:
                     return self._send(404, "text/plain", b"no such project")
@@ -226,3 +231,33 @@ def installed(venv: Path) -> dict[str, str]:
                           "import json; from importlib import metadata as m; print(json.dumps({d.metadata['Name'].lower(): d.version for d in m.distributions()}))"],
                          capture_output=True, text=True, check=True).stdout
     return {k: v for k, v in json.loads(out).items() if k not in ("pip", "setuptools", "wheel")}
+
+
+def fake_cuda_torch(version: str, cuda: str, arch_list: list[str], capability: tuple[int, int],
+                    gpu: str = "NVIDIA GeForce GTX 1080 Ti") -> str:
+    """A fake CUDA build: it sees one GPU of `capability` and reports `arch_list` as the kernels it
+    holds; a CUDA operation fails as a real build does when the GPU's architecture is missing."""
+    return FAKE_TORCH.format(version=version, cuda=cuda) + f'''
+_ARCHS = {arch_list!r}
+_CAP = {capability!r}
+class cuda:
+    @staticmethod
+    def is_available():
+        return True
+    @staticmethod
+    def device_count():
+        return 1
+    @staticmethod
+    def get_arch_list():
+        return list(_ARCHS)
+    @staticmethod
+    def get_device_capability(i=0):
+        return _CAP
+    @staticmethod
+    def get_device_name(i=0):
+        return {gpu!r}
+def ones(n, device="cpu"):
+    if device == "cuda" and "sm_%d%d" % _CAP not in _ARCHS and not any(a.startswith("sm_%d" % _CAP[0]) for a in _ARCHS):
+        raise RuntimeError("CUDA error: no kernel image is available for execution on the device")
+    return _T([[1.0] * n])
+'''

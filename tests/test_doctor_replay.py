@@ -33,7 +33,7 @@ EXPECTED = {
     "m4_base": ("M4", "base", 4, 6, 10, 16, "15.3", "m4", {"mps": "pass"}, 0),
     "m4_pro_nightly": ("M4", "Pro", 10, 4, 20, 48, "15.4.1", "m4-pro", {"mps": "pass", "env-vars": "warn"}, 0),
     "m4_max_tahoe": ("M4", "Max", 12, 4, 40, 128, "26.1", "m4-max", {"mps": "pass", "torch-pairing": "pass"}, 0),
-    "m5_max_unknown": ("M5", "Max", 6, 12, 40, 128, "26.2", "m4-max", {"mps": "pass"}, 0),
+    "m5_max_unknown": ("M5", "Max", 6, 12, 40, 128, "26.2", "m5-max", {"mps": "pass"}, 0),  # known since chips.toml [spec."M5 Max"]
 }
 
 
@@ -82,10 +82,13 @@ def test_macos_floor_fix_names_a_torch_that_still_works():
     assert "envkit setup --torch '<2.5'" in mps.fix
 
 
-def test_unknown_future_chip_gets_nearest_profile_with_warning():
-    d = diagnosis("m5_max_unknown")
-    assert d.profile == "m4-max"
-    assert d.profile_warning and "M5 Max" in d.profile_warning
+def test_m5_max_has_its_own_profile_and_an_unknown_chip_the_nearest():
+    d = diagnosis("m5_max_unknown")  # recorded before envkit knew the M5 family
+    assert d.profile == "m5-max" and not d.profile_warning
+    from envkit.checks.recommend import apple_profile
+
+    name, warning = apple_profile("M6", "Max")  # a chip newer than chips.toml
+    assert name == "m5-max" and "M6 Max" in warning and "nearest" in warning
 
 
 def test_env_var_typo_and_dangerous_values():

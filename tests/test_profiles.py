@@ -13,8 +13,8 @@ from conftest import ROOT, SNAPSHOTS, envkit
 
 SNAPSHOT_FILES = sorted(SNAPSHOTS.glob("*.json"))
 PROFILES_DIR = ROOT / "profiles"
-APPLE_TIERS = [f"m{g}{t}" for g in (1, 2, 3) for t in ("", "-pro", "-max", "-ultra")] + ["m4", "m4-pro", "m4-max"]
-REQUIRED = ["base", "cpu", "cuda", "cuda-hopper", "apple-silicon", "conservative", *APPLE_TIERS]
+APPLE_TIERS = [f"m{g}{t}" for g in (1, 2, 3) for t in ("", "-pro", "-max", "-ultra")] + ["m4", "m4-pro", "m4-max", "m5", "m5-pro", "m5-max"]
+REQUIRED = ["base", "cpu", "cuda", "cuda-hopper", "rocm", "xpu", "apple-silicon", "conservative", *APPLE_TIERS]
 
 
 @pytest.fixture(autouse=True)
@@ -316,8 +316,8 @@ def test_load_profile_unknown_name_raises_envkit_error():
 def test_profile_list_marks_the_recommended_profile(isolated):
     r = envkit("profile", "list", "--replay", str(SNAPSHOTS / "m5_max_unknown.json"), env=isolated["env"], cwd=isolated["work"])
     assert r.returncode == 0, r.stderr
-    assert re.search(r"^\* m4-max\s", r.stdout, re.M)
-    assert "M5 Max" in r.stdout  # the nearest-chip warning
+    assert re.search(r"^\* m5-max\s", r.stdout, re.M)  # the M5 Max has its own profile now
+    assert "nearest" not in r.stdout
     r = envkit("profile", "list", "--json", env=isolated["env"], cwd=isolated["work"])
     d = json.loads(r.stdout)
     assert d["recommended"] == "cpu"  # this Linux machine without a GPU

@@ -145,13 +145,14 @@ def test_replay_plans_for_other_machines(tmp_path):
     assert _replay(tmp_path, "intel_mac", "--torch", "nightly").returncode == 2
 
     plan = json.loads(_replay(tmp_path, "linux_h100").stdout)
-    assert plan["device"] == "cuda" and plan["backend"] == "cu128"  # driver 550: no CUDA 13 (needs 580)
-    assert plan["index_url"] == "https://download.pytorch.org/whl/cu128"
+    # driver 550: no CUDA 13 (needs 580), and stable (2.14) ships no cu128: cu126
+    assert plan["device"] == "cuda" and plan["backend"] == "cu126"
+    assert plan["index_url"] == "https://download.pytorch.org/whl/cu126"
 
     plan = json.loads(_replay(tmp_path, "linux_old_driver").stdout)
     assert plan["backend"] == "cu118" and plan["limit"] == "<2.8"  # driver 470: only CUDA 11.8 builds
     r = _replay(tmp_path, "linux_old_driver", "--torch", "nightly")
-    assert r.returncode == 2 and "driver" in r.stderr and "fix:" in r.stderr
+    assert r.returncode == 1 and "driver" in r.stderr and "fix:" in r.stderr  # the machine, not the input: exit 1
     assert not (tmp_path / ".envkit").exists()
 
 

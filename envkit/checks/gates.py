@@ -77,7 +77,7 @@ def capability_problem(capability: str | None, cuda: str | None) -> str | None:
 
 
 def paired_versions(torch_version: str | None) -> dict[str, str] | None:
-    """{"torchvision": "0.28", "torchaudio": "2.13"} (major.minor) for a torch version."""
+    """{"torchvision": "0.28", "torchaudio": "2.11"} (major.minor) for a torch version."""
     tv = V(torch_version)
     if tv is None:
         return None
@@ -86,6 +86,14 @@ def paired_versions(torch_version: str | None) -> dict[str, str] | None:
     for row in pairing["known"]:
         if row["torch"] == key:
             return {"torchvision": row["torchvision"], "torchaudio": row["torchaudio"]}
-    if tv.major == 2:  # a release newer than the table: the lock-step rule still holds
-        return {"torchvision": f"0.{tv.minor + pairing['torchvision_minor_offset']}", "torchaudio": key}
+    if tv.major == 2:  # a release newer than the table: torchvision's lock-step rule still holds
+        last = V(pairing["torchaudio_last"])
+        audio = pairing["torchaudio_last"] if (tv.major, tv.minor) >= (last.major, last.minor) else key
+        return {"torchvision": f"0.{tv.minor + pairing['torchvision_minor_offset']}", "torchaudio": audio}
     return None
+
+
+def torchaudio_last() -> tuple[str, str]:
+    """torchaudio's last release line ("2.11") and the source."""
+    p = gates()["pairing"]
+    return p["torchaudio_last"], p["torchaudio_source"]

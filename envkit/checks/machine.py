@@ -11,6 +11,7 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import PurePath
 
+from envkit.checks import accel, builds
 from envkit.facts.model import Facts
 from envkit.checks.gates import V, capability_problem, gates, macos_floor_for_mps, min_driver_for_cuda, newest_torch_spec_for_macos, paired_versions
 
@@ -37,7 +38,7 @@ def best_device(facts: Facts) -> str:
     if facts.is_apple_silicon:
         return "mps"
     rt = facts.runtime or {}
-    if facts.gpus or rt.get("cuda_available"):
+    if facts.gpus or rt.get("cuda_available") or accel.rocm_usable(facts):  # ROCm torch answers as "cuda"
         return "cuda"
     return "cpu"
 
@@ -63,13 +64,22 @@ def check_os(facts: Facts) -> Check:
 
 
 def check_python_version(facts: Facts) -> Check:
-    g = gates()["python"]
+    """torch's Python floor rose with its releases (torch_variants.toml: 3.9 up to 2.8, 3.10 from
+    2.9): judged against the installed torch, else against the newest release."""
     pv = V(facts.python.version)
     if pv is None:
         return Check("python-version", WARN, "could not read the Python version", "run `python3 --version`", "Python")
-    if pv < V(g["min"]):
-        return Check("python-version", FAIL, f"Python {pv} is older than {g['min']}, the oldest recent torch supports",
-                     "install Python 3.12 and run `envkit setup --python python3.12`", "Python", g["source"])
+    installed = facts.torch.base_version
+    floor, source = builds.python_floor(installed)
+    newest = builds.releases()[-1]
+    if pv < V(floor):
+        what = f"torch {installed}" if installed else f"torch {newest['torch']}"
+        return Check("python-version", FAIL, f"Python {pv} is older than {floor}, the oldest {what} has wheels for",
+                     "install Python 3.12 and run `envkit setup --python python3.12`", "Python", source)
+    if installed and pv < V(newest["python"]):
+        return Check("python-version", WARN, f"Python {pv} runs torch {installed}, but torch {newest['torch']} needs Python "
+                     f"{newest['python']}+: this environment cannot move past its torch line",
+                     "install Python 3.12 and run `envkit setup --python python3.12`", "Python", source)
     return Check("python-version", PASS, f"{facts.python.implementation or 'Python'} {pv}", group="Python")
 
 
@@ -161,6 +171,9 @@ def check_cuda(facts: Facts) -> Check:
             return Check("cuda", FAIL, f"torch {t.version} is built for CUDA {cuda}, which needs NVIDIA driver {need}+; this driver is {gpu.driver}",
                          f"upgrade the driver to {need}+, or let envkit pick a build this driver runs: `envkit setup --torch stable`",
                          "Devices", "NVIDIA CUDA release notes, table 2")
+    arch = _arch_check(facts, rt)
+    if arch:
+        return arch
     for g in facts.gpus:
         problem = capability_problem(g.compute_capability, cuda)
         if problem:
@@ -175,6 +188,42 @@ def check_cuda(facts: Facts) -> Check:
                      "check `nvidia-smi` works, then `envkit setup --torch stable`", "Devices")
     driver = f", driver {gpu.driver}" if gpu and gpu.driver else ""
     return Check("cuda", PASS, f"{names}{driver}; torch built for CUDA {cuda or '?'}" + _gate_note(facts), group="Devices")
+
+
+def _arch_check(facts: Facts, rt: dict) -> Check | None:
+    """A GPU the installed build holds no kernels for: judged by torch's own get_arch_list() when
+    torch ran, else by the build table (torch_variants.toml). "no kernel image is available"."""
+    t = facts.torch
+    arch_list = rt.get("arch_list") if rt.get("ok") else None
+    build = builds.build_of(t.version, t.local)
+    for g in facts.gpus:
+        sm = builds.sm_name(g.compute_capability)
+        if arch_list is not None:
+            have, ptx = builds.parse_arch_list(arch_list)
+            if builds.arch_list_runs(have, ptx, g.compute_capability) is not False:
+                continue
+            message = (f"{g.name} ({sm}) is not in torch.cuda.get_arch_list() of torch {t.version} "
+                       f"({', '.join(arch_list)}): every CUDA operation fails with 'no kernel image is available'")
+        elif build is not None and builds.runs_on(build, g.compute_capability) is False:
+            message = (f"{g.name} ({sm}) has no kernels in torch {t.version}: the {build.backend} build holds {build.arch_text()}"
+                       + _gate_note(facts))
+        else:
+            continue
+        fit = builds.newest_fit(g.compute_capability, g.driver)
+        if fit:
+            message += f"; torch {fit[0]}'s {fit[1]} build holds {sm} and runs on this driver"
+        fix = (f"`envkit setup --torch stable` installs a build that holds {sm} (torch {fit[0]}, {fit[1]} for this GPU and driver)"
+               if fit else "no published build runs this GPU: build torch from source with TORCH_CUDA_ARCH_LIST")
+        return Check("cuda", FAIL, message, fix, "Devices", build.source if build else "torch.cuda.get_arch_list()")
+    return None
+
+
+def check_amd_intel(facts: Facts) -> Check:
+    """AMD (ROCm) and Intel (XPU) GPUs: the GPU, the build setup plans, the installed build's fit."""
+    if not facts.other_gpus:
+        return Check("rocm-xpu", SKIP, "no AMD or Intel GPU found (amd-smi, rocminfo, xpu-smi, sycl-ls, lspci)", group="Devices")
+    status, message, fix, source = accel.verdict(facts)
+    return Check("rocm-xpu", status, message, fix, "Devices", source)  # status: pass, warn, fail or skip
 
 
 def check_bf16(facts: Facts) -> Check:
@@ -198,16 +247,22 @@ def check_bf16(facts: Facts) -> Check:
         if facts.chip.family in g["emulated_families"]:
             return Check("bf16", PASS, f"bf16 works but is emulated on {facts.chip.family}: no speed-up over fp32 (the {facts.chip.family.lower()} profiles train in fp32)", group="Devices", source=g["source"])
         return Check("bf16", PASS, f"bf16 supported on MPS (macOS {macos}, torch {t.base_version})" + _gate_note(facts), group="Devices")
+    if device == "cuda" and not facts.gpus and facts.amd_gpus:
+        return Check("bf16", SKIP, "ROCm: torch.cuda.is_bf16_supported() answers True on every AMD GPU and envkit has no per-gfx table; "
+                     "training.precision auto lets the trainer decide", group="Devices")
     if device == "cuda":
         g = gates()["bf16"]["cuda"]
+        # Compute capability first: is_bf16_supported() also answers True where bf16 is only
+        # emulated (T4, V100), which trains slower than fp16 (gates.toml [bf16.cuda]).
+        ccs = [V(gpu.compute_capability) for gpu in facts.gpus if gpu.compute_capability]
+        if ccs and min(ccs) < V(g["min_compute_capability"]):
+            said = " (torch.cuda.is_bf16_supported() says True: it counts emulation)" if rt.get("ok") and rt.get("cuda_bf16") else ""
+            return Check("bf16", WARN, f"compute capability {min(ccs)} < {g['min_compute_capability']}: no bf16 tensor cores, bf16 is emulated{said}",
+                         "train with precision fp16 (GradScaler is used on CUDA)", "Devices", g["source"])
         if rt.get("ok") and "cuda_bf16" in rt:
             if rt["cuda_bf16"]:
                 return Check("bf16", PASS, "bf16 supported on CUDA (torch.cuda.is_bf16_supported())", group="Devices")
             return Check("bf16", WARN, "this GPU has no bf16 support", "train with precision fp16 (GradScaler is used on CUDA)", "Devices", g["source"])
-        ccs = [V(gpu.compute_capability) for gpu in facts.gpus if gpu.compute_capability]
-        if ccs and min(ccs) < V(g["min_compute_capability"]):
-            return Check("bf16", WARN, f"compute capability {min(ccs)} < {g['min_compute_capability']}: no bf16 tensor cores",
-                         "train with precision fp16 (GradScaler is used on CUDA)", "Devices", g["source"])
         return Check("bf16", PASS, "bf16 supported (compute capability 8.0+)" + _gate_note(facts), group="Devices")
     return Check("bf16", SKIP, "CPU training uses fp32 by default", group="Devices")
 
@@ -265,7 +320,12 @@ def check_env_vars(facts: Facts) -> Check:
     known = set(g["known"])
     env = facts.env
     problems, fixes = [], []
+    not_read = g.get("not_read", {})
     for name, value in env.items():
+        if name in not_read:
+            problems.append(f"{name} is set, but PyTorch never reads it: it changes nothing ({not_read[name]})")
+            fixes.append(f"unset {name}")
+            continue
         if name.startswith("PYTORCH_") and name not in known:
             close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.85)
             if close:
@@ -344,7 +404,7 @@ def _sh(value: str) -> str:
 
 
 ALL_CHECKS = (check_os, check_python_version, check_python_arch, check_torch, check_pairing, check_mps, check_cuda,
-              check_bf16, check_compile, check_env_vars, check_openmp)
+              check_amd_intel, check_bf16, check_compile, check_env_vars, check_openmp)
 
 
 def run_checks(facts: Facts) -> list[Check]:

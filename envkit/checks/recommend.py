@@ -75,4 +75,17 @@ def shipped_recommendation(facts: Facts) -> tuple[str, str | None]:
         if ccs and min(ccs) >= 9.0:
             return "cuda-hopper", None
         return "cuda", None
+    if facts.other_gpus:  # AMD (ROCm) or Intel (XPU): the build setup plans decides
+        from envkit.checks import accel
+        from envkit.errors import EnvkitError
+
+        try:
+            planned = accel.pick(facts, None, "stable")
+        except EnvkitError as exc:
+            return "cpu", f"{accel.describe(facts)}: {exc.message}; using the cpu profile"
+        if planned.backend.startswith("rocm"):
+            return "rocm", None
+        if planned.backend == "xpu":
+            return "xpu", None
+        return "cpu", None  # a GPU torch cannot use (an integrated one, most often): the CPU is this machine's device
     return "cpu", None

@@ -35,9 +35,12 @@ def collect(runner: Runner, *, runtime: bool = True, gpu_detail: bool = True, so
     elif system == "Linux":
         os_info, chip, memory = _linux(runner)
         gpus = _nvidia(runner)
+        other_gpus, rocm_version = _amd_intel(runner, skip=bool(gpus))
     else:
         os_info, chip, memory, gpus = OSInfo(system=system or "unknown"), ChipInfo(), None, _nvidia(runner)
 
+    if system != "Linux":
+        other_gpus, rocm_version = [], None
     if system == "Darwin" and python.machine == "arm64" and chip.arm64_hardware is None:
         chip.arm64_hardware = True  # an arm64 process runs only on arm64 hardware
         chip.vendor = chip.vendor or "apple"
@@ -61,7 +64,8 @@ def collect(runner: Runner, *, runtime: bool = True, gpu_detail: bool = True, so
             torch.cuda = parse.torch_version_info(rt["torch_version"])["cuda"]
         elif system == "Linux":
             torch.cuda = parse.cuda_from_requirements(interp.get("torch_cuda_requires") or [])
-    facts = Facts(os=os_info, python=python, chip=chip, memory_bytes=memory, gpus=gpus, torch=torch,
+    facts = Facts(os=os_info, python=python, chip=chip, memory_bytes=memory, gpus=gpus, other_gpus=other_gpus,
+                  rocm_version=rocm_version, torch=torch,
                   packages=packages, env=runner.environ(), openmp_libs=list(interp.get("openmp_libs") or []),
                   runtime=rt, source=source)
     _merge_runtime_gpus(facts)
@@ -139,6 +143,31 @@ def _nvidia(runner: Runner) -> list[GPUInfo]:
     return gpus
 
 
+def _amd_intel(runner: Runner, skip: bool) -> tuple[list[GPUInfo], str | None]:
+    """AMD GPUs from rocminfo, Intel GPUs from xpu-smi, else sycl-ls; lspci names either where
+    no GPU tool is installed. Skipped on an NVIDIA machine (one accelerator kind per machine is
+    what setup plans for; nvidia-smi answered first)."""
+    if skip:
+        return [], None
+    from envkit.facts import accel_parse as ap
+
+    # amd-smi is ROCm's current tool (rocm-smi's successor); rocminfo ships with every ROCm install
+    amd = [GPUInfo(name=g["name"] or g["arch"], vendor="amd", arch=g["arch"], driver=g["driver"])
+           for g in ap.parse_amd_smi_static(_out(runner, ["amd-smi", "static", "--asic", "--driver"], timeout=20))]
+    if not amd:
+        amd = [GPUInfo(name=g["name"], vendor="amd", arch=g["arch"]) for g in ap.parse_rocminfo(_out(runner, ["rocminfo"], timeout=20))]
+    rocm = ap.parse_rocm_version(runner.read("/opt/rocm/.info/version"))
+    intel = [GPUInfo(name=g["name"], vendor="intel", arch=g["arch"], driver=g["driver"])
+             for g in ap.parse_xpu_smi_discovery(_out(runner, ["xpu-smi", "discovery"], timeout=20))]
+    if not intel:
+        intel = [GPUInfo(name=g["name"], vendor="intel", driver=g["driver"])
+                 for g in ap.parse_sycl_ls(_out(runner, ["sycl-ls"], timeout=20))]
+    if not amd and not intel:
+        for g in ap.parse_lspci(_out(runner, ["lspci", "-nn"])):
+            (amd if g["vendor"] == "amd" else intel).append(GPUInfo(name=g["name"], vendor=g["vendor"], arch=g["arch"] if g["vendor"] == "intel" else None))
+    return amd + intel, rocm
+
+
 def _merge_runtime_gpus(facts: Facts) -> None:
     """Where nvidia-smi is missing (containers often lack it) torch's own view fills the list."""
     rt = facts.runtime or {}
@@ -162,7 +191,10 @@ def machine_label(facts: Facts) -> str:
         parts.append(re.sub(r"\s+", " ", c.name))
     bits = []
     if c.perf_cores is not None:
-        bits.append(f"{c.perf_cores}P+{c.efficiency_cores or 0}E")
+        # hw.perflevel0/1 are "super" and "performance" cores on an M5 Pro/Max (chips.toml [spec])
+        spec = chips_data().get("spec", {}).get(f"{c.family} {c.tier}" if c.tier not in (None, "base") else str(c.family), {})
+        first, second = ("S", "P") if any("S+" in v for v in spec.get("cpu", [])) else ("P", "E")
+        bits.append(f"{c.perf_cores}{first}+{c.efficiency_cores or 0}{second}")
     elif c.cores:
         bits.append(f"{c.cores} cores")
     if c.gpu_cores:
@@ -174,5 +206,7 @@ def machine_label(facts: Facts) -> str:
     for g in facts.gpus:
         mem = f" {g.memory_bytes / 2**30:.0f} GB" if g.memory_bytes else ""
         parts.append(f"+ {g.name}{mem}")
+    for g in facts.other_gpus:
+        parts.append(f"+ {g.name}" + (f" ({g.arch})" if g.vendor == "amd" and g.arch else ""))
     os_name = f"{facts.os.name or facts.os.system} {facts.os.version or ''}".strip()
     return " ".join(parts) + (", " if parts else "") + os_name

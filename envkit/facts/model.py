@@ -50,6 +50,7 @@ class GPUInfo:
     memory_bytes: int | None = None
     driver: str | None = None
     compute_capability: str | None = None  # "9.0"
+    arch: str | None = None  # AMD: the gfx target ("gfx1100"); Intel: the PCI device id ("0x56a0")
 
 
 @dataclass
@@ -67,7 +68,9 @@ class Facts:
     python: PythonInfo
     chip: ChipInfo
     memory_bytes: int | None = None
-    gpus: list[GPUInfo] = field(default_factory=list)
+    gpus: list[GPUInfo] = field(default_factory=list)  # NVIDIA (CUDA) GPUs
+    other_gpus: list[GPUInfo] = field(default_factory=list)  # AMD (ROCm) and Intel (XPU) GPUs
+    rocm_version: str | None = None  # /opt/rocm/.info/version, where ROCm is installed
     torch: TorchInfo = field(default_factory=TorchInfo)
     packages: dict[str, str | None] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
@@ -82,6 +85,14 @@ class Facts:
     @property
     def is_apple_silicon(self) -> bool:
         return self.is_macos and (self.chip.vendor == "apple" or bool(self.chip.arm64_hardware))
+
+    @property
+    def amd_gpus(self) -> list[GPUInfo]:
+        return [g for g in self.other_gpus if g.vendor == "amd"]
+
+    @property
+    def intel_gpus(self) -> list[GPUInfo]:
+        return [g for g in self.other_gpus if g.vendor == "intel"]
 
     @property
     def memory_gb(self) -> float | None:

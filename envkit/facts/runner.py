@@ -58,6 +58,8 @@ try:
 except Exception:
     out["cudnn_version"] = None
 out["openmp"] = bool(torch.backends.openmp.is_available())
+xpu = getattr(torch, "xpu", None)
+out["xpu_available"] = bool(xpu is not None and xpu.is_available())
 out["num_threads"] = torch.get_num_threads()
 print("ENVKIT_RUNTIME " + json.dumps(out))
 """

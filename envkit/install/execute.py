@@ -129,11 +129,29 @@ try:
     assert float((x @ x.T).sum()) == 83.0
     out["torch"] = torch.__version__
     out["cuda"] = torch.version.cuda
-    if device == "cuda":
+    out["hip"] = getattr(torch.version, "hip", None)
+    if device == "xpu":
+        xpu = getattr(torch, "xpu", None)
+        if xpu is None or not xpu.is_available():
+            out["problems"].append("torch.xpu.is_available() is False: this build does not see the Intel GPU")
+        else:
+            float(torch.ones(4, device="xpu").sum())
+    elif device == "cuda":
         if not torch.cuda.is_available():
             out["problems"].append("torch.cuda.is_available() is False: this build does not see the GPU")
         else:
-            float(torch.ones(4, device="cuda").sum())
+            # envkit judges these (a kernel-less GPU fails the op below with a worse message)
+            out["arch_list"] = list(torch.cuda.get_arch_list())
+            out["gpus"] = [{"name": torch.cuda.get_device_name(i),
+                            "capability": "%d.%d" % tuple(torch.cuda.get_device_capability(i))}
+                           for i in range(torch.cuda.device_count())]
+            if out["hip"]:  # ROCm: the gfx target, which get_arch_list() names
+                for i, g in enumerate(out["gpus"]):
+                    g["gfx"] = str(getattr(torch.cuda.get_device_properties(i), "gcnArchName", "") or "")
+            try:
+                float(torch.ones(4, device="cuda").sum())
+            except Exception as exc:
+                out["problems"].append("a CUDA operation failed: %s" % (str(exc).splitlines() or [type(exc).__name__])[0][:300])
     elif device == "mps":
         mps = getattr(torch.backends, "mps", None)
         if mps is None or not mps.is_available():
@@ -150,7 +168,8 @@ print("ENVKIT_VERIFY " + json.dumps(out))
 
 
 def verify(python: str, versions: dict[str, str], device: str, timeout: float = 300) -> dict:
-    """Run inside the target: the installed versions are the planned ones, torch imports, the device works."""
+    """Run inside the target: the installed versions are the planned ones, torch imports, the device
+    works, and on CUDA every GPU's architecture is among the build's kernels (or PTX it can JIT)."""
     try:
         proc = subprocess.run([python, "-c", _VERIFY, json.dumps(versions), device], capture_output=True, text=True,
                               timeout=timeout)
@@ -158,7 +177,18 @@ def verify(python: str, versions: dict[str, str], device: str, timeout: float = 
         return {"ok": False, "problems": [f"verification hung for more than {timeout:g} s"]}
     for line in proc.stdout.splitlines():
         if line.startswith("ENVKIT_VERIFY "):
-            return json.loads(line[len("ENVKIT_VERIFY "):])
+            out = json.loads(line[len("ENVKIT_VERIFY "):])
+            # a ROCm build lists gfx targets, not sm_XY: its fit is judged by checks/accel.py
+            if out.get("hip"):
+                from envkit.checks.accel import gfx_problems
+
+                problems = gfx_problems(out.get("arch_list"), out.get("gpus") or [])
+            else:
+                problems = arch_problems(out.get("arch_list"), out.get("gpus") or [])
+            if problems:
+                out["problems"] = problems + [p for p in out["problems"] if "no kernel image" not in p]
+                out["ok"] = False
+            return out
     last = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
     return {"ok": False, "problems": [f"the verification process crashed: {last}"]}
 
@@ -173,3 +203,20 @@ def which_uv() -> str | None:
         return found
     beside = Path(sys.executable).parent / ("uv.exe" if os.name == "nt" else "uv")
     return str(beside) if beside.is_file() and os.access(beside, os.X_OK) else None
+
+
+def arch_problems(arch_list: list[str] | None, gpus: list[dict]) -> list[str]:
+    """A GPU whose architecture the installed build holds no kernels (nor PTX) for: "no kernel
+    image is available for execution on the device" at the first operation."""
+    from envkit.checks import builds
+
+    if arch_list is None:
+        return []
+    sm, ptx = builds.parse_arch_list(arch_list)
+    out = []
+    for g in gpus:
+        if builds.arch_list_runs(sm, ptx, g.get("capability")) is False:
+            out.append(f"{g.get('name')} ({builds.sm_name(g.get('capability'))}) is not in this build's "
+                       f"torch.cuda.get_arch_list() ({', '.join(arch_list)}): every CUDA operation would fail with "
+                       "'no kernel image is available'")
+    return out

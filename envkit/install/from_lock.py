@@ -18,7 +18,10 @@ def rebuild_from_lock(lock, lock_path: Path, facts, profile, venv: Path, base_py
     from envkit.install import execute, interp, lockfile
     from envkit.install.plan import index_args, venv_command
 
-    device = "mps" if facts.is_apple_silicon else "cuda" if facts.gpus else "cpu"
+    from envkit.checks import accel
+
+    device = ("mps" if facts.is_apple_silicon else "cuda" if facts.gpus or accel.rocm_usable(facts)
+              else "xpu" if any(accel.xpu_supported(g) for g in facts.intel_gpus) else "cpu")
     here = lockfile.platform_of(facts, device=device)
     diffs = lockfile.platform_differences(lock.platform, here)
     if diffs:

@@ -259,10 +259,13 @@ def drift_report(path: Path, facts) -> dict:
 
 
 def platform_of(facts, device: str | None = None, backend: str | None = None) -> dict:
+    other = list(getattr(facts, "other_gpus", None) or [])  # AMD/Intel GPUs (facts from before them have none)
+    if device == "cuda" and not facts.gpus and any(g.vendor == "amd" for g in other):
+        device = "rocm"  # torch calls a ROCm GPU "cuda", but a ROCm lock cannot rebuild on an NVIDIA box
     py = facts.python.version or ""
     d = {"system": facts.os.system, "os": facts.os.name, "os_version": facts.os.version, "arch": facts.python.machine,
          "python": py, "python_minor": ".".join(py.split(".")[:2]) if py else None,
          "implementation": (facts.python.implementation or "").lower() or None, "chip": facts.chip.name,
-         "gpus": [g.name for g in facts.gpus] or None, "driver": facts.gpus[0].driver if facts.gpus else None,
+         "gpus": [g.name for g in list(facts.gpus) + other] or None, "driver": facts.gpus[0].driver if facts.gpus else None,
          "device": device, "backend": backend}
     return {k: v for k, v in d.items() if v is not None}

@@ -13,6 +13,10 @@ from envkit.install import index
 from envkit.install.variants import Choice, Request
 
 
+class NoMatchingTorch(EnvkitError):
+    """The index answered, and holds no torch for this request (not: the index is unreachable)."""
+
+
 @dataclass
 class Resolved:
     torch: index.Candidate
@@ -34,8 +38,17 @@ def select(cands: list[index.Candidate], request: Request, choice: Choice, tags:
     """The newest torch wheel the request, the gates and the target's tags allow. Pure."""
     ok = [c for c in cands if not c.yanked and c.fits(tags, python_version) and request.admits(c.version)
           and (choice.local is None or c.version.local == choice.local)
+          and _build_label_fits(c.version.local, choice)
           and (not str(choice.limit) or choice.limit.contains(Version(c.version.public), prereleases=True))]
     return max(ok, key=lambda c: (c.version, _tag_rank(c, tags)), default=None)
+
+
+def _build_label_fits(local: str | None, choice: Choice) -> bool:
+    """On a CUDA machine a wheel labelled for another CUDA build (+cu132 where cu126 was chosen, on
+    a mirror holding several) is not the build the driver and GPU were judged for."""
+    if choice.device != "cuda" or not local or not local.startswith("cu"):
+        return True
+    return local == choice.backend
 
 
 def select_companion(cands: list[index.Candidate], name: str, torch: index.Candidate, tags: frozenset,
@@ -49,7 +62,9 @@ def select_companion(cands: list[index.Candidate], name: str, torch: index.Candi
             continue
         if pair and f"{c.version.major}.{c.version.minor}" != pair:
             continue
-        if tv.is_devrelease != c.version.is_devrelease or (not tv.is_prerelease and c.version.is_prerelease):
+        if name == "torchaudio" and pair == gates.torchaudio_last()[0] and not c.version.is_prerelease:
+            pass  # its last release pairs with every later torch, nightlies included (gates.toml)
+        elif tv.is_devrelease != c.version.is_devrelease or (not tv.is_prerelease and c.version.is_prerelease):
             continue
         ok.append(c)
     return max(ok, key=lambda c: (c.version, _tag_rank(c, tags)), default=None)
@@ -107,7 +122,7 @@ def resolve(choice: Choice, request: Request, tags: frozenset, python_version: s
         return _fallback(choice, request, tags, python_version, companions, pip_python, exc, list(extras))
     pick = select(cands, request, choice, tags, python_version)
     if pick is None:
-        raise EnvkitError(f"the index {choice.index_url} has no torch matching {_want(request, choice)}: "
+        raise NoMatchingTorch(f"the index {choice.index_url} has no torch matching {_want(request, choice)}: "
                           + _describe(cands, tags, python_version, request),
                           fix="ask for another --torch, or point --index-url at an index that has it")
     res = Resolved(torch=pick, index_url=choice.index_url, sources=[choice.index_url])

@@ -70,7 +70,7 @@ def run_setup(opts: SetupOptions, ui) -> Installed | None:
     from envkit.install import plan as planmod
     from envkit.install.variants import choose
 
-    choice = choose(facts, request, override, override_why)
+    choice = choose(facts, request, override, override_why, companions)
     venv_python = venv_python_of(venv)
     create = not Path(venv_python).exists()
     notes: list[str] = []
@@ -92,9 +92,18 @@ def run_setup(opts: SetupOptions, ui) -> Installed | None:
             target = interp.probe(venv_python if not create else base_python, dists=not create)
             tags, pyver = target.tags, target.version
             installed = target.installed if not create else {}
-        resolved = resolve.resolve(choice, request, frozenset(tags), pyver, companions, explicit_index=bool(override),
-                                   extras=[] if no_numpy else list(DEFAULT_EXTRAS),
-                                   pip_python=base_python)
+        missing: dict[str, str] = {}
+        while True:  # the table says a build exists; its index page may disagree (a build withdrawn, a late release)
+            try:
+                resolved = resolve.resolve(choice, request, frozenset(tags), pyver, companions, explicit_index=bool(override),
+                                           extras=[] if no_numpy else list(DEFAULT_EXTRAS),
+                                           pip_python=base_python)
+                break
+            except resolve.NoMatchingTorch as exc:
+                if override or choice.device != "cuda" or choice.backend in missing:
+                    raise
+                missing[choice.backend] = f"{choice.backend}: {choice.index_url} holds no torch {request.text} for this Python"
+                choice = choose(facts, request, override, override_why, companions, missing)
         versions, index_used, sources = resolved.versions(), resolved.index_url, resolved.sources
         notes += resolved.notes
     if index_used is None and installer == "uv":

@@ -6,20 +6,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from envkit.checks import gates
-from envkit.errors import EnvkitError
+from envkit.checks import builds, gates
+from envkit.errors import EnvkitError, NoBuildError
 from envkit.facts.model import Facts
-from envkit.resources import data_file, load_toml
 
 
-@lru_cache(maxsize=1)
 def variants_data() -> dict:
-    return load_toml(data_file("torch_variants.toml"))
+    return builds.table()
 
 
 @dataclass(frozen=True)
@@ -106,30 +103,20 @@ class Choice:
 
 
 def index_for(backend: str, channel: str) -> str:
+    """PyTorch's index of one build: BASE/cu126, BASE/nightly/cu130. BASE is ENVKIT_PYTORCH_INDEX
+    when set (a mirror laid out like download.pytorch.org/whl), else the table's."""
+    import os
+
     d = variants_data()["index"]
     if backend == "pypi":
         return d["pypi"]
     sub = d[channel]
-    return "/".join(p for p in (d["base"], sub, backend) if p)
+    base = os.environ.get("ENVKIT_PYTORCH_INDEX", "").rstrip("/") or d["base"]
+    return "/".join(p for p in (base, sub, backend) if p)
 
 
 def cuda_of(backend: str) -> str | None:
-    m = re.fullmatch(r"cu(\d+)(\d)", backend)
-    return f"{m.group(1)}.{m.group(2)}" if m else None
-
-
-def _releases() -> list[tuple[Version, list[str]]]:
-    return [(Version(r["torch"]), list(r["cuda"])) for r in variants_data()["release"]]
-
-
-def _release_row(version: Version | None) -> tuple[Version, list[str], bool]:
-    """The CUDA variants of a release line; (row version, variants, assumed from the newest row)."""
-    rows = _releases()
-    if version is not None:
-        for v, cudas in rows:
-            if (v.major, v.minor) == (version.major, version.minor):
-                return v, cudas, False
-    return rows[-1][0], rows[-1][1], True
+    return builds.cuda_of(backend)
 
 
 def _spec_pins_minor(request: Request) -> Version | None:
@@ -145,28 +132,41 @@ def _spec_pins_minor(request: Request) -> Version | None:
     return None
 
 
-def _cuda_fits(backend: str, facts: Facts) -> str | None:
+def _build_problem(build: builds.Build, facts: Facts) -> str | None:
     """Why this CUDA build cannot run on this machine's GPUs and driver, or None."""
-    cuda = cuda_of(backend)
-    need = gates.min_driver_for_cuda(cuda)
+    need = gates.min_driver_for_cuda(build.cuda)
     for g in facts.gpus:
         if need and g.driver and gates.V(g.driver) and gates.V(g.driver) < gates.V(need):
-            return f"{backend} needs NVIDIA driver {need} or newer (this one is {g.driver})"
-        problem = gates.capability_problem(g.compute_capability, cuda)
-        if problem:
-            return f"{backend}: {problem}"
+            return f"{build.backend} needs NVIDIA driver {need} or newer (this one is {g.driver})"
+        if builds.runs_on(build, g.compute_capability) is False:
+            return f"{build.backend} holds no kernels for {g.name} ({builds.sm_name(g.compute_capability)}): it holds {build.arch_text()}"
     return None
 
 
-def choose(facts: Facts, request: Request, index_override: str | None = None, override_why: str = "") -> Choice:
-    """The build and index for this machine. Raises EnvkitError when no torch fits (with the fix)."""
+def _driver_short(build: builds.Build, facts: Facts) -> bool:
+    need = gates.min_driver_for_cuda(build.cuda)
+    return any(need and g.driver and gates.V(g.driver) and gates.V(g.driver) < gates.V(need) for g in facts.gpus)
+
+
+def _arch_fits(build: builds.Build, facts: Facts) -> bool:
+    return all(builds.runs_on(build, g.compute_capability) is not False for g in facts.gpus)
+
+
+def choose(facts: Facts, request: Request, index_override: str | None = None, override_why: str = "",
+           companions: tuple[str, ...] | list[str] = (), missing: dict[str, str] | None = None) -> Choice:
+    """The build and index for this machine. Raises EnvkitError when no torch fits (with the fix).
+    `missing`: builds whose index page was read and holds no torch for this request ({backend: why}),
+    skipped like builds the table says do not exist."""
     channel = request.channel
     if facts.is_macos:
         choice = _macos(facts, request, channel)
     elif facts.gpus:
-        choice = _cuda(facts, request, channel)
+        choice = _cuda(facts, request, channel, tuple(companions), dict(missing or {}))
+    elif facts.other_gpus:
+        choice = _amd_intel(facts, request, channel)
     else:
         choice = _cpu(facts, request, channel)
+    _python_floor(facts, request, choice)
     if index_override:
         choice.notes.append(f"index {choice.index_url} replaced by {index_override} ({override_why})")
         choice.index_url, choice.index_why = index_override, override_why
@@ -239,37 +239,147 @@ def _cpu(facts: Facts, request: Request, channel: str) -> Choice:
     return choice
 
 
-def _cuda(facts: Facts, request: Request, channel: str) -> Choice:
+def _cuda(facts: Facts, request: Request, channel: str, companions: tuple[str, ...] = (),
+          missing: dict[str, str] | None = None) -> Choice:
+    """The newest CUDA build that (a) exists for the requested release or today's nightlies,
+    (b) runs on this driver, (c) holds kernels for this GPU (torch_variants.toml)."""
     gpu = facts.gpus[0]
     desc = f"{gpu.name}, driver {gpu.driver or 'unknown'}, compute capability {gpu.compute_capability or 'unknown'}"
+    pinned = _spec_pins_minor(request)
     if channel == "nightly":
-        cudas, row, assumed = list(variants_data()["nightly"]["cuda"]), None, False
+        row, assumed, what = builds.nightly_row(), False, "the newest nightly builds"
     else:
-        row, cudas, assumed = _release_row(_spec_pins_minor(request))
+        row, assumed = builds.release_row(pinned)
+        if pinned is None and channel == "stable":
+            row = _newest_row_for_python(facts) or row  # stable on Python 3.9: 2.8's builds, not 2.14's
+            assumed = False
+        what = f"torch {row['torch']}" if not assumed or pinned is None else f"torch {pinned.major}.{pinned.minor}"
+    candidates = builds.cuda_builds(row)
+    published = ", ".join(b.backend for b in candidates)
     why_not = []
-    for backend in reversed(cudas):
-        problem = _cuda_fits(backend, facts)
+    audio = _torchaudio_builds(row, channel) if "torchaudio" in companions else None
+    missing = missing or {}
+    for build in reversed(candidates):
+        problem = _build_problem(build, facts) or missing.get(build.backend)
+        if problem is None and audio is not None and build.backend not in audio:
+            last, _ = gates.torchaudio_last()
+            why_not.append(f"{build.backend}: torchaudio {last}, its last release, has no {build.backend} build")
+            continue
         if problem is None:
-            choice = Choice(device="cuda", backend=backend, channel=channel, index_url=index_for(backend, channel),
-                            index_why=f"PyTorch's {backend} index: the newest CUDA build this GPU and driver run ({desc})")
-            if assumed:
-                choice.notes.append(f"torch variants newer than {row} are assumed to match {row}'s ({', '.join(cudas)})")
+            choice = Choice(device="cuda", backend=build.backend, channel=channel, index_url=index_for(build.backend, channel),
+                            index_why=f"PyTorch's {build.backend} index: the newest build of {what} ({published}) this GPU and driver run ({desc})")
+            if assumed and pinned is not None:
+                choice.notes.append(f"torch {pinned.major}.{pinned.minor} is newer than envkit's build table (checked "
+                                    f"{builds.table()['checked']}): assumed to have torch {row['torch']}'s builds ({published})")
             if why_not:
                 choice.notes.append("newer builds skipped: " + "; ".join(why_not))
+            if audio is not None:
+                last, source = gates.torchaudio_last()
+                choice.notes.append(f"torchaudio {last} is its last release and pairs with torch {last} and later ({source})")
             return choice
         why_not.append(problem)
-    # No variant of this release fits: an older release line may (stable/range requests only).
-    if channel == "stable" and _spec_pins_minor(request) is None:
-        for v, older in reversed(_releases()):
-            for backend in reversed(older):
-                if _cuda_fits(backend, facts) is None:
+    if audio is not None and any(_build_problem(b, facts) is None for b in candidates):
+        last, source = gates.torchaudio_last()
+        raise EnvkitError(f"torchaudio has no release after {last}, and torchaudio {last} has no build of {what} this machine runs "
+                          f"(it exists for {', '.join(sorted(audio))}; {source})",
+                          where="--with", fix=f"drop torchaudio from --with (torchcodec replaces its I/O), or ask for --torch {last}")
+    # No build of this release fits: an older release line may (stable/range requests only).
+    if channel == "stable" and pinned is None:
+        for older in reversed(builds.releases()):
+            for build in reversed(builds.cuda_builds(older)):
+                if _build_problem(build, facts) is None:
+                    v = Version(older["torch"])
                     nxt = f"{v.major}.{v.minor + 1}"
-                    choice = Choice(device="cuda", backend=backend, channel=channel, index_url=index_for(backend, channel),
-                                    index_why=f"PyTorch's {backend} index: the newest CUDA build this GPU and driver run ({desc})",
+                    choice = Choice(device="cuda", backend=build.backend, channel=channel, index_url=index_for(build.backend, channel),
+                                    index_why=f"PyTorch's {build.backend} index: the newest CUDA build this GPU and driver run ({desc})",
                                     limit=SpecifierSet(f"<{nxt}"),
                                     limit_why=[f"torch {nxt}+ has no CUDA build for this machine: " + "; ".join(why_not)])
-                    choice.notes.append(f"torch stays below {nxt}: newer releases need a newer driver ({'; '.join(why_not)})")
+                    choice.notes.append(f"torch stays below {nxt}: newer releases have no build for this machine ({'; '.join(why_not)})")
                     return choice
-    need = gates.min_driver_for_cuda(cuda_of(cudas[0])) if cudas else None
-    raise EnvkitError(f"no CUDA build of torch {request.text} runs on this machine ({desc}): " + "; ".join(why_not),
-                      fix=f"update the NVIDIA driver to {need} or newer" if need else "update the NVIDIA driver")
+    if any(b.backend in missing and _build_problem(b, facts) is None for b in candidates):
+        raise EnvkitError(f"no build of {what} this machine runs holds torch {request.text} on PyTorch's index: "
+                          + "; ".join(why_not), fix="ask for another --torch, or point --index-url at an index that has it")
+    subject = what if channel == "nightly" else f"the builds of {what} ({published})"
+    raise _no_build(subject, candidates, facts, why_not, channel)
+
+
+def _torchaudio_builds(row: dict, channel: str) -> set[str] | None:
+    """The CUDA builds torchaudio exists for beside this release, or None when it pairs release
+    for release (up to its last release, which pairs with every later torch: gates.toml)."""
+    last, _ = gates.torchaudio_last()
+    lv, rv = Version(last), Version(row.get("torch", "99.0"))
+    if channel != "nightly" and (rv.major, rv.minor) < (lv.major, lv.minor):
+        return None
+    last_row, _ = builds.release_row(last)
+    return {b.backend for b in builds.cuda_builds(last_row)}
+
+
+def _newest_row_for_python(facts: Facts) -> dict | None:
+    pv = gates.V(facts.python.version)
+    fits = [r for r in builds.releases() if pv is None or pv >= gates.V(r["python"])]
+    return fits[-1] if fits else None
+
+
+def _python_floor(facts: Facts, request: Request, choice: Choice) -> None:
+    """torch's wheels start at a Python that rose with the releases (3.9 up to 2.8, 3.10 from 2.9):
+    a pinned release this Python cannot run is refused; stable stays within the releases it can."""
+    pv = gates.V(facts.python.version)
+    if pv is None or facts.is_macos and not facts.is_apple_silicon:
+        return
+    pinned = _spec_pins_minor(request)
+    if pinned is not None or request.kind == "nightly":
+        floor, source = builds.python_floor(pinned)
+        if pv < gates.V(floor):
+            what = f"torch {request.text}" if pinned is not None else "torch nightly"
+            raise EnvkitError(f"{what} has wheels for Python {floor} and newer only; this Python is {facts.python.version} ({source})",
+                              where="--torch", fix=f"pass --python with a Python {floor} or newer (e.g. --python python3.12)")
+        return
+    if request.kind != "stable":
+        return
+    fits = [r for r in builds.releases() if pv >= gates.V(r["python"])]
+    newest = builds.releases()[-1]
+    if fits and fits[-1] is not newest:
+        v = Version(fits[-1]["torch"])
+        nxt = f"{v.major}.{v.minor + 1}"
+        choice.limit = SpecifierSet(",".join(x for x in (str(choice.limit), f"<{nxt}") if x))
+        choice.limit_why.append(f"torch {nxt}+ has wheels for Python {builds.python_floor(nxt)[0]}+ only; this Python is {facts.python.version}")
+
+
+def _no_build(what: str, candidates: list, facts: Facts, why_not: list[str], channel: str) -> NoBuildError:
+    """One line naming the constraint (the driver, or the GPU's architecture) and the fix."""
+    gpu = facts.gpus[0]
+    newest_fit = None
+    for row in reversed(builds.releases()):
+        if any(_build_problem(b, facts) is None for b in builds.cuda_builds(row)):
+            newest_fit = row["torch"]
+            break
+    older = "`--torch stable`" if channel != "stable" else (f"`--torch {newest_fit}`" if newest_fit else "an older `--torch`")
+    arch_ok = [b for b in candidates if _arch_fits(b, facts)]
+    if arch_ok and all(_driver_short(b, facts) for b in arch_ok):
+        oldest = arch_ok[0]
+        need = gates.min_driver_for_cuda(oldest.cuda)
+        if len(arch_ok) < len(candidates):
+            what = f"{what.split(' (')[0]} with kernels for {builds.sm_name(gpu.compute_capability)} ({', '.join(b.backend for b in arch_ok)})"
+        return NoBuildError(f"{what} need driver {need} or newer (CUDA {oldest.cuda}); this machine has {gpu.driver}",
+                            fix=f"upgrade the driver, or use {older}")
+    fix = f"use `--torch {newest_fit}` (the newest release with a build for this GPU)" if newest_fit else "use a newer GPU"
+    return NoBuildError(f"{what} hold no kernels for {gpu.name} ({builds.sm_name(gpu.compute_capability)}): " + "; ".join(why_not),
+                        fix=fix)
+
+
+def _amd_intel(facts: Facts, request: Request, channel: str) -> Choice:
+    """AMD (ROCm) and Intel (XPU) GPUs: envkit/checks/accel.py picks the build from
+    envkit/data/accelerators.toml; a GPU no build runs gets the CPU index with the reason."""
+    from envkit.checks import accel
+
+    pinned = _spec_pins_minor(request)
+    pick = accel.pick(facts, f"{pinned.major}.{pinned.minor}" if pinned else None, channel)
+    if pick.backend == "cpu":
+        choice = _cpu(facts, request, channel)
+        choice.index_why, choice.notes = pick.why, pick.notes + choice.notes
+        return choice
+    choice = Choice(device=pick.device, backend=pick.backend, channel=channel, index_url=index_for(pick.backend, channel),
+                    index_why=pick.why, notes=list(pick.notes))
+    if pick.limit:
+        choice.limit, choice.limit_why = SpecifierSet(pick.limit), [pick.notes[-1] if pick.notes else pick.why]
+    return choice

@@ -53,7 +53,8 @@ def mac(*, version, build, brand, p, e, mem_gb, gpu_model, gpu_cores, py_machine
     return snap
 
 
-def linux(*, os_release, cpu_model, vendor_id, cores, mem_kb, smi, torch, runtime=None, packages=None, env=None, omp=None):
+def linux(*, os_release, cpu_model, vendor_id, cores, mem_kb, smi, torch, runtime=None, packages=None, env=None, omp=None,
+          python="3.11.9"):
     cpuinfo = "".join(
         f"processor\t: {i}\nvendor_id\t: {vendor_id}\nmodel name\t: {cpu_model}\nphysical id\t: 0\ncore id\t\t: {i}\n\n"
         for i in range(cores))
@@ -63,7 +64,7 @@ def linux(*, os_release, cpu_model, vendor_id, cores, mem_kb, smi, torch, runtim
     pk = {"torch": torch, "torchvision": None, "torchaudio": None, "numpy": "2.2.6"}
     pk.update(packages or {})
     snap = {"envkit_snapshot": 1, "system": "Linux",
-            "python": {"version": "3.11.9", "implementation": "CPython", "machine": "x86_64",
+            "python": {"version": python, "implementation": "CPython", "machine": "x86_64",
                        "executable": "~/proj/.venv/bin/python", "in_venv": True},
             "commands": cmds,
             "files": {"/etc/os-release": os_release, "/proc/cpuinfo": cpuinfo,
@@ -129,7 +130,7 @@ SNAPSHOTS = {
                           env={"PYTORCH_ENABLE_MPS_FALLBACK": "1", "PYTORCH_MPS_HIGH_WATERMARK_RATIO": "0.0"}),
     "m4_max_tahoe": mac(version="26.1", build="25B78", brand="Apple M4 Max", p=12, e=4, mem_gb=128,
                         gpu_model="Apple M4 Max", gpu_cores=40, torch="2.13.0",
-                        extra_packages={"torchvision": "0.28.0", "torchaudio": "2.13.0"},
+                        extra_packages={"torchvision": "0.28.0", "torchaudio": "2.11.0"},  # torchaudio's last release
                         env={"PYTORCH_ENABLE_MPS_FALLBACK": "1"}),
     # M5 Max (exelban/stats#3047: 6 super + 12 performance cores, 40 GPU cores): not in envkit's tables.
     "m5_max_unknown": mac(version="26.2", build="25C56", brand="Apple M5 Max", p=6, e=12, mem_gb=128,
@@ -159,6 +160,28 @@ SNAPSHOTS = {
     "linux_rtx5090_cu126": linux(os_release=UBUNTU, cpu_model="AMD Ryzen 9 9950X 16-Core Processor", vendor_id="AuthenticAMD",
                                  cores=16, mem_kb=98000000, smi="NVIDIA GeForce RTX 5090, 32607, 570.133.07, 12.0\n",
                                  torch="2.7.0+cu126"),
+    # GTX 1080 Ti (Pascal sm_61) on a 580 driver with a cu128 build of 2.8: "no kernel image is
+    # available" (pytorch#157517, Whisper-WebUI#653). The runtime recorded torch's own arch list.
+    "linux_gtx1080ti_cu128": linux(os_release=UBUNTU, cpu_model="Intel(R) Core(TM) i7-8700K CPU @ 3.70GHz", vendor_id="GenuineIntel",
+                                   cores=6, mem_kb=32768000, smi="NVIDIA GeForce GTX 1080 Ti, 11264, 580.95.05, 6.1\n",
+                                   torch="2.8.0+cu128",
+                                   runtime={"ok": True, "torch_version": "2.8.0+cu128", "mps_built": False, "mps_available": False,
+                                            "cuda_built": True, "cuda_version": "12.8", "cuda_available": True, "device_count": 1,
+                                            "devices": [{"name": "NVIDIA GeForce GTX 1080 Ti", "capability": "6.1", "memory_bytes": 11711807488}],
+                                            "cuda_bf16": False, "cudnn_version": 91002,
+                                            "arch_list": ["sm_70", "sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"]}),
+    # H100 PCIe on a 570 driver (CUDA 12.8), torch not yet installed: 2.12+ ship no cu128 build.
+    "linux_h100_driver570": linux(os_release=UBUNTU, cpu_model="AMD EPYC 9454 48-Core Processor", vendor_id="AuthenticAMD", cores=16,
+                                  mem_kb=1056698368, smi="NVIDIA H100 PCIe, 81559, 570.86.15, 9.0\n", torch=None),
+    # A T4 (Turing sm_75, no bf16 tensor cores) on Python 3.9 with torch 2.8: torch.cuda.is_bf16_supported()
+    # answers True there (emulated: pytorch PR #148322; a real T4 in MakazhanAlpamys/Soup#387), and torch 2.9+ has no Python 3.9 wheels.
+    "linux_t4_py39": linux(os_release=UBUNTU, cpu_model="Intel(R) Xeon(R) CPU @ 2.20GHz", vendor_id="GenuineIntel", cores=4,
+                           mem_kb=15360000, smi="Tesla T4, 15360, 535.104.05, 7.5\n", torch="2.8.0+cu126", python="3.9.18",
+                           runtime={"ok": True, "torch_version": "2.8.0+cu126", "mps_built": False, "mps_available": False,
+                                    "cuda_built": True, "cuda_version": "12.6", "cuda_available": True, "device_count": 1,
+                                    "devices": [{"name": "Tesla T4", "capability": "7.5", "memory_bytes": 15828320256}],
+                                    "cuda_bf16": True, "cudnn_version": 91002,
+                                    "arch_list": ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]}),
     # No GPU, torchvision from another torch release.
     "linux_no_gpu": linux(os_release='PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nNAME="Debian GNU/Linux"\nVERSION_ID="12"\n',
                           cpu_model="Intel(R) Xeon(R) Processor", vendor_id="GenuineIntel", cores=2, mem_kb=24600000,
