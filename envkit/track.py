@@ -13,19 +13,21 @@ import os
 import time
 
 RUN_DIR_VAR = "ENVKIT_RUN_DIR"
+_calls = 0  # the step of a call that gives none: `envkit plot` draws against steps
 
 
 def log(step: int | None = None, loss: float | None = None, **metrics) -> None:
     """Append {step, loss, time, **metrics} to $ENVKIT_RUN_DIR/metrics.jsonl; a no-op without it.
+    Without `step`, calls are numbered 1, 2, 3, ...
     Values that are not numbers or strings (a tensor) are turned into floats where they can be."""
     run_dir = os.environ.get(RUN_DIR_VAR)
     if not run_dir:
         return
     if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 speaks for the run
         return
-    row = {"time": round(time.time(), 3)}
-    if step is not None:
-        row["step"] = int(step)
+    global _calls
+    _calls += 1
+    row = {"step": _calls if step is None else int(step), "time": round(time.time(), 3)}
     if loss is not None:
         row["loss"] = _number(loss)
     row.update({str(k): _number(v) for k, v in metrics.items()})
