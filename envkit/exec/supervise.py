@@ -125,7 +125,8 @@ class Supervisor:
     # ---------------------------------------------------------------- one attempt
     def _attempt(self, n: int) -> tuple[int, str, dict | None]:
         self.proc = proc = subprocess.Popen(self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                            stdin=None if self.opts.echo else subprocess.DEVNULL, process_group=0)
+                                            stdin=None if self.opts.echo else subprocess.DEVNULL,
+                                            start_new_session=True)  # its own group (pgid = pid): signals reach torchrun's workers too
         self.beat.last_output_at = time.time()
         self.beat.beat(status="running", attempt=n, child_pid=proc.pid, pgid=proc.pid)
         caff = caffeinate_command(proc.pid, platform.system(), self.opts.caffeinate)
