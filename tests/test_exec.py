@@ -27,11 +27,19 @@ def _env(tmp_path: Path, **extra) -> dict:
     return env
 
 
-def _exec(tmp_path, *args, env_extra=None, timeout=120):
-    env = _env(tmp_path, **(env_extra or {}))
-    full = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    return envkit(*args, env={**{k: v for k, v in full.items() if not k.startswith(("PYTORCH_", "ENVKIT_"))}, **env},
-                  cwd=tmp_path, timeout=timeout)
+def _clean_environ(tmp_path, **extra) -> dict:
+    """The caller's shell without envkit's, PyTorch's and the profile's variables (a CI runner may
+    export OMP_NUM_THREADS), plus _env's."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTORCH_", "ENVKIT_")) and k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    env.update(_env(tmp_path), PYTHONUNBUFFERED="1", ENVKIT_CONFIG_DIR=str(tmp_path / "no-user-profiles"))
+    env.update(extra)
+    return env
+
+
+def _exec(tmp_path, *args, env_extra=None, timeout=120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "envkit", *args], capture_output=True, text=True, cwd=tmp_path, timeout=timeout,
+                          env=_clean_environ(tmp_path, **(env_extra or {})))
 
 
 def _script(tmp_path: Path, name: str, body: str) -> Path:
@@ -201,8 +209,7 @@ def test_stop_sends_sigint_to_a_detached_run(tmp_path):
 
 def test_a_signal_to_foreground_exec_reaches_the_command(tmp_path):
     _script(tmp_path, "slow.py", SLOW)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTORCH_", "ENVKIT_"))}
-    env.update(_env(tmp_path), PYTHONUNBUFFERED="1")
+    env = _clean_environ(tmp_path)
     proc = subprocess.Popen([sys.executable, "-m", "envkit", "exec", "--profile", "cpu", "--restart-on-failure", "2", "--",
                              "python", "slow.py", "600"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -250,13 +257,13 @@ def test_restarts_stop_after_the_limit(tmp_path):
 
 def test_a_silent_command_is_recorded_as_stalled_and_stopped(tmp_path):
     _script(tmp_path, "hang.py", "import time\nprint('loading data', flush=True)\ntime.sleep(600)\n")
-    r = _exec(tmp_path, "exec", "--profile", "cpu", "--stall-timeout", "1s", "--grace", "2", "--", "python", "hang.py")
+    r = _exec(tmp_path, "exec", "--profile", "cpu", "--stall-timeout", "3s", "--grace", "2", "--", "python", "hang.py")
     assert r.returncode != 0
     run = _only_run(tmp_path, "hang")
     s = _summary(run)
     assert s["status"] == "stalled"
     stall = s["attempts"][0]["stall"]
-    assert stall["quiet_seconds"] >= 1 and "loading data" in stall["last_lines"]
+    assert stall["quiet_seconds"] >= 3 and "loading data" in stall["last_lines"]
     assert "recorded as stalled" in (run / "train.log").read_text()
 
 

@@ -35,7 +35,7 @@ def torchrun_argv(argv: list[str], nproc: int, nodes, python: str) -> list[str]:
     return head + ["--no-python", *argv]
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.command("exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--profile", "profile_name", help="Profile (default: as `envkit env`: the managed env's, else the recommended or tuned one).")
 @click.option("--name", help="Run name: runs/NAME/<run-id>/ (default: the script's name).")
 @click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False), help="Where run folders go.")
