@@ -31,9 +31,11 @@ def log(step: int | None = None, loss: float | None = None, **metrics) -> None:
     if loss is not None:
         row["loss"] = _number(loss)
     row.update({str(k): _number(v) for k, v in metrics.items()})
-    # one write of one line in append mode: lines from one process never interleave
-    with open(os.path.join(run_dir, "metrics.jsonl"), "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(row) + "\n")
+    try:  # one write of one line in append mode: lines from one process never interleave
+        with open(os.path.join(run_dir, "metrics.jsonl"), "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row) + "\n")
+    except OSError:
+        pass  # the run folder went away: a curve is never worth a crashed training run
 
 
 def _number(value):

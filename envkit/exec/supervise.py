@@ -124,9 +124,13 @@ class Supervisor:
 
     # ---------------------------------------------------------------- one attempt
     def _attempt(self, n: int) -> tuple[int, str, dict | None]:
-        self.proc = proc = subprocess.Popen(self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                            stdin=None if self.opts.echo else subprocess.DEVNULL,
-                                            start_new_session=True)  # its own group (pgid = pid): signals reach torchrun's workers too
+        try:
+            self.proc = proc = subprocess.Popen(self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                stdin=None if self.opts.echo else subprocess.DEVNULL,
+                                                start_new_session=True)  # its own group (pgid = pid): signals reach torchrun's workers too
+        except OSError as exc:  # found when checked, gone or not executable now
+            self._note(f"could not start {self.argv[0]}: {exc.strerror or exc}")
+            return 127, "not started", None
         self.beat.last_output_at = time.time()
         self.beat.beat(status="running", attempt=n, child_pid=proc.pid, pgid=proc.pid)
         caff = caffeinate_command(proc.pid, platform.system(), self.opts.caffeinate)
@@ -163,8 +167,11 @@ class Supervisor:
                 break
             self.beat.last_output_at = time.time()
             if self.opts.echo:
-                terminal.buffer.write(chunk)
-                terminal.buffer.flush()
+                try:
+                    terminal.buffer.write(chunk)
+                    terminal.buffer.flush()
+                except (OSError, ValueError):  # envkit's output went away (`| head`): train.log still gets it all
+                    self.opts.echo = False
             with self._log_lock:
                 self._log.write(chunk)
             partial += chunk
