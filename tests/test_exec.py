@@ -314,16 +314,23 @@ def test_torchrun_with_two_cpu_processes(tmp_path):
     assert rows == [{**rows[0], "step": 1, "loss": 0.0}] and len(rows) == 1  # rank 0 alone logs
 
 
-def test_a_torch_other_than_the_one_setup_installed_is_reported(tmp_path):
+def test_the_managed_env_comes_first_and_a_swapped_torch_is_reported(tmp_path):
     home = tmp_path / ".envkit"
-    home.mkdir()
-    (home / "state.json").write_text(json.dumps({"profile": "cpu", "python": sys.executable, "venv": str(Path(sys.executable).parent.parent),
-                                                 "torch": "1.0.0"}))
-    args = ("exec", "--", "python", "-c", "pass")
+    (home / "venv" / "bin").mkdir(parents=True)
+    venv_python = home / "venv" / "bin" / "python"
+    venv_python.symlink_to(sys.executable)  # the managed venv's interpreter, not on the caller's PATH
+    (home / "state.json").write_text(json.dumps({"profile": "cpu", "venv": str(home / "venv"), "torch": "1.0.0"}))
+    (tmp_path / "envkit.lock").write_text("# the project's lock\n")
+    args = ("exec", "--", "python", "-c", "import sys; print('exe=' + sys.executable)")
     r = _exec(tmp_path, *args, env_extra={"ENVKIT_HOME": str(home)})
     assert r.returncode == 0, r.stderr
-    line = [ln for ln in r.stderr.splitlines() if "envkit setup installed 1.0.0" in ln]
-    assert len(line) == 1 and "fix:" in line[0]
+    assert f"exe={venv_python}" in r.stdout
+    # this bare venv holds no torch at all, where setup installed 1.0.0
+    line = [ln for ln in r.stderr.splitlines() if "torch is no longer installed in the managed env (setup installed 1.0.0)" in ln]
+    assert len(line) == 1 and "fix: `envkit setup`" in line[0]
+    env = json.loads((_only_run(tmp_path, "python") / "environment.json").read_text())
+    assert env["profile"] == "cpu" and env["venv"] == str(home / "venv")
+    assert env["lock"]["sha256"] == __import__("hashlib").sha256(b"# the project's lock\n").hexdigest()
     r = _exec(tmp_path, "exec", "--no-check", "--", "python", "-c", "pass", env_extra={"ENVKIT_HOME": str(home)})
     assert "1.0.0" not in r.stderr
 
