@@ -21,6 +21,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("envkit.commands.env:env", "Print or write the profile's environment for your shell."),
     "run": ("envkit.commands.train:run", "Train with the embedded reference trainer from a train.yaml."),
     "validate": ("envkit.commands.train:validate", "Check a train.yaml without running it."),
+    "exec": ("envkit.commands.exec:exec_", "Run your own training command in the managed env, with a run folder, heartbeat and restarts."),
+    "stop": ("envkit.commands.exec:stop", "Stop a running `envkit exec` run: SIGINT, then SIGTERM after a grace period."),
     "init": ("envkit.commands.init:init", "Write a ready train.yaml from a template."),
     "runs": ("envkit.commands.runs:runs", "A table of training runs with status, steps and best val loss."),
     "monitor": ("envkit.commands.monitor:monitor", "Live view of a run from its heartbeat and metrics."),

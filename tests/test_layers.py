@@ -1,6 +1,6 @@
 """The package's shape, read from the source with `ast` (nothing is imported): no import circles,
 and no stage importing a later one. The pipeline is
-    facts -> checks -> profiles -> install -> selftest | train -> bench -> tune -> commands (cli)
+    facts -> checks -> profiles -> install -> selftest | train -> exec -> bench -> tune -> commands (cli)
 with the shared helpers (errors, redact, console, resources, fsutil) below every stage. Inside
 train/: run -> data | recovery | watching -> user_code. An import inside a function counts too: a
 late import is still a dependency."""
@@ -17,9 +17,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "envkit"
 STAGE_ORDER = {
     # stage: rank; a module may import its own stage and any lower rank
     "base": 0, "facts": 1, "checks": 2, "profiles": 3, "install": 4, "selftest": 5, "train": 5,
-    "bench": 6, "tune": 7, "commands": 8, "cli": 9,
+    "exec": 6, "bench": 7, "tune": 8, "commands": 9, "cli": 10,
 }
-BASE = {"errors", "redact", "console", "resources", "fsutil", "__init__", "data"}
+BASE = {"errors", "redact", "console", "resources", "fsutil", "__init__", "data", "track"}
 TRAIN_ORDER = {"user_code": 0, "data": 1, "recovery": 1, "watching": 1, "run": 2}
 
 

@@ -40,7 +40,6 @@ def env(profile_name: str | None, shell: str | None, replay: str | None, write_d
     from envkit.profiles import load_profile
 
     facts = None
-    warning = None
     managed = find_managed() if not replay else None
     if replay:
         from envkit.facts import gather
@@ -49,15 +48,9 @@ def env(profile_name: str | None, shell: str | None, replay: str | None, write_d
             facts = gather(replay, runtime=False)
         except FileNotFoundError:
             raise EnvkitError("no such snapshot", where=replay, fix="ls tests/snapshots/")
-    if profile_name in (None, "auto"):
-        if managed and managed.profile and profile_name is None:
-            profile_name = managed.profile
-        else:
-            from envkit.facts import gather
-            from envkit.checks.recommend import recommend_profile
+    from envkit.exec.environment import resolve_profile_name  # one rule for env and exec
 
-            facts = facts or gather(runtime=False, gpu_detail=False)
-            profile_name, warning = recommend_profile(facts)
+    profile_name, warning, facts = resolve_profile_name(profile_name, managed, facts)
     if warning:
         click.echo(f"envkit: warning: {warning}", err=True)
     p = load_profile(profile_name, facts=facts)

@@ -9,6 +9,9 @@ import click
 
 from envkit.train.watching.runs_state import read_metrics, resolve_run, run_state
 
+QUIET_HINT_SECONDS = 120  # an exec run whose command printed nothing and logged no metric for this long
+
+
 def _fmt(x, spec=".4f"):
     return "-" if x is None else format(x, spec)
 
@@ -23,6 +26,8 @@ def _line(s: dict) -> str:
         parts.append(f"ETA {fmt_duration(s['eta_seconds'])}")
     if s.get("age_seconds") is not None and s["status"] in ("running", "stalled", "dead"):
         parts.append(f"heartbeat {fmt_duration(s['age_seconds'])} ago")
+    if s["status"] in ("running", "stalled") and (s.get("quiet_seconds") or 0) >= QUIET_HINT_SECONDS:
+        parts.append(f"no output for {s['quiet_seconds'] / 60:.0f} minutes")
     device = _device_line(s.get("latest") or {})
     return " | ".join(parts) + (f" | {device}" if device else "")
 
@@ -118,7 +123,8 @@ def _rich_view(s: dict, rows: list[dict]):
 
     head = Text(f"{s['experiment']}/{s['run']}  {s['status']}  step {s['step'] if s['step'] is not None else '-'}/{s['max_steps'] or '-'}"
                 f"  loss {_fmt(s.get('loss'))}  best val {_fmt(s.get('best_val_loss'))}"
-                + (f"  ETA {fmt_duration(s['eta_seconds'])}" if s.get("eta_seconds") is not None else ""),
+                + (f"  ETA {fmt_duration(s['eta_seconds'])}" if s.get("eta_seconds") is not None else "")
+                + (f"  no output for {s['quiet_seconds'] / 60:.0f} minutes" if (s.get("quiet_seconds") or 0) >= QUIET_HINT_SECONDS else ""),
                 style={"running": "bold green", "stalled": "bold yellow", "dead": "bold red"}.get(s["status"] or "", "bold"))
     t = Table("step", "loss", "rate", "util", "mem GiB", "data wait", box=None, padding=(0, 1))
     for r in [r for r in rows if "loss" in r][-8:]:

@@ -51,6 +51,8 @@ def run_state(run_dir: Path, now: float | None = None) -> dict:
            "eta_seconds": beat.get("eta_seconds"), "best_val_loss": None}
     age = now - beat["updated_at"] if isinstance(beat.get("updated_at"), (int, float)) else None
     out["age_seconds"] = age
+    if isinstance(beat.get("last_output_at"), (int, float)):  # exec runs: when the command last printed or logged
+        out["quiet_seconds"] = now - max(beat["last_output_at"], beat.get("last_metric_at") or 0)
     rows = read_metrics(run_dir)
     _device_state(out, run_dir, rows, beat, summary)
     if summary and (not beat or summary.get("updated_at", 0) >= beat.get("updated_at", 0) - 1):
@@ -85,6 +87,8 @@ def _device_state(out: dict, run_dir: Path, rows: list[dict], beat: dict, summar
     train = [r for r in rows if "loss" in r]
     latest = {k: train[-1][k] for k in ("step", "dt_ms", "tokens_per_second", "samples_per_second", *DEVICE_KEYS)
               if train and k in train[-1]}
+    if not latest and isinstance(beat.get("device"), dict):  # an exec run: the sample envkit took from outside
+        latest = {k: beat["device"][k] for k in DEVICE_KEYS if k in beat["device"]}
     out["latest"] = latest
     utils = [r["device_util_pct"] for r in train if isinstance(r.get("device_util_pct"), (int, float))]
     out["avg_device_util_pct"] = (summary or {}).get("avg_device_util_pct") or (round(sum(utils) / len(utils), 1) if utils else None)

@@ -36,6 +36,10 @@ class RunWatch:
             from envkit.train.watching.device_sampler import DeviceSampler
 
             self.sampler = DeviceSampler(device_type, device, interval=float(L["device_seconds"]), local_devices=local_devices).start()
+        from envkit.train.watching.cpu_fallback import FallbackCounter
+
+        self.fallbacks = FallbackCounter()  # operators PyTorch ran on the CPU (MPS fallback warnings)
+        self._unwatch = self.fallbacks.watch_warnings() if enabled else (lambda: None)
         if telemetry is not None and enabled:
             telemetry.extra_fields = self.heartbeat_fields
             telemetry.sinks.append(self.trackers.log)
@@ -86,5 +90,9 @@ class RunWatch:
         if waits:
             out["avg_data_wait_fraction"] = round(sum(waits) / len(waits), 4)
         out["hints"] = list(self._hints.values())
+        self._unwatch()
+        self.fallbacks.add_to(out)
+        if out["cpu_fallbacks"]:
+            self.log(f"hint [cpu-fallback]: {out['hints'][-1]['message']}; try: {out['hints'][-1]['fix']}")
         self.trackers.close()
         return out

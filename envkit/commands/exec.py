@@ -1,0 +1,160 @@
+"""`envkit exec -- COMMAND...`: your own training script inside the managed environment, with a run
+folder, a heartbeat, restarts and a stall watchdog; `envkit stop RUN` ends a (detached) one."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import click
+
+from envkit.errors import EnvkitError
+
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600}
+
+
+def parse_duration(text: str | None, where: str) -> float | None:
+    """'15m' -> 900.0, '90s' / '90' -> 90.0, '2h' -> 7200.0."""
+    if text is None:
+        return None
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    if not m or float(m.group(1)) <= 0:
+        raise EnvkitError(f"{text!r} is not a duration", where=where, fix="e.g. 15m, 90s or 2h")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def torchrun_argv(argv: list[str], nproc: int, nodes, python: str) -> list[str]:
+    """`python [-u] train.py ARGS` -> `python -m torch.distributed.run ... train.py ARGS`;
+    `python -m pkg ARGS` keeps -m (torchrun's --module); any other program runs with --no-python."""
+    head = [python, "-m", "torch.distributed.run", *nodes.torchrun_args(), f"--nproc-per-node={nproc}"]
+    if re.match(r"^python[\d.]*$", Path(argv[0]).name):
+        rest = [a for a in argv[1:] if a not in ("-u",)]  # torchrun's workers run unbuffered under envkit anyway
+        return head + rest
+    return head + ["--no-python", *argv]
+
+
+@click.command("exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--profile", "profile_name", help="Profile (default: as `envkit env`: the managed env's, else the recommended or tuned one).")
+@click.option("--name", help="Run name: runs/NAME/<run-id>/ (default: the script's name).")
+@click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False), help="Where run folders go.")
+@click.option("--detach", is_flag=True, help="Start in the background, print the run folder and PID, return at once.")
+@click.option("--restart-on-failure", "restarts", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Run a command that died again, up to N times (not one that exited 0 or that you stopped).")
+@click.option("--restart-delay", type=click.FloatRange(min=0), default=10.0, show_default=True,
+              help="Seconds before the first restart; doubles each time (at most 5 minutes).")
+@click.option("--stall-timeout", metavar="DURATION", help="No output and no envkit.track metric for this long (15m, 90s): record as stalled, stop (and restart if allowed).")
+@click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True, help="Seconds between SIGINT and SIGTERM when envkit stops the command.")
+@click.option("--no-caffeinate", is_flag=True, help="macOS: let the machine sleep during the run (default: caffeinate -i -s).")
+@click.option("--no-check", is_flag=True, help="Skip the check that the managed env's torch is still the build setup installed.")
+@click.option("--nproc-per-node", type=click.IntRange(min=1), default=1, show_default=True, help="Processes via torchrun (DDP).")
+@click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True, help="Machines taking part (torchrun rendezvous).")
+@click.option("--node-rank", type=click.IntRange(min=0), default=0, show_default=True, help="This machine's rank.")
+@click.option("--rdzv-endpoint", metavar="HOST:PORT", help="Rendezvous address, on node 0 (needed with --nnodes > 1).")
+@click.option("--rdzv-backend", default="static", show_default=True, help="torchrun's rendezvous backend.")
+@click.option("--rdzv-id", help="Rendezvous id shared by all nodes.")
+@click.option("--json", "as_json", is_flag=True, help="Print the run folder, pids and (in the foreground) summary.json as JSON.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def exec_(profile_name, name, runs_dir, detach, restarts, restart_delay, stall_timeout, grace, no_caffeinate, no_check,
+          nproc_per_node, nnodes, node_rank, rdzv_endpoint, rdzv_backend, rdzv_id, as_json, command):
+    """Run your own command inside the managed environment: envkit exec [OPTIONS] -- python train.py ARGS.
+
+    The managed venv's bin/ comes first on PATH and the profile's variables are set (one you
+    exported yourself wins; environment.json records which). Writes runs/NAME/<run-id>/: the
+    command, environment.json, train.log (the output, still shown live), heartbeat.json,
+    metrics.jsonl (from envkit.track.log), summary.json. Exits with the command's exit code."""
+    from envkit.commands.train import _nodes
+    from envkit.exec import environment, rundir
+    from envkit.install.managed import find_managed
+    from envkit.profiles import load_profile
+
+    argv = list(command)
+    stall = parse_duration(stall_timeout, "--stall-timeout")
+    managed = find_managed()
+    pname, warning, facts = environment.resolve_profile_name(profile_name, managed)
+    profile = load_profile(pname, facts=facts)
+    for w in [warning, *profile.warnings]:
+        if w:
+            click.echo(f"envkit: warning: {w}", err=True)
+    xenv = environment.build_environ(profile, managed.venv if managed else None)
+    resolved = environment.find_command(argv, xenv.environ)
+    nodes = _nodes(nnodes, node_rank, rdzv_endpoint, rdzv_backend, rdzv_id, None)
+    versions = _versions(resolved, managed, no_check)
+    launched = argv
+    if nproc_per_node > 1 or nodes.nnodes > 1:
+        python = resolved if re.match(r"^python[\d.]*$", Path(argv[0]).name) else str(managed.python if managed else sys.executable)
+        launched = torchrun_argv(argv, nproc_per_node, nodes, python)
+        if nproc_per_node > 1 and xenv.won.get("OMP_NUM_THREADS", {}).get("by") != "user":
+            from envkit.train.run.launcher import omp_threads_per_process
+
+            xenv.environ["OMP_NUM_THREADS"] = omp_threads_per_process(profile, xenv.environ, nproc_per_node)
+    options = {"restarts": restarts, "restart_delay": restart_delay, "stall_timeout": stall, "grace": grace,
+               "caffeinate": not no_caffeinate, "nproc_per_node": nproc_per_node, "nnodes": nodes.nnodes, "node_rank": nodes.node_rank}
+    # Every check is done: only now is a run folder made.
+    run_dir = rundir.new_run_dir(Path(runs_dir), name or rundir.run_name(argv))
+    rundir.write_start_files(run_dir, command=argv, launched=launched, env=xenv, child_env=xenv.environ, managed=managed,
+                             versions=versions, options=options)
+    env = environment.with_run_dir(xenv.environ, run_dir)
+    if detach:
+        _detach(run_dir, launched, env, as_json)
+        return
+    from envkit.exec.supervise import Options, Supervisor
+
+    click.echo(f"envkit: run {run_dir} (profile {xenv.profile})", err=True)
+    opts = Options(**{k: v for k, v in options.items() if k in Options.__dataclass_fields__})
+    rc = Supervisor(launched, env, run_dir, opts).run()
+    summary = rundir.read_json(run_dir / "summary.json")
+    if as_json:
+        click.echo(json.dumps({"run_dir": str(run_dir), **summary}, indent=2, default=str))
+    else:
+        click.echo(f"envkit: run {run_dir}: {summary.get('status')} (exit code {rc})", err=True)
+    sys.exit(rc)
+
+
+def _versions(resolved: str, managed, no_check: bool) -> dict:
+    """envkit, Python and torch of the interpreter that runs the command; the torch-build check."""
+    from envkit import __version__
+    from envkit.install.interp import probe
+
+    out = {"envkit": __version__, "python": None, "torch": None}
+    python = resolved if re.match(r"^python[\d.]*$", Path(resolved).name) else (str(managed.python) if managed else None)
+    if python:
+        try:
+            t = probe(python, dists=True, timeout=30)
+            out.update(python=t.version, torch=(t.dists.get("torch") or {}).get("version"), interpreter=python)
+        except EnvkitError as exc:
+            click.echo(f"envkit: warning: {exc.message}", err=True)
+    if managed and not no_check:
+        from envkit.exec.torch_check import FIX, check_managed_torch
+
+        line = check_managed_torch(managed)
+        if line:
+            click.echo(f"envkit: warning: {line} (fix: {FIX})", err=True)
+    return out
+
+
+def _detach(run_dir: Path, launched: list[str], env: dict, as_json: bool) -> None:
+    from envkit.exec import detach
+
+    proc = detach.spawn(run_dir, launched, env)
+    child = detach.wait_started(run_dir, proc)
+    if as_json:
+        click.echo(json.dumps({"run_dir": str(run_dir), "pid": child, "envkit_pid": proc.pid}))
+        return
+    click.echo(f"run folder: {run_dir}")
+    click.echo(f"pid: {child} (envkit's supervisor: {proc.pid})")
+    click.echo(f"follow: tail -f {run_dir / 'train.log'}  |  envkit monitor {run_dir}  |  envkit stop {run_dir}", err=True)
+
+
+@click.command()
+@click.argument("run", type=click.Path(), required=False)
+@click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True, help="Seconds after SIGINT before SIGTERM.")
+def stop(run, grace):
+    """Stop a running exec run (default: the newest under ./runs): SIGINT, SIGTERM after --grace seconds."""
+    from envkit.exec import detach
+    from envkit.train.watching.runs_state import resolve_run
+
+    run_dir = resolve_run(run)
+    how = detach.stop(run_dir, grace, say=lambda m: click.echo(m, err=True))
+    click.echo(f"{run_dir}: {how}")

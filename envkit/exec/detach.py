@@ -1,0 +1,108 @@
+"""`envkit exec --detach` and `envkit stop`.
+
+--detach starts envkit's supervisor (`python -m envkit.exec.detach RUN_DIR -- COMMAND...`) in a
+session of its own, so closing the terminal does not end the run (what nohup did in seed 002's
+launcher); it inherits the command's environment already made, reads its options from the run's
+config.json, and writes only to the run folder. The caller waits until the command has a pid
+(a few hundred milliseconds), prints the folder and the pids, and returns."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from envkit.errors import EnvkitError
+from envkit.exec.rundir import read_json
+
+STARTED_TIMEOUT = 30.0
+
+
+def spawn(run_dir: Path, launched: list[str], env: dict) -> subprocess.Popen:
+    log = open(Path(run_dir) / "supervisor.log", "ab")
+    try:
+        return subprocess.Popen([sys.executable, "-m", "envkit.exec.detach", str(run_dir), "--", *launched], env=env,
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, cwd=os.getcwd())
+    finally:
+        log.close()
+
+
+def wait_started(run_dir: Path, proc: subprocess.Popen, timeout: float = STARTED_TIMEOUT) -> int:
+    """The command's pid once the supervisor has started it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        beat = read_json(Path(run_dir) / "heartbeat.json")
+        if beat.get("child_pid"):
+            return beat["child_pid"]
+        if proc.poll() is not None:
+            tail = (Path(run_dir) / "supervisor.log").read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
+            raise EnvkitError(f"the detached run ended before its command started: {tail[0]}", where=str(Path(run_dir) / "supervisor.log"))
+        time.sleep(0.05)
+    raise EnvkitError(f"the detached run did not start its command within {timeout:g} s", where=str(run_dir),
+                      fix=f"see {Path(run_dir) / 'supervisor.log'}; `envkit stop {run_dir}` ends it")
+
+
+def pid_alive(pid) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _wait_gone(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            return True
+        time.sleep(0.1)
+    return not pid_alive(pid)
+
+
+def stop(run_dir: Path, grace: float, say=print) -> str:
+    """SIGINT to the run (envkit's supervisor forwards it to the command's process group), SIGTERM
+    after `grace` seconds, SIGKILL after as many again. Returns how it ended."""
+    summary = read_json(run_dir / "summary.json")
+    beat = read_json(run_dir / "heartbeat.json")
+    if summary.get("status") and summary.get("updated_at", 0) >= beat.get("updated_at", 0) - 1:
+        return f"already {summary['status']}"
+    supervisor, child = beat.get("pid"), beat.get("child_pid")
+    if pid_alive(supervisor):
+        target, send = supervisor, lambda s: os.kill(supervisor, s)
+    elif pid_alive(child):  # envkit's process is gone (killed -9): signal the command's group directly
+        target, send = child, lambda s: os.killpg(child, s)
+    else:
+        raise EnvkitError("no live process for this run", where=str(run_dir), fix="`envkit runs` shows its status")
+    for signum, wait in ((signal.SIGINT, grace), (signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        say(f"sending {signal.Signals(signum).name} to pid {target}")
+        try:
+            send(signum)
+        except ProcessLookupError:
+            break
+        if _wait_gone(target, wait):
+            break
+    # the supervisor writes summary.json as it ends; give it a moment after its command
+    _wait_gone(target, 5.0)
+    return read_json(run_dir / "summary.json").get("status") or "stopped"
+
+
+def main(argv: list[str]) -> int:
+    """The detached supervisor: python -m envkit.exec.detach RUN_DIR -- COMMAND..."""
+    from envkit.exec.supervise import Options, Supervisor
+
+    run_dir = Path(argv[0])
+    command = argv[argv.index("--") + 1:]
+    options = read_json(run_dir / "config.json").get("options") or {}
+    opts = Options(**{k: v for k, v in options.items() if k in Options.__dataclass_fields__}, echo=False)
+    return Supervisor(command, dict(os.environ), run_dir, opts).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

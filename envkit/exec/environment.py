@@ -1,0 +1,93 @@
+"""The environment `envkit exec` gives a command: the same profile `envkit env` would pick, its
+variables (a value the user already exported wins, and the run records which won), the managed
+venv's bin/ first on PATH, and ENVKIT_RUN_DIR for envkit.track."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from envkit.errors import EnvkitError
+from envkit.track import RUN_DIR_VAR
+
+
+def resolve_profile_name(profile_name: str | None, managed, facts=None) -> tuple[str, str | None, object]:
+    """(name, warning, facts) by `envkit env`'s rule: --profile; else the managed env's profile;
+    else the recommended one (this machine's tuned profile when `envkit tune` wrote one)."""
+    warning = None
+    if profile_name in (None, "auto"):
+        if managed and managed.profile and profile_name is None:
+            return managed.profile, None, facts
+        from envkit.checks.recommend import recommend_profile
+        from envkit.facts import gather
+
+        facts = facts or gather(runtime=False, gpu_detail=False)
+        profile_name, warning = recommend_profile(facts)
+    return profile_name, warning, facts
+
+
+@dataclass
+class ExecEnv:
+    environ: dict[str, str]
+    profile: str
+    won: dict[str, dict] = field(default_factory=dict)  # variable -> {"value", "by": profile|user, "profile_value"}
+    venv: str | None = None
+
+
+def build_environ(profile, venv: Path | None, base: dict[str, str] | None = None) -> ExecEnv:
+    """The child's environment: `base` (the calling shell) plus the profile's variables where the
+    shell did not set them; the venv activated (bin/ first on PATH, VIRTUAL_ENV)."""
+    env = dict(os.environ if base is None else base)
+    won = {}
+    for name, value in (getattr(profile, "env", None) or {}).items():
+        if name in env and env[name] != str(value):
+            won[name] = {"value": env[name], "by": "user", "profile_value": str(value)}
+        else:
+            env[name] = str(value)
+            won[name] = {"value": str(value), "by": "profile"}
+    if venv is not None:
+        bin_dir = Path(venv) / ("Scripts" if os.name == "nt" else "bin")
+        env["PATH"] = os.pathsep.join([str(bin_dir), *[p for p in env.get("PATH", "").split(os.pathsep) if p and p != str(bin_dir)]])
+        env["VIRTUAL_ENV"] = str(venv)
+        env.pop("PYTHONHOME", None)
+    env.setdefault("PYTHONUNBUFFERED", "1")  # a Python command's lines reach train.log as they are printed
+    env["PYTHONPATH"] = os.pathsep.join([p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p] + [str(track_path())])
+    return ExecEnv(env, getattr(profile, "name", str(profile)), won, str(venv) if venv else None)
+
+
+def with_run_dir(env: dict[str, str], run_dir: Path) -> dict[str, str]:
+    return {**env, RUN_DIR_VAR: str(Path(run_dir).resolve())}
+
+
+def track_path() -> Path:
+    """A folder holding only a link to envkit, put LAST on the command's PYTHONPATH so that any
+    interpreter can `import envkit.track` without envkit's other dependencies shadowing its own."""
+    pkg = Path(__file__).resolve().parents[1]
+    key = hashlib.sha256(str(pkg).encode()).hexdigest()[:12]
+    base = Path(os.environ.get("ENVKIT_CACHE_DIR") or Path.home() / ".cache" / "envkit") / "track" / key
+    if not (base / "envkit").exists():
+        base.mkdir(parents=True, exist_ok=True)
+        try:
+            (base / "envkit").symlink_to(pkg, target_is_directory=True)
+        except FileExistsError:
+            pass  # a concurrent exec made it
+    return base
+
+
+def find_command(argv: list[str], env: dict[str, str]) -> str:
+    """The program's path as the child will find it (the venv's bin/ first): EnvkitError if none."""
+    if not argv:
+        raise EnvkitError("no command to run", where="envkit exec", fix="put the command after --, e.g. envkit exec -- python train.py")
+    prog = argv[0]
+    if os.sep in prog:
+        if os.path.isfile(prog) and os.access(prog, os.X_OK):
+            return prog
+        raise EnvkitError("not found or not executable", where=prog, fix="check the path (chmod +x for a script)")
+    found = shutil.which(prog, path=env.get("PATH"))
+    if not found:
+        raise EnvkitError(f"command not found: {prog}", where="envkit exec",
+                          fix="check the name; the managed venv's bin/ and your PATH were searched")
+    return found

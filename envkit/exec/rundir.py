@@ -1,0 +1,99 @@
+"""The run folder of an exec run, runs/<name>/<run-id>/, laid out like the trainer's so that
+`envkit runs`, `monitor` and `plot` read both: config.json (what ran, kind "exec"),
+environment.json (redacted: envkit/redact.py), train.log, metrics.jsonl (envkit.track),
+heartbeat.json (from envkit's process) and summary.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+from envkit.errors import EnvkitError
+from envkit.fsutil import atomic_write_text
+from envkit.redact import recorded_env, redact
+
+_PYTHONS = re.compile(r"^(python[\d.]*|pypy[\d.]*|torchrun|accelerate|uv|deepspeed)$")
+
+
+def run_name(argv: list[str]) -> str:
+    """The script's stem: `python -u train.py` -> train, `python -m pkg.train` -> train, `./go.sh` -> go."""
+    args = list(argv)
+    if args and _PYTHONS.match(Path(args[0]).name):
+        rest = args[1:]
+        while rest:
+            a = rest.pop(0)
+            if a == "-m" and rest:
+                return _clean(rest[0].rpartition(".")[2])
+            if a in ("-c",):
+                break
+            if not a.startswith("-"):
+                return _clean(Path(a).stem)
+    return _clean(Path(args[0]).stem) if args else "exec"
+
+
+def _clean(name: str) -> str:
+    return re.sub(r"[^\w.-]+", "-", name).strip("-.") or "exec"
+
+
+def new_run_dir(root: Path, name: str) -> Path:
+    """root/<name>/<timestamp>[-n], created here (exist_ok=False: two runs never share one)."""
+    if not re.fullmatch(r"[\w.-]+", name):
+        raise EnvkitError(f"run name {name!r} may hold letters, digits, '.', '_' and '-' only", where="--name")
+    exp = Path(root) / name
+    base = time.strftime("%Y%m%d-%H%M%S")
+    for i in range(1, 1000):
+        d = exp / (base if i == 1 else f"{base}-{i}")
+        try:
+            d.mkdir(parents=True)
+            return d
+        except FileExistsError:
+            continue
+    raise EnvkitError("could not make a new run folder", where=str(exp))
+
+
+def write_json(path: Path, data: dict) -> None:
+    atomic_write_text(path, json.dumps(redact(data), indent=2, default=str) + "\n")
+
+
+def read_json(path: Path) -> dict:
+    try:
+        data = json.loads(Path(path).read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def write_start_files(run_dir: Path, *, command: list[str], launched: list[str], env, child_env: dict, managed, versions: dict,
+                      options: dict) -> None:
+    """config.json (the command and options) and environment.json (where it ran), before it starts."""
+    write_json(run_dir / "config.json", {
+        "kind": "exec", "name": run_dir.parent.name, "command": command, "launched": launched, "cwd": os.getcwd(),
+        "profile": env.profile, "options": options, "created_at": time.time()})
+    write_json(run_dir / "environment.json", {
+        "created_at": time.time(), "argv": sys.argv, "cwd": os.getcwd(), "command": command,
+        "managed": str(managed.root) if managed else None, "venv": env.venv, "profile": env.profile,
+        # which value each profile variable has and who set it; a user's secret-named variable shows no value
+        "profile_env": {k: ({**v, "value": "***"} if _secret(k) else v) for k, v in env.won.items()},
+        "lock": lock_info(managed), "versions": versions, "environ": recorded_env(child_env)})
+
+
+def _secret(name: str) -> bool:
+    from envkit.redact import is_secret
+
+    return is_secret(name)
+
+
+def lock_info(managed) -> dict | None:
+    """The lock the managed env was built from: its path and sha256 (None without one)."""
+    import hashlib
+
+    path = ((getattr(managed, "state", None) or {}).get("lock")) if managed else None
+    if not path or not Path(path).is_file():
+        path = "envkit.lock" if Path("envkit.lock").is_file() else None
+    if not path:
+        return None
+    return {"path": str(Path(path).resolve()), "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()}

@@ -1,0 +1,47 @@
+"""Curves for your own script: `envkit.track.log(step=..., loss=..., **metrics)`.
+
+Under `envkit exec` each call appends one JSON line to the run's metrics.jsonl (the folder comes
+from ENVKIT_RUN_DIR, which exec sets), so `envkit plot`, `envkit monitor` and the stall watchdog
+see it. Anywhere else it does nothing, so a script keeps working without envkit. Standard library
+only: the script's own interpreter (the managed venv) imports it from envkit's folder or its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+RUN_DIR_VAR = "ENVKIT_RUN_DIR"
+_calls = 0  # the step of a call that gives none: `envkit plot` draws against steps
+
+
+def log(step: int | None = None, loss: float | None = None, **metrics) -> None:
+    """Append {step, loss, time, **metrics} to $ENVKIT_RUN_DIR/metrics.jsonl; a no-op without it.
+    Without `step`, calls are numbered 1, 2, 3, ...
+    Values that are not numbers or strings (a tensor) are turned into floats where they can be."""
+    run_dir = os.environ.get(RUN_DIR_VAR)
+    if not run_dir:
+        return
+    if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 speaks for the run
+        return
+    global _calls
+    _calls += 1
+    row = {"step": _calls if step is None else int(step), "time": round(time.time(), 3)}
+    if loss is not None:
+        row["loss"] = _number(loss)
+    row.update({str(k): _number(v) for k, v in metrics.items()})
+    try:  # one write of one line in append mode: lines from one process never interleave
+        with open(os.path.join(run_dir, "metrics.jsonl"), "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row) + "\n")
+    except OSError:
+        pass  # the run folder went away: a curve is never worth a crashed training run
+
+
+def _number(value):
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return value
+    try:
+        return float(value)  # a 0-d tensor, a numpy scalar
+    except (TypeError, ValueError):
+        return str(value)
