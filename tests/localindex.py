@@ -8,6 +8,11 @@ URL layout (``base = http://127.0.0.1:PORT``):
   {base}/garbage/simple/<project>/  200 with bytes that are no index page
   {base}/slow/simple/<project>/     answers after `slow_seconds`
   {base}/files/<wheel>              the wheels
+  {base}/pypi/simple/<project>/     the "pypi" group like PyPI today: JSON (PEP 691 v1.1, with `size`)
+                                    or HTML, both offering PEP 658 metadata
+  {base}/whl/<build>/<project>/     the <build> group ("cpu", "cu130", ...) like download.pytorch.org:
+                                    HTML with `data-dist-info-metadata`, no sizes
+  {base}/files/<wheel>.metadata     a wheel's METADATA (PEP 658)
 """
 
 from __future__ import annotations
@@ -115,6 +120,29 @@ def build_all(directory: Path) -> dict[str, list[Path]]:
     return {"good": good, "broken": broken}
 
 
+_SHA_CACHE: dict[tuple, str] = {}
+
+
+def file_sha256(path: Path) -> str:
+    """A wheel's sha256, computed once per content (a real torch wheel is ~190 MB)."""
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _SHA_CACHE:
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        _SHA_CACHE[key] = h.hexdigest()
+    return _SHA_CACHE[key]
+
+
+def wheel_metadata(path: Path) -> bytes:
+    """The METADATA file inside a wheel, as PEP 658 serves it."""
+    with zipfile.ZipFile(path) as zf:
+        name = next(n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA"))
+        return zf.read(name)
+
+
 class LocalIndex:
     """Serve the wheels on 127.0.0.1 in a thread. Use as a context manager."""
 
@@ -131,8 +159,12 @@ class LocalIndex:
             def do_GET(self):
                 index.requests.append((self.path, self.headers.get("Accept", "")))
                 parts = [unquote(p) for p in self.path.split("?")[0].split("/") if p]
+                if len(parts) == 2 and parts[0] == "files" and parts[1].endswith(".whl.metadata"):
+                    return self._metadata(parts[1][:-len(".metadata")])
                 if len(parts) == 2 and parts[0] == "files":
                     return self._file(parts[1])
+                if len(parts) == 3 and parts[0] == "whl":
+                    return self._project("whl", parts[2], group=parts[1])
                 if len(parts) == 3 and parts[1] == "simple":
                     return self._project(parts[0], parts[2])
                 self._send(404, "text/plain", b"not found")
@@ -159,19 +191,27 @@ class LocalIndex:
                             return self._send(200, "application/octet-stream", w.read_bytes())
                 self._send(404, "text/plain", b"no such file")
 
-            def _project(self, mode, project):
+            def _metadata(self, name):
+                for group in index.wheels.values():
+                    for w in group:
+                        if w.name == name:
+                            return self._send(200, "text/plain", wheel_metadata(w))
+                self._send(404, "text/plain", b"no such file")
+
+            def _project(self, mode, project, group=None):
                 if mode == "garbage":
                     return self._send(200, "text/html", b"\x00\x9f\x92 definitely not a simple index }{")
                 if mode == "slow":
                     time.sleep(index.slow_seconds)
                     mode = "json"
-                group = index.wheels["broken" if mode == "broken" else "good"]
+                group = index.wheels.get(group or {"broken": "broken", "pypi": "pypi"}.get(mode, "good"), [])
                 files = [w for w in group if w.name.split("-")[0].lower() == project.replace("-", "_")]
                 if not files:
                     return self._send(404, "text/plain", b"no such project")
-                def sha(w):
-                    return hashlib.sha256(w.read_bytes()).hexdigest()
+                sha = file_sha256
                 accept = self.headers.get("Accept", "")
+                if mode in ("pypi", "whl"):  # PEP 658 metadata; sizes (PEP 700) in PyPI's JSON only
+                    return self._modern(project, files, json_ok=mode == "pypi" and "application/vnd.pypi.simple.v1+json" in accept)
                 if mode != "html" and "application/vnd.pypi.simple.v1+json" in accept:
                     body = {"meta": {"api-version": "1.0"}, "name": project,
                             "files": [{"filename": w.name, "url": f"../../../files/{quote(w.name)}",
@@ -179,6 +219,20 @@ class LocalIndex:
                     return self._send(200, "application/vnd.pypi.simple.v1+json", json.dumps(body).encode())
                 links = "\n".join(f'<a href="/files/{quote(w.name)}#sha256={sha(w)}">{html.escape(w.name)}</a><br/>'
                                   for w in files)
+                page = f"<!DOCTYPE html>\n<html><body>\n<h1>Links for {project}</h1>\n{links}\n</body></html>\n"
+                self._send(200, "text/html", page.encode())
+
+            def _modern(self, project, files, json_ok):
+                if json_ok:
+                    body = {"meta": {"api-version": "1.1"}, "name": project, "versions": [],
+                            "files": [{"filename": w.name, "url": f"../../../files/{quote(w.name)}", "size": w.stat().st_size,
+                                       "hashes": {"sha256": file_sha256(w)},
+                                       "core-metadata": {"sha256": hashlib.sha256(wheel_metadata(w)).hexdigest()}}
+                                      for w in files]}
+                    return self._send(200, "application/vnd.pypi.simple.v1+json", json.dumps(body).encode())
+                links = "\n".join(f'<a href="/files/{quote(w.name)}#sha256={file_sha256(w)}" '
+                                  f'data-dist-info-metadata="sha256={hashlib.sha256(wheel_metadata(w)).hexdigest()}">'
+                                  f'{html.escape(w.name)}</a><br/>' for w in files)
                 page = f"<!DOCTYPE html>\n<html><body>\n<h1>Links for {project}</h1>\n{links}\n</body></html>\n"
                 self._send(200, "text/html", page.encode())
 
