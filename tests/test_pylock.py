@@ -10,6 +10,7 @@ import hashlib
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -155,7 +156,7 @@ def _plain(venv):
     return {k: v for k, v in installed(venv).items()}
 
 
-def test_envkit_uv_and_pip_install_the_same_set_and_drift_is_reported(four, indexes, venv, tmp_path, tmp_path_factory):
+def test_envkit_uv_and_pip_install_the_same_set_and_drift_is_reported(four, indexes, venv, template_venv, tmp_path):
     (tmp_path / "pylock.toml").write_bytes(four.read_bytes())
     r = run("setup", "--lock", "pylock.toml", "--yes", "--no-selftest", "--venv", str(venv), cwd=tmp_path,
             env={"ENVKIT_CACHE_DIR": str(tmp_path / "cache")})
@@ -181,8 +182,8 @@ def test_envkit_uv_and_pip_install_the_same_set_and_drift_is_reported(four, inde
                            cwd=tmp_path, capture_output=True, text=True, env={**env, "UV_CACHE_DIR": str(tmp_path / "uvc")})
         assert p.returncode == 0, p.stderr
         assert _plain(other) == got
-    pip_venv = tmp_path_factory.mktemp("pip26") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(pip_venv)], check=True)
+    pip_venv = tmp_path / "pip26"
+    shutil.copytree(template_venv, pip_venv, symlinks=True)  # a fresh venv, without paying ensurepip again
     up = subprocess.run([str(pip_venv / "bin/python"), "-m", "pip", "install", "-q", "pip>=26.1"], capture_output=True, text=True)
     if up.returncode != 0:
         pytest.skip("pip 26.1+ (pylock.toml support) cannot be installed from the registry here")
@@ -207,3 +208,29 @@ def test_a_tampered_wheel_stops_the_install_naming_the_file(four, indexes, venv,
     assert r.returncode == 2
     assert "the wheel sympy-1.14.0-py3-none-any.whl downloaded from" in r.stderr and "sha256" in r.stderr
     assert "nothing was installed" in r.stderr and _plain(venv) == before
+
+
+def test_the_machine_picks_the_newest_build_its_driver_runs(four):
+    """Which target a machine is (pure, from its facts): the newest CUDA build the driver runs,
+    the CPU build without a GPU, the Mac's on a Mac; a driver too old for every CUDA build is
+    refused rather than given the CPU build."""
+    from types import SimpleNamespace
+
+    from envkit.errors import EnvkitError
+    from envkit.install.pylock_select import machine_target
+
+    data = load_toml(four)
+
+    def facts(system, machine, drivers=()):
+        return SimpleNamespace(os=SimpleNamespace(system=system), python=SimpleNamespace(machine=machine),
+                               gpus=[SimpleNamespace(driver=d) for d in drivers])
+
+    assert machine_target(data, facts("Linux", "x86_64", ["580.95.05"]), "l")[0] == "linux-x86_64-cu130"
+    assert machine_target(data, facts("Linux", "x86_64"), "l")[0] == "linux-x86_64-cpu"
+    assert machine_target(data, facts("Linux", "aarch64", ["590.1"]), "l")[0] == "linux-aarch64-cu130"
+    assert machine_target(data, facts("Darwin", "arm64"), "l")[0] == "macos-arm64"
+    for f, needle in ((facts("Linux", "x86_64", ["550.54.15"]), "needs driver 580.65.06+"),
+                      (facts("Linux", "aarch64"), "no NVIDIA GPU"), (facts("Windows", "AMD64"), "no entry for this machine")):
+        with pytest.raises(EnvkitError) as exc:
+            machine_target(data, f, "l")
+        assert needle in exc.value.one_line() and "it has macos-arm64, linux-x86_64-cpu" in exc.value.one_line()
