@@ -234,3 +234,31 @@ def test_the_machine_picks_the_newest_build_its_driver_runs(four):
         with pytest.raises(EnvkitError) as exc:
             machine_target(data, f, "l")
         assert needle in exc.value.one_line() and "it has macos-arm64, linux-x86_64-cpu" in exc.value.one_line()
+
+
+def test_an_envkit_lock_converts_to_a_pylock_with_the_same_versions(indexes, tmp_path):
+    """`envkit lock --from envkit.lock`: the wheels the lock recorded (URL and sha256), and for a
+    package it recorded without them, that exact version's wheel on the lock's index."""
+    from envkit.install import lockfile
+
+    cpu = next(p for p in indexes.wheels["cpu"] if "2.13.0" in p.name)
+    served = f"{indexes.base}/files/{cpu.name.replace('+', '%2B')}"
+    lockfile.write(tmp_path / "envkit.lock", lockfile.Lock(
+        platform={"system": "Linux", "arch": "x86_64", "python_minor": f"{sys.version_info[0]}.{sys.version_info[1]}",
+                  "backend": "cpu", "device": "cpu"},
+        profile={"name": "cpu"}, source={"torch": "2.13.0", "index_urls": [f"{indexes.base}/pypi/simple"]}, env={},
+        packages=[{"name": "torch", "version": "2.13.0+cpu", "url": served,
+                   "sha256": hashlib.sha256(cpu.read_bytes()).hexdigest()},
+                  {"name": "typing_extensions", "version": "4.9.0"}], envkit="0.1.0"))
+    r = run("lock", "--from", "envkit.lock", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    data = load_toml(tmp_path / "pylock.toml")
+    pylock.Pylock.from_dict(data)
+    assert {p["name"]: p["version"] for p in data["packages"]} == {"torch": "2.13.0+cpu", "typing-extensions": "4.9.0"}
+    assert all(w["size"] > 0 for p in data["packages"] for w in p["wheels"])
+    r = run("setup", "--lock", "pylock.toml", "--dry-run", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["versions"] == {"torch": "2.13.0+cpu", "typing-extensions": "4.9.0"}
+    (tmp_path / "envkit.lock").write_text((tmp_path / "envkit.lock").read_text().replace('"4.9.0"', '"4.0.1"'))
+    r = run("lock", "--from", "envkit.lock", cwd=tmp_path)
+    assert r.returncode == 2 and "no wheel URL and sha256 for typing-extensions 4.0.1" in r.stderr

@@ -111,7 +111,8 @@ def build_pylock(locks: list[TargetLock], *, python: str, request: str, channel:
         marker = grouping.marker_for(e["targets"], targets)
         if marker:
             pkg["marker"] = marker
-        pkg["index"] = idx
+        if idx:
+            pkg["index"] = idx
         pkg["wheels"] = [{"url": strip_userinfo(w.url), **({"size": w.size} if w.size is not None else {}),
                           "hashes": {"sha256": w.sha256}} for w in e["wheels"].values()]
         packages.append(pkg)
