@@ -75,7 +75,8 @@ def run_lock(opts: LockOptions, say) -> LockResult:
     if opts.from_lock:
         from envkit.install.pylock_convert import convert
 
-        return convert(Path(opts.from_lock), Path(opts.output), opts.index_url, say)
+        written, targets = convert(Path(opts.from_lock), out, rest_sources(opts.index_url)[0] if opts.index_url else [], say)
+        return LockResult(path=out, written=written, targets=targets)
     request = parse_request(opts.torch)
     companions = parse_with(opts.with_)
     python = python_minor(opts.python)

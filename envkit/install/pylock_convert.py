@@ -40,15 +40,15 @@ def _find(name: str, version: str, sources: list[str], target: Target, python: s
     return None, None
 
 
-def convert(path: Path, output: Path, index_url: str | None, say):
+def convert(path: Path, output: Path, more_indexes: list[str], say) -> tuple[bool, dict[str, dict]]:
+    """(written, {target: {torch, group, packages}})."""
     from envkit import __version__
     from envkit.install import lockfile, pylock_write
-    from envkit.install.lock_flow import LockResult, rest_sources
 
     lock = lockfile.read(path)
     where = str(path)
     target, python = _target(lock, where)
-    sources = lock.index_urls + (rest_sources(index_url)[0] if index_url else [])
+    sources = lock.index_urls + list(more_indexes)
     tl = TargetLock(target=target, torch_index=(lock.index_urls or [""])[0])
     missing = []
     for p in lock.packages:
@@ -76,5 +76,5 @@ def convert(path: Path, output: Path, index_url: str | None, say):
     doc["tool"]["envkit"]["targets"][target.name]["profile"] = lock.profile.get("name") or doc["tool"]["envkit"]["targets"][target.name]["profile"]
     written = pylock_write.write(output, doc)
     say(f"converted {path} ({len(tl.packages)} packages, {target.name})", err=True)
-    return LockResult(path=output, written=written, targets={target.name: {
-        "torch": tl.torch, "group": None, "packages": {n: p.version for n, p in sorted(tl.packages.items())}}})
+    return written, {target.name: {"torch": tl.torch, "group": None,
+                                   "packages": {n: p.version for n, p in sorted(tl.packages.items())}}}
