@@ -1,6 +1,7 @@
 """The wheels of a PyTorch-style index (per-build pages) and a PyPI-style index for the pylock
 tests: torch 2.12.0 and 2.13.0 as a macOS arm64 build (on "PyPI"), +cpu and +cu130 Linux x86_64
-builds, a +cu130 aarch64 build, a cu129 build of 2.12.0 only, and their dependencies (tiny)."""
+builds, a +cu130 aarch64 build, a cu129 build of 2.12.0 only, torchvision 0.27/0.28 beside them,
+and their dependencies (tiny)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,11 @@ def build(directory: Path) -> dict[str, list[Path]]:
         return build_wheel(d, "torch", version, f"{PY}-{PY}-{platform}" if platform != MAC else f"{PY}-none-{MAC}",
                            requires=TORCH_DEPS + list(deps))
 
-    pypi = [torch("2.12.0", MAC), torch("2.13.0", MAC),
+    def vision(version, platform):  # released with torch 2.13 (0.28) and 2.12 (0.27)
+        return build_wheel(d, "torchvision", version, f"{PY}-{PY}-{platform}" if platform != MAC else f"{PY}-none-{MAC}",
+                           requires=["numpy", f"torch=={'2.13.0' if version.startswith('0.28') else '2.12.0'}"])
+
+    pypi = [torch("2.12.0", MAC), torch("2.13.0", MAC), vision("0.27.0", MAC), vision("0.28.0", MAC),
             build_wheel(d, "filelock", "3.16.1", "py3-none-any"),
             build_wheel(d, "typing-extensions", "4.9.0", "py3-none-any"),
             build_wheel(d, "typing-extensions", "4.12.2", "py3-none-any"),
@@ -36,8 +41,8 @@ def build(directory: Path) -> dict[str, list[Path]]:
     pypi += [build_wheel(d, "numpy", "2.2.6", f"{PY}-{PY}-{plat}") for plat in (X86, ARM, "macosx_14_0_arm64")]
     return {
         "pypi": pypi,
-        "cpu": [torch("2.12.0+cpu", X86), torch("2.13.0+cpu", X86)],
+        "cpu": [torch("2.12.0+cpu", X86), torch("2.13.0+cpu", X86), vision("0.27.0+cpu", X86), vision("0.28.0+cpu", X86)],
         "cu130": [torch("2.12.0+cu130", X86, CUDA_DEPS), torch("2.13.0+cu130", X86, CUDA_DEPS),
-                  torch("2.13.0+cu130", ARM, CUDA_DEPS)],
+                  torch("2.13.0+cu130", ARM, CUDA_DEPS), vision("0.28.0+cu130", X86), vision("0.28.0+cu130", ARM)],
         "cu129": [torch("2.12.0+cu129", X86)],
     }

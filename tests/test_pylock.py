@@ -51,7 +51,7 @@ def lock_env(srv, tmp):
 def four(indexes, tmp_path_factory):
     """The lock of the four targets, written once for the module."""
     d = tmp_path_factory.mktemp("four")
-    r = run("lock", *itertools.chain.from_iterable(("--target", t) for t in FOUR), "--torch", "2.13.0",
+    r = run("lock", *itertools.chain.from_iterable(("--target", t) for t in FOUR), "--torch", "2.13.0", "--with", "torchvision",
             "--index-url", f"{indexes.base}/pypi/simple", cwd=d, env=lock_env(indexes, d))
     assert r.returncode == 0, r.stdout + r.stderr
     return d / "pylock.toml"
@@ -81,6 +81,8 @@ def test_one_lock_validates_and_selects_one_torch_per_target(four, indexes):
     for name, (version, platform) in want.items():
         got = _target_select(lock, data, name)
         assert got["torch"][0] == version and got["torch"][1].filename.endswith(f"{platform}.whl"), (name, got["torch"])
+        # the companion released with it (torchvision 0.28 goes with torch 2.13), of the same build
+        assert got["torchvision"][0] == version.replace("2.13.0", "0.28.0"), (name, got["torchvision"])
         # torch's dependencies, resolved for that platform (sympy pulled mpmath in; an extra's requirement never)
         assert {"filelock", "typing-extensions", "sympy", "mpmath", "numpy"} <= set(got), (name, sorted(got))
         assert got["typing-extensions"][0] == "4.12.2" and got["mpmath"][0] == "1.3.0" and "opt-einsum" not in got
@@ -162,7 +164,7 @@ def test_envkit_uv_and_pip_install_the_same_set_and_drift_is_reported(four, inde
             env={"ENVKIT_CACHE_DIR": str(tmp_path / "cache")})
     assert r.returncode == 0, r.stdout + r.stderr
     got = _plain(venv)
-    assert got == {"torch": "2.13.0+cpu", "filelock": "3.16.1", "typing-extensions": "4.12.2", "sympy": "1.14.0",
+    assert got == {"torch": "2.13.0+cpu", "torchvision": "0.28.0+cpu", "filelock": "3.16.1", "typing-extensions": "4.12.2", "sympy": "1.14.0",
                    "mpmath": "1.3.0", "numpy": "2.2.6"}
     r = run("check", "--lock", "pylock.toml", "--python", str(venv / "bin/python"), "--pyproject", "none.toml", "--json",
             cwd=tmp_path)
