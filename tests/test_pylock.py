@@ -264,3 +264,15 @@ def test_an_envkit_lock_converts_to_a_pylock_with_the_same_versions(indexes, tmp
     (tmp_path / "envkit.lock").write_text((tmp_path / "envkit.lock").read_text().replace('"4.9.0"', '"4.0.1"'))
     r = run("lock", "--from", "envkit.lock", cwd=tmp_path)
     assert r.returncode == 2 and "no wheel URL and sha256 for typing-extensions 4.0.1" in r.stderr
+
+
+def test_downloads_take_credentials_from_the_index_variables_and_never_print_them(monkeypatch):
+    from envkit.errors import EnvkitError
+    from envkit.install.pylock_install import with_credentials
+
+    monkeypatch.setenv("PIP_INDEX_URL", "https://bob:p%40ss@mirror.example/simple")
+    assert with_credentials("https://mirror.example/files/torch.whl") == "https://bob:p%40ss@mirror.example/files/torch.whl"
+    assert with_credentials("https://other.example/files/torch.whl") == "https://other.example/files/torch.whl"
+    assert with_credentials("http://mirror.example/files/torch.whl") == "http://mirror.example/files/torch.whl"
+    line = EnvkitError(f"the wheel x downloaded from {with_credentials('https://mirror.example/x.whl')} differs").one_line()
+    assert "bob" not in line and "p%40ss" not in line

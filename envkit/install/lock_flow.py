@@ -66,6 +66,9 @@ def run_lock(opts: LockOptions, say) -> LockResult:
     from envkit.install.targets import parse_target, this_target
     from envkit.install.variants import parse_request
 
+    from envkit.install.pylock_select import require_pylock
+
+    require_pylock("envkit lock")
     out = Path(opts.output)
     if not _pylock_name(out):
         raise EnvkitError(f"--output {opts.output!r}: PEP 751 names a lock pylock.toml or pylock.NAME.toml",

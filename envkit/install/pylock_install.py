@@ -43,7 +43,7 @@ def fetch_verified(sel: Selection, say) -> list[Path]:
     paths = []
     for pkg, wheel in sel.items:
         want = wheel.hashes["sha256"]
-        url = wheel.url or Path(wheel.path).resolve().as_uri()
+        url = with_credentials(wheel.url) if wheel.url else Path(wheel.path).resolve().as_uri()
         for attempt in (1, 2):  # a stale file in the cache is fetched again once
             path = fetch_wheel(url, wheel.filename, None)
             size, digest = path.stat().st_size, sha256_file(path)
@@ -59,6 +59,22 @@ def fetch_verified(sel: Selection, say) -> list[Path]:
         paths.append(path)
     say(f"{len(paths)} wheels match the lock's sizes and sha256", err=True)
     return paths
+
+
+def with_credentials(url: str) -> str:
+    """The lock names files without credentials; where ENVKIT_INDEX_URL, PIP_INDEX_URL or
+    UV_INDEX_URL holds a user and password for the same host, the download uses them (requests
+    reads ~/.netrc otherwise). Never printed: messages pass through strip_userinfo."""
+    import os
+    from urllib.parse import urlsplit, urlunsplit
+
+    target = urlsplit(url)
+    for name in ("ENVKIT_INDEX_URL", "PIP_INDEX_URL", "UV_INDEX_URL"):
+        value = urlsplit(os.environ.get(name, ""))
+        if value.username and value.scheme == target.scheme and value.hostname == target.hostname \
+                and value.port == target.port and not target.username:
+            return urlunsplit(target._replace(netloc=value.netloc))
+    return url
 
 
 def install_from_pylock(lock_path: Path, facts, profile, venv: Path, base_python: str, dry_run: bool, yes: bool,

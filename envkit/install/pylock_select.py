@@ -36,13 +36,22 @@ def is_pylock(path: Path) -> bool:
     return path.name == "pylock.toml" or bool(re.fullmatch(r"pylock\.[^.]+\.toml", path.name))
 
 
+def require_pylock(where: str) -> None:
+    """packaging.pylock (26.1+: Pylock.select) or one line saying how to get it."""
+    try:
+        from packaging.pylock import Pylock
+
+        Pylock.select  # noqa: B018 (26.0 has the module without select)
+    except (ImportError, AttributeError):
+        raise EnvkitError("pylock.toml support needs packaging 26.1 or newer", where=where,
+                          fix="pip install 'envkit[lock]' (or pip install -U packaging)")
+
+
 def read(path: Path):
     """(Pylock, the TOML as a dict). Every problem is one line naming the file."""
-    try:
-        from packaging.pylock import Pylock, PylockValidationError
-    except ImportError:
-        raise EnvkitError("reading a pylock.toml needs packaging 26.1 or newer", where=str(path),
-                          fix="pip install 'envkit[lock]' (or pip install -U packaging)")
+    require_pylock(str(path))
+    from packaging.pylock import Pylock, PylockValidationError
+
     from envkit.resources import load_toml
 
     where = str(path)
