@@ -19,7 +19,7 @@ import pytest
 
 import pylock_wheels
 from conftest import _EMPTY_CONFIG_DIR
-from envkit.install.execute import which_uv
+from envkit.install.pylock_resolve import uv_binary
 from envkit.resources import load_toml
 from localindex import LocalIndex, installed
 
@@ -175,15 +175,18 @@ def test_envkit_uv_and_pip_install_the_same_set_and_drift_is_reported(four, inde
     r = run("check", "--lock", "pylock.toml", "--python", str(venv / "bin/python"), "--pyproject", "none.toml", cwd=tmp_path)
     assert r.returncode == 1 and "DRIFT typing-extensions: 4.12.2 in the lock, 4.9.0 installed" in r.stdout
 
-    uv = which_uv()
-    if uv:
-        other = tmp_path / "uv-venv"
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(other)], check=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
-        p = subprocess.run([uv, "pip", "install", "--python", str(other / "bin/python"), "-r", "pylock.toml", "--group", "cpu"],
-                           cwd=tmp_path, capture_output=True, text=True, env={**env, "UV_CACHE_DIR": str(tmp_path / "uvc")})
-        assert p.returncode == 0, p.stderr
-        assert _plain(other) == got
+    uv = uv_binary()  # envkit lock needs it too: the lock above was resolved with it
+    other = tmp_path / "uv-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(other)], check=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
+    p = subprocess.run([uv, "pip", "install", "--python", str(other / "bin/python"), "-r", "pylock.toml", "--group", "cpu"],
+                       cwd=tmp_path, capture_output=True, text=True, env={**env, "UV_CACHE_DIR": str(tmp_path / "uvc")})
+    assert p.returncode == 0, p.stderr
+    assert _plain(other) == got
+    # and the CUDA box's group, named: its build and its CUDA runtime instead (selection only, nothing installed)
+    p = subprocess.run([uv, "pip", "install", "--python", str(other / "bin/python"), "-r", "pylock.toml", "--group", "cu130",
+                        "--dry-run"], cwd=tmp_path, capture_output=True, text=True, env={**env, "UV_CACHE_DIR": str(tmp_path / "uvc")})
+    assert p.returncode == 0 and "+ torch==2.13.0+cu130" in p.stderr and "+ nvidia-cuda-runtime==13.0.96" in p.stderr, p.stderr
     pip_venv = tmp_path / "pip26"
     shutil.copytree(template_venv, pip_venv, symlinks=True)  # a fresh venv, without paying ensurepip again
     up = subprocess.run([str(pip_venv / "bin/python"), "-m", "pip", "install", "-q", "pip>=26.1"], capture_output=True, text=True)
