@@ -45,4 +45,7 @@ def build(directory: Path) -> dict[str, list[Path]]:
         "cu130": [torch("2.12.0+cu130", X86, CUDA_DEPS), torch("2.13.0+cu130", X86, CUDA_DEPS),
                   torch("2.13.0+cu130", ARM, CUDA_DEPS), vision("0.28.0+cu130", X86), vision("0.28.0+cu130", ARM)],
         "cu129": [torch("2.12.0+cu129", X86)],
+        # ROCm's triton lives on PyTorch's index only (uv is pointed at the build's page after the others)
+        "rocm6.4": [torch("2.13.0+rocm6.4", X86, ["pytorch-triton-rocm==3.5.0"]),
+                    build_wheel(d, "pytorch-triton-rocm", "3.5.0", f"{PY}-{PY}-{X86}")],
     }

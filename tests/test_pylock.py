@@ -140,13 +140,23 @@ def test_missing_build_is_one_line_exit_1_naming_the_versions_that_have_it(index
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "linux-x86_64-cu129 has no torch 2.13.0" in r.stderr and "its build exists for 2.12.0" in r.stderr
     assert "linux-x86_64-cpu" not in r.stderr.split("(fix")[0] and not (tmp_path / "pylock.toml").exists()
-    # linux-x86_64-cuda: the newest CUDA build the version has (cu130 for 2.13.0); `this` is the CPU build here
-    r = run("lock", "--target", "linux-x86_64-cuda", "--target", "this", "--torch", "2.13.0", "--no-numpy",
-            "--index-url", pypi, "--json", cwd=tmp_path, env=env)
+    # linux-x86_64-cuda: the newest CUDA build the version has (cu130 for 2.13.0); `this` is the CPU build
+    # here; ROCm's triton comes from its build's page; three builds of one platform, three groups
+    r = run("lock", "--target", "linux-x86_64-cuda", "--target", "this", "--target", "linux-x86_64-rocm6.4", "--torch", "2.13.0",
+            "--no-numpy", "--index-url", pypi, "--json", cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert {n: t["torch"] for n, t in out["targets"].items()} == {"linux-x86_64-cu130": "2.13.0+cu130",
-                                                                 "linux-x86_64-cpu": "2.13.0+cpu"}
+    assert {n: t["torch"] for n, t in out["targets"].items()} == {
+        "linux-x86_64-cu130": "2.13.0+cu130", "linux-x86_64-cpu": "2.13.0+cpu", "linux-x86_64-rocm6.4": "2.13.0+rocm6.4"}
+    assert out["targets"]["linux-x86_64-rocm6.4"]["packages"]["pytorch-triton-rocm"] == "3.5.0"
+    data = load_toml(tmp_path / "pylock.toml")
+    lock = pylock.Pylock.from_dict(data)
+    assert data["default-groups"] == ["cpu"] and sorted(data["dependency-groups"]) == ["cpu", "cu130", "rocm6.4"]
+    triton = next(p for p in data["packages"] if p["name"] == "pytorch-triton-rocm")
+    assert triton["index"] == f"{indexes.base}/whl/rocm6.4"
+    for groups, want in (([], "2.13.0+cpu"), (["cu130"], "2.13.0+cu130"), (["rocm6.4"], "2.13.0+rocm6.4")):
+        got = _target_select(lock, data, "linux-x86_64-cpu", groups)
+        assert got["torch"][0] == want and ("pytorch-triton-rocm" in got) == ("rocm" in want)
     for bad, needle in ((("--target", "linux-x86_64-cu13"), "not a target envkit knows"),
                         (("--target", "linux-aarch64-rocm6.4"), "for Linux x86_64 only"),
                         (("--output", "lock.toml"), "pylock.NAME.toml"), (("--python", "3"), "not a Python version")):
