@@ -54,6 +54,7 @@ def four(indexes, tmp_path_factory):
     r = run("lock", *itertools.chain.from_iterable(("--target", t) for t in FOUR), "--torch", "2.13.0", "--with", "torchvision",
             "--index-url", f"{indexes.base}/pypi/simple", cwd=d, env=lock_env(indexes, d))
     assert r.returncode == 0, r.stdout + r.stderr
+    assert "differs between targets" not in r.stderr  # the same dependency versions on every target
     return d / "pylock.toml"
 
 
@@ -289,3 +290,18 @@ def test_downloads_take_credentials_from_the_index_variables_and_never_print_the
     assert with_credentials("http://mirror.example/files/torch.whl") == "http://mirror.example/files/torch.whl"
     line = EnvkitError(f"the wheel x downloaded from {with_credentials('https://mirror.example/x.whl')} differs").one_line()
     assert "bob" not in line and "p%40ss" not in line
+
+
+def test_a_dependency_resolved_differently_per_target_is_said():
+    from envkit.install.lock_flow import differing_versions
+    from envkit.install.pylock_resolve import Locked, TargetLock, Wheel
+    from envkit.install.targets import parse_target
+
+    def tl(target, **versions):
+        out = TargetLock(parse_target(target), "i")
+        out.packages = {n.replace("_", "-"): Locked(n, v, "i", Wheel("u", "s", 1, "f")) for n, v in versions.items()}
+        return out
+
+    locks = [tl("macos-arm64", torch="2.13.0", numpy="2.2.6", filelock="3.16.1"),
+             tl("linux-x86_64-cpu", torch="2.13.0+cpu", numpy="2.3.0", filelock="3.16.1")]
+    assert differing_versions(locks) == ["numpy differs between targets: 2.2.6 on macos-arm64, 2.3.0 on linux-x86_64-cpu"]

@@ -107,6 +107,8 @@ def run_lock(opts: LockOptions, say) -> LockResult:
     for t in targets:
         say(f"resolving {t.name}: torch {families[t]['torch'].version}", err=True)
         locks.append(pr.resolve_target(t, families[t], python, channel, rest, links, extras))
+    for line in differing_versions(locks):
+        say(f"note: {line}", err=True)
     doc = pylock_write.build_pylock(locks, python=python, request=request.text, channel=channel,
                                     envkit_version=__version__, rest_indexes=rest)
     path = Path(opts.output)
@@ -114,3 +116,18 @@ def run_lock(opts: LockOptions, say) -> LockResult:
     return LockResult(path=path, written=written, targets={
         tl.target.name: {"torch": tl.torch, "group": doc["tool"]["envkit"]["targets"][tl.target.name].get("group"),
                          "packages": {n: p.version for n, p in sorted(tl.packages.items())}} for tl in locks})
+
+
+def differing_versions(locks) -> list[str]:
+    """Packages (other than torch's family, whose builds differ by design) that uv resolved to
+    different versions on different targets: usually a wheel missing for one platform. Said, not
+    hidden: the lock is still valid, but not the same versions everywhere."""
+    from envkit.install.pylock_resolve import TORCH_FAMILY
+
+    seen: dict[str, dict[str, str]] = {}
+    for tl in locks:
+        for name, p in tl.packages.items():
+            if name not in TORCH_FAMILY:
+                seen.setdefault(name, {})[tl.target.name] = p.version
+    return [f"{name} differs between targets: " + ", ".join(f"{v} on {t}" for t, v in per.items())
+            for name, per in sorted(seen.items()) if len(set(per.values())) > 1]
