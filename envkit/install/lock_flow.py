@@ -63,10 +63,9 @@ def run_lock(opts: LockOptions, say) -> LockResult:
     from envkit.install import pylock_resolve as pr
     from envkit.install import pylock_write
     from envkit.install.options import DEFAULT_EXTRAS, parse_with
+    from envkit.install.pylock_select import require_pylock
     from envkit.install.targets import parse_target, this_target
     from envkit.install.variants import parse_request
-
-    from envkit.install.pylock_select import require_pylock
 
     require_pylock("envkit lock")
     out = Path(opts.output)
