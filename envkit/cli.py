@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("envkit.commands.doctor:doctor", "Detect the machine, Python and PyTorch, and judge them (with a fix for every problem)."),
     "check": ("envkit.commands.check:check", "Version gates for CI: fast, exit codes, --json / --format github."),
     "setup": ("envkit.commands.setup:setup", "Create or reuse a venv, install PyTorch from the right index, write env scripts and a lock."),
+    "lock": ("envkit.commands.lock:lock", "Write one pylock.toml (PEP 751) with the same torch for the Mac, the CUDA box and the CPU box."),
     "selftest": ("envkit.commands.selftest:selftest", "Prove the device works: numbers, autocast, compile, DataLoader, memory."),
     "profile": ("envkit.commands.profile:profile", "List, show and compare the tuned profiles."),
     "env": ("envkit.commands.env:env", "Print or write the profile's environment for your shell."),

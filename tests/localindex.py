@@ -12,6 +12,11 @@ URL layout (``base = http://127.0.0.1:PORT``):
   {base}/whl/<group>/<project>/      HTML, the wheels of group <group> (download.pytorch.org/whl/cu126/torch/,
                                     group "nightly/cu130" for /whl/nightly/cu130/torch/)
   {base}/files/<wheel>              the wheels
+  {base}/pypi/simple/<project>/     the "pypi" group like PyPI today: JSON (PEP 691 v1.1, with `size`)
+                                    or HTML, both offering PEP 658 metadata
+  {base}/whl/<build>/<project>/     the <build> group ("cpu", "cu130", ...) like download.pytorch.org:
+                                    HTML with `data-dist-info-metadata`, no sizes
+  {base}/files/<wheel>.metadata     a wheel's METADATA (PEP 658)
 """
 
 from __future__ import annotations
@@ -121,6 +126,29 @@ def build_all(directory: Path) -> dict[str, list[Path]]:
     return {"good": good, "broken": broken, "tampered": tampered, "stall": stall}
 
 
+_SHA_CACHE: dict[tuple, str] = {}
+
+
+def file_sha256(path: Path) -> str:
+    """A wheel's sha256, computed once per content (a real torch wheel is ~190 MB)."""
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _SHA_CACHE:
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        _SHA_CACHE[key] = h.hexdigest()
+    return _SHA_CACHE[key]
+
+
+def wheel_metadata(path: Path) -> bytes:
+    """The METADATA file inside a wheel, as PEP 658 serves it."""
+    with zipfile.ZipFile(path) as zf:
+        name = next(n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA"))
+        return zf.read(name)
+
+
 class LocalIndex:
     """Serve the wheels on 127.0.0.1 in a thread. Use as a context manager."""
 
@@ -138,12 +166,14 @@ class LocalIndex:
             def do_GET(self):
                 index.requests.append((self.path, self.headers.get("Accept", "")))
                 parts = [unquote(p) for p in self.path.split("?")[0].split("/") if p]
+                if len(parts) == 2 and parts[0] == "files" and parts[1].endswith(".whl.metadata"):
+                    return self._metadata(parts[1][:-len(".metadata")])
                 if len(parts) == 2 and parts[0] == "files":
                     return self._file(parts[1])
+                if len(parts) in (3, 4) and parts[0] == "whl":  # download.pytorch.org: /whl/[nightly/]<build>/<project>/
+                    return self._project("whl", parts[-1], group="/".join(parts[1:-1]))
                 if len(parts) == 3 and parts[1] == "simple":
                     return self._project(parts[0], parts[2])
-                if len(parts) in (3, 4) and parts[0] == "whl":  # download.pytorch.org: /whl/[nightly/]<build>/<project>/
-                    return self._project("html", parts[-1], index.wheels.get("/".join(parts[1:-1]), []))
                 self._send(404, "text/plain", b"not found")
 
             def do_HEAD(self):  # uv asks for a file's size before downloading it
@@ -166,11 +196,18 @@ class LocalIndex:
                     for w in group:
                         if w.name == name:
                             body = w.read_bytes()
-                            if w in index.wheels.get("tampered", [])[len(index.wheels["good"]):]:
+                            if w in index.wheels.get("tampered", [])[len(index.wheels.get("good", [])):]:
                                 body = body[:-1] + bytes([body[-1] ^ 0xFF])  # the index's sha256 no longer matches
-                            if w in index.wheels.get("stall", [])[len(index.wheels["good"]):] and not getattr(self, "_head_only", False):
+                            if w in index.wheels.get("stall", [])[len(index.wheels.get("good", [])):] and not getattr(self, "_head_only", False):
                                 time.sleep(index.stall_seconds)  # an install that takes long enough to interrupt
                             return self._send(200, "application/octet-stream", body)
+                self._send(404, "text/plain", b"no such file")
+
+            def _metadata(self, name):
+                for group in index.wheels.values():
+                    for w in group:
+                        if w.name == name:
+                            return self._send(200, "text/plain", wheel_metadata(w))
                 self._send(404, "text/plain", b"no such file")
 
             def _project(self, mode, project, group=None):
@@ -179,14 +216,15 @@ class LocalIndex:
                 if mode == "slow":
                     time.sleep(index.slow_seconds)
                     mode = "json"
-                if group is None:
-                    group = index.wheels[mode if mode in ("broken", "tampered", "stall") else "good"]
+                named = group or (mode if mode in ("broken", "tampered", "stall", "pypi") else "good")
+                group = index.wheels.get(named, [])
                 files = [w for w in group if w.name.split("-")[0].lower() == project.replace("-", "_")]
                 if not files:
                     return self._send(404, "text/plain", b"no such project")
-                def sha(w):  # of the file as built (a tampered one is served otherwise)
-                    return hashlib.sha256(w.read_bytes()).hexdigest()
+                sha = file_sha256  # of the file as built (a tampered one is served otherwise)
                 accept = self.headers.get("Accept", "")
+                if mode in ("pypi", "whl"):  # PEP 658 metadata; sizes (PEP 700) in PyPI's JSON only
+                    return self._modern(project, files, json_ok=mode == "pypi" and "application/vnd.pypi.simple.v1+json" in accept)
                 if mode != "html" and "application/vnd.pypi.simple.v1+json" in accept:
                     body = {"meta": {"api-version": "1.0"}, "name": project,
                             "files": [{"filename": w.name, "url": f"../../../files/{quote(w.name)}",
@@ -194,6 +232,20 @@ class LocalIndex:
                     return self._send(200, "application/vnd.pypi.simple.v1+json", json.dumps(body).encode())
                 links = "\n".join(f'<a href="/files/{quote(w.name)}#sha256={sha(w)}">{html.escape(w.name)}</a><br/>'
                                   for w in files)
+                page = f"<!DOCTYPE html>\n<html><body>\n<h1>Links for {project}</h1>\n{links}\n</body></html>\n"
+                self._send(200, "text/html", page.encode())
+
+            def _modern(self, project, files, json_ok):
+                if json_ok:
+                    body = {"meta": {"api-version": "1.1"}, "name": project, "versions": [],
+                            "files": [{"filename": w.name, "url": f"../../../files/{quote(w.name)}", "size": w.stat().st_size,
+                                       "hashes": {"sha256": file_sha256(w)},
+                                       "core-metadata": {"sha256": hashlib.sha256(wheel_metadata(w)).hexdigest()}}
+                                      for w in files]}
+                    return self._send(200, "application/vnd.pypi.simple.v1+json", json.dumps(body).encode())
+                links = "\n".join(f'<a href="/files/{quote(w.name)}#sha256={file_sha256(w)}" '
+                                  f'data-dist-info-metadata="sha256={hashlib.sha256(wheel_metadata(w)).hexdigest()}">'
+                                  f'{html.escape(w.name)}</a><br/>' for w in files)
                 page = f"<!DOCTYPE html>\n<html><body>\n<h1>Links for {project}</h1>\n{links}\n</body></html>\n"
                 self._send(200, "text/html", page.encode())
 

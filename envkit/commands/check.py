@@ -27,7 +27,7 @@ def _package_version(name: str) -> str | None:
               help="github prints ::error:: annotations for failed gates.")
 @click.option("--replay", type=click.Path(dir_okay=False), help="Judge a recorded snapshot instead of this machine.")
 @click.option("--python", "python", help="Judge this interpreter's packages instead of envkit's own.")
-@click.option("--lock", "lock", type=click.Path(dir_okay=False), help="Report drift from an envkit.lock (exit 1 on any).")
+@click.option("--lock", "lock", type=click.Path(dir_okay=False), help="Report drift from an envkit.lock or a pylock.toml (exit 1 on any).")
 def check(requires, pyproject, as_json, fmt, replay, python, lock) -> None:
     """Exit 0 when every gate holds, 1 when one fails, 2 for an invalid gate.
 
@@ -57,7 +57,12 @@ def check(requires, pyproject, as_json, fmt, replay, python, lock) -> None:
                    for c in checks if c.status != "skip"]
     drift = None
     if lock:
-        from envkit.install.lockfile import drift_report  # provided by envkit setup's lock support
+        from envkit.install.pylock_select import is_pylock
+
+        if is_pylock(Path(lock)):  # PEP 751: this machine's part of it
+            from envkit.install.pylock_install import drift_report
+        else:
+            from envkit.install.lockfile import drift_report
 
         drift = drift_report(Path(lock), facts)
     ok = all(r.ok for r in results) and not (drift and drift.get("changed"))

@@ -52,6 +52,8 @@ class Candidate:
     sha256: str | None = None
     requires_python: str | None = None
     yanked: bool = False
+    size: int | None = None  # PEP 700 (JSON pages); None where the index gives none
+    metadata: bool = False  # PEP 658/714: the METADATA file is served at url + ".metadata"
 
     @property
     def public(self) -> str:
@@ -103,9 +105,13 @@ def _candidates(name: str, files: list[dict], base_url: str) -> list[Candidate]:
             hashes.setdefault("sha256", frag.split("=", 1)[1])
         url = urllib.parse.urldefrag(url)[0]
         yanked = f.get("yanked")
+        size = f.get("size")
+        meta = f.get("core-metadata", f.get("dist-info-metadata"))
         out.append(Candidate(name=want, version=version, filename=filename, url=url, tags=frozenset(str(t) for t in tags),
                              sha256=hashes.get("sha256"), requires_python=f.get("requires-python") or None,
-                             yanked=bool(yanked) and yanked is not False))
+                             yanked=bool(yanked) and yanked is not False,
+                             size=size if isinstance(size, int) and not isinstance(size, bool) else None,
+                             metadata=bool(meta) and meta not in ("false", False)))
     return out
 
 
@@ -133,7 +139,8 @@ def parse_html_page(name: str, text: str, url: str) -> list[Candidate]:
         href = a.get("href") or ""
         filename = urllib.parse.unquote(urllib.parse.urlsplit(href).path.rsplit("/", 1)[-1])
         files.append({"filename": filename, "url": href, "requires-python": a.get("data-requires-python"),
-                      "yanked": "data-yanked" in a})
+                      "yanked": "data-yanked" in a,
+                      "core-metadata": a.get("data-core-metadata", a.get("data-dist-info-metadata"))})
     return _candidates(name, files, url)
 
 

@@ -48,7 +48,10 @@ def run_setup(opts: SetupOptions, ui) -> Installed | None:
     no_numpy = not opts.numpy
     root = Path.cwd() / ".envkit"
     lock_path = Path(opts.lock or "envkit.lock")
-    lock_in = lockfile.read(lock_path) if opts.lock and lock_path.exists() else None
+    from envkit.install.pylock_select import is_pylock
+
+    pylock = bool(opts.lock) and is_pylock(lock_path)  # PEP 751: installed from, never written by setup
+    lock_in = lockfile.read(lock_path) if opts.lock and lock_path.exists() and not pylock else None
     if opts.lock and lock_path.exists() and lock_path.is_dir():
         raise EnvkitError("is a folder, not a lock file", where=str(lock_path))
     venv = venv_path(opts.venv, root)
@@ -62,6 +65,12 @@ def run_setup(opts: SetupOptions, ui) -> Installed | None:
     asked_installer = opts.installer
     installer = pick_installer(opts.installer, replay=bool(replay))
 
+    if pylock:
+        from envkit.install.pylock_install import install_from_pylock
+
+        if install_from_pylock(lock_path, facts, profile, venv, base_python, dry_run, yes, as_json, root, ui, bool(replay)):
+            return Installed(venv_python_of(venv), profile, root)
+        return None
     if lock_in is not None:
         if rebuild_from_lock(lock_in, lock_path, facts, profile, venv, base_python, dry_run, yes, as_json, root, ui):
             return Installed(venv_python_of(venv), profile, root)

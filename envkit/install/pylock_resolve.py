@@ -1,0 +1,378 @@
+"""Resolve each target of `envkit lock` to its full closure of wheels, without being that machine
+and without installing anything.
+
+torch and its companions come from the build's own PyTorch index page, read by envkit
+(index.py), with the same public version on every target. Their dependencies come from the
+wheels' METADATA, read from the index (PEP 658 where offered, else from the downloaded file),
+and are resolved by uv (`uv pip compile --python-platform ... --format pylock.toml`) against the
+other indexes (`--index-url` or pip's configuration): a real resolver, run for a platform it
+is not on."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.version import Version
+
+from envkit.errors import EnvkitError
+from envkit.install import index
+from envkit.install.targets import Target, build_index, known_cuda_builds
+from envkit.redact import strip_userinfo
+
+TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
+
+
+class MissingBuild(EnvkitError):
+    """A target whose build does not exist for the requested version: exit 1 (not bad input)."""
+
+    exit_code = 1
+
+
+@dataclass
+class Wheel:
+    url: str
+    sha256: str
+    size: int | None
+    filename: str
+
+
+@dataclass
+class Locked:
+    """One package of one target's closure."""
+
+    name: str
+    version: str
+    index: str
+    wheel: Wheel
+
+
+@dataclass
+class TargetLock:
+    target: Target
+    torch_index: str
+    packages: dict[str, Locked] = field(default_factory=dict)
+    how: str = ""
+
+    @property
+    def torch(self) -> str:
+        return self.packages["torch"].version
+
+
+# ---- torch and companions: one public version on every target ----------------------------------
+
+def _fitting(cands, target: Target, python: str, request=None) -> list[index.Candidate]:
+    tags = frozenset(target.tags(python))
+    return [c for c in cands if not c.yanked and c.fits(tags, python) and c.version.local == target.local_label
+            and (request is None or request.admits(c.version))]
+
+
+def _best(cands, target: Target, python: str) -> index.Candidate:
+    order = {t: i for i, t in enumerate(target.tags(python))}
+    return min(cands, key=lambda c: min(order.get(t, 10**6) for t in c.tags))
+
+
+def torch_source(target: Target, channel: str, rest: list[str]) -> str:
+    """Where a target's torch lives: PyPI-style indexes for macOS stable (its wheels there are the
+    MPS builds), else the build's page of PyTorch's index (macOS nightlies under /cpu)."""
+    if target.build == "mps":
+        return rest[0] if channel == "stable" else build_index("cpu", channel)
+    return build_index(target.build, channel)
+
+
+def _fetch_all(source: str, name: str) -> list[index.Candidate]:
+    return index.fetch(source, name)
+
+
+def expand_cuda(target: Target, request, python: str, channel: str) -> Target:
+    """`linux-x86_64-cuda`: the newest CUDA build whose index page has a torch the request admits."""
+    if target.build != "cuda":
+        return target
+    tried = []
+    for build in reversed(known_cuda_builds()):
+        t = Target(target.platform, build, target.asked)
+        if _fitting(_fetch_all(build_index(build, channel), "torch"), t, python, request):
+            return t
+        tried.append(build)
+    raise MissingBuild(f"{target.asked}: no CUDA build of torch {request.text} for {target.platform}, Python {python} "
+                       f"on {build_index('', channel)} (tried {', '.join(tried)})", where="--target",
+                       fix="ask for another --torch, or name the build (linux-x86_64-cu130)")
+
+
+def pick_torch(targets: list[Target], request, python: str, channel: str, rest: list[str],
+               companions: list[str]) -> dict[Target, dict[str, index.Candidate]]:
+    """{target: {"torch": wheel, "torchvision": wheel, ...}}, the same public versions everywhere:
+    the newest public torch that every target's build has. A target whose build lacks it is one
+    line naming the versions that have it."""
+    fits = {t: _fitting(_fetch_all(torch_source(t, channel, rest), "torch"), t, python, request) for t in targets}
+    common = None
+    for t, cands in fits.items():
+        have = {c.version.public for c in cands}
+        common = have if common is None else common & have
+    if not common:
+        _explain_missing(fits, request, python, channel, rest)
+    public = max(common, key=Version)
+    out: dict[Target, dict[str, index.Candidate]] = {}
+    for t in targets:
+        out[t] = {"torch": _best([c for c in fits[t] if c.version.public == public], t, python)}
+    for name in companions:
+        _pick_companion(out, name, python, channel, rest)
+    return out
+
+
+def _explain_missing(fits, request, python, channel, rest) -> None:
+    """One line: the targets that lack the version, and the versions their build exists for."""
+    lacking = [t for t, cands in fits.items() if not cands] or list(fits)
+    parts = []
+    for t in lacking:
+        versions = _versions_with_build(t, python, channel, rest)
+        src = strip_userinfo(torch_source(t, channel, rest))
+        parts.append(f"{t.name} has no torch {request.text} for Python {python} on {src} "
+                     + (f"(its build exists for {', '.join(versions[-8:])})" if versions else "(no torch there at all)"))
+    raise MissingBuild("; ".join(parts), where="--target", fix="ask for a --torch that every target has, or drop the target")
+
+
+def _versions_with_build(t: Target, python: str, channel: str, rest: list[str]) -> list[str]:
+    cands = _fitting(_fetch_all(torch_source(t, channel, rest), "torch"), t, python)
+    return sorted({c.version.public for c in cands}, key=Version)
+
+
+def _pick_companion(out, name: str, python: str, channel: str, rest: list[str]) -> None:
+    from envkit.install.resolve import select_companion
+
+    per = {}
+    for t, picked in out.items():
+        cands = _fetch_all(torch_source(t, channel, rest), name)
+        torch = picked["torch"]
+        per[t] = [c for c in _fitting(cands, t, python)
+                  if select_companion([c], name, torch, frozenset(t.tags(python)), python) is not None]
+    common = None
+    for cands in per.values():
+        have = {c.version.public for c in cands}
+        common = have if common is None else common & have
+    if not common:
+        raise MissingBuild(f"no {name} released with torch {next(iter(out.values()))['torch'].version.public} exists "
+                           f"on every target's index ({', '.join(t.name for t, c in per.items() if not c) or 'versions differ'})",
+                           where="--with", fix=f"drop {name} from --with, or ask for another --torch")
+    public = max(common, key=Version)
+    for t in out:
+        out[t][name] = _best([c for c in per[t] if c.version.public == public], t, python)
+
+
+# ---- a wheel's metadata, read from the index --------------------------------------------------
+
+def wheel_requirements(cand: index.Candidate) -> list[str]:
+    """The Requires-Dist lines of a wheel: its PEP 658 METADATA file where the index offers one,
+    else the METADATA inside the wheel (a local file, or the download kept in envkit's cache)."""
+    from email.parser import Parser
+
+    text = None
+    if cand.metadata and "://" in cand.url and not cand.url.startswith("file://"):
+        text = _get_text(cand.url + ".metadata")
+    if text is None:
+        text = _metadata_from_wheel(cand)
+    return Parser().parsestr(text).get_all("Requires-Dist") or []
+
+
+def _get_text(url: str) -> str | None:
+    import requests
+
+    try:
+        resp = requests.get(url, timeout=index.timeouts())
+    except requests.exceptions.RequestException:
+        return None
+    return resp.text if resp.status_code == 200 else None
+
+
+def _metadata_from_wheel(cand: index.Candidate) -> str:
+    import zipfile
+
+    from envkit.install.execute import fetch_wheel
+
+    path = Path(_local_path(cand.url)) if cand.url.startswith("file://") else fetch_wheel(cand.url, cand.filename, cand.sha256)
+    with zipfile.ZipFile(path) as zf:
+        name = next(n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA"))
+        return zf.read(name).decode("utf-8", "replace")
+
+
+def _local_path(url: str) -> str:
+    from urllib.parse import unquote, urlsplit
+
+    return unquote(urlsplit(url).path)
+
+
+def applicable(requirements: list[str], env: dict[str, str], skip: tuple[str, ...] = TORCH_FAMILY) -> list[str]:
+    """The requirements that hold on the target (no extras asked), without their markers, leaving
+    out the packages envkit resolves itself. Pure."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    out = []
+    for line in requirements:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(req.name) in skip:
+            continue
+        if req.marker is not None and not req.marker.evaluate({**env, "extra": ""}):
+            continue
+        req.marker = None
+        out.append(str(req))
+    return out
+
+
+# ---- the rest: uv resolves for the target's platform -------------------------------------------
+
+def uv_binary() -> str:
+    from envkit.install.execute import which_uv
+
+    found = which_uv()
+    if found:
+        return found
+    try:
+        import uv  # the `uv` wheel (pip install 'envkit[lock]') ships its binary
+
+        return uv.find_uv_bin()
+    except Exception:
+        raise EnvkitError("envkit lock resolves the dependencies with uv, which is not installed",
+                          fix="pip install 'envkit[lock]' (or pip install uv)")
+
+
+def uv_compile(requirements: list[str], target: Target, python: str, rest: list[str], find_links: list[str],
+               extra_index: str | None = None) -> list[Locked]:
+    """`uv pip compile` for the target's platform; the packages it chose, each with the one wheel
+    that fits the target best."""
+    from packaging.pylock import Pylock
+
+    from envkit.resources import load_toml
+
+    if not requirements:
+        return []
+    uv = uv_binary()
+    with tempfile.TemporaryDirectory(prefix="envkit-lock-") as tmp:
+        req = Path(tmp) / "requirements.in"
+        req.write_text("\n".join(requirements) + "\n")
+        out = Path(tmp) / "pylock.toml"
+        cmd = [uv, "pip", "compile", str(req), "-o", str(out), "--format", "pylock.toml", "--no-header", "--no-config",
+               "--no-build", "--python-version", python, "--python-platform", target.uv_platform, "--quiet"]
+        cmd += _index_args(rest, find_links, extra_index)
+        # uv's own settings (UV_INDEX_URL, UV_TORCH_BACKEND, ...) must not change what is resolved;
+        # its cache and TLS settings stay
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("UV_") or k in ("UV_CACHE_DIR", "UV_NATIVE_TLS", "UV_HTTP_TIMEOUT")}
+        env["MACOSX_DEPLOYMENT_TARGET"] = "14.0"
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        except subprocess.TimeoutExpired:
+            raise EnvkitError(f"uv did not resolve {target.name} within 10 minutes", fix="check the index, or try again")
+        if proc.returncode != 0:
+            why = " ".join((proc.stderr.strip() or proc.stdout.strip() or f"exit code {proc.returncode}").split())
+            raise EnvkitError(f"{target.name}: uv cannot resolve the dependencies of torch ({', '.join(requirements)}): "
+                              f"{strip_userinfo(why)[:600]}", where="--target",
+                              fix="point --index-url at an index that has them for this platform")
+        lock = Pylock.from_dict(load_toml(out))
+    tags = target.tags(python)
+    order = {t: i for i, t in enumerate(tags)}
+    picked = []
+    for p in lock.packages:
+        wheels = []
+        for w in p.wheels or []:
+            from packaging.utils import parse_wheel_filename
+
+            wtags = {str(t) for t in parse_wheel_filename(w.filename)[-1]}
+            rank = min((order[t] for t in wtags if t in order), default=None)
+            if rank is not None and w.url and w.hashes.get("sha256"):
+                wheels.append((rank, w))
+        if not wheels:
+            raise EnvkitError(f"{target.name}: uv chose {p.name} {p.version}, which has no wheel (with a sha256) for this platform",
+                              where="--target", fix="point --index-url at an index with wheels for it")
+        w = min(wheels, key=lambda x: x[0])[1]
+        picked.append(Locked(name=str(p.name), version=str(p.version), index="",
+                             wheel=Wheel(url=w.url, sha256=w.hashes["sha256"], size=w.size, filename=w.filename)))
+    return picked
+
+
+def _index_args(rest: list[str], find_links: list[str], extra_index: str | None) -> list[str]:
+    from envkit.install.plan import index_args
+
+    args = index_args(rest[0])
+    for url in rest[1:]:
+        args += ["--extra-index-url", url if "://" in url else Path(url).resolve().as_uri()]
+    for link in find_links:
+        args += ["--find-links", link]
+    if extra_index:  # packages only PyTorch's index has (pytorch-triton-rocm): after the others
+        args += ["--extra-index-url", extra_index]
+    if len(rest) > 1 or extra_index:
+        args += ["--index-strategy", "unsafe-best-match"]  # like pip: every index counts
+    return args
+
+
+def _index_of(name: str, filename: str, indexes: list[str], cache: dict) -> str:
+    """The index whose page for `name` lists this file (uv's pylock names none)."""
+    if len(indexes) == 1:
+        return indexes[0]
+    for src in indexes:
+        key = (src, name)
+        if key not in cache:
+            try:
+                cache[key] = {c.filename for c in index.fetch(src, name)}
+            except EnvkitError:
+                cache[key] = set()
+        if filename in cache[key]:
+            return src
+    return indexes[0]
+
+
+def size_of(url: str) -> int | None:
+    """A file's size where the index gave none (download.pytorch.org's pages): a HEAD request, or
+    the file itself."""
+    if url.startswith("file://"):
+        p = Path(_local_path(url))
+        return p.stat().st_size if p.is_file() else None
+    import requests
+
+    try:
+        resp = requests.head(url, timeout=index.timeouts(), allow_redirects=True)
+    except requests.exceptions.RequestException:
+        return None
+    length = resp.headers.get("Content-Length")
+    return int(length) if resp.status_code == 200 and length and length.isdigit() else None
+
+
+# ---- one target, whole ---------------------------------------------------------------------------
+
+def resolve_target(target: Target, family: dict[str, index.Candidate], python: str, channel: str, rest: list[str],
+                   find_links: list[str], extras: list[str]) -> TargetLock:
+    env = target.marker_environment(python)
+    reqs: list[str] = []
+    for cand in family.values():
+        reqs += applicable(wheel_requirements(cand), env)
+    reqs += list(extras)
+    reqs = list(dict.fromkeys(reqs))
+    src = torch_source(target, channel, rest)
+    extra_index = build_index(target.build, channel) if target.device in ("rocm", "xpu") else None
+    out = TargetLock(target=target, torch_index=src)
+    for name, cand in family.items():
+        out.packages[name] = Locked(name=name, version=str(cand.version), index=src,
+                                    wheel=Wheel(url=cand.url, sha256=cand.sha256 or "", size=cand.size, filename=cand.filename))
+    cache: dict = {}
+    for p in uv_compile(reqs, target, python, rest, find_links, extra_index):
+        if p.name in out.packages:
+            continue
+        p.index = _index_of(p.name, p.wheel.filename, rest + ([extra_index] if extra_index else []), cache)
+        out.packages[p.name] = p
+    for p in out.packages.values():
+        if p.wheel.size is None:
+            p.wheel.size = size_of(p.wheel.url)
+        if not p.wheel.sha256:
+            raise EnvkitError(f"{target.name}: the index gives no sha256 for {p.wheel.filename}", where=strip_userinfo(p.index),
+                              fix="use an index that publishes hashes (PEP 503 #sha256= or PEP 691 hashes)")
+    torch = family["torch"]
+    out.how = (f"torch {torch.version} from {strip_userinfo(src)} (read by envkit"
+               + (", PEP 658 metadata" if torch.metadata else ", metadata from the wheel") + "); "
+               f"its dependencies resolved by uv for {target.uv_platform}, Python {python}")
+    return out
