@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("envkit.commands.train:run", "Train with the embedded reference trainer from a train.yaml."),
     "validate": ("envkit.commands.train:validate", "Check a train.yaml without running it."),
     "init": ("envkit.commands.init:init", "Write a ready train.yaml from a template."),
+    "sweep": ("envkit.commands.sweep:sweep", "Train every combination of a train.yaml's sweep.grid; a table per group."),
     "runs": ("envkit.commands.runs:runs", "A table of training runs with status, steps and best val loss."),
     "monitor": ("envkit.commands.monitor:monitor", "Live view of a run from its heartbeat and metrics."),
     "plot": ("envkit.commands.plot:plot", "Write loss and throughput curves of a run as a PNG."),
