@@ -189,3 +189,30 @@ def test_init_cifar10_writes_a_config_that_validates(tmp_path):
     assert res.returncode == 0, res.stderr
 
 
+
+
+def test_a_resumed_cifar_run_is_the_uninterrupted_run_bit_for_bit(tmp_path):
+    """Augmentation and label noise on: stopped at step 5 and resumed, the losses are the same floats."""
+    import json
+
+    from envkit.train.run.loop import train
+
+    folder = write_cifar10(tmp_path, per_file=20, test=20)
+
+    def cfg():
+        return load_config(None, data={
+            "experiment": {"seed": 1}, "dataset": {"type": "cifar10", "path": str(folder), "label_noise": 0.1},
+            "model": {"type": "cnn", "width": 4}, "device": {"type": "cpu"},
+            "training": {"max_steps": 10, "batch_size": 16, "lr": 3e-3, "compile": False},
+            "eval": {"every_steps": 0, "batches": 1}, "checkpoint": {"every_steps": 0},
+            "logging": {"every_steps": 1, "progress": "none", "device_seconds": 0}})
+
+    def losses(d):
+        return [(r["step"], r["loss"]) for r in map(json.loads, (d / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    straight.mkdir(), stopped.mkdir()
+    train(cfg(), straight, resume="never", handle_signals=False)
+    assert train(cfg(), stopped, resume="never", stop_after=5, handle_signals=False)["status"] == "stopped"
+    assert train(cfg(), stopped, resume="auto", handle_signals=False)["resumed_from"] == "step_00000005.pt"
+    assert losses(straight) == losses(stopped) and len(losses(straight)) == 10
