@@ -48,7 +48,7 @@ def test_sweep_interrupted_resumed_and_shown_again(tmp_path):
         s = json.loads((exp / rid / "summary.json").read_text())
         assert (s["status"], s["steps"]) == ("stopped", 8)
 
-    second = sweep(tmp_path)
+    second = sweep(tmp_path, "--parallel", "2")  # two at once: each run's console goes to its console.log
     assert second.returncode == 0, second.stdout + second.stderr
     for rid in RUN_IDS:
         s = json.loads((exp / rid / "summary.json").read_text())
@@ -58,6 +58,7 @@ def test_sweep_interrupted_resumed_and_shown_again(tmp_path):
         cfg = json.loads((exp / rid / "config.json").read_text())["values"]
         assert cfg["training"]["optimizer"] == rid.split("_")[0].split("-")[1]
         assert cfg["experiment"]["seed"] == int(rid[-1])
+    assert all((exp / rid / "console.log").is_file() for rid in RUN_IDS)
     table = second.stdout
     assert "mean ± std" in table and "optimizer=adamw" in table and "optimizer=lion" in table and "2/2" in table
 
