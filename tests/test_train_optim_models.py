@@ -88,19 +88,26 @@ def test_epochs_set_the_steps_schedule_and_summary(tmp_path):
     cfg = load_config(None, data={
         "experiment": {"seed": 0}, "dataset": {"type": "cifar10", "path": str(folder)},
         "model": {"type": "cnn", "width": 4}, "device": {"type": "cpu"},
-        "training": {"epochs": 2, "batch_size": 16, "lr": 1e-3, "compile": False, "max_steps": 5},
+        "training": {"epochs": 2, "batch_size": 32, "lr": 1e-3, "compile": False, "max_steps": 5},
         "eval": {"every_steps": 0, "batches": 1}, "checkpoint": {"every_steps": 0},
-        "logging": {"every_steps": 4, "progress": "plain", "device_seconds": 0}})
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
+        "logging": {"every_steps": 3, "progress": "plain", "device_seconds": 0}})
+    run_dir = tmp_path / "runs" / "exp" / "r"
+    run_dir.mkdir(parents=True)
     summary = train(cfg, run_dir, resume="never", handle_signals=False)
-    # 200 // 16 = 12 full batches an epoch, two epochs: 24 steps (max_steps: 5 is ignored)
-    assert summary["status"] == "completed" and summary["steps"] == 24 and summary["epochs"] == 2
+    # 200 // 32 = 6 full batches an epoch, two epochs: 12 steps (max_steps: 5 is ignored)
+    assert summary["status"] == "completed" and summary["steps"] == 12 and summary["epochs"] == 2
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     last = [r for r in rows if "loss" in r][-1]
-    assert last["step"] == 24 and last["epoch"] == pytest.approx(2.0)
-    # the cosine ends with the epochs: step 24's lr is lr(23) = min + (lr - min)(1 + cos(pi 23/24))/2
-    assert last["lr"] == pytest.approx(1e-4 + 0.5 * (1 + math.cos(math.pi * 23 / 24)) * 9e-4, rel=1e-6)
+    assert last["step"] == 12 and last["epoch"] == pytest.approx(2.0)
+    # the cosine ends with the epochs: step 12's lr is lr(11) = min + (lr - min)(1 + cos(pi 11/12))/2
+    assert last["lr"] == pytest.approx(1e-4 + 0.5 * (1 + math.cos(math.pi * 11 / 12)) * 9e-4, rel=1e-6)
     assert "epoch 2.00/2" in (run_dir / "train.log").read_text()
     beat = json.loads((run_dir / "heartbeat.json").read_text())
-    assert beat["max_steps"] == 24 and beat["epochs"] == 2
+    assert beat["max_steps"] == 12 and beat["epochs"] == 2
+    from click.testing import CliRunner
+
+    from envkit.commands.runs import runs
+
+    (run_dir / "config.json").write_text(json.dumps(cfg.resolved()))  # what `envkit run` writes: a run folder
+    table = CliRunner().invoke(runs, [str(tmp_path / "runs")]).output
+    assert "12/12 (ep 2.00/2)" in table
