@@ -19,8 +19,8 @@ class Combination:
     overrides: dict  # "section.key" -> value, in the grid's order
 
     def set_args(self) -> list[str]:
-        """As `--set` texts: strings as they are, everything else as JSON (which YAML reads back)."""
-        return [f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in self.overrides.items()]
+        """As `--set` texts, every value as JSON (which YAML reads back as it was: "yes" stays a string)."""
+        return [f"{k}={json.dumps(v)}" for k, v in self.overrides.items()]
 
     @property
     def run_id(self) -> str:
