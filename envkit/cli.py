@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "exec": ("envkit.commands.exec:exec_", "Run your own training command in the managed env, with a run folder, heartbeat and restarts."),
     "stop": ("envkit.commands.exec:stop", "Stop a running `envkit exec` run: SIGINT, then SIGTERM after a grace period."),
     "init": ("envkit.commands.init:init", "Write a ready train.yaml from a template."),
+    "sweep": ("envkit.commands.sweep:sweep", "Train every combination of a train.yaml's sweep.grid; a table per group."),
     "runs": ("envkit.commands.runs:runs", "A table of training runs with status, steps and best val loss."),
     "monitor": ("envkit.commands.monitor:monitor", "Live view of a run from its heartbeat and metrics."),
     "plot": ("envkit.commands.plot:plot", "Write loss and throughput curves of a run as a PNG."),

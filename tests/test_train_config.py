@@ -145,6 +145,10 @@ def test_all_templates_valid(tmp_path):
     for n in sorted(p.stem for p in TEMPLATES.glob("*.yaml")):
         text = (TEMPLATES / f"{n}.yaml").read_text()
         extra = ["--set", f"dataset.path={data}"] if "type: tokens" in text else []
+        if "type: cifar10" in text:
+            from cifar_fixture import write_cifar10
+
+            extra = ["--set", f"dataset.path={write_cifar10(tmp_path, per_file=2, test=2)}"]
         res = envkit("validate", str(TEMPLATES / f"{n}.yaml"), *extra)
         assert res.returncode == 0, (n, res.stderr)
 

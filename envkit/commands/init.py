@@ -29,13 +29,16 @@ def template_names() -> list[str]:
 @click.option("--list", "list_", is_flag=True, help="List the templates.")
 @click.option("--force", is_flag=True, help="Overwrite PATH if it exists.")
 def init(path, template, list_, force):
-    """Write a ready train.yaml from a template (default: the gpt quick test, about 2 minutes on a CPU)."""
+    """Write a ready train.yaml from a template (default: the gpt quick test, about 2 minutes on a CPU).
+    `envkit init cifar10` (a template's name instead of PATH) writes that template to train.yaml."""
     names = template_names()
     if list_:
         for n in names:
             first = (_templates_dir() / f"{n}.yaml").read_text().splitlines()[0].lstrip("# ").strip()
             click.echo(f"{n:<22} {first}")
         return
+    if Path(path).suffix == "" and path in names and template == DEFAULT_TEMPLATE:  # `envkit init cifar10`
+        template, path = path, "train.yaml"
     name = template[:-5] if template.endswith(".yaml") else template
     if name not in names:
         import difflib

@@ -28,8 +28,8 @@ def runs(root, as_json):
         return
     from envkit.console import console, is_tty
 
-    header = ("experiment", "run", "status", "steps", "loss", "best val loss", "accuracy", "avg util")
-    rows = [(s["experiment"], s["run"], s["status"] or "?", f"{s['step'] if s['step'] is not None else '-'}/{s['max_steps'] or '-'}",
+    header = ("experiment", "run", "status", "steps (epochs)" if any(s.get("epochs") for s in states) else "steps", "loss", "best val loss", "accuracy", "avg util")
+    rows = [(s["experiment"], s["run"], s["status"] or "?", _progress(s),
              _fmt(s.get("loss")), _fmt(s.get("best_val_loss")), _fmt(s.get("accuracy"), ".3f"),
              "-" if s.get("avg_device_util_pct") is None else f"{s['avg_device_util_pct']:.0f}%") for s in states]
     if is_tty():
@@ -43,3 +43,11 @@ def runs(root, as_json):
         widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
         for r in (header, *rows):
             click.echo("  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip())
+
+
+def _progress(s: dict) -> str:
+    """`12/390`, or with training.epochs `12/390 (ep 0.03/1)`: the epoch reached, from the step."""
+    steps = f"{s['step'] if s['step'] is not None else '-'}/{s['max_steps'] or '-'}"
+    if s.get("epochs") and s.get("max_steps") and s.get("step") is not None:
+        return f"{steps} (ep {s['epochs'] * s['step'] / s['max_steps']:.2f}/{s['epochs']})"
+    return steps

@@ -58,7 +58,7 @@ def validate(config, overrides, profile, replay, as_json):
     c = p.cfg.values
     click.echo(f"{config}: valid ({c['model']['type']} on {c['dataset']['type']}"
                + (f"/{c['dataset']['task']}" if c['dataset']['type'] == 'synthetic' else "")
-               + f", {c['training']['max_steps']} steps, device {c['device']['type']}, precision {c['training']['precision']}, "
+               + (f", {c['training']['epochs']} epochs" if c['training']['epochs'] else f", {c['training']['max_steps']} steps") + f", device {c['device']['type']}, precision {c['training']['precision']}, "
                f"profile {p.cfg.profile or 'none'})")
 
 

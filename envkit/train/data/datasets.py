@@ -1,6 +1,6 @@
 """Datasets: synthetic (arithmetic for gpt, a known teacher for mlp, class images for cnn), text
 (file or folder, char or byte level), npz, tokens (nanoGPT's train.bin/val.bin: envkit/train/data/tokens.py),
-or a user factory. Nothing downloads.
+cifar10/cifar100 (binary folders: data/cifar.py), imagefolder (torchvision: data/imagefolder.py), or a user factory. Nothing downloads.
 
 Every dataset is map-style and every batch order comes from `ResumableBatchSampler`, a pure
 function of (seed, batches consumed): the data position in a checkpoint is one integer, and a
@@ -17,6 +17,8 @@ from torch.utils.data import Dataset
 
 from envkit.errors import EnvkitError
 from envkit.train.data.bundle import DataBundle, ResumableBatchSampler, label_entropy
+from envkit.train.data.cifar import cifar
+from envkit.train.data.imagefolder import imagefolder
 from envkit.train.data.paths import resolve_path
 from envkit.train.data.tokens import tokens
 from envkit.train.user_code import accepted_args, import_factory
@@ -78,7 +80,7 @@ class ClassImages(Dataset):
 # ---------------------------------------------------------------- builders
 
 
-BUILTIN_DATASETS = ("synthetic", "text", "npz", "tokens")  # dataset.type values envkit reads itself (anything else: a factory)
+BUILTIN_DATASETS = ("synthetic", "text", "npz", "tokens", "cifar10", "cifar100", "imagefolder")  # dataset.type values envkit reads itself (anything else: a factory)
 
 
 def build_data(cfg, *, seed: int) -> DataBundle:
@@ -92,6 +94,10 @@ def build_data(cfg, *, seed: int) -> DataBundle:
         return npz(cfg)
     if kind == "tokens":
         return tokens(cfg)
+    if kind in ("cifar10", "cifar100"):
+        return cifar(cfg, seed)
+    if kind == "imagefolder":
+        return imagefolder(cfg, seed)
     return from_factory(cfg, seed)
 
 

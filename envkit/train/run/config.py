@@ -294,10 +294,10 @@ def check_consistency(cfg: Config) -> None:
     mtype, dtype = m["type"], d["type"]
     if mtype not in MODEL_KEYS and not is_factory(mtype):
         raise EnvkitError(f"unknown model type {mtype!r}{_did_you_mean(mtype, MODEL_KEYS)}", where=_where(cfg, "model.type"),
-                          fix="use gpt, mlp, cnn or 'package.module:factory'")
+                          fix="use gpt, mlp, cnn, resnet18, resnet34, resnet50 or 'package.module:factory'")
     if dtype not in DATASET_KEYS and not is_factory(dtype):
         raise EnvkitError(f"unknown dataset type {dtype!r}{_did_you_mean(dtype, DATASET_KEYS)}", where=_where(cfg, "dataset.type"),
-                          fix="use synthetic, text, npz, tokens or 'package.module:factory'")
+                          fix="use synthetic, text, npz, tokens, cifar10, cifar100, imagefolder or 'package.module:factory'")
     if mtype in MODEL_KEYS:
         for key in m:
             if cfg.origin.get(f"model.{key}") in ("yaml", "cli") and key not in MODEL_KEYS[mtype]:
@@ -316,7 +316,7 @@ def check_consistency(cfg: Config) -> None:
             raise EnvkitError(f"unknown synthetic task {task!r}{_did_you_mean(task, SYNTHETIC_TASKS)}", where=_where(cfg, "dataset.task"),
                               fix="arithmetic (for gpt), teacher (for mlp), images (for cnn)")
         want = SYNTHETIC_TASKS[task]
-        if mtype in MODEL_KEYS and mtype != want:
+        if mtype in MODEL_KEYS and mtype != want and not (want == "cnn" and mtype.startswith("resnet")):
             raise EnvkitError(f"synthetic task {task} trains a {want} model, not {mtype}", where=_where(cfg, "dataset.task"),
                               fix=f"set dataset.task to {[k for k, v in SYNTHETIC_TASKS.items() if v == mtype][0]}")
     if dtype in ("text", "npz"):
@@ -340,12 +340,27 @@ def check_consistency(cfg: Config) -> None:
             raise EnvkitError("dataset type tokens needs a path (a folder with train.bin and val.bin)", where=_where(cfg, "dataset.path"))
         check_token_folder(resolve_path(cfg, d["path"]), d["dtype"], d["vocab_size"], batch_tokens=t["batch_size"] * (m["block_size"] + 1),
                            where_path=_where(cfg, "dataset.path"))
+    if dtype in ("cifar10", "cifar100", "imagefolder"):
+        _check_image_dataset(cfg, dtype, mtype)
     if mtype == "gpt" and m["n_embd"] % m["n_head"]:
         raise EnvkitError(f"n_embd {m['n_embd']} is not divisible by n_head {m['n_head']}", where=_where(cfg, "model.n_embd"))
     if t["min_lr"] is not None and t["min_lr"] > t["lr"]:
         raise EnvkitError(f"min_lr {t['min_lr']:g} is above lr {t['lr']:g}", where=_where(cfg, "training.min_lr"))
     if t["precision"] == "fp16" and cfg.values["device"]["type"] == "cpu":
         raise EnvkitError("fp16 autocast on the CPU is slow and unscaled; use fp32 or bf16 there", where=_where(cfg, "training.precision"))
+
+
+def _check_image_dataset(cfg: Config, dtype: str, mtype: str) -> None:
+    from envkit.train.data.cifar_files import check_folder
+
+    if mtype in ("gpt", "mlp"):
+        raise EnvkitError(f"a {dtype} dataset trains an image model (resnet18, cnn), not {mtype}", where=_where(cfg, "model.type"))
+    path = cfg.values["dataset"]["path"]
+    if not path:
+        raise EnvkitError(f"dataset type {dtype} needs a path", where=_where(cfg, "dataset.path"),
+                          fix="the unpacked binary folder (cifar) or a folder with train/ and val/ class folders (imagefolder)")
+    if dtype != "imagefolder":
+        check_folder(resolve_path(cfg, path), dtype, where=_where(cfg, "dataset.path"))
 
 
 def render_rows(cfg: Config) -> list[str]:

@@ -9,6 +9,7 @@ benchmarks. `step` always counts completed optimizer steps.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import random
@@ -28,6 +29,7 @@ from envkit.train.run.distributed import init_distributed, wrap_ddp
 from envkit.train.recovery.guards import NanGuard, TrainingStopped, resolve_device
 from envkit.train.watching.mfu import mfu as compute_mfu
 from envkit.train.run.models import build_model
+from envkit.train.run.optim import build_optimizer, lr_at, steps_for_epochs
 from envkit.train.data.prefetch import DeviceBatches, want_fetch_ahead
 from envkit.train.watching.profiling import StepProfiler
 from envkit.train.run.step import LossModule, apply_sdpa_backend, compile_kwargs
@@ -68,6 +70,9 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
     bs, accum = T["batch_size"], T["grad_accum"]
     pin = DL["pin_memory"] if DL["pin_memory"] != "auto" else device_type == "cuda"
     sampler = ResumableBatchSampler(len(data.train), bs, seed, rank=rank, world=world)
+    if T["epochs"]:  # max_steps follows the data: the schedule, log, ETA and summary count to it
+        T["max_steps"] = steps_for_epochs(T["epochs"], sampler.per_epoch, accum)
+        tel.set_epochs(T["epochs"], T["max_steps"])
     val_batches = _val_batches(data.val, bs, V["batches"])
 
     # ------------------------------------------------------------ model
@@ -91,24 +96,8 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
         log(f"note: fp16 on {device_type} runs without a GradScaler (it does not work there); watch for NaN")
 
     # ------------------------------------------------------------ optimizer and schedule
-    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": T["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}]
-    if T["optimizer"] == "adamw":
-        fused = device_type == "cuda"
-        optimizer = torch.optim.AdamW(groups, lr=T["lr"], betas=(T["beta1"], T["beta2"]), **({"fused": True} if fused else {}))
-    else:
-        optimizer = torch.optim.SGD(groups, lr=T["lr"], momentum=T["momentum"])
-    min_lr = T["min_lr"] if T["min_lr"] is not None else T["lr"] / 10
-
-    def get_lr(step: int) -> float:  # warmup, then cosine to min_lr (or constant)
-        if step < T["warmup_steps"]:
-            return T["lr"] * (step + 1) / T["warmup_steps"]
-        if T["schedule"] == "constant":
-            return T["lr"]
-        span = max(1, T["max_steps"] - T["warmup_steps"])
-        ratio = min(1.0, (step - T["warmup_steps"]) / span)
-        return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (T["lr"] - min_lr)
+    optimizer = build_optimizer(model, T, device_type, cfg.origin)
+    get_lr = functools.partial(lr_at, T=T)  # warm-up, then cosine to min_lr (or constant): train/run/optim.py
 
     # ------------------------------------------------------------ resume
     state = {"step": 0, "batches": 0, "best_val_loss": None, "lr_scale": 1.0, "rollbacks": 0, "elapsed": 0.0,
@@ -344,7 +333,7 @@ def _finish(tel: Telemetry, run_dir: Path, status: str, step: int, ns: dict, err
     rate = statistics.median(rates) if rates else None
     state = ns.get("state", {})
     summary = {
-        "status": status, "steps": step, "max_steps": T["max_steps"], "final_loss": ns.get("last_loss"),
+        "status": status, "steps": step, "max_steps": T["max_steps"], "epochs": T["epochs"], "final_loss": ns.get("last_loss"),
         "best_val_loss": state.get("best_val_loss"), "final_val_loss": ns.get("last_val"),
         "device": ns.get("device_type"), "device_name": ns.get("device_name"), "precision": ns.get("precision"),
         "compile": ns.get("compile_note"), "world_size": ns.get("world", 1), "parameters": ns.get("n_params"),

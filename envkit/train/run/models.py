@@ -1,4 +1,4 @@
-"""Built-in models (gpt, mlp, cnn) and user factories ("package.module:factory")."""
+"""Built-in models (gpt, mlp, cnn; resnet18/34/50 in train/run/resnets.py) and user factories ("package.module:factory")."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from envkit.errors import EnvkitError
+from envkit.train.run.resnets import build_resnet
 from envkit.train.user_code import accepted_args, import_factory
 
 
@@ -153,8 +154,13 @@ def build_model(cfg, info: dict, device_type: str) -> nn.Module:
         return GPT(info["vocab_size"], m["block_size"], m["n_layer"], m["n_head"], m["n_embd"], m["dropout"], m["bias"])
     if kind == "mlp":
         return MLP(info["input_dim"], info["num_classes"], m["hidden"], m["depth"], m["dropout"])
-    if kind == "cnn":
-        model = ResNet(info["num_classes"], info.get("in_channels", 3), m["width"], m["blocks"])
+    if kind in ("cnn", "resnet18", "resnet34", "resnet50"):
+        if kind == "cnn":
+            model = ResNet(info["num_classes"], info.get("in_channels", 3), m["width"], m["blocks"])
+        else:
+            width = m["width"] if cfg.origin.get("model.width") in ("yaml", "cli") else 64  # the schema's 32 is cnn's
+            model, source = build_resnet(int(kind[6:]), info["num_classes"], info.get("in_channels", 3), m["stem"], width)
+            model.definition = source  # "torchvision" or "envkit": the trainer's log says which
         cl = m["channels_last"]
         if cl is True or (cl == "auto" and device_type in ("cuda", "mps")):
             model = model.to(memory_format=torch.channels_last)

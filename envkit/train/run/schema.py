@@ -35,9 +35,13 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "notes": F("str", ""),
     },
     "dataset": {
-        "type": F("str", "synthetic", help="synthetic | text | npz | tokens | package.module:factory"),
+        "type": F("str", "synthetic", help="synthetic | text | npz | tokens | cifar10 | cifar100 | imagefolder | package.module:factory"),
         "task": F("str", "arithmetic", help="synthetic task: arithmetic (gpt) | teacher (mlp) | images (cnn)"),
-        "path": F("str", None, nullable=True, help="text file or folder (text), .npz file (npz), folder of train.bin/val.bin (tokens)"),
+        "path": F("str", None, nullable=True, help="text file or folder (text), .npz file (npz), folder of train.bin/val.bin (tokens), "
+                                                   "cifar-10-batches-bin/ or cifar-100-binary/ (cifar), train/ and val/ class folders (imagefolder)"),
+        "labels": F("str", "fine", choices=("fine", "coarse"), help="cifar100: the 100 fine or the 20 coarse classes"),
+        "augment": F("bool", True, help="cifar/imagefolder: random crop (padding 4) and horizontal flip of training images"),
+        "label_noise": F("float", 0.0, min=0, max=1, help="cifar/imagefolder: fraction of training labels flipped to another class (seeded)"),
         "dtype": F("str", "uint16", choices=("uint16", "uint32"), help="tokens: the .bin files' integer type (uint32 above 65,535 tokens)"),
         "vocab_size": F("int", None, nullable=True, min=2, help="tokens: vocabulary size (default: DIR/meta.json's vocab_size)"),
         "level": F("str", "char", choices=("char", "byte"), help="text tokenisation"),
@@ -51,7 +55,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "kwargs": F("dict", {}, help="arguments for a package.module:factory dataset"),
     },
     "model": {
-        "type": F("str", "gpt", help="gpt | mlp | cnn | package.module:factory"),
+        "type": F("str", "gpt", help="gpt | mlp | cnn | resnet18 | resnet34 | resnet50 | package.module:factory"),
+        "stem": F("str", "cifar", choices=("cifar", "imagenet"), help="resnet: cifar (3x3 conv, no max-pool) | imagenet (7x7/2 conv + max-pool)"),
         "n_layer": F("int", 4, min=1),
         "n_head": F("int", 4, min=1),
         "n_embd": F("int", 128, min=8),
@@ -60,24 +65,26 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "bias": F("bool", False),
         "hidden": F("int", 256, min=1, help="mlp: hidden width"),
         "depth": F("int", 2, min=1, help="mlp: hidden layers"),
-        "width": F("int", 32, min=4, help="cnn: channels of the first stage"),
+        "width": F("int", 32, min=4, help="cnn: channels of the first stage; resnet: of the stem (default 64, the published model)"),
         "blocks": F("int", 1, min=1, help="cnn: residual blocks per stage (3 stages)"),
-        "channels_last": F("compile", AUTO, help="cnn: memory format (auto: on CUDA/MPS)"),
+        "channels_last": F("compile", AUTO, help="cnn/resnet: memory format (auto: on CUDA/MPS)"),
         "kwargs": F("dict", {}, help="arguments for a package.module:factory model"),
     },
     "training": {
-        "max_steps": F("int", 1000, min=1, help="optimizer steps"),
+        "max_steps": F("int", 1000, min=1, help="optimizer steps (ignored when epochs is set)"),
+        "epochs": F("int", None, nullable=True, min=1, help="passes over the training set; sets max_steps from the data size"),
         "batch_size": F("int", 32, min=1, help="per micro-step, per process"),
         "grad_accum": F("int", 1, min=1, help="micro-steps per optimizer step"),
         "lr": F("float", 3e-4, gt=0, help="peak learning rate"),
         "min_lr": F("float", None, nullable=True, min=0, help="end of the cosine (default lr/10)"),
         "schedule": F("str", "cosine", choices=("cosine", "constant")),
         "warmup_steps": F("int", 0, min=0),
-        "optimizer": F("str", "adamw", choices=("adamw", "sgd")),
-        "weight_decay": F("float", 0.1, min=0, help="AdamW: applied to 2-D parameters only"),
+        "optimizer": F("str", "adamw", choices=("adamw", "adam", "sgd", "lion"), help="lion: lr 3-10x below AdamW's (train/run/lion.py)"),
+        "weight_decay": F("float", 0.1, min=0, help="applied to parameters of 2 or more dimensions only (decoupled for adamw, lion)"),
         "beta1": F("float", 0.9, min=0, max=1),
-        "beta2": F("float", 0.95, min=0, max=1),
+        "beta2": F("float", 0.95, min=0, max=1, help="adamw/adam; lion's default is 0.99 unless set"),
         "momentum": F("float", 0.9, min=0, max=1, help="SGD"),
+        "nesterov": F("bool", False, help="SGD: Nesterov momentum"),
         "grad_clip": F("float", 1.0, min=0, help="max grad norm; 0 = off"),
         "precision": F("str", AUTO, choices=PRECISIONS, help="autocast dtype; auto: bf16 on CUDA with bf16, else fp32"),
         "compile": F("compile", AUTO, help="torch.compile: auto (CUDA only) | true | false"),
@@ -125,6 +132,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "fetch_ahead": F("compile", AUTO, help="read and copy the next batch while the GPU computes; auto: on CUDA/MPS "
                                               "with workers or a built-in dataset (train/prefetch.py)"),
     },
+    "sweep": {
+        "grid": F("dict", {}, help="`envkit sweep`: section.key -> list of values; every combination is a run"),
+    },
 }
 
 # Which model keys apply to which built-in model (others are an error, not silently ignored).
@@ -132,12 +142,16 @@ MODEL_KEYS = {
     "gpt": {"type", "n_layer", "n_head", "n_embd", "block_size", "dropout", "bias"},
     "mlp": {"type", "hidden", "depth", "dropout"},
     "cnn": {"type", "width", "blocks", "channels_last"},
+    **{f"resnet{depth}": {"type", "stem", "width", "channels_last"} for depth in (18, 34, 50)},
 }
 DATASET_KEYS = {
     "synthetic": {"type", "task", "num_samples", "num_classes", "input_dim", "image_size", "noise", "digits", "val_fraction"},
     "text": {"type", "path", "level", "val_fraction"},
     "npz": {"type", "path", "val_fraction"},
     "tokens": {"type", "path", "dtype", "vocab_size"},
+    "cifar10": {"type", "path", "augment", "label_noise"},
+    "cifar100": {"type", "path", "augment", "label_noise", "labels"},
+    "imagefolder": {"type", "path", "augment", "label_noise", "image_size"},
 }
 SYNTHETIC_TASKS = {"arithmetic": "gpt", "teacher": "mlp", "images": "cnn"}
 
@@ -159,7 +173,7 @@ PROFILE_KEYS = {
     ("dataloader", "prefetch_factor"): "dataloader.prefetch_factor",
 }
 # Sections that do not change the trajectory: excluded from the config hash checked on resume.
-HASH_EXCLUDED = {"logging", "checkpoint"}
+HASH_EXCLUDED = {"logging", "checkpoint", "sweep"}
 HASH_EXCLUDED_KEYS = {"experiment.name", "experiment.output_dir", "experiment.tags", "experiment.notes",
                       "eval.batches", "eval.accuracy_samples", "device.fallback_to_cpu", "device.fallback", "dataloader.num_workers",
                       "training.compile_mode", "training.sdpa_backend", "training.ddp_bucket_mb",  # speed only: same computation

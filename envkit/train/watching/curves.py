@@ -74,3 +74,39 @@ def _plot_device(rows: list[dict], ax_util, ax_mem, ax_wait, ax_power) -> None:
     else:
         ax_power.text(0.5, 0.5, "power: not reported here", ha="center", va="center", transform=ax_power.transAxes)
     ax_power.set_xlabel("step")
+
+
+def draw_runs(runs: list[tuple[Path, str]], out: Path, title: str = "sweep") -> Path:
+    """`envkit sweep --plot`: train loss and validation accuracy (or loss) of several runs, one line
+    per run, one colour per group (runs of a group differ by seed only)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise EnvkitError("plotting needs matplotlib, which is not installed", where="envkit sweep --plot",
+                          fix="pip install 'envkit[plot]' (or pip install matplotlib)")
+    fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(12, 4.5))
+    colours: dict[str, str] = {}
+    val_key = "val_loss"
+    for d, group in runs:
+        rows = read_metrics(d) if d.is_dir() else []
+        if any(r.get("accuracy") is not None for r in rows):
+            val_key = "accuracy"
+    for d, group in runs:
+        rows = read_metrics(d) if d.is_dir() else []
+        label = group if group not in colours else None  # one legend entry per group
+        colour = colours.setdefault(group, f"C{len(colours) % 10}")
+        train = [r for r in rows if "loss" in r]
+        val = [r for r in rows if r.get(val_key) is not None and "val_loss" in r]
+        ax_loss.plot([r["step"] for r in train], [r["loss"] for r in train], color=colour, alpha=0.8, label=label)
+        ax_val.plot([r["step"] for r in val], [r[val_key] for r in val], "o-", color=colour, alpha=0.8, markersize=3)
+    ax_loss.set_xlabel("step"), ax_loss.set_ylabel("train loss"), ax_loss.set_title(title)
+    if colours:
+        ax_loss.legend(loc="best")
+    ax_val.set_xlabel("step"), ax_val.set_ylabel("validation " + ("accuracy" if val_key == "accuracy" else "loss"))
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

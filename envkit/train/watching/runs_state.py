@@ -48,7 +48,7 @@ def run_state(run_dir: Path, now: float | None = None) -> dict:
     summary = _read(run_dir / "summary.json")
     out = {"run": run_dir.name, "experiment": run_dir.parent.name, "path": str(run_dir),
            "step": beat.get("step"), "max_steps": beat.get("max_steps"), "loss": beat.get("loss"),
-           "eta_seconds": beat.get("eta_seconds"), "best_val_loss": None}
+           "eta_seconds": beat.get("eta_seconds"), "best_val_loss": None, "epochs": beat.get("epochs")}
     age = now - beat["updated_at"] if isinstance(beat.get("updated_at"), (int, float)) else None
     out["age_seconds"] = age
     if isinstance(beat.get("last_output_at"), (int, float)):  # exec runs: when the command last printed or logged
@@ -58,7 +58,8 @@ def run_state(run_dir: Path, now: float | None = None) -> dict:
     if summary and (not beat or summary.get("updated_at", 0) >= beat.get("updated_at", 0) - 1):
         out.update(status=summary.get("status"), step=summary.get("steps"), max_steps=summary.get("max_steps"),
                    loss=summary.get("final_loss"), best_val_loss=summary.get("best_val_loss"), accuracy=summary.get("accuracy"),
-                   tokens_per_second=summary.get("tokens_per_second"), samples_per_second=summary.get("samples_per_second"))
+                   tokens_per_second=summary.get("tokens_per_second"), samples_per_second=summary.get("samples_per_second"),
+                   epochs=summary.get("epochs"))
         return out
     if not beat:
         out["status"] = "new"

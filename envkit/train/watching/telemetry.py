@@ -39,6 +39,7 @@ class Telemetry:
         self.dir = Path(run_dir)
         self.enabled = enabled
         self.total, self.unit = total_steps, unit
+        self.epochs, self.epoch = None, None  # with training.epochs: the goal and the latest logged position
         self.heartbeat_seconds = heartbeat_seconds
         self._last_beat = 0.0
         self.extra_fields = None  # a callable adding fields to every heartbeat (the device sample, hints)
@@ -77,6 +78,12 @@ class Telemetry:
             self._bar.start()
             self._bar.update(self._task, completed=step)
 
+    def set_epochs(self, epochs: int, total_steps: int) -> None:
+        """training.epochs: the step count is known once the data is; progress and heartbeat speak epochs."""
+        self.epochs, self.total = epochs, total_steps
+        if self._bar is not None:
+            self._bar.update(self._task, total=total_steps)
+
     def stop(self) -> None:
         if self._bar is not None and self._bar.live.is_started:
             self._bar.stop()
@@ -94,6 +101,9 @@ class Telemetry:
         unit = "tok/s" if "tokens_per_second" in row else "samples/s"
         mfu = row.get("mfu")
         parts = [f"loss {row['loss']:.4f}", f"lr {row['lr']:.2e}", f"{fmt_rate(rate)} {unit}"]
+        if self.epochs:
+            self.epoch = row.get("epoch")
+            parts.insert(0, f"epoch {self.epoch or 0:.2f}/{self.epochs}")
         if mfu is not None:
             parts.append(f"mfu {100 * mfu:.1f}%")
         if row.get("memory_mb"):
@@ -122,6 +132,7 @@ class Telemetry:
                                                  "eta_seconds": None if eta is None else round(eta, 1), "pid": os.getpid(),
                                                  "host": os.uname().nodename if hasattr(os, "uname") else None,
                                                  "updated_at": now, **(self.extra_fields() if self.extra_fields else {}),
+                                                 **({"epoch": self.epoch, "epochs": self.epochs} if self.epochs else {}),
                                                  **extra})
 
     def close(self) -> None:

@@ -1,0 +1,90 @@
+"""`envkit sweep train.yaml`: every combination of the config's `sweep.grid` as its own run folder,
+then a table per group (mean ± std across seeds). Run it again: completed runs are skipped,
+unfinished ones resumed."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+
+
+
+@click.command()
+@click.argument("config", type=click.Path(dir_okay=False), required=False, default="train.yaml")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a value in every run (repeatable).")
+@click.option("--profile", "profile", help="Take defaults from this profile (default: the managed env's, else recommended).")
+@click.option("--parallel", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Runs at once (one per GPU on a machine with several CUDA GPUs).")
+@click.option("--stop-after", type=click.IntRange(min=1), help="Stop each run cleanly after this step; `envkit sweep` again resumes.")
+@click.option("--python", "python", help="Train with this interpreter (default: the managed env's, else this one).")
+@click.option("--json", "as_json", is_flag=True, help="Print the runs and groups as JSON at the end.")
+@click.option("--plot", "plot", type=click.Path(dir_okay=False), is_flag=False, flag_value="sweep.png", default=None,
+              help="Write one curve per run, coloured by group, to this PNG (default sweep.png).")
+@click.option("--report-only", is_flag=True, help="Train nothing: show the table of what the runs have so far.")
+@click.pass_context
+def sweep(ctx, config, overrides, profile, parallel, stop_after, python, as_json, plot, report_only):
+    """Train every combination of CONFIG's sweep.grid and compare them.
+
+    \b
+    sweep:
+      grid:
+        training.optimizer: [adamw, lion]
+        experiment.seed: [0, 1, 2]
+
+    Each combination is runs/<experiment>/<key-value_...>/, an ordinary run folder (`envkit runs`,
+    `monitor`, `plot` read it). Exit 0 all completed, 1 a run failed or stopped, 2 bad config."""
+    from envkit.sweep import report, runner
+
+    debug = bool((ctx.obj or {}).get("debug"))
+    say = (lambda m: click.echo(m, err=True)) if as_json else click.echo
+    runs = runner.prepare(config, overrides=overrides, profile_name=profile, python=python)
+    if not report_only:
+        if runs and runs[0].plan.managed is None and not python:
+            say(f"note: no `envkit setup` environment here: training with {sys.executable}")
+        todo = sum(r.state != "completed" for r in runs)
+        say(f"sweep: {len(runs)} runs ({len(runs) - todo} completed, {todo} to run, {parallel} at a time) "
+            f"under {runs[0].run_dir.parent if runs else '?'}")
+        runner.execute(runs, parallel=parallel, gpus=runner.gpu_count(runs[0].plan.facts) if runs else 0,
+                       stop_after=stop_after, debug=debug, say=say)
+    results = [report.run_result(r.run_dir, r.combo.overrides, r.combo.group, r.state) for r in runs]
+    groups = report.groups(results)
+    if plot:
+        from envkit.train.watching.curves import draw_runs
+
+        out = draw_runs([(Path(r["run_dir"]), r["group"]) for r in results], Path(plot), title=Path(config).name)
+        say(f"wrote {out}")
+    if as_json:
+        click.echo(json.dumps({"runs": results, "groups": groups}, indent=2, default=str))
+    else:
+        _table(results, groups)
+    if any(r["status"] != "completed" for r in results) and not report_only:
+        raise SystemExit(1)
+
+
+def _table(results: list[dict], groups: list[dict]) -> None:
+    from envkit.console import console, is_tty
+    from envkit.sweep.report import table_rows
+
+    header, rows = table_rows(groups)
+    unfinished = [r for r in results if r["status"] != "completed"]
+    if is_tty():
+        from rich.table import Table
+
+        t = Table(*header, title="sweep: mean ± std across seeds (completed runs)")
+        for row in rows:
+            t.add_row(*row)
+        console().print(t)
+    else:
+        click.echo("sweep: mean ± std across seeds (completed runs)")
+        widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+        for row in (header, *rows):
+            click.echo("  ".join(str(x).ljust(w) for x, w in zip(row, widths)).rstrip())
+    for r in unfinished:
+        click.echo(f"not completed: {Path(r['run_dir']).name} ({r['status']})")
+
+
+

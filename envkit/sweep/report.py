@@ -1,0 +1,63 @@
+"""What a sweep's runs achieved: one row per run (from its summary.json and metrics.jsonl) and one
+per group (the runs that differ only by seed): mean and standard deviation of the best validation
+accuracy, the best validation loss and the training throughput."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from envkit.train.run.launcher import read_json
+from envkit.train.watching.runs_state import read_metrics
+
+
+def run_result(run_dir: Path, overrides: dict, group: str, state: str) -> dict:
+    summary = read_json(run_dir / "summary.json") or {}
+    evals = [r for r in read_metrics(run_dir) if "val_loss" in r] if run_dir.is_dir() else []
+    accs = [r["accuracy"] for r in evals if r.get("accuracy") is not None]
+    rate_key = "tokens_per_second" if summary.get("tokens_per_second") is not None else "samples_per_second"
+    return {
+        "overrides": overrides, "group": group, "run_dir": str(run_dir),
+        "status": summary.get("status") or state,
+        "best_val_loss": summary.get("best_val_loss"),
+        "accuracy": max(accs) if accs else summary.get("accuracy"),  # the best validation accuracy of the run
+        "final_accuracy": summary.get("accuracy"),
+        "steps": summary.get("steps"), "epochs": summary.get("epochs"),
+        "rate": summary.get(rate_key), "rate_unit": rate_key.split("_")[0],
+    }
+
+
+def _mean_std(values: list) -> tuple[float | None, float | None]:
+    xs = [v for v in values if v is not None]
+    if not xs:
+        return None, None
+    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
+
+
+def groups(results: list[dict]) -> list[dict]:
+    """One entry per group in the order groups first appear; std is the sample standard deviation."""
+    order: dict[str, list[dict]] = {}
+    for r in results:
+        order.setdefault(r["group"], []).append(r)
+    out = []
+    for name, rs in order.items():
+        done = [r for r in rs if r["status"] == "completed"]
+        acc, acc_sd = _mean_std([r["accuracy"] for r in done])
+        loss, loss_sd = _mean_std([r["best_val_loss"] for r in done])
+        rate, rate_sd = _mean_std([r["rate"] for r in done])
+        out.append({"group": name, "runs": len(rs), "completed": len(done), "accuracy_mean": acc, "accuracy_std": acc_sd,
+                    "best_val_loss_mean": loss, "best_val_loss_std": loss_sd, "rate_mean": rate, "rate_std": rate_sd,
+                    "rate_unit": rs[0]["rate_unit"]})
+    return out
+
+
+def _pm(mean, sd, fmt: str) -> str:
+    return "-" if mean is None else f"{mean:{fmt}} ± {sd:{fmt}}"
+
+
+def table_rows(gs: list[dict]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    unit = gs[0]["rate_unit"] if gs else "samples"
+    header = ("group", "runs", "best val accuracy", "best val loss", f"{unit}/s")
+    rows = [(g["group"], f"{g['completed']}/{g['runs']}", _pm(g["accuracy_mean"], g["accuracy_std"], ".3f"),
+             _pm(g["best_val_loss_mean"], g["best_val_loss_std"], ".4f"), _pm(g["rate_mean"], g["rate_std"], ",.0f")) for g in gs]
+    return header, rows

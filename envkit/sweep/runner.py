@@ -1,0 +1,116 @@
+"""Run a sweep's combinations as ordinary run folders: runs/<experiment>/<combination>/.
+
+Each combination goes through `envkit run`'s parent side (launcher.py): the same resolved config,
+run files and child process. A folder whose summary says completed is skipped; an unfinished one is
+resumed from its newest checkpoint; a folder started with a different config stops the sweep
+before anything runs (nothing is overwritten). `parallel` runs at once; on a machine with several
+CUDA GPUs each run gets its own (CUDA_VISIBLE_DEVICES)."""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from envkit.errors import EnvkitError
+from envkit.sweep.grid import Combination, expand
+from envkit.train.run import launcher
+from envkit.train.run.config import load_config, read_yaml
+
+
+@dataclass
+class SweepRun:
+    combo: Combination
+    plan: launcher.Plan
+    run_dir: Path
+    state: str  # completed (skipped) | resume | new, then the run's own status after it ran
+    rc: int | None = None
+
+
+def prepare(config: str, overrides=(), profile_name: str | None = None, python: str | None = None) -> list[SweepRun]:
+    """Every combination resolved and placed, before anything runs (a bad value stops it all here)."""
+    base = launcher.plan(config, overrides=overrides, profile_name=profile_name, python=python)
+    combos = expand(base.cfg.values["sweep"]["grid"], config)
+    data = read_yaml(config)
+    runs = []
+    for combo in combos:
+        cfg = load_config(config, overrides=[*overrides, *combo.set_args()], profile=base.profile, data=data)
+        p = dataclasses.replace(base, cfg=cfg, notes=list(base.notes))
+        launcher.absolutise_paths(p.cfg)
+        run_dir = launcher.experiment_dir(p.cfg) / combo.run_id
+        runs.append(SweepRun(combo, p, run_dir, _state(p, run_dir)))
+    launcher.hold_against_machine(base.cfg, base.facts)
+    return runs
+
+
+def _state(p: launcher.Plan, run_dir: Path) -> str:
+    if not (run_dir / "config.json").is_file():
+        return "new"
+    saved = launcher.read_json(run_dir / "config.json") or {}
+    if saved.get("config_hash") != p.cfg.config_hash():
+        raise EnvkitError(f"{run_dir} was started with a different config (hash {saved.get('config_hash')}, "
+                          f"now {p.cfg.config_hash()})", where=str(run_dir),
+                          fix="restore the config it ran with, set another experiment.name, or move that folder away")
+    summary = launcher.read_json(run_dir / "summary.json") or {}
+    return "completed" if summary.get("status") in launcher.FINISHED else "resume"
+
+
+def execute(runs: list[SweepRun], *, parallel: int = 1, gpus: int = 0, stop_after: int | None = None,
+            debug: bool = False, say=print) -> None:
+    """Run what is not completed, `parallel` at a time. Ctrl-C: the runs checkpoint and stop (they
+    share the terminal's signal), no new run starts, and the next `envkit sweep` resumes them."""
+    todo = [r for r in runs if r.state != "completed"]
+    for r in runs:
+        if r.state == "completed":
+            say(f"skip    {r.combo.run_id}: completed ({r.run_dir})")
+    free_slots = list(range(max(1, parallel)))
+    active: dict[subprocess.Popen, tuple[SweepRun, int]] = {}
+    interrupted = {"yes": False}
+
+    def on_sigint(signum, frame):  # the children got it too: let them checkpoint, start nothing new
+        interrupted["yes"] = True
+
+    old = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        while (todo and not interrupted["yes"]) or active:
+            while todo and free_slots and not interrupted["yes"]:
+                r, slot = todo.pop(0), free_slots.pop(0)
+                active[_start(r, slot, gpus, parallel, stop_after, debug, say)] = (r, slot)
+            time.sleep(0.2)
+            for proc in [p for p in active if p.poll() is not None]:
+                r, slot = active.pop(proc)
+                r.rc = proc.returncode
+                r.state = (launcher.read_json(r.run_dir / "summary.json") or {}).get("status") or f"exited {r.rc}"
+                free_slots.append(slot)
+                say(f"{'done' if r.state == 'completed' else r.state:<8}{r.combo.run_id} (exit {r.rc})")
+                if r.rc == 2 and todo:  # a bad config or data file: every other run would meet it too
+                    say(f"stopping: {r.combo.run_id} stopped on bad input (exit 2; its error is above or in {r.run_dir})")
+                    todo.clear()
+    finally:
+        signal.signal(signal.SIGINT, old)
+    if interrupted["yes"]:
+        say("interrupted: `envkit sweep` again resumes the unfinished runs and skips the completed ones")
+
+
+def _start(r: SweepRun, slot: int, gpus: int, parallel: int, stop_after, debug: bool, say) -> subprocess.Popen:
+    env = launcher.child_environ(r.plan.profile, 1)
+    if gpus > 1 and parallel > 1:
+        env["CUDA_VISIBLE_DEVICES"] = str(slot % gpus)  # one GPU per run
+    launcher.write_run_files(r.plan, r.run_dir, env)
+    cmd = launcher.child_command(r.plan.python, r.run_dir, stop_after=stop_after, resume="auto", nproc=1, debug=debug)
+    say(f"{'resume' if r.state == 'resume' else 'start':<8}{r.combo.run_id} -> {r.run_dir}"
+        + (f" (GPU {env['CUDA_VISIBLE_DEVICES']})" if "CUDA_VISIBLE_DEVICES" in env and gpus > 1 and parallel > 1 else ""))
+    if parallel > 1:  # several at once: each run's console output goes to its folder, not interleaved here
+        out = open(r.run_dir / "console.log", "ab")
+        try:
+            return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        finally:
+            out.close()
+    return subprocess.Popen(cmd, env=env)
+
+
+def gpu_count(facts) -> int:
+    return len(getattr(facts, "gpus", None) or [])

@@ -1,0 +1,49 @@
+"""The optimizer (adamw, adam, sgd, lion) and the learning-rate schedule (warm-up, then cosine to
+min_lr or constant), built from the training section. Weight decay applies to tensors of two or
+more dimensions only (matrices, convolution kernels), never to biases and norm scales."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from envkit.train.run.lion import Lion
+
+LION_BETA2 = 0.99  # the paper's default; AdamW's 0.95 in the schema would make Lion's momentum short-sighted
+
+
+def build_optimizer(model: torch.nn.Module, T: dict, device_type: str, origin: dict | None = None) -> torch.optim.Optimizer:
+    """`origin` (the config's value origins) tells a beta2 the user set from the schema's default."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": T["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}]
+    kind, lr = T["optimizer"], T["lr"]
+    if kind in ("adamw", "adam"):
+        fused = {"fused": True} if device_type == "cuda" else {}
+        cls = torch.optim.AdamW if kind == "adamw" else torch.optim.Adam  # adam: weight decay as L2 in the gradient
+        return cls(groups, lr=lr, betas=(T["beta1"], T["beta2"]), **fused)
+    if kind == "lion":
+        beta2 = T["beta2"] if (origin or {}).get("training.beta2", "default") != "default" else LION_BETA2
+        return Lion(groups, lr=lr, betas=(T["beta1"], beta2))
+    fused = {"fused": True} if device_type == "cuda" else {}  # one kernel for all parameters (torch >= 2.3)
+    return torch.optim.SGD(groups, lr=lr, momentum=T["momentum"], nesterov=T.get("nesterov", False) and T["momentum"] > 0, **fused)
+
+
+def lr_at(step: int, T: dict) -> float:
+    """Warm-up over warmup_steps, then cosine from lr to min_lr (default lr/10) at max_steps, or constant.
+    With `training.epochs` set, max_steps has been resolved from the data (steps_for_epochs)."""
+    if step < T["warmup_steps"]:
+        return T["lr"] * (step + 1) / T["warmup_steps"]
+    if T["schedule"] == "constant":
+        return T["lr"]
+    min_lr = T["min_lr"] if T["min_lr"] is not None else T["lr"] / 10
+    span = max(1, T["max_steps"] - T["warmup_steps"])
+    ratio = min(1.0, (step - T["warmup_steps"]) / span)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (T["lr"] - min_lr)
+
+
+def steps_for_epochs(epochs: int, batches_per_epoch: int, grad_accum: int) -> int:
+    """Optimizer steps for `epochs` passes: an epoch is the sampler's full batches (the last partial
+    one is dropped), and one step takes grad_accum of them."""
+    return max(1, math.ceil(epochs * batches_per_epoch / grad_accum))

@@ -1,0 +1,104 @@
+"""`envkit sweep` on this CPU as a user runs it: a narrow ResNet-18 on a small CIFAR-10 binary folder
+with a learnable signal (tests/cifar_fixture.py), optimizer {adamw, lion} x seed {0, 1}.
+
+One story, in order: interrupted (every run stopped at step 8 with a checkpoint), resumed (each run
+continues from its checkpoint and completes, above chance accuracy, the table printed), and run
+again (nothing retrains; the table and --json come back from the run folders)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cifar_fixture import write_cifar10
+from conftest import envkit
+
+CHANCE = 0.1  # ten balanced classes
+
+SWEEP_YAML = """\
+experiment: {name: sw, output_dir: runs, seed: 0}
+dataset: {type: cifar10, path: data/cifar-10-batches-bin}
+model: {type: resnet18, width: 4, stem: imagenet}   # ResNet-18's layout at 1/16 of the width: CI-sized
+training: {max_steps: 16, batch_size: 16, lr: 3.0e-3, warmup_steps: 1, compile: false}
+eval: {every_steps: 0, batches: 4}
+checkpoint: {every_steps: 8}
+logging: {every_steps: 8, device_seconds: 0}
+device: {type: cpu}
+sweep:
+  grid:
+    training.optimizer: [adamw, lion]
+    experiment.seed: [0, 1]
+"""
+RUN_IDS = ["optimizer-adamw_seed-0", "optimizer-adamw_seed-1", "optimizer-lion_seed-0", "optimizer-lion_seed-1"]
+
+
+def sweep(tmp_path, *args):
+    return envkit("sweep", "train.yaml", "--profile", "cpu", *args, cwd=tmp_path, timeout=600)
+
+
+def test_sweep_interrupted_resumed_and_shown_again(tmp_path):
+    write_cifar10(tmp_path / "data", per_file=60, test=100)  # 300 training images
+    (tmp_path / "train.yaml").write_text(SWEEP_YAML)
+    exp = tmp_path / "runs" / "sw"
+
+    first = sweep(tmp_path, "--stop-after", "8")
+    assert first.returncode == 1, first.stdout + first.stderr  # not all completed
+    assert sorted(p.name for p in exp.iterdir()) == RUN_IDS
+    for rid in RUN_IDS:
+        s = json.loads((exp / rid / "summary.json").read_text())
+        assert (s["status"], s["steps"]) == ("stopped", 8)
+
+    second = sweep(tmp_path, "--parallel", "2")  # two at once: each run's console goes to its console.log
+    assert second.returncode == 0, second.stdout + second.stderr
+    for rid in RUN_IDS:
+        s = json.loads((exp / rid / "summary.json").read_text())
+        assert s["status"] == "completed" and s["steps"] == 16
+        assert s["resumed_from"], rid  # continued from step 8, not started over
+        assert s["accuracy"] > CHANCE + 0.1, (rid, s["accuracy"])
+        cfg = json.loads((exp / rid / "config.json").read_text())["values"]
+        assert cfg["training"]["optimizer"] == rid.split("_")[0].split("-")[1]
+        assert cfg["experiment"]["seed"] == int(rid[-1])
+    assert all((exp / rid / "console.log").is_file() for rid in RUN_IDS)
+    table = second.stdout
+    assert "mean ± std" in table and "optimizer=adamw" in table and "optimizer=lion" in table and "2/2" in table
+
+    logs_before = {rid: (exp / rid / "train.log").read_text() for rid in RUN_IDS}
+    third = sweep(tmp_path, "--json", "--plot", "curves.png")
+    assert third.returncode == 0, third.stderr
+    assert {rid: (exp / rid / "train.log").read_text() for rid in RUN_IDS} == logs_before  # nothing retrained
+    assert third.stderr.count("skip") == 4
+    out = json.loads(third.stdout)
+    assert [Path(r["run_dir"]).name for r in out["runs"]] == RUN_IDS
+    for r in out["runs"]:
+        assert set(r) >= {"overrides", "run_dir", "status", "best_val_loss", "accuracy"} and r["status"] == "completed"
+        s = json.loads((Path(r["run_dir"]) / "summary.json").read_text())
+        assert r["best_val_loss"] == s["best_val_loss"]
+    adamw = [r for r in out["runs"] if r["overrides"]["training.optimizer"] == "adamw"]
+    group = next(g for g in out["groups"] if g["group"] == "optimizer=adamw")
+    accs = [r["accuracy"] for r in adamw]
+    assert group["accuracy_mean"] == sum(accs) / 2
+    assert abs(group["accuracy_std"] - abs(accs[0] - accs[1]) / 2 ** 0.5) < 1e-9  # sample std of two values
+    assert (tmp_path / "curves.png").stat().st_size > 1000
+
+
+def test_bad_grid_is_one_line_exit_2(tmp_path):
+    (tmp_path / "train.yaml").write_text("model: {type: mlp}\ndataset: {type: synthetic, task: teacher}\n"
+                                         "sweep:\n  grid:\n    training.optimiser: [adamw, lion]\n")
+    res = sweep(tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "optimiser" in res.stderr and "did you mean 'optimizer'" in res.stderr
+    (tmp_path / "train.yaml").write_text("model: {type: mlp}\ndataset: {type: synthetic, task: teacher}\n"
+                                         "sweep:\n  grid:\n    training.optimizer: [adamw, rmsprop]\n")
+    res = sweep(tmp_path)
+    assert res.returncode == 2 and "sweep.grid.training.optimizer" in res.stderr and "rmsprop" in res.stderr
+
+
+def test_linked_keys_make_one_run_per_entry_not_a_cross_product(tmp_path):
+    from envkit.sweep.grid import expand
+
+    combos = expand({"recipe": [{"training.optimizer": "sgd", "training.lr": 0.1},
+                                {"training.optimizer": "lion", "training.lr": 3e-4}],
+                     "experiment.seed": [0, 1, 2]}, "train.yaml")
+    assert len(combos) == 6
+    assert combos[0].overrides == {"training.optimizer": "sgd", "training.lr": 0.1, "experiment.seed": 0}
+    assert combos[3].group == "optimizer=lion, lr=0.0003"
