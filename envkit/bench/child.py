@@ -140,7 +140,7 @@ def measure(spec: dict) -> dict:
         except Exception as exc:  # noqa: BLE001 - out of memory is an answer: this batch does not fit
             if not faults.is_oom(exc):
                 raise
-            return {"status": "fail", "oom": True, "reason": f"does not fit: {_first_line(exc)}",
+            return {"status": "fail", "oom": True, "reason": _first_line(exc),
                     "did_not_fit": [{"micro_batch": int(spec["batch_size"]), "asked": faults.asked_for(exc)}]}
         log = (run_dir / "train.log").read_text(errors="replace") if (run_dir / "train.log").exists() else ""
         events = faults.events(run_dir)
