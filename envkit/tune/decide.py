@@ -130,7 +130,7 @@ def choose_batch(measured: list[Measurement], shipped_batch: int, shipped_accum:
 
 def _why_not(m: Measurement) -> str:
     if m.oom:
-        return "does not fit" + (f": asked for {m.asked}" if m.asked else ": out of memory")
+        return f"does not fit: asked for {m.asked}" if m.asked else "out of memory"
     return "over the headroom" if m.usable else "failed"
 
 
