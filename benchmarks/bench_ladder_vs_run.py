@@ -1,7 +1,7 @@
 """Does `envkit bench` measure what `envkit run` does, and does `envkit tune` write a profile, on a
 real model? One command, three CLI runs on the same config, a table for benchmarks/RESULTS.md.
 
-    python benchmarks/bench_ladder_vs_run.py            # CUDA: GPT-2 small on random tokens, vocab 50,304 (~7 min on an H100)
+    python benchmarks/bench_ladder_vs_run.py            # CUDA: GPT-2 small on random tokens, vocab 50,304 (~8 min on an H100)
     python benchmarks/bench_ladder_vs_run.py --quick    # a tiny GPT (same vocabulary) on the CPU: checks the script end to end
 
 What it does, as a user would: writes a token folder of random tokens (train.bin, val.bin) and a
@@ -71,14 +71,14 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=None, help="micro-batch of the config (default 16; quick 8)")
     ap.add_argument("--run-steps", type=int, default=None, help="envkit run's steps (default 200; quick 30)")
     ap.add_argument("--bench-budget", default=None, help="envkit bench --budget (default 4m; quick 3m)")
-    ap.add_argument("--tune-budget", default=None, help="envkit tune --budget (default 100s; quick 60s)")
+    ap.add_argument("--tune-budget", default=None, help="envkit tune --budget (default 3m; quick 60s)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     a.device = "cpu" if a.quick else "cuda"
     a.batch = a.batch or (8 if a.quick else 16)
     a.run_steps = a.run_steps or (30 if a.quick else 200)
     a.bench_budget = a.bench_budget or ("3m" if a.quick else "4m")
-    a.tune_budget = a.tune_budget or ("60s" if a.quick else "100s")
+    a.tune_budget = a.tune_budget or ("60s" if a.quick else "3m")
 
     work = Path(tempfile.mkdtemp(prefix="envkit-ladder-vs-run-"))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
