@@ -203,3 +203,23 @@ def test_cuda_ladder_runs_every_rung(tmp_path):
         assert rungs[name]["status"] in ("ok", "flagged"), rungs[name]
         assert rungs[name]["peak_memory_mb"] > 0
     assert rungs["cuda + bf16"]["speedup"] > 1
+
+
+def test_step_clock_times_windows_after_warm_up_and_restarts_after_a_split():
+    """The hook bench and tune time the trainer with: nothing counts before the warm-up, each window
+    gives one rate, a micro-batch split (an out of memory survived) starts the warm-up again, and
+    the CPU baseline's cap stops it after a few steps whatever the time."""
+    import torch
+
+    from envkit.bench.child import StepClock
+
+    clock = StepClock("cpu", warmup_steps=2, seconds=0.0, windows=2)  # 0 s windows: each closes after one step
+    call = lambda step, mb=8: clock(step=step, loss=torch.tensor(float(step)), micro_batch=mb, per_step=mb * 10, unit="tokens")
+    assert [call(s) for s in (1, 2, 3)] == [False, False, False]  # steps 1-2 warm up, step 3 closes window 1
+    assert clock.loss == 2.0 and len(clock.rates) == 1 and clock.steps_timed == 1
+    assert call(4, mb=4) is False and clock.rates == []  # split to 4: the warm-up starts again, no window kept
+    assert [call(s, mb=4) for s in (5, 6, 7)] == [False, False, True]
+    assert len(clock.rates) == 2 and clock.unit == "tokens" and clock.loss == 2.0
+    capped = StepClock("cpu", warmup_steps=1, seconds=3600.0, windows=1, max_steps=2)
+    done = [capped(step=s, loss=torch.tensor(1.0), micro_batch=8, per_step=80, unit="samples") for s in (1, 2, 3)]
+    assert done == [False, False, True] and capped.steps_timed == 2
