@@ -71,14 +71,14 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=None, help="micro-batch of the config (default 16; quick 8)")
     ap.add_argument("--run-steps", type=int, default=None, help="envkit run's steps (default 200; quick 30)")
     ap.add_argument("--bench-budget", default=None, help="envkit bench --budget (default 4m; quick 3m)")
-    ap.add_argument("--tune-budget", default=None, help="envkit tune --budget (default 3m; quick 60s)")
+    ap.add_argument("--tune-budget", default=None, help="envkit tune --budget (default 150s; quick 60s)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     a.device = "cpu" if a.quick else "cuda"
     a.batch = a.batch or (8 if a.quick else 16)
     a.run_steps = a.run_steps or (30 if a.quick else 200)
     a.bench_budget = a.bench_budget or ("3m" if a.quick else "4m")
-    a.tune_budget = a.tune_budget or ("60s" if a.quick else "3m")
+    a.tune_budget = a.tune_budget or ("60s" if a.quick else "150s")
 
     work = Path(tempfile.mkdtemp(prefix="envkit-ladder-vs-run-"))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
