@@ -140,11 +140,11 @@ def measure(spec: dict) -> dict:
         except Exception as exc:  # noqa: BLE001 - out of memory is an answer: this batch does not fit
             if not faults.is_oom(exc):
                 raise
+            last = min([int(spec["batch_size"])] + [e["micro_batch"] for e in faults.events(run_dir) if e.get("event") == "oom"])
             return {"status": "fail", "oom": True, "reason": _first_line(exc),
-                    "did_not_fit": [{"micro_batch": int(spec["batch_size"]), "asked": faults.asked_for(exc)}]}
+                    "did_not_fit": _splits(run_dir) + [{"micro_batch": last, "asked": faults.asked_for(exc)}]}
         log = (run_dir / "train.log").read_text(errors="replace") if (run_dir / "train.log").exists() else ""
-        events = faults.events(run_dir)
-    splits = [{"micro_batch": e["micro_batch_before"], "asked": _asked(e.get("error", ""))} for e in events if e.get("event") == "oom"]
+        splits = _splits(run_dir)
     if spec.get("compile") and "torch.compile failed" in log:
         line = next(ln for ln in log.splitlines() if "torch.compile failed" in ln)
         return {"status": "fail", "reason": line.split("warning: ", 1)[-1][:300], "did_not_fit": splits}
@@ -156,10 +156,12 @@ def measure(spec: dict) -> dict:
             "micro_batch": summary.get("micro_batch"), "grad_accum": summary.get("grad_accum"), "did_not_fit": splits}
 
 
-def _asked(error: str) -> str | None:
-    from envkit.train.recovery.faults import asked_for
+def _splits(run_dir: Path) -> list[dict]:
+    """The micro-batches the trainer split because they did not fit, with what each asked for."""
+    from envkit.train.recovery.faults import asked_for, events
 
-    return asked_for(Exception(error))
+    return [{"micro_batch": e["micro_batch_before"], "asked": asked_for(Exception(e.get("error", "")))}
+            for e in events(run_dir) if e.get("event") == "oom"]
 
 
 def _first_line(exc: BaseException) -> str:

@@ -112,7 +112,7 @@ def injected_oom(micro_batch: int, limit: int) -> BaseException:
     words it: bench and tune read "Tried to allocate" from real errors too)."""
     import torch
 
-    return torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {micro_batch / limit:.2f} GiB (injected by "
+    return torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {micro_batch / max(1, limit):.2f} GiB (injected by "
                                   f"{ENV_INJECT}: micro-batch {micro_batch} is above {OOM_ABOVE}={limit})")
 
 
