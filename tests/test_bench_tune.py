@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,7 +20,26 @@ from envkit.tune.writer import render_profile, write_profile, written_by_envkit
 from envkit.tune.decide import Decision
 from envkit.errors import EnvkitError
 
-FAST = ("--model", "mlp", "--steps", "2")
+FAST = ("--model", "mlp", "--seconds", "1")
+
+
+@pytest.fixture(scope="module")
+def gpt50k(tmp_path_factory) -> Path:
+    """A GPT with GPT-2's 50,304-token vocabulary on a token folder, small enough for a CPU: the
+    logits are what makes a real model's batch not fit."""
+    import torch
+
+    from envkit.train.data.tokens import write_tokens
+
+    d = tmp_path_factory.mktemp("gpt50k")
+    g = torch.Generator().manual_seed(0)
+    for name, n in (("train.bin", 60_000), ("val.bin", 6_000)):
+        write_tokens(d / "tok" / name, torch.randint(50304, (n,), generator=g), "uint16")
+    (d / "g.yaml").write_text("experiment: {name: g50k}\n"
+                              "dataset: {type: tokens, path: tok, vocab_size: 50304}\n"
+                              "model: {type: gpt, n_layer: 1, n_head: 2, n_embd: 32, block_size: 32}\n"
+                              "training: {batch_size: 32, max_steps: 100}\n")
+    return d / "g.yaml"
 
 
 def test_bench_on_cpu_runs_cpu_rungs_skips_device_rungs_saves_and_plots(tmp_path):
@@ -34,11 +54,44 @@ def test_bench_on_cpu_runs_cpu_rungs_skips_device_rungs_saves_and_plots(tmp_path
     assert set(base) >= {"name", "status", "per_second", "speedup", "peak_memory_mb", "loss", "reason"}
     prof = rungs["cpu + profile"]
     assert prof["status"] in ("ok", "flagged") and prof["loss"] == pytest.approx(base["loss"], rel=1e-3)  # same steps, same seed
+    assert base["steps"] >= 3 and base["micro_batch"] == data["batch_size"] and not base["did_not_fit"]
     assert rungs["cpu + compile"]["status"] == "skip" and "--no-compile" in rungs["cpu + compile"]["reason"]
     cuda = [r for r in data["rungs"] if r["name"].startswith("cuda")]
     assert len(cuda) == 5 and all(r["status"] == "skip" and r["check"] == "cuda" and r["reason"] for r in cuda)
     assert json.loads(out.read_text())["rungs"] == data["rungs"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_on_a_50k_vocabulary_gpt_that_does_not_fit_splits_and_says_so(tmp_path, gpt50k):
+    """ENVKIT_TRAIN_INJECT=oom-above=16: a device that holds 16 samples. Batch 32 does not fit: every
+    rung is split by the trainer to 16 x 2 (the effective batch kept), says what 32 asked for, and
+    still measures the same training (the same loss as the baseline)."""
+    res = envkit("bench", "--config", str(gpt50k), "--no-compile", "--seconds", "1", "--output", str(tmp_path / "b.json"),
+                 cwd=tmp_path, env={"ENVKIT_TRAIN_INJECT": "oom-above=16"}, timeout=240)
+    assert res.returncode == 0, res.stderr[-2000:]
+    data = json.loads((tmp_path / "b.json").read_text())
+    assert data["unit"] == "tokens" and all(r["status"] in ("ok", "skip") for r in data["rungs"]), data["rungs"]
+    ran = [r for r in data["rungs"] if r["status"] == "ok"]
+    assert [r["name"] for r in ran] == ["cpu fp32", "cpu + profile"]
+    for r in ran:
+        assert (r["micro_batch"], r["grad_accum"]) == (16, 2) and r["per_second"] > 0
+        assert r["did_not_fit"] == [{"micro_batch": 32, "asked": "2.00 GiB"}]
+        assert "micro-batch 16 x 2 accumulation: micro-batch 32 (asked 2.00 GiB) does not fit" in r["reason"]
+        assert r["loss"] == pytest.approx(ran[0]["loss"], rel=1e-4) and 10 < r["loss"] < 11.5  # ln(50304) = 10.8
+    # plain output (no terminal): one line per rung as it finishes, with its figure, then the table
+    assert re.search(r"\.\.\. cpu fp32: ok [\d,]+ tokens/s \([\d.]+ s\)", res.stderr), res.stderr
+    assert "[ok] cpu fp32:" in res.stdout and "does not fit" in res.stdout
+
+
+def test_bench_budget_bounds_the_whole_ladder(tmp_path):
+    """A rung that would be timed for 30 s in a budget of 8 s for the whole ladder: it is stopped when
+    the budget ends, and it and the rungs the budget does not reach are skipped and said so, not failed."""
+    res = envkit("bench", "--model", "mlp", "--seconds", "30", "--no-compile", "--budget", "8s", "--json",
+                 "--output", str(tmp_path / "b.json"), cwd=tmp_path, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rungs = {r["name"]: r for r in json.loads(res.stdout)["rungs"]}
+    assert rungs["cpu fp32"]["status"] == "skip" and "budget of 8 s (--budget) ran out during this rung" in rungs["cpu fp32"]["reason"]
+    assert rungs["cpu + profile"]["status"] == "skip" and "ran out before this rung" in rungs["cpu + profile"]["reason"]
 
 
 def test_bench_plain_output_names_the_doctor_check(tmp_path):
@@ -58,7 +111,7 @@ def test_bench_refuses_a_device_this_machine_lacks(tmp_path):
 def test_tune_writes_a_profile_that_doctor_names_and_run_uses(tmp_path):
     cfg = tmp_path / "config"
     env = {"ENVKIT_CONFIG_DIR": str(cfg)}
-    res = envkit("tune", "--budget", "25s", *FAST, "--json", env=env, cwd=tmp_path, timeout=300)
+    res = envkit("tune", "--budget", "60s", *FAST, "--json", env=env, cwd=tmp_path, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:] + res.stdout[-2000:]
     out = json.loads(res.stdout)
     assert out["profile"] == "cpu-tuned" and Path(out["path"]) == cfg / "profiles" / "cpu-tuned.toml"
@@ -77,6 +130,29 @@ def test_tune_writes_a_profile_that_doctor_names_and_run_uses(tmp_path):
     assert "(profile: cpu)" in other.stdout and "cpu-tuned" not in other.stdout  # --profile still chooses another
     listed = envkit("profile", "show", "cpu-tuned", "--resolved", env=env, cwd=tmp_path)
     assert listed.returncode == 0 and "measured:" in listed.stdout
+
+
+def test_tune_on_a_50k_vocabulary_gpt_whose_shipped_batch_does_not_fit_writes_a_profile(tmp_path, gpt50k):
+    """The H100 story on the CPU: the shipped batch (cpu profile: 16) does not fit a device holding 8
+    samples. The shipped run is split to 8 x 2 and that is decided at once, so even a short budget
+    writes a profile whose batch fits; what did not fit is named with what it asked for."""
+    cfg = tmp_path / "config"
+    res = envkit("tune", "--config", str(gpt50k), "--budget", "75s", "--seconds", "0.5", "--json", cwd=tmp_path,
+                 env={"ENVKIT_CONFIG_DIR": str(cfg), "ENVKIT_TRAIN_INJECT": "oom-above=8"}, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:] + res.stdout[-2000:]
+    out = json.loads(res.stdout)
+    first = out["runs"][0]
+    assert first["run"] == "shipped cpu" and first["status"] == "ok" and (first["micro_batch"], first["grad_accum"]) == (8, 2)
+    assert first["did_not_fit"] == [{"micro_batch": 16, "asked": "2.00 GiB"}]
+    settings = {s["key"]: s for s in out["settings"]}
+    why = settings["batch_size"]["reason"]  # decided by the batch search, or at once after the shipped run when the budget ended
+    assert settings["batch_size"]["value"] <= 8, settings["batch_size"]
+    assert "16 (does not fit: asked for 2.00 GiB)" in why or "does not fit: 16 (asked for 2.00 GiB)" in why, why
+    text = Path(out["path"]).read_text()
+    assert "[train.batch_size]" in text and f"value = {settings['batch_size']['value']}" in text
+    probes = [r for r in out["runs"] if r["run"].startswith("batch ")]
+    assert probes and all(r["status"] == "does not fit" for r in probes), out["runs"]  # nothing above 8 fits: each says so
+    assert probes[0]["run"] == "batch 12"  # bisection between 8 (fits) and 16 (does not)
 
 
 def test_tune_never_writes_over_a_file_the_user_wrote_or_edited(tmp_path):
@@ -124,7 +200,27 @@ def test_cuda_ladder_runs_every_rung(tmp_path):
     data = json.loads(res.stdout)
     rungs = {r["name"]: r for r in data["rungs"]}
     assert data["device"] == "cuda"
-    for name in ("cuda fp32", "cuda + bf16", "cuda + compile", "cuda + profile", "cuda + fused AdamW"):
+    for name in ("cuda fp32", "cuda + bf16", "cuda + compile", "cuda + profile"):
         assert rungs[name]["status"] in ("ok", "flagged"), rungs[name]
         assert rungs[name]["peak_memory_mb"] > 0
     assert rungs["cuda + bf16"]["speedup"] > 1
+
+
+def test_step_clock_times_windows_after_warm_up_and_restarts_after_a_split():
+    """The hook bench and tune time the trainer with: nothing counts before the warm-up, each window
+    gives one rate, a micro-batch split (an out of memory survived) starts the warm-up again, and
+    the CPU baseline's cap stops it after a few steps whatever the time."""
+    import torch
+
+    from envkit.bench.child import StepClock
+
+    clock = StepClock("cpu", warmup_steps=2, seconds=0.0, windows=2)  # 0 s windows: each closes after one step
+    call = lambda step, mb=8: clock(step=step, loss=torch.tensor(float(step)), micro_batch=mb, per_step=mb * 10, unit="tokens")
+    assert [call(s) for s in (1, 2, 3)] == [False, False, False]  # steps 1-2 warm up, step 3 closes window 1
+    assert clock.loss == 2.0 and len(clock.rates) == 1 and clock.steps_timed == 1
+    assert call(4, mb=4) is False and clock.rates == []  # split to 4: the warm-up starts again, no window kept
+    assert [call(s, mb=4) for s in (5, 6, 7)] == [False, False, True]
+    assert len(clock.rates) == 2 and clock.unit == "tokens" and clock.loss == 2.0
+    capped = StepClock("cpu", warmup_steps=1, seconds=3600.0, windows=1, max_steps=2)
+    done = [capped(step=s, loss=torch.tensor(1.0), micro_batch=8, per_step=80, unit="samples") for s in (1, 2, 3)]
+    assert done == [False, False, True] and capped.steps_timed == 2

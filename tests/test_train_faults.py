@@ -64,6 +64,21 @@ def test_out_of_memory_splits_the_micro_batch_and_continues(tmp_path, straight):
     assert all(abs(got[k] - straight[k]) <= 1e-4 * max(1.0, abs(straight[k])) for k in straight), (got, straight)
 
 
+def test_oom_above_n_is_a_device_that_holds_n_samples(tmp_path, straight):
+    """ENVKIT_TRAIN_INJECT=oom-above=3: every step with a micro-batch above 3 runs out of memory, so
+    the trainer splits 8 -> 4 -> 2 at the first step (largest divisor each time) and then trains
+    2 x 4 with the same losses as the straight run."""
+    res = train(tmp_path, inject="oom-above=3")
+    assert res.returncode == 0, res.stderr[-2000:]
+    s = summary(tmp_path)
+    assert s["status"] == "completed" and s["steps"] == 12 and (s["micro_batch"], s["grad_accum"]) == (2, 4)
+    ooms = [e for e in s["faults"] if e["event"] == "oom"]
+    assert [(e["step"], e["micro_batch_before"], e["micro_batch"]) for e in ooms] == [(1, 8, 4), (1, 4, 2)]
+    assert "Tried to allocate" in ooms[0]["error"] and "oom-above=3" in ooms[0]["error"]
+    got = losses(tmp_path)
+    assert all(abs(got[k] - straight[k]) <= 1e-4 * max(1.0, abs(straight[k])) for k in straight), (got, straight)
+
+
 def test_out_of_memory_at_micro_batch_one_stops_with_the_advice(tmp_path):
     res = train(tmp_path, "--set", "training.batch_size=1", inject="oom@2")
     assert res.returncode == 1

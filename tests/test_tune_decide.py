@@ -39,8 +39,8 @@ def test_m3_max_climbs_mps_with_bf16_and_m1_with_fp16_where_bf16_is_emulated():
     # an M1 on macOS 14 with torch 2.9: the gates allow bf16 on MPS, but the M1 emulates it: fp16
     m1 = ladder_for("m1_ultra")
     assert "mps + bf16" not in m1 and m1["mps + fp16"].settings["precision"] == "fp16" and not m1["mps + fp16"].skip
-    # fused AdamW is CUDA only; the gpt model has no channels_last: nothing to add on MPS
-    assert m3["mps + fused"].skip and m3["mps + fused"].check is None
+    # channels_last is the cnn's: nothing to add for the gpt on MPS
+    assert m3["mps + channels last"].skip and m3["mps + channels last"].check is None
 
 
 def test_m1_low_precision_is_fp16_not_emulated_bf16():
@@ -52,12 +52,17 @@ def test_m1_low_precision_is_fp16_not_emulated_bf16():
     assert prec == "fp16" and "emulated" in why
 
 
-def test_h100_ladder_is_cumulative_and_ends_with_fused_adamw():
+def test_h100_ladder_is_cumulative_and_its_top_rung_is_what_envkit_run_does():
     rungs = ladder_for("real_h100")
     names = list(rungs)
-    assert names[0] == "cpu fp32" and "cuda + bf16" in names and names[-1] == "cuda + fused AdamW"
-    last = rungs["cuda + fused AdamW"].settings
-    assert last == {"precision": "bf16", "compile": True, "profile": True, "fused": True}
+    assert names[0] == "cpu fp32" and "cuda + bf16" in names
+    runnable = [n for n in names if not rungs[n].skip]
+    assert runnable[-1] == "cuda + profile"
+    assert rungs["cuda + profile"].settings == {"precision": "bf16", "compile": True, "profile": True}
+    # fused AdamW is the trainer's step on CUDA, in every rung: no rung pretends to add it
+    assert "fused AdamW" in rungs["cuda + channels last"].skip and "fused" not in str([r.settings for r in rungs.values()])
+    cnn = ladder_for("real_h100", model="cnn")
+    assert not cnn["cuda + channels last"].skip and cnn["cuda + channels last"].settings["channels_last"] is True
 
 
 def test_a_rung_whose_loss_departs_is_flagged_not_celebrated():
@@ -122,8 +127,32 @@ def test_candidates():
     assert decide.thread_candidates(2, cores=2, logical=2) == [1]
     assert decide.worker_candidates(0, cores=10, device="mps") == [2, 4]
     assert decide.worker_candidates(0, cores=2, device="cpu") == []
-    assert decide.batch_candidates(16) == [8, 32, 64]
     assert decide.precision_candidates("mps", "fp16", "fp32") == ["fp16"]
+
+
+def test_largest_batch_that_fits_is_found_by_doubling_then_bisection_from_what_fits():
+    """A pretend device that holds 40 samples: from 16, the search doubles to 32 (fits), 64 (does
+    not), then bisects 32..64: 48 (no), 40 (yes), and stops: 48 is within a quarter of 40."""
+    holds = 40
+    fits, too_big, asked = [16], [], []
+    while (b := decide.next_batch(fits, too_big, start=16)) is not None:
+        asked.append(b)
+        (fits if b <= holds else too_big).append(b)
+    assert asked == [32, 64, 48, 40] and max(fits) == 40
+    # the shipped batch did not fit and the trainer split it to 64: bisect up from what fits
+    assert decide.next_batch([64], [128], start=64) == 96
+    assert decide.next_batch([16], [20], start=16) is None  # within a quarter: done
+    assert decide.next_batch([256], [], start=64) is None  # grown 4x from the start: done
+    assert decide.next_batch([], [16], start=16) is None  # nothing fits: nothing to bisect from
+
+
+def test_a_batch_that_does_not_fit_says_what_it_asked_for():
+    measured = [M(16, "ok", 900.0, "tokens", batch_size=16), M(32, "fail", oom=True, batch_size=32, asked="2.00 GiB"),
+                M(24, "fail", oom=True, batch_size=24, asked="1.50 GiB")]
+    batch, accum, why = decide.choose_batch(measured, shipped_batch=32, shipped_accum=1, device_memory_mb=None)
+    assert (batch, accum) == (16, 2)
+    assert "too big: 24 (does not fit: asked for 1.50 GiB), 32 (does not fit: asked for 2.00 GiB)" in why
+    assert "grad_accum 2 keeps the effective batch of 32" in why
 
 
 @pytest.mark.parametrize("text,seconds", [("5m", 300), ("90s", 90), ("1h", 3600), ("2m30s", 150), ("20", 20)])

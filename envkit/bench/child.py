@@ -1,23 +1,30 @@
 """One measured run, in a fresh interpreter: `python -m envkit.bench.child SPEC.json`.
 
 Started by envkit/bench/runner.py with the run's environment already set (variables such as
-PYTORCH_MPS_HIGH_WATERMARK_RATIO are read when torch starts). Builds the model and data as the
-trainer does (envkit/train/run/models.py, data.py), trains `warmup` steps, then `windows` timed
-windows of `window_steps` steps; the device is synchronised before the clock is read. Prints one
-line `@@envkit-bench {json}` with the median rate, peak device memory and the last window's mean
-loss. Needs torch and the standard library only.
+PYTORCH_MPS_HIGH_WATERMARK_RATIO are read when torch starts). It trains with the trainer itself
+(envkit/train/run/loop.py `train`: the same model, data loader, fetch-ahead, optimizer, compiled
+forward + loss, accumulation and out-of-memory handling as `envkit run`) and times its steps from
+the `on_step` hook (StepClock): `warmup_steps` steps first (compilation, allocator, caches), then
+`windows` windows of `seconds / windows` seconds each, each closed by a device sync; the rate is
+the median window. Prints one line `@@envkit-bench {json}`. Needs torch and the standard library only.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import statistics
 import sys
+import tempfile
 import time
 import traceback
+from pathlib import Path
 
 MARK = "@@envkit-bench "
+PROGRESS = "@@envkit-bench-progress "  # one line per timed window: the running figure
+LOSS_STEP = 2  # every rung reports the loss of step 2 (after one update): the same steps from the same seed
+
+# PyTorch's own settings (profiles/base.toml): what the rungs before the profile rung run with
+PYTORCH_DEFAULTS = {"matmul_precision": "highest", "allow_tf32": False, "cudnn_benchmark": False}
 
 
 def _sync(device_type: str) -> None:
@@ -29,110 +36,137 @@ def _sync(device_type: str) -> None:
         torch.mps.synchronize()
 
 
-def _peak_mb(device_type: str, seen: float) -> float | None:
-    import torch
+class StepClock:
+    """The `on_step` hook: warm-up steps, then timed windows; True once the measurement is done.
+    A micro-batch split after an out of memory starts the warm-up again (new shapes recompile)."""
 
-    if device_type == "cuda":
-        return torch.cuda.max_memory_allocated() / 2**20
-    if device_type == "mps":  # no peak counter on MPS: the largest value seen at window ends
-        return max(seen, torch.mps.driver_allocated_memory() / 2**20)
-    return None
+    def __init__(self, device_type: str, *, warmup_steps: int, seconds: float, windows: int, max_steps: int | None = None):
+        self.device_type, self.warmup_steps = device_type, max(warmup_steps, LOSS_STEP - 1)
+        self.window_s, self.windows, self.max_steps = seconds / max(1, windows), max(1, windows), max_steps
+        self.micro, self.since, self.t0, self.n = None, 0, 0.0, 0
+        self.rates: list[float] = []
+        self.steps_timed, self.loss, self.peak_mb, self.unit = 0, None, None, "samples"
+
+    def __call__(self, *, step: int, loss, micro_batch: int, per_step: int, unit: str) -> bool:
+        self.unit = unit
+        if step == LOSS_STEP:
+            self.loss = float(loss)  # a sync; before the clock starts on a device (warm-up >= LOSS_STEP there)
+        if micro_batch != self.micro:
+            self.micro, self.since, self.rates, self.steps_timed = micro_batch, 0, [], 0
+        self.since += 1
+        if self.since < self.warmup_steps:
+            return False
+        if self.since == self.warmup_steps:
+            self._start_window()
+            self._reset_peak()
+            return False
+        self.n += 1
+        now = time.perf_counter()
+        capped = self.max_steps is not None and self.steps_timed + self.n >= self.max_steps
+        if now - self.t0 < self.window_s and not capped:
+            return False
+        _sync(self.device_type)  # the window's work is done before the clock is read
+        elapsed = time.perf_counter() - self.t0
+        self.rates.append(self.n * per_step / elapsed)
+        self.steps_timed += self.n
+        print(PROGRESS + json.dumps({"per_second": statistics.median(self.rates), "unit": unit, "window": len(self.rates),
+                                     "windows": self.windows, "micro_batch": micro_batch}), flush=True)
+        self._read_peak()
+        if len(self.rates) >= self.windows or capped:
+            return True  # the loss of LOSS_STEP is read by now: warm-up >= 1 step, a window >= 1 step
+        self._start_window()
+        return False
+
+    def _start_window(self) -> None:
+        _sync(self.device_type)
+        self.t0, self.n = time.perf_counter(), 0
+
+    def _reset_peak(self) -> None:
+        if self.device_type == "cuda":
+            import torch
+
+            torch.cuda.reset_peak_memory_stats()
+
+    def _read_peak(self) -> None:
+        import torch
+
+        if self.device_type == "cuda":
+            self.peak_mb = torch.cuda.max_memory_allocated() / 2**20
+        elif self.device_type == "mps":  # no peak counter on MPS: the largest value seen at window ends
+            self.peak_mb = max(self.peak_mb or 0.0, torch.mps.driver_allocated_memory() / 2**20)
+
+
+def run_config(spec: dict):
+    """The user's config with this run's settings: the rung's (or candidate's) precision, compile,
+    batch, loader and device; no eval, checkpoint, tracker or progress display inside the clock."""
+    from envkit.train.run.config import Config
+
+    cfg = Config.from_resolved(spec["config"])
+    v = cfg.values
+    T, DL = v["training"], v["dataloader"]
+    v["device"].update(type=spec["device"], fallback_to_cpu=False, fallback="none")
+    T.update(precision=spec["precision"], compile=bool(spec["compile"]), batch_size=int(spec["batch_size"]),
+             grad_accum=int(spec.get("grad_accum") or 1), empty_cache_every=int(spec.get("empty_cache_every") or 0),
+             max_steps=10**9)
+    workers = int(spec.get("num_workers") or 0)
+    DL.update(num_workers=workers, pin_memory=bool(spec.get("pin_memory")) and spec["device"] == "cuda",
+              persistent_workers=bool(spec.get("persistent_workers")) and workers > 0,
+              prefetch_factor=spec.get("prefetch_factor") if workers > 0 else None)
+    if v["model"]["type"] == "cnn":
+        v["model"]["channels_last"] = bool(spec.get("channels_last"))
+    v["eval"]["every_steps"] = 0
+    v["checkpoint"]["every_steps"] = 0
+    v["logging"].update(progress="none", trackers=[])
+    v["experiment"]["seed"] = int(spec["seed"])
+    return cfg
 
 
 def measure(spec: dict) -> dict:
     import torch
-    import torch.nn.functional as F
 
-    from envkit.train.run.config import Config
-    from envkit.train.data.datasets import ResumableBatchSampler, build_data
-    from envkit.train.run.models import build_model
+    from envkit.train.recovery import faults
+    from envkit.train.run.loop import train
 
-    cfg = Config.from_resolved(spec["config"])
-    dev = spec["device"]
     if spec.get("threads"):
         torch.set_num_threads(int(spec["threads"]))
-    if spec.get("torch_settings"):
-        from envkit.profiles.torch_settings import apply_torch_settings
+    cfg = run_config(spec)
+    clock = StepClock(spec["device"], warmup_steps=int(spec["warmup_steps"]), seconds=float(spec["seconds"]),
+                      windows=int(spec["windows"]), max_steps=spec.get("max_steps"))
+    with tempfile.TemporaryDirectory(prefix="envkit-bench-run-") as tmp:
+        run_dir = Path(tmp)
+        try:
+            summary = train(cfg, run_dir, resume="never", handle_signals=False, on_step=clock,
+                            torch_settings=spec.get("torch_settings") or PYTORCH_DEFAULTS, split_oom=bool(spec.get("split_oom", True)))
+        except Exception as exc:  # noqa: BLE001 - out of memory is an answer: this batch does not fit
+            if not faults.is_oom(exc):
+                raise
+            last = min([int(spec["batch_size"])] + [e["micro_batch"] for e in faults.events(run_dir) if e.get("event") == "oom"])
+            return {"status": "fail", "oom": True, "reason": _first_line(exc),
+                    "did_not_fit": _splits(run_dir) + [{"micro_batch": last, "asked": faults.asked_for(exc)}]}
+        log = (run_dir / "train.log").read_text(errors="replace") if (run_dir / "train.log").exists() else ""
+        splits = _splits(run_dir)
+    if spec.get("compile") and "torch.compile failed" in log:
+        line = next(ln for ln in log.splitlines() if "torch.compile failed" in ln)
+        return {"status": "fail", "reason": line.split("warning: ", 1)[-1][:300], "did_not_fit": splits}
+    if not clock.rates:
+        return {"status": "fail", "reason": f"no timed window ({summary.get('status')}: {summary.get('error', 'stopped early')})",
+                "did_not_fit": splits}
+    return {"status": "ok", "per_second": statistics.median(clock.rates), "unit": clock.unit, "peak_memory_mb": clock.peak_mb,
+            "loss": clock.loss, "windows": len(clock.rates), "steps": clock.steps_timed,
+            "micro_batch": summary.get("micro_batch"), "grad_accum": summary.get("grad_accum"), "did_not_fit": splits}
 
-        apply_torch_settings(spec["torch_settings"], dev)
-    elif dev == "cuda":  # no profile yet: PyTorch's defaults (TF32 off) are what the ladder starts from
-        torch.backends.cuda.matmul.allow_tf32 = False
-    seed = spec["seed"]
-    torch.manual_seed(seed)
-    data = build_data(cfg, seed=seed)
-    cfg.values["model"]["channels_last"] = bool(spec.get("channels_last"))
-    model = build_model(cfg, data.info, dev)  # built on the CPU from the seed: the same weights on every device
-    device = torch.device(dev)
-    model = model.to(device)
-    if spec.get("channels_last") and cfg.values["model"]["type"] == "cnn":
-        model = model.to(memory_format=torch.channels_last)
-    T = cfg.values["training"]
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    rest = [p for p in model.parameters() if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": T["weight_decay"]}, {"params": rest, "weight_decay": 0.0}]
-    opt_kw = {"fused": True} if spec.get("fused") else {}
-    optimizer = torch.optim.AdamW(groups, lr=T["lr"], betas=(T["beta1"], T["beta2"]), **opt_kw)
-    dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[spec["precision"]]
-    scaler = torch.amp.GradScaler("cuda", enabled=(dtype is torch.float16 and dev == "cuda"))
-    step_model = torch.compile(model) if spec.get("compile") else model
 
-    bs = int(spec["batch_size"])
-    workers = int(spec.get("num_workers") or 0)
-    kw = {}
-    if workers > 0:
-        kw = {"persistent_workers": bool(spec.get("persistent_workers"))}
-        if spec.get("prefetch_factor"):
-            kw["prefetch_factor"] = int(spec["prefetch_factor"])
-    sampler = ResumableBatchSampler(len(data.train), bs, seed)
-    pin = bool(spec.get("pin_memory")) and dev == "cuda"
-    loader = iter(torch.utils.data.DataLoader(data.train, batch_sampler=sampler, num_workers=workers, pin_memory=pin,
-                                              generator=torch.Generator().manual_seed(seed), **kw))
-    per_step = bs * (data.tokens_per_sample if data.kind == "lm" else 1)
-    unit = "tokens" if data.kind == "lm" else "samples"
-    empty_every = int(spec.get("empty_cache_every") or 0)
-    steps = 0
+def _splits(run_dir: Path) -> list[dict]:
+    """The micro-batches the trainer split because they did not fit, with what each asked for."""
+    from envkit.train.recovery.faults import asked_for, events
 
-    def one_step() -> torch.Tensor:
-        nonlocal steps
-        x, y = next(loader)
-        x, y = x.to(device, non_blocking=pin), y.to(device, non_blocking=pin)
-        if spec.get("channels_last") and x.dim() == 4:
-            x = x.contiguous(memory_format=torch.channels_last)
-        with torch.autocast(device_type=dev, dtype=dtype) if dtype else contextlib.nullcontext():
-            logits = step_model(x)
-            loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1))
-        scaler.scale(loss).backward()
-        if T["grad_clip"] > 0:
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), T["grad_clip"])
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
-        steps += 1
-        if empty_every and steps % empty_every == 0 and dev in ("cuda", "mps"):
-            getattr(torch, dev).empty_cache()  # torch.cuda.empty_cache / torch.mps.empty_cache
-        return loss.detach()
+    return [{"micro_batch": e["micro_batch_before"], "asked": asked_for(Exception(e.get("error", "")))}
+            for e in events(run_dir) if e.get("event") == "oom"]
 
-    for _ in range(int(spec["warmup"])):
-        one_step()
-    _sync(dev)
-    if dev == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    times, seen, last = [], 0.0, None
-    for _ in range(int(spec["windows"])):
-        total = torch.zeros((), device=device)
-        _sync(dev)
-        t0 = time.perf_counter()
-        for _ in range(int(spec["window_steps"])):
-            total += one_step()
-        _sync(dev)  # the work of the window is done before the clock is read
-        times.append(time.perf_counter() - t0)
-        last = float(total) / int(spec["window_steps"])
-        if dev == "mps":
-            seen = max(seen, torch.mps.driver_allocated_memory() / 2**20)
-    median = statistics.median(times)
-    return {"status": "ok", "per_second": per_step * int(spec["window_steps"]) / median, "unit": unit,
-            "peak_memory_mb": _peak_mb(dev, seen), "loss": last, "windows_s": times}
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:300]}" if text else type(exc).__name__
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,9 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         out = measure(spec)
     except Exception as exc:  # noqa: BLE001 - the rung failed: say how, in one line, and exit cleanly
-        text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-        out = {"status": "fail", "reason": f"{type(exc).__name__}: {text}",
-               "oom": "out of memory" in str(exc).lower() or type(exc).__name__ == "OutOfMemoryError"}
+        out = {"status": "fail", "reason": _first_line(exc), "oom": False}
         if "--debug" in args:
             traceback.print_exc()
     print(MARK + json.dumps(out), flush=True)

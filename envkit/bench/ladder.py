@@ -26,7 +26,7 @@ LADDER: tuple[dict, ...] = (
     {"name": "{dev} + {low}", "on": "device", "adds": {"precision": "low"}, "needs": "bf16"},
     {"name": "{dev} + compile", "on": "device", "adds": {"compile": True}, "needs": "compile"},
     {"name": "{dev} + profile", "on": "device", "adds": {"profile": True}},
-    {"name": "{dev} + {fast}", "on": "device", "adds": {"fused": True, "channels_last": True}, "needs": "fast"},
+    {"name": "{dev} + {fast}", "on": "device", "adds": {"channels_last": True}, "needs": "fast"},
 )
 
 
@@ -34,7 +34,7 @@ LADDER: tuple[dict, ...] = (
 class Rung:
     name: str
     device: str
-    settings: dict = field(default_factory=dict)  # precision, compile, profile, fused, channels_last
+    settings: dict = field(default_factory=dict)  # precision, compile, profile, channels_last
     skip: str | None = None  # why it cannot run here
     check: str | None = None  # the doctor check the skip comes from
     baseline: bool = False
@@ -69,17 +69,14 @@ def low_precision(device: str, facts, checks: dict) -> tuple[str | None, str]:
 
 
 def fast_path(device: str, model: str) -> tuple[dict, str, str | None]:
-    """(settings, label, reason it does not apply) for the last rung: fused AdamW on CUDA,
-    channels_last for the cnn on CUDA and MPS."""
-    adds = {}
-    if device == "cuda":
-        adds["fused"] = True
+    """(settings, label, reason it does not apply) for the last rung: channels_last for the cnn on
+    CUDA and MPS. Fused AdamW is no rung of its own: the trainer's step uses it on CUDA, so every
+    CUDA rung has it (a rung measures what `envkit run` does)."""
     if model == "cnn" and device in ("cuda", "mps"):
-        adds["channels_last"] = True
-    if not adds:
-        return {}, "fused", f"fused AdamW is CUDA only and channels_last applies to the cnn model: nothing to add on {device}"
-    label = " + ".join(k.replace("_", " ") if k != "fused" else "fused AdamW" for k in adds)
-    return adds, label, None
+        return {"channels_last": True}, "channels last", None
+    why = "applies to the cnn model only" if device in ("cuda", "mps") else f"applies to the cnn on CUDA and MPS, not {device}"
+    extra = "; fused AdamW is in every CUDA rung (the trainer's own step)" if device == "cuda" else ""
+    return {}, "channels last", f"channels_last {why}: nothing to add{extra}"
 
 
 def build_ladder(facts, checks: dict, target: str, model: str, *, no_compile: bool = False) -> list[Rung]:
@@ -153,5 +150,5 @@ def judge(result, baseline) -> None:
     rel = abs(loss - ref) / max(abs(ref), 1e-8)
     if rel > LOSS_TOLERANCE:
         result.status = "flagged"
-        result.reason = (f"loss {loss:.4f} vs {ref:.4f} on the baseline after the same steps: {100 * rel:.0f}% apart "
+        result.reason = (result.reason + "; " if result.reason else "") + (f"loss {loss:.4f} vs {ref:.4f} on the baseline after the same steps: {100 * rel:.0f}% apart "
                          f"(tolerance {100 * LOSS_TOLERANCE:.0f}%): faster, but not the same training")

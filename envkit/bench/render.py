@@ -37,7 +37,9 @@ def render_plain(report, echo) -> None:
 
 
 def _footer(report, echo) -> None:
-    echo(f"speed-up over cpu fp32; loss after the same steps from the same seed (flagged beyond {100 * LOSS_TOLERANCE:.0f}%)")
+    ref = next((r.name for r in report.rungs if r.speedup == 1.0), "cpu fp32")
+    echo(f"speed-up over {ref}; loss of step 2 from the same seed (flagged beyond {100 * LOSS_TOLERANCE:.0f}% apart); "
+         f"each rung timed for seconds after its warm-up, median of windows; {report.elapsed_s:.0f} s in all")
     for n in report.notes:
         echo(f"note: {n}")
     if report.saved:

@@ -14,10 +14,11 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
-from envkit.bench.child import MARK
+from envkit.bench.child import MARK, PROGRESS
 from envkit.bench.spec import RunResult, RunSpec
 
 _BOOT = ("import sys, runpy; sys.path.append({folder!r}); "
@@ -44,7 +45,10 @@ class Interrupted(Exception):
     """Ctrl-C while a child ran: the child is gone; the caller keeps what it measured before."""
 
 
-def run_spec(spec: RunSpec, python: str, base_env: dict[str, str], timeout: float, debug: bool = False) -> RunResult:
+def run_spec(spec: RunSpec, python: str, base_env: dict[str, str], timeout: float, debug: bool = False,
+             on_progress=None) -> RunResult:
+    """Run the child; its progress lines (one per timed window) go to on_progress(name, dict) as
+    they come, so a terminal shows the running figure."""
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="envkit-bench-") as tmp:
         path = Path(tmp) / "spec.json"
@@ -52,8 +56,14 @@ def run_spec(spec: RunSpec, python: str, base_env: dict[str, str], timeout: floa
         kwargs = {"start_new_session": True} if os.name == "posix" else {}  # Ctrl-C reaches envkit, which ends the child
         proc = subprocess.Popen(child_command(python, path, debug), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, env=child_env(spec, base_env), **kwargs)
+        out: list[str] = []
+        err: list[str] = []
+        readers = [threading.Thread(target=_read, args=(proc.stdout, out, spec.name, on_progress), daemon=True),
+                   threading.Thread(target=_read, args=(proc.stderr, err, spec.name, None), daemon=True)]
+        for t in readers:
+            t.start()
         try:
-            out, err = proc.communicate(timeout=max(1.0, timeout))
+            proc.wait(timeout=max(1.0, timeout))
         except subprocess.TimeoutExpired:
             _kill(proc)
             return RunResult(spec.name, "fail", reason=f"did not finish within {timeout:.0f} s (killed)",
@@ -61,17 +71,31 @@ def run_spec(spec: RunSpec, python: str, base_env: dict[str, str], timeout: floa
         except KeyboardInterrupt:
             _kill(proc)
             raise Interrupted(spec.name)
+        for t in readers:
+            t.join(timeout=10)
     seconds = time.perf_counter() - t0
-    for line in reversed(out.splitlines()):
+    for line in reversed(out):
         if line.startswith(MARK):
             data = json.loads(line[len(MARK):])
             r = RunResult(spec.name, data["status"], data.get("per_second"), data.get("unit", "samples"),
-                          data.get("peak_memory_mb"), data.get("loss"), data.get("reason", ""),
-                          windows_s=data.get("windows_s") or [], seconds=seconds)
+                          data.get("peak_memory_mb"), data.get("loss"), data.get("reason", ""), steps=data.get("steps") or 0,
+                          micro_batch=data.get("micro_batch"), grad_accum=data.get("grad_accum"),
+                          did_not_fit=data.get("did_not_fit") or [], seconds=seconds)
             if data.get("oom"):
                 r.note = "oom"
             return r
-    return RunResult(spec.name, "fail", reason=f"the child {_describe(proc.returncode)}: {_tail(err)}", seconds=seconds)
+    return RunResult(spec.name, "fail", reason=f"the child {_describe(proc.returncode)}: {_tail(chr(10).join(err))}", seconds=seconds)
+
+
+def _read(stream, lines: list[str], name: str, on_progress) -> None:
+    for line in stream:
+        line = line.rstrip("\n")
+        lines.append(line)
+        if on_progress is not None and line.startswith(PROGRESS):
+            try:
+                on_progress(name, json.loads(line[len(PROGRESS):]))
+            except ValueError:
+                pass
 
 
 def _kill(proc: subprocess.Popen) -> None:

@@ -26,23 +26,45 @@ class BenchReport:
     notes: list[str] = field(default_factory=list)
     saved: str | None = None
     interrupted: bool = False
+    elapsed_s: float = 0.0
 
     def to_dict(self) -> dict:
-        keys = ("name", "status", "per_second", "speedup", "peak_memory_mb", "loss", "reason")
+        keys = ("name", "status", "per_second", "speedup", "peak_memory_mb", "loss", "reason", "micro_batch", "grad_accum",
+                "did_not_fit", "steps", "seconds")
         return {"device": self.device, "model": self.model,
                 "rungs": [{**{k: getattr(r, k) for k in keys}, "check": r.check} for r in self.rungs],
                 "unit": self.unit, "profile": self.profile, "torch": self.torch, "batch_size": self.batch_size,
-                "loss_tolerance": LOSS_TOLERANCE, "notes": self.notes, "saved": self.saved, "interrupted": self.interrupted}
+                "loss_tolerance": LOSS_TOLERANCE, "notes": self.notes, "saved": self.saved, "interrupted": self.interrupted,
+                "elapsed_s": self.elapsed_s}
 
 
-def spec_for(ctx: BenchContext, rung: Rung, *, window_steps: int | None = None, windows: int = 5) -> RunSpec:
-    """A rung as a RunSpec: the config's batch size for every rung (so the losses compare)."""
+# How long a rung is measured (seconds after its warm-up) unless --seconds says otherwise, and the
+# cap on the CPU baseline when the machine trains on a GPU: a CPU step of a real model can take
+# tens of seconds (GPT-2 small: 28 steps ran past 10 minutes), so it times a few steps only.
+SECONDS = {"cpu": 4.0, "device": 6.0}
+BASELINE_CAP = {"max_steps": 2, "seconds": 10.0}
+MIN_LEFT_S = 3.0  # a rung started with less budget than this could not even start torch
+
+
+def measurement_for(rung: Rung, target: str, seconds: float | None) -> dict:
+    """Warm-up steps, seconds and windows (and a step cap) for one rung."""
+    compiled = bool(rung.settings.get("compile"))
+    if rung.device == "cpu" and target != "cpu":  # the baseline of a GPU or Mac ladder: capped, said so
+        return {"warmup_steps": 1, "seconds": min(seconds or BASELINE_CAP["seconds"], BASELINE_CAP["seconds"]),
+                "windows": 1, "max_steps": BASELINE_CAP["max_steps"]}
+    if rung.device == "cpu":
+        return {"warmup_steps": 2 if compiled else 1, "seconds": seconds or SECONDS["cpu"], "windows": 3}
+    return {"warmup_steps": 3, "seconds": seconds or SECONDS["device"], "windows": 3}
+
+
+def spec_for(ctx: BenchContext, rung: Rung, *, seconds: float | None = None) -> RunSpec:
+    """A rung as a RunSpec: the config's batch and accumulation for every rung (so the losses compare)."""
     s = rung.settings
     T = ctx.config.values["training"]
     spec = RunSpec(rung.name, rung.device, ctx.config.resolved(), precision=s.get("precision") or "fp32",
-                   compile=bool(s.get("compile")), fused=bool(s.get("fused")), channels_last=bool(s.get("channels_last")),
-                   batch_size=int(T["batch_size"]), windows=windows,
-                   window_steps=window_steps or (5 if rung.device == "cpu" else 10), seed=int(ctx.config.values["experiment"]["seed"]))
+                   compile=bool(s.get("compile")), channels_last=bool(s.get("channels_last")),
+                   batch_size=int(T["batch_size"]), grad_accum=int(T["grad_accum"]),
+                   seed=int(ctx.config.values["experiment"]["seed"]), **measurement_for(rung, ctx.target, seconds))
     if s.get("profile") and ctx.profile is not None:
         p = ctx.profile
         dl = p.dataloader
@@ -54,32 +76,60 @@ def spec_for(ctx: BenchContext, rung: Rung, *, window_steps: int | None = None, 
     return spec
 
 
-def run_bench(ctx: BenchContext, *, no_compile: bool = False, window_steps: int | None = None, timeout: float = 600,
-              on_rung=None, debug: bool = False) -> BenchReport:
+def fit_note(r: RunResult) -> str:
+    """What a rung that split its micro-batch ran at, and what did not fit (with what it asked for)."""
+    if not r.did_not_fit:
+        return ""
+    tried = ", ".join(f"{d['micro_batch']}" + (f" (asked {d['asked']})" if d.get("asked") else "") for d in r.did_not_fit)
+    ran = f"micro-batch {r.micro_batch} x {r.grad_accum} accumulation" if r.micro_batch else "nothing fit"
+    return f"{ran}: micro-batch {tried} does not fit"
+
+
+def run_bench(ctx: BenchContext, *, no_compile: bool = False, seconds: float | None = None, budget_s: float = 240.0,
+              baseline: str = "cpu", on_start=None, on_progress=None, on_rung=None, debug: bool = False) -> BenchReport:
+    """Every rung in its own child, within `budget_s` for the whole ladder. baseline "device": the
+    CPU rung is skipped and the first device rung is the reference for speed-ups and losses."""
+    t0 = time.monotonic()
     rungs = build_ladder(ctx.facts, ctx.checks, ctx.target, ctx.model, no_compile=no_compile)
     report = BenchReport(ctx.target, ctx.model, [], profile=getattr(ctx.profile, "name", None),
                          torch=getattr(ctx.facts.torch, "version", None),
                          batch_size=int(ctx.config.values["training"]["batch_size"]))
-    baseline = None
+    ref = None
     base_env = ctx.plain_env()
     for i, rung in enumerate(rungs):
+        left = budget_s - (time.monotonic() - t0)
         if rung.skip:
             result = RunResult(rung.name, "skip", reason=rung.skip, check=rung.check)
+        elif rung.baseline and baseline == "device" and ctx.target != "cpu":
+            result = RunResult(rung.name, "skip", reason="--baseline device: speed-ups are over the first device rung")
+        elif left < MIN_LEFT_S:
+            result = RunResult(rung.name, "skip", reason=f"the budget of {budget_s:.0f} s (--budget) ran out before this rung")
         else:
+            spec = spec_for(ctx, rung, seconds=seconds)
+            if on_start:
+                on_start(rung.name)
             try:
-                result = run_spec(spec_for(ctx, rung, window_steps=window_steps), ctx.python, base_env, timeout, debug)
+                result = run_spec(spec, ctx.python, base_env, left, debug, on_progress=on_progress)
             except Interrupted:
                 report.interrupted = True
                 report.notes.append(f"interrupted during {rung.name}: the rungs after it were not run")
                 break
-            if rung.baseline:
-                baseline = result
-            judge(result, baseline)
+            if result.status == "fail" and result.reason.startswith("did not finish within"):
+                result.status, result.reason = "skip", f"the budget of {budget_s:.0f} s (--budget) ran out during this rung"
+            result.reason = "; ".join(x for x in (fit_note(result), result.reason if result.status != "ok" else "") if x)
+            if result.status == "ok" and spec.max_steps:
+                result.reason = "; ".join(x for x in (f"capped: {result.steps} timed step{'s' if result.steps != 1 else ''} "
+                                                      f"after {spec.warmup_steps} warm-up (a CPU step of this model is slow)",
+                                                      result.reason) if x)
+            if ref is None and result.status == "ok" and (rung.baseline or baseline == "device"):
+                ref = result
+            judge(result, ref)
             report.unit = result.unit if result.status in ("ok", "flagged") else report.unit
         report.notes.extend(carry_forward(rungs, i, result.status in ("ok", "skip")))  # skips were left out when built
         report.rungs.append(result)
         if on_rung:
             on_rung(result)
+    report.elapsed_s = round(time.monotonic() - t0, 1)
     return report
 
 

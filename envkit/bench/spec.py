@@ -13,9 +13,9 @@ class RunSpec:
     config: dict  # envkit.train.run.config.Config.resolved(): model, dataset, training
     precision: str = "fp32"  # fp32 | bf16 | fp16
     compile: bool = False
-    fused: bool = False  # fused AdamW (CUDA)
     channels_last: bool = False  # cnn only
-    batch_size: int = 32
+    batch_size: int = 32  # the micro-batch
+    grad_accum: int = 1
     num_workers: int = 0
     pin_memory: bool = False
     persistent_workers: bool = False
@@ -24,9 +24,11 @@ class RunSpec:
     threads: int | None = None  # torch.set_num_threads in the child (OMP_NUM_THREADS is set too)
     torch_settings: dict | None = None  # a profile's [torch] section
     env: dict[str, str] = field(default_factory=dict)  # set before the child's Python starts
-    warmup: int = 3  # steps before the clock (compilation, allocator, caches)
-    windows: int = 5  # timed windows; the rate is their median
-    window_steps: int = 5
+    warmup_steps: int = 3  # steps before the clock (compilation, allocator, caches)
+    seconds: float = 6.0  # measured after the warm-up, in `windows` windows; the rate is their median
+    windows: int = 3
+    max_steps: int | None = None  # a cap on the timed steps (the CPU baseline: a few steps, said so)
+    split_oom: bool = True  # the trainer splits a micro-batch that does not fit (False: report it, stop)
     seed: int = 1337
 
     def to_dict(self) -> dict:
@@ -44,10 +46,13 @@ class RunResult:
     per_second: float | None = None  # samples/s or tokens/s: the median window
     unit: str = "samples"
     peak_memory_mb: float | None = None
-    loss: float | None = None  # mean loss of the last window: the same steps from the same seed
+    loss: float | None = None  # the loss of step 2: the same steps from the same seed (bench/child.py LOSS_STEP)
     reason: str = ""
     check: str | None = None  # the doctor check a skip comes from
-    windows_s: list[float] = field(default_factory=list)
+    steps: int = 0  # timed steps
+    micro_batch: int | None = None  # what it ran at (smaller than asked when the asked one did not fit)
+    grad_accum: int | None = None
+    did_not_fit: list[dict] = field(default_factory=list)  # [{micro_batch, asked: "20.00 GiB" | None}]
     seconds: float = 0.0  # wall time of the child, torch import included
     speedup: float | None = None
     note: str = ""

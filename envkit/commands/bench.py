@@ -1,5 +1,6 @@
 """`envkit bench`: the optimization ladder (CPU fp32 baseline, the device, bf16/fp16, compile, the
-profile's settings, fused/channels_last), each rung measured in a fresh child process."""
+profile's settings, channels_last), each rung a fresh child process that trains with the trainer's own
+step (envkit/bench/child.py), timed for a few seconds after warm-up, the whole ladder within --budget."""
 
 from __future__ import annotations
 
@@ -18,31 +19,35 @@ import click
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "mps"]), default="auto", show_default=True,
               help="The device whose ladder to climb (auto: the one training uses here).")
 @click.option("--python", "python", default=None, help="Interpreter to measure (default: the managed env's, else this one).")
-@click.option("--steps", "window_steps", type=click.IntRange(1, 10000), default=None,
-              help="Steps per timed window (5 windows, after 3 warm-up steps; default 5 on CPU, 10 on a GPU).")
+@click.option("--seconds", "seconds", type=click.FloatRange(0.5, 600), default=None,
+              help="Seconds each rung is timed after its warm-up (3 windows, the median counts; default 4 on the CPU, 6 on a GPU).")
+@click.option("--budget", default="4m", show_default=True, help="Time for the whole ladder: 4m, 90s. Rungs left when it ends are skipped.")
+@click.option("--baseline", type=click.Choice(["cpu", "device"]), default="cpu", show_default=True,
+              help="cpu: the CPU fp32 rung (capped to a few steps on a GPU machine) is the reference; device: skip it, "
+                   "the first device rung is.")
 @click.option("--no-compile", is_flag=True, help="Skip the torch.compile rungs (compiling takes a minute on a CPU).")
-@click.option("--timeout", type=float, default=600, show_default=True, help="Seconds one rung may take.")
 @click.option("--output", "output", type=click.Path(dir_okay=False), default=None,
               help="Where to save the results (default runs/bench/MODEL-DEVICE-TIME.json).")
 @click.option("--plot", "plot", type=click.Path(dir_okay=False), default=None, help="Also draw the ladder as a PNG bar chart.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.pass_context
-def bench(ctx, model, config_path, profile_name, device, python, window_steps, no_compile, timeout, output, plot, as_json) -> None:
-    """Measure the optimization ladder on this machine: samples or tokens per second, speed-up over
-    the CPU, peak memory, and the loss after the same steps (flagged when it departs)."""
+def bench(ctx, model, config_path, profile_name, device, python, seconds, budget, baseline, no_compile, output, plot, as_json) -> None:
+    """Measure the optimization ladder on this machine through the trainer's own step: samples or
+    tokens per second, speed-up over the baseline, peak memory, and the loss after the same steps
+    (flagged when it departs). A micro-batch that does not fit is split (the effective batch kept) and said."""
     from envkit.bench import load_context, run_bench, save_report
+    from envkit.bench.progress import Progress
     from envkit.bench.render import plot_ladder, render_plain, render_rich
     from envkit.console import console, is_tty, print_json
+    from envkit.tune.session import parse_budget
 
+    budget_s = parse_budget(budget, where="--budget")
     bctx = load_context(model, config_path, profile_name, python, device)
-    live = not as_json and not is_tty()
-
-    def on_rung(r):
-        if live:  # plain output: one line per rung as it finishes
-            click.echo(f"  ... {r.name}: {r.status}", err=True)
-
-    report = run_bench(bctx, no_compile=no_compile, window_steps=window_steps, timeout=timeout, on_rung=on_rung,
-                       debug=bool(ctx.obj and ctx.obj.get("debug")))
+    with Progress(tty=is_tty(sys.stderr) and not as_json, quiet=as_json) as shown:
+        report = run_bench(bctx, no_compile=no_compile, seconds=seconds, budget_s=budget_s, baseline=baseline,
+                           on_start=shown.start, on_progress=shown.update,
+                           on_rung=lambda r: shown.done(r.name, r.status, r.per_second, r.unit, r.seconds, r.reason),
+                           debug=bool(ctx.obj and ctx.obj.get("debug")))
     save_report(report, Path(output) if output else None)
     if plot:
         report.notes.append(f"plot: {plot_ladder(report, Path(plot))}")

@@ -14,36 +14,37 @@ import click
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               help="Measure with this train.yaml's model and data instead.")
 @click.option("--python", "python", default=None, help="Interpreter to measure (default: the managed env's, else this one).")
-@click.option("--steps", "window_steps", type=click.IntRange(1, 10000), default=None,
-              help="Steps per timed window (5 windows after 3 warm-up steps).")
+@click.option("--seconds", "seconds", type=click.FloatRange(0.5, 600), default=None,
+              help="Seconds each candidate is timed after its warm-up (3 windows; default 3 on the CPU, 5 on a GPU).")
 @click.option("--dry-run", is_flag=True, help="Measure and show the decisions; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print {profile, path, settings, runs, ...} as JSON.")
 @click.pass_context
-def tune(ctx, budget, model, config_path, python, window_steps, dry_run, as_json) -> None:
+def tune(ctx, budget, model, config_path, python, seconds, dry_run, as_json) -> None:
     """Search batch size, gradient accumulation, workers, threads, precision, compile (and on a Mac
-    the empty_cache cadence) within --budget, each candidate measured in its own process; write the
-    winner as a user profile that extends this machine's shipped one. Ctrl-C keeps what was decided."""
+    the empty_cache cadence) within --budget, each candidate trained by the trainer's own step in its
+    own process; a batch that does not fit is an answer (the largest that fits is bisected for); write
+    the winner as a user profile that extends this machine's shipped one. Ctrl-C keeps what was decided."""
     from envkit.bench import load_context
+    from envkit.bench.progress import Progress
     from envkit.console import is_tty, print_json
     from envkit.tune import run_tune
     from envkit.tune.session import parse_budget
 
-    seconds = parse_budget(budget)
+    seconds_total = parse_budget(budget)
     # The shipped profile is the starting point: a tuned profile is never tuned on top of itself.
     from envkit.checks.recommend import shipped_recommendation
     from envkit.facts import gather
 
     bctx = load_context(model, config_path, shipped_recommendation(gather(runtime=False, gpu_detail=False))[0], python)
 
-    def on_run(row):
-        if not as_json:
-            rate = f"{row['per_second']:,.0f} {row['unit']}/s" if row["per_second"] else row["reason"]
-            click.echo(f"  {row['run']:<24} {row['status']:<5} {rate}  ({row['seconds']:.1f} s)", err=not is_tty())
-
     if not as_json:
-        click.echo(f"envkit tune  {bctx.model} on {bctx.target}, from profile {bctx.shipped_profile}, budget {seconds:.0f} s", err=not is_tty())
-    out = run_tune(bctx, seconds, on_run=on_run, dry_run=dry_run, window_steps=window_steps,
-                   debug=bool(ctx.obj and ctx.obj.get("debug")))
+        click.echo(f"envkit tune  {bctx.model} on {bctx.target}, from profile {bctx.shipped_profile}, budget {seconds_total:.0f} s", err=not is_tty())
+    with Progress(tty=is_tty(sys.stderr) and not as_json, quiet=as_json) as shown:
+        def on_run(row):
+            shown.done(row["run"], row["status"], row["per_second"], row["unit"], row["seconds"], row["reason"])
+
+        out = run_tune(bctx, seconds_total, on_run=on_run, on_start=shown.start, on_progress=shown.update, dry_run=dry_run,
+                       seconds=seconds, debug=bool(ctx.obj and ctx.obj.get("debug")))
     if as_json:
         print_json(out.to_dict())
     else:

@@ -32,6 +32,7 @@ class Measurement:
     oom: bool = False
     batch_size: int | None = None
     reason: str = ""
+    asked: str | None = None  # what an out-of-memory error said it tried to allocate
 
     @property
     def usable(self) -> bool:
@@ -121,15 +122,35 @@ def choose_batch(measured: list[Measurement], shipped_batch: int, shipped_accum:
         reason += f" ({largest.peak_memory_mb:,.0f} of {device_memory_mb:,.0f} MB)"
     failed = [m for m in measured if not fits(m, device_memory_mb)]
     if failed:
-        reason += "; too big: " + ", ".join(f"{m.value} ({'out of memory' if m.oom else 'over the headroom' if m.usable else 'failed'})" for m in failed)
+        reason += "; too big: " + ", ".join(f"{m.value} ({_why_not(m)})" for m in sorted(failed, key=lambda m: m.value))
     if accum > 1:
         reason += f"; grad_accum {accum} keeps the effective batch of {effective}"
     return int(best.value), accum, reason
 
 
-def batch_candidates(shipped: int, largest: int = 1024) -> list[int]:
-    """Half, double and four times the shipped batch (powers of two around it), within 1..largest."""
-    return sorted({b for b in (shipped // 2, shipped * 2, shipped * 4) if 1 <= b <= largest and b != shipped})
+def _why_not(m: Measurement) -> str:
+    if m.oom:
+        return f"does not fit: asked for {m.asked}" if m.asked else "out of memory"
+    return "over the headroom" if m.usable else "failed"
+
+
+def next_batch(fits: list[int], too_big: list[int], start: int, largest: int = 1024, growth: int = 4) -> int | None:
+    """The next micro-batch to measure in the search for the largest that fits, or None when done.
+    From what fits: double while nothing measured is too big (up to `growth` x the start, within
+    `largest`); then bisect between the largest fit and the smallest that did not fit, until
+    they are within a quarter of the fit apart. Below the smallest fit is not searched (an out of
+    memory there was split by the trainer, and halving is what it did)."""
+    if not fits:
+        return None
+    lo = max(fits)
+    over = [b for b in too_big if b > lo]
+    if not over:
+        nxt = lo * 2
+        return nxt if nxt <= min(largest, start * growth) else None
+    hi = min(over)
+    if hi - lo <= max(1, lo // 4):
+        return None
+    return (lo + hi) // 2
 
 
 def thread_candidates(shipped: int | None, cores: int | None, logical: int | None) -> list[int]:

@@ -20,9 +20,10 @@ from envkit.tune import decide
 from envkit.tune.decide import Decision, Measurement
 
 # The order dimensions are searched in, per device: the likeliest wins first, compile (slow to
-# measure) last where it is costly.
+# measure) last where it is costly. On CUDA the batch comes first: it is what depends on the model
+# (GPT-2 small's logits alone are 26 GB at batch 128), and a short budget should spend itself there.
 ORDER = {"cpu": ("threads", "workers", "batch", "compile"),
-         "cuda": ("precision", "compile", "batch", "workers"),
+         "cuda": ("batch", "precision", "compile", "workers"),
          "mps": ("precision", "batch", "workers", "empty_cache", "compile")}
 
 
@@ -53,6 +54,7 @@ class TuneResult:
     budget_s: float = 0.0
     elapsed_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    oom_batches: dict[int, str | None] = field(default_factory=dict)  # micro-batch -> what it asked for: does not fit
 
 
 def shipped_settings(ctx: BenchContext) -> Settings:
@@ -70,17 +72,21 @@ def shipped_settings(ctx: BenchContext) -> Settings:
                     int(train["empty_cache_every"]))
 
 
-def spec_of(ctx: BenchContext, s: Settings, name: str, window_steps: int | None) -> RunSpec:
+def spec_of(ctx: BenchContext, s: Settings, name: str, seconds: float | None, split_oom: bool = True) -> RunSpec:
+    """A candidate as a RunSpec: the trainer's own step (envkit/bench/child.py) with these settings,
+    timed for `seconds` after its warm-up. split_oom=False: an out of memory is the answer."""
     env = ctx.profile_env()
     if s.threads:
         env["OMP_NUM_THREADS"] = str(s.threads)
+    on_cpu = ctx.target == "cpu"
     return RunSpec(name, ctx.target, ctx.config.resolved(), precision=s.precision, compile=s.compile,
-                   fused=ctx.target == "cuda", channels_last=ctx.model == "cnn" and ctx.target in ("cuda", "mps"),
-                   batch_size=s.batch_size, num_workers=s.num_workers, pin_memory=s.pin_memory,
+                   channels_last=ctx.model == "cnn" and ctx.target in ("cuda", "mps"),
+                   batch_size=s.batch_size, grad_accum=s.grad_accum, num_workers=s.num_workers, pin_memory=s.pin_memory,
                    persistent_workers=s.persistent_workers and s.num_workers > 0,
                    prefetch_factor=s.prefetch_factor if s.num_workers > 0 else None,
                    empty_cache_every=s.empty_cache_every, threads=s.threads, torch_settings=dict(ctx.profile.torch),
-                   env=env, window_steps=window_steps or (5 if ctx.target == "cpu" else 10),
+                   env=env, warmup_steps=(2 if s.compile else 1) if on_cpu else 3,
+                   seconds=seconds or (3.0 if on_cpu else 5.0), windows=3, split_oom=split_oom,
                    seed=int(ctx.config.values["experiment"]["seed"]))
 
 
@@ -97,24 +103,31 @@ class _Budget(Exception):
     pass
 
 
-def tune(ctx: BenchContext, budget_s: float, *, window_steps: int | None = None, on_run=None, debug: bool = False) -> TuneResult:
+def tune(ctx: BenchContext, budget_s: float, *, seconds: float | None = None, on_start=None, on_progress=None, on_run=None,
+         debug: bool = False) -> TuneResult:
     t0 = time.monotonic()
     result = TuneResult(ctx.profile.name, ctx.target, ctx.model, budget_s=budget_s)
     shipped = shipped_settings(ctx)
     base_env = ctx.plain_env()
     costs: list[float] = []
 
-    def measure(label: str, s: Settings, value, *, expensive: bool = False) -> Measurement:
+    def measure(label: str, s: Settings, value, *, expensive: bool = False, split_oom: bool = False) -> Measurement:
         left = budget_s - (time.monotonic() - t0)
         est = (max(costs) if costs else 0.0) * (3.0 if expensive else 1.2)
         if left <= 0 or (costs and est > left):
             raise _Budget(label)
-        r = run_spec(spec_of(ctx, s, label, window_steps), ctx.python, base_env, timeout=left, debug=debug)
+        if on_start:
+            on_start(label)
+        r = run_spec(spec_of(ctx, s, label, seconds, split_oom), ctx.python, base_env, timeout=left, debug=debug,
+                     on_progress=on_progress)
         costs.append(r.seconds)
+        oom = r.note == "oom"
+        asked = next((d.get("asked") for d in r.did_not_fit if d.get("micro_batch") == s.batch_size), None)
         m = Measurement(value, "ok" if r.status == "ok" else "fail", r.per_second, r.unit, r.peak_memory_mb, r.loss,
-                        oom=r.note == "oom", batch_size=s.batch_size, reason=r.reason)
-        row = {"run": label, "status": m.status, "per_second": r.per_second, "unit": r.unit,
-               "peak_memory_mb": r.peak_memory_mb, "loss": r.loss, "seconds": round(r.seconds, 2), "reason": r.reason}
+                        oom=oom, batch_size=r.micro_batch or s.batch_size, reason=r.reason, asked=asked)
+        row = {"run": label, "status": "does not fit" if oom else m.status, "per_second": r.per_second, "unit": r.unit,
+               "peak_memory_mb": r.peak_memory_mb, "loss": r.loss, "seconds": round(r.seconds, 2), "reason": r.reason,
+               "micro_batch": r.micro_batch, "grad_accum": r.grad_accum, "did_not_fit": r.did_not_fit}
         result.runs.append(row)
         if on_run:
             on_run(row)
@@ -122,11 +135,13 @@ def tune(ctx: BenchContext, budget_s: float, *, window_steps: int | None = None,
 
     current = shipped
     try:
-        base = measure(f"shipped {ctx.shipped_profile}", current, None)
+        # the shipped settings, as `envkit run` would train with them: a batch that does not fit is split
+        base, first = _incumbent(ctx, current, measure, result)
         if not base.usable:
             result.stopped = "baseline failed"
             result.notes.append(f"the shipped settings did not run: {base.reason}")
             return _done(result, t0)
+        current = first
         for dim in ORDER.get(ctx.target, ORDER["cpu"]):
             current, base = _search(dim, ctx, current, base, shipped, measure, result)
     except _Budget as exc:
@@ -136,6 +151,30 @@ def tune(ctx: BenchContext, budget_s: float, *, window_steps: int | None = None,
         result.stopped = "interrupted"
         result.notes.append("interrupted: the dimensions measured so far are kept")
     return _done(result, t0)
+
+
+def _incumbent(ctx: BenchContext, current: Settings, measure, result: TuneResult) -> tuple[Measurement, Settings]:
+    """Measure the shipped settings. Where its batch does not fit, the trainer halves the micro-batch
+    (accumulation keeps the effective batch): that is decided at once, so a profile written when the
+    budget ends early never keeps a batch that does not fit."""
+    base = measure(f"shipped {ctx.shipped_profile}", current, None, split_oom=True)
+    if not base.usable or base.batch_size == current.batch_size:
+        return base, current
+    row = result.runs[-1]
+    accum = int(row["grad_accum"] or 1)
+    too_big = ", ".join(f"{d['micro_batch']}" + (f" (asked for {d['asked']})" if d.get("asked") else "") for d in row["did_not_fit"])
+    why = (f"measured: {decide.rate(base)} at micro-batch {base.batch_size} x {accum} accumulation; does not fit: {too_big}; "
+           f"the effective batch of {current.batch_size * current.grad_accum} is kept")
+    _decide(result, Decision("train", "batch_size", base.batch_size, why, True, [base]))
+    _decide(result, Decision("train", "grad_accum", accum, f"keeps the effective batch of {current.batch_size * current.grad_accum} "
+                                                           f"at micro-batch {base.batch_size}", accum != current.grad_accum))
+    result.oom_batches = {int(d["micro_batch"]): d.get("asked") for d in row["did_not_fit"]}
+    return base, replace(current, batch_size=base.batch_size, grad_accum=accum)
+
+
+def _decide(result: TuneResult, d: Decision) -> None:
+    """Record a decision; a later one for the same setting replaces the earlier."""
+    result.decisions[:] = [x for x in result.decisions if (x.section, x.key) != (d.section, d.key)] + [d]
 
 
 def _done(result: TuneResult, t0: float) -> TuneResult:
@@ -185,31 +224,7 @@ def _search(dim: str, ctx: BenchContext, current: Settings, base: Measurement, s
         return current, win
 
     if dim == "batch":
-        base.value = current.batch_size
-        cands, stopped = [], None
-        for b in decide.batch_candidates(current.batch_size):
-            try:
-                m = measure(f"batch {b}", replace(current, batch_size=b), b)
-            except _Budget as exc:  # decide among the batches measured so far
-                stopped = exc
-                break
-            cands.append(m)
-            if m.oom or not m.usable:
-                break  # a larger one will not fit either
-        if not cands:
-            _raise(stopped)
-            return current, base
-        batch, accum, why = decide.choose_batch([base, *cands], shipped.batch_size, shipped.grad_accum, device_memory_mb(ctx))
-        win = next(m for m in [base, *cands] if m.value == batch)
-        current = replace(current, batch_size=batch, grad_accum=accum)
-        result.decisions.append(Decision("train", "batch_size", batch, why, batch != shipped.batch_size, [base, *cands]))
-        if accum != shipped.grad_accum:
-            result.decisions.append(Decision("train", "grad_accum", accum,
-                                             f"keeps the effective batch of {shipped.batch_size * shipped.grad_accum} at batch {batch}", True))
-        if stopped:
-            result.notes.append(f"batch: decided among the sizes measured before the budget ran out ({', '.join(str(m.value) for m in cands)})")
-        _raise(stopped)
-        return current, win
+        return _search_batch(ctx, current, base, shipped, measure, result)
 
     if dim == "precision":
         low, _ = low_precision(ctx.target, ctx.facts, ctx.checks)
@@ -251,6 +266,38 @@ def _search(dim: str, ctx: BenchContext, current: Settings, base: Measurement, s
         result.notes.append(f"watermark ratios: {wm_why}")
         return current, win
     raise ValueError(dim)
+
+
+def _search_batch(ctx: BenchContext, current: Settings, base: Measurement, shipped: Settings, measure, result: TuneResult):
+    """The largest micro-batch that fits, found from what fits (decide.next_batch: doubling, then
+    bisection towards the smallest that did not fit), each probe timed; then the fastest that fits."""
+    base.value = current.batch_size
+    effective = shipped.batch_size * shipped.grad_accum
+    known_oom = [Measurement(b, "fail", oom=True, batch_size=b, asked=a) for b, a in sorted(result.oom_batches.items())]
+    probes, stopped = [], None
+    while True:
+        fits = [m.value for m in [base, *probes] if decide.fits(m, device_memory_mb(ctx))]
+        too_big = [m.value for m in [*known_oom, *probes] if not decide.fits(m, device_memory_mb(ctx))]
+        b = decide.next_batch(fits, too_big, current.batch_size)
+        if b is None:
+            break
+        try:
+            probes.append(measure(f"batch {b}", replace(current, batch_size=b, grad_accum=max(1, effective // b)), b))
+        except _Budget as exc:  # decide among the batches measured so far
+            stopped = exc
+            break
+    measured = [base, *known_oom, *probes]
+    batch, accum, why = decide.choose_batch(measured, shipped.batch_size, shipped.grad_accum, device_memory_mb(ctx))
+    win = next(m for m in [base, *probes] if m.value == batch)
+    current = replace(current, batch_size=batch, grad_accum=accum)
+    _decide(result, Decision("train", "batch_size", batch, why, batch != shipped.batch_size, measured))
+    if accum != shipped.grad_accum:
+        _decide(result, Decision("train", "grad_accum", accum, f"keeps the effective batch of {effective} at batch {batch}", True))
+    if stopped:
+        result.notes.append("batch: decided among the sizes measured before the budget ran out "
+                            f"({', '.join(str(m.value) for m in measured)})")
+    _raise(stopped)
+    return current, win
 
 
 def _measure_each(values, run_one) -> tuple[list[Measurement], "_Budget | None"]:

@@ -27,7 +27,7 @@ class TuneOutcome:
                 "notes": r.notes + self.notes}
 
 
-def parse_budget(text: str) -> float:
+def parse_budget(text: str, where: str = "--budget") -> float:
     """'5m', '90s', '1h', '2m30s' or plain seconds -> seconds."""
     import re
 
@@ -39,19 +39,19 @@ def parse_budget(text: str) -> float:
     else:
         parts = re.findall(r"(\d+(?:\.\d+)?)\s*(h|m|s)", t)
         if not parts or "".join(f"{n}{u}" for n, u in parts) != t.replace(" ", ""):
-            raise EnvkitError(f"not a duration: {text!r}", where="--budget", fix="write e.g. 5m, 90s or 1h")
+            raise EnvkitError(f"not a duration: {text!r}", where=where, fix="write e.g. 5m, 90s or 1h")
         seconds = sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts)
     if seconds <= 0:
-        raise EnvkitError("the budget must be positive", where="--budget", fix="write e.g. 5m")
+        raise EnvkitError("the budget must be positive", where=where, fix="write e.g. 5m")
     return seconds
 
 
-def run_tune(ctx: BenchContext, budget_s: float, *, on_run=None, dry_run: bool = False, window_steps: int | None = None,
-             debug: bool = False) -> TuneOutcome:
+def run_tune(ctx: BenchContext, budget_s: float, *, on_run=None, dry_run: bool = False, seconds: float | None = None,
+             on_start=None, on_progress=None, debug: bool = False) -> TuneOutcome:
     from envkit.checks.recommend import tuned_name
     from envkit.resources import user_dir
 
-    result = tune(ctx, budget_s, window_steps=window_steps, on_run=on_run, debug=debug)
+    result = tune(ctx, budget_s, seconds=seconds, on_start=on_start, on_progress=on_progress, on_run=on_run, debug=debug)
     out = TuneOutcome(result)
     if not result.decisions:
         out.notes.append("nothing measured to a decision: no profile written")

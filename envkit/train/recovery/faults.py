@@ -13,6 +13,10 @@ Testing hook (like the self-test's ENVKIT_SELFTEST_INJECT):
   ENVKIT_TRAIN_INJECT="oom@5,nan@8,device@12,diskfull@6"
 raises that fault while optimizer step N is made (diskfull: when checkpoint step N is written).
 Each fires once per run folder (recorded in faults.jsonl), so a restarted or resumed run goes on.
+  ENVKIT_TRAIN_INJECT="oom-above=16"
+makes every step whose micro-batch is above 16 samples raise the device's out-of-memory error, as
+a device whose memory holds 16 samples would: the trainer splits, bench and tune record "does not
+fit" and search below it (so CI drives those paths on the CPU).
 Needs only torch and the standard library (it runs in the trainer's child process).
 """
 
@@ -27,6 +31,7 @@ from pathlib import Path
 ENV_INJECT = "ENVKIT_TRAIN_INJECT"
 ENV_DEVICE = "ENVKIT_TRAIN_DEVICE"  # set by the child for itself after a switch to the CPU
 KINDS = ("oom", "nan", "device", "diskfull")
+OOM_ABOVE = "oom-above"  # oom-above=N: a pretend device memory that holds N samples per micro-batch
 EVENTS = "faults.jsonl"
 
 
@@ -65,11 +70,15 @@ def planned() -> list[tuple[str, int]]:
     spec = os.environ.get(ENV_INJECT, "").strip()
     out = []
     for part in filter(None, (p.strip() for p in spec.split(","))):
+        if part.startswith(OOM_ABOVE + "="):
+            oom_above()  # validated there
+            continue
         kind, _, at = part.partition("@")
         if kind not in KINDS or not at.isdigit():
             from envkit.errors import EnvkitError
 
-            raise EnvkitError(f"bad fault {part!r}", where=ENV_INJECT, fix=f"KIND@STEP with KIND one of {', '.join(KINDS)}")
+            raise EnvkitError(f"bad fault {part!r}", where=ENV_INJECT,
+                              fix=f"KIND@STEP with KIND one of {', '.join(KINDS)}, or {OOM_ABOVE}=N (samples)")
         out.append((kind, int(at)))
     return out
 
@@ -85,12 +94,37 @@ def take(run_dir: Path, kind: str, step: int) -> bool:
     return True
 
 
-def inject_before_step(run_dir: Path, step: int, model) -> None:
-    """Called before optimizer step `step` (1-based) is made."""
+def oom_above() -> int | None:
+    """N from oom-above=N in ENVKIT_TRAIN_INJECT, or None."""
+    for part in os.environ.get(ENV_INJECT, "").split(","):
+        key, eq, value = part.strip().partition("=")
+        if key == OOM_ABOVE and eq:
+            if not value.strip().isdigit():
+                from envkit.errors import EnvkitError
+
+                raise EnvkitError(f"bad fault {part.strip()!r}", where=ENV_INJECT, fix=f"{OOM_ABOVE}=N with N a number of samples, e.g. {OOM_ABOVE}=16")
+            return int(value)
+    return None
+
+
+def injected_oom(micro_batch: int, limit: int) -> BaseException:
+    """The error a device raises when a micro-batch does not fit, with what it asked for (as CUDA
+    words it: bench and tune read "Tried to allocate" from real errors too)."""
+    import torch
+
+    return torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {micro_batch / max(1, limit):.2f} GiB (injected by "
+                                  f"{ENV_INJECT}: micro-batch {micro_batch} is above {OOM_ABOVE}={limit})")
+
+
+def inject_before_step(run_dir: Path, step: int, model, micro_batch: int | None = None) -> None:
+    """Called before optimizer step `step` (1-based) is made with micro-batches of `micro_batch`."""
     if not os.environ.get(ENV_INJECT):
         return
     import torch
 
+    limit = oom_above()
+    if limit is not None and micro_batch is not None and micro_batch > limit:
+        raise injected_oom(micro_batch, limit)
     if take(run_dir, "oom", step):
         raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate 20.00 GiB (injected by {ENV_INJECT} at step {step})")
     if take(run_dir, "device", step):
@@ -140,13 +174,23 @@ def free_device_memory(exc: BaseException, device_type: str) -> None:
         torch.mps.empty_cache()
 
 
+def asked_for(exc: BaseException) -> str | None:
+    """What an out-of-memory error says it tried to allocate ("20.00 GiB"), where it says so
+    (CUDA and MPS both word it "Tried to allocate X")."""
+    import re
+
+    m = re.search(r"Tried to allocate ([\d.]+ ?[KMGT]i?B)", str(exc))
+    return m.group(1) if m else None
+
+
 def shrink_after_oom(exc: BaseException, *, run_dir: Path, step: int, bs: int, accum: int, device_type: str,
-                     world: int, log, metrics) -> tuple[int, int, int]:
-    """(micro-batch, accumulation, factor) to redo step+1 with; re-raises what it cannot handle."""
+                     world: int, log, metrics, split: bool = True) -> tuple[int, int, int]:
+    """(micro-batch, accumulation, factor) to redo step+1 with; re-raises what it cannot handle.
+    split=False (bench and tune measuring one batch size): an out of memory is the answer, re-raised."""
     if not is_oom(exc):
         raise exc
     new_bs = smaller_micro_batch(bs)
-    if new_bs is None or world > 1:
+    if new_bs is None or world > 1 or not split:
         raise exc  # micro-batch 1, or ranks that must agree: the child prints the one-line advice
     free_device_memory(exc, device_type)
     factor = bs // new_bs

@@ -320,7 +320,7 @@ def child_entry() -> Path:
     import importlib.util
     import tempfile
 
-    pkg = Path(__file__).resolve().parents[1]
+    pkg = Path(__file__).resolve().parents[2]  # envkit/ (this file is envkit/train/run/launcher.py)
     key = hashlib.sha256(f"{pkg}|{_BOOTSTRAP}".encode()).hexdigest()[:12]
     base = Path(os.environ.get("ENVKIT_CACHE_DIR") or Path.home() / ".cache" / "envkit") / "child" / key
     entry = base / "envkit_child.py"

@@ -32,6 +32,7 @@ from envkit.train.run.models import build_model
 from envkit.train.run.optim import build_optimizer, lr_at, steps_for_epochs
 from envkit.train.data.prefetch import DeviceBatches, want_fetch_ahead
 from envkit.train.watching.profiling import StepProfiler
+from envkit.train.run.memory import empty_cache as _empty_cache, peak_memory_mb as _memory_mb
 from envkit.train.run.step import LossModule, apply_sdpa_backend, compile_kwargs
 from envkit.train.watching.telemetry import Telemetry, fmt_duration, write_json
 from envkit.train.watching.watch import RunWatch
@@ -39,7 +40,8 @@ from envkit.train.watching.watch import RunWatch
 
 def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: str = "auto",
           torch_settings: dict | None = None, handle_signals: bool = True,
-          profile_steps: tuple[int, int] | None = None) -> dict:
+          profile_steps: tuple[int, int] | None = None, on_step=None, split_oom: bool = True) -> dict:
+    # bench/tune (envkit/bench/child.py) time these very steps: on_step(...) -> True stops; split_oom=False re-raises an OOM
     run_dir = Path(run_dir)
     E, D, M, T = cfg.values["experiment"], cfg.values["dataset"], cfg.values["model"], cfg.values["training"]
     V, C, L, DL = cfg.values["eval"], cfg.values["checkpoint"], cfg.values["logging"], cfg.values["dataloader"]
@@ -189,7 +191,7 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
             loss_accum = torch.zeros((), device=device)
             batches_at_step = state["batches"]
             try:
-                faults.inject_before_step(run_dir, step + 1, raw_model)
+                faults.inject_before_step(run_dir, step + 1, raw_model, micro_batch=bs)
                 for micro in range(accum):
                     x, y = batches.take()
                     state["batches"] += 1  # counted when used: a checkpoint's data position
@@ -203,7 +205,7 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
                     loss_accum += loss.detach()
             except Exception as exc:  # noqa: BLE001 - out of memory: split the micro-batch, redo this step
                 bs, accum, factor = faults.shrink_after_oom(exc, run_dir=run_dir, step=step, bs=bs, accum=accum,
-                                                           device_type=device_type, world=world, log=log, metrics=tel.metrics)
+                                                           device_type=device_type, world=world, log=log, metrics=tel.metrics, split=split_oom)
                 optimizer.zero_grad(set_to_none=True)
                 sampler = ResumableBatchSampler(len(data.train), bs, seed, rank=rank, world=world)
                 state.update(batches=batches_at_step * factor, micro_batch=bs, grad_accum=accum)
@@ -222,6 +224,9 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
             profiler.after_step(step)
             if T["empty_cache_every"] and step % T["empty_cache_every"] == 0:
                 _empty_cache(device_type)
+            if on_step is not None and on_step(step=step, loss=loss_accum, micro_batch=bs, per_step=per_step, unit=unit):
+                status = "stopped"
+                break
 
             # -- log (syncs with the device: only every logging.every_steps)
             at_end = step == T["max_steps"] or step == stop_after or stop_reason["signal"] is not None
@@ -468,21 +473,3 @@ def _apply_torch_settings(settings: dict | None, device_type: str) -> list[str]:
         torch.backends.cudnn.allow_tf32 = True
         torch.set_float32_matmul_precision("high")
     return []
-
-
-def _empty_cache(device_type: str) -> None:
-    if device_type == "mps":
-        torch.mps.empty_cache()
-    elif device_type == "cuda":
-        torch.cuda.empty_cache()
-
-
-def _memory_mb(device_type: str, device) -> float | None:
-    try:
-        if device_type == "cuda":
-            return torch.cuda.max_memory_allocated(device) / 2**20
-        if device_type == "mps":
-            return torch.mps.current_allocated_memory() / 2**20
-    except Exception:  # noqa: BLE001
-        return None
-    return None
