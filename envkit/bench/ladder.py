@@ -126,7 +126,7 @@ def carry_forward(rungs: list[Rung], index: int, ok: bool) -> list[str]:
     if ok or not r.adds:
         return notes
     for later in rungs[index + 1:]:
-        if later.device != r.device:
+        if later.device != r.device or later.skip:  # a rung that will not run needs no note
             continue
         for key in r.adds:
             if key in later.settings and key not in later.adds:
