@@ -46,15 +46,9 @@ def wait_started(run_dir: Path, proc: subprocess.Popen, timeout: float = STARTED
 
 
 def pid_alive(pid) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    from envkit.train.watching.runs_state import pid_alive as alive
+
+    return alive(pid) is True
 
 
 def _wait_gone(pid: int, seconds: float) -> bool:

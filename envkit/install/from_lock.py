@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.install.apply import install_with_rollback
+from envkit.install.apply import install_with_rollback, leave_only_locked
 from envkit.install.options import venv_python_of
 
 
@@ -65,18 +65,10 @@ def rebuild_from_lock(lock, lock_path: Path, facts, profile, venv: Path, base_py
         req_file = Path(tmp) / "requirements.txt"
         req_file.write_text(reqs)
 
-        def uninstall_extras():
-            if extras:
-                execute.run_step([venv_python, "-m", "pip", "uninstall", "-y", *extras], "removing packages not in the lock")
-            now = {k: d["version"] for k, d in interp.probe(venv_python).dists.items() if not d.get("editable")}
-            left = lockfile.compare(lock, now)
-            if left["changed"]:
-                raise execute.StepFailed("the environment still differs from the lock: " + "; ".join(left["lines"]))
-
         want = {k: v for k, v in lock.versions.items() if k in ("torch", "torchvision", "torchaudio")}
         install_with_rollback(venv, venv_python, base_python, "pip", create, cmd + ["-r", str(req_file)], want,
                  "cpu-only" if lock.platform.get("backend") == "cpu" and "+cpu" in want.get("torch", "") else device,
-                              say, after=uninstall_extras)
+                              say, after=leave_only_locked(venv_python, extras, lock))
     from envkit.install.managed import write_state
 
     write_state(root, profile=profile.name, venv=str(venv), python=venv_python, lock=str(lock_path.resolve()))

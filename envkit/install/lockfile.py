@@ -164,20 +164,26 @@ def build(target: Target, *, platform: dict, profile: dict, source: dict, env: d
 
 # ---- reading -----------------------------------------------------------------------------------
 
-def read(path: Path) -> Lock:
+def read_lock_toml(path: Path, write_with: str, fix_corrupt: str = FIX_CORRUPT) -> dict:
+    """A lock file's TOML (envkit.lock or pylock.toml); every problem is one line naming the file."""
     from envkit.resources import load_toml
 
     where = str(path)
     if path.is_dir():
         raise EnvkitError("is a folder, not a lock file", where=where)
     try:
-        data = load_toml(path)
+        return load_toml(path)
     except FileNotFoundError:
-        raise EnvkitError("lock file not found", where=where, fix="write one with `envkit setup`")
+        raise EnvkitError("lock file not found", where=where, fix=f"write one with `{write_with}`")
     except OSError as exc:
         raise EnvkitError(f"cannot read the lock: {exc.strerror}", where=where)
     except Exception as exc:  # tomllib.TOMLDecodeError
-        raise EnvkitError(f"not a valid lock (TOML: {exc})", where=where, fix=FIX_CORRUPT)
+        raise EnvkitError(f"not a valid lock (TOML: {exc})", where=where, fix=fix_corrupt)
+
+
+def read(path: Path) -> Lock:
+    where = str(path)
+    data = read_lock_toml(path, "envkit setup")
     if data.get("lock_version") != LOCK_VERSION:
         raise EnvkitError(f"not an envkit lock of version {LOCK_VERSION} (lock_version = {data.get('lock_version')!r})",
                           where=where, fix=FIX_CORRUPT)

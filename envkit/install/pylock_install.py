@@ -80,8 +80,8 @@ def with_credentials(url: str) -> str:
 def install_from_pylock(lock_path: Path, facts, profile, venv: Path, base_python: str, dry_run: bool, yes: bool,
                         as_json: bool, root: Path, ui, replay: bool = False) -> bool:
     """Install this machine's part of the lock into the venv. True when the environment changed."""
-    from envkit.install import execute, interp, lockfile
-    from envkit.install.apply import install_with_rollback
+    from envkit.install import interp, lockfile
+    from envkit.install.apply import install_with_rollback, leave_only_locked
     from envkit.install.plan import venv_command
 
     venv_python = venv_python_of(venv)
@@ -122,17 +122,9 @@ def install_from_pylock(lock_path: Path, facts, profile, venv: Path, base_python
     ui.confirm(yes)
     paths = fetch_verified(sel, say)
 
-    def uninstall_extras():
-        if extras:
-            execute.run_step([venv_python, "-m", "pip", "uninstall", "-y", *extras], "removing packages not in the lock")
-        now = {k: d["version"] for k, d in interp.probe(venv_python).dists.items() if not d.get("editable")}
-        left = lockfile.compare(wanted, now)
-        if left["changed"]:
-            raise execute.StepFailed("the environment still differs from the lock: " + "; ".join(left["lines"]))
-
     want = {k: v for k, v in sel.versions.items() if k in ("torch", "torchvision", "torchaudio")}
     install_with_rollback(venv, venv_python, base_python, "pip", create, install_cmd + [str(p) for p in paths], want,
-                          sel.device, say, after=uninstall_extras)
+                          sel.device, say, after=leave_only_locked(venv_python, extras, wanted))
     from envkit.install.managed import write_state
 
     write_state(root, profile=profile.name, venv=str(venv), python=venv_python, lock=str(lock_path.resolve()),

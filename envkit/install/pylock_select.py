@@ -52,19 +52,10 @@ def read(path: Path):
     require_pylock(str(path))
     from packaging.pylock import Pylock, PylockValidationError
 
-    from envkit.resources import load_toml
+    from envkit.install.lockfile import read_lock_toml
 
     where = str(path)
-    if path.is_dir():
-        raise EnvkitError("is a folder, not a lock file", where=where)
-    try:
-        data = load_toml(path)
-    except FileNotFoundError:
-        raise EnvkitError("lock file not found", where=where, fix="write one with `envkit lock`")
-    except OSError as exc:
-        raise EnvkitError(f"cannot read the lock: {exc.strerror}", where=where)
-    except Exception as exc:  # tomllib.TOMLDecodeError
-        raise EnvkitError(f"not valid TOML ({exc})", where=where, fix=FIX_CORRUPT)
+    data = read_lock_toml(path, "envkit lock", FIX_CORRUPT)
     try:
         return Pylock.from_dict(data), data
     except PylockValidationError as exc:

@@ -27,7 +27,8 @@ def _read(path: Path) -> dict | None:
         return None
 
 
-def _pid_alive(pid) -> bool | None:
+def pid_alive(pid) -> bool | None:
+    """True/False for a pid on this host; None when it cannot be told (no pid, an odd error)."""
     if not isinstance(pid, int) or pid <= 0:
         return None
     try:
@@ -65,7 +66,7 @@ def run_state(run_dir: Path, now: float | None = None) -> dict:
         out["status"] = "new"
         return out
     same_host = beat.get("host") in (None, os.uname().nodename if hasattr(os, "uname") else None)
-    alive = _pid_alive(beat.get("pid")) if same_host else None
+    alive = pid_alive(beat.get("pid")) if same_host else None
     if alive is False:
         out["status"] = "dead"
     elif age is not None and age > STALL_SECONDS:
