@@ -302,13 +302,19 @@ def test_the_trainers_watch_collects_cpu_fallback_warnings(tmp_path):
 
 def test_torchrun_with_two_cpu_processes(tmp_path):
     pytest.importorskip("torch")
-    _script(tmp_path, "ddp.py", "import os\nimport envkit.track as t\nprint('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'], flush=True)\n"
+    # Each print writes its words one by one (the profile runs Python unbuffered): without
+    # torchrun's tee, two ranks printing at once splice their lines ("rankrank 1 of 2").
+    _script(tmp_path, "ddp.py", "import os\nimport envkit.track as t\n"
+                                 "for i in range(40):\n    print('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'], 'line', i)\n"
                                  "t.log(step=1, loss=float(os.environ['RANK']))\n")
     r = _exec(tmp_path, "exec", "--profile", "cpu", "--nproc-per-node", "2", "--", "python", "ddp.py", timeout=300)
     assert r.returncode == 0, r.stderr
     run = _only_run(tmp_path, "ddp")
-    log = (run / "train.log").read_text()
-    assert "rank 0 of 2" in log and "rank 1 of 2" in log
+    lines = set((run / "train.log").read_text().splitlines())
+    for rank in (0, 1):
+        assert all(f"[default{rank}]:rank {rank} of 2 line {i}" in lines for i in range(40)), sorted(lines)[:20]
+        own = list((run / "ranks").glob(f"*/attempt_0/{rank}/stdout.log"))
+        assert len(own) == 1 and own[0].read_text().splitlines() == [f"rank {rank} of 2 line {i}" for i in range(40)]
     assert json.loads((run / "config.json").read_text())["launched"][1:3] == ["-m", "torch.distributed.run"]
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert rows == [{**rows[0], "step": 1, "loss": 0.0}] and len(rows) == 1  # rank 0 alone logs

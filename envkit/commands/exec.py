@@ -25,10 +25,12 @@ def parse_duration(text: str | None, where: str) -> float | None:
     return float(m.group(1)) * _UNITS[m.group(2)]
 
 
-def torchrun_argv(argv: list[str], nproc: int, nodes, python: str) -> list[str]:
+def torchrun_argv(argv: list[str], nproc: int, nodes, python: str, run_dir: Path) -> list[str]:
     """`python [-u] train.py ARGS` -> `python -m torch.distributed.run ... train.py ARGS`;
     `python -m pkg ARGS` keeps -m (torchrun's --module); any other program runs with --no-python."""
-    head = [python, "-m", "torch.distributed.run", *nodes.torchrun_args(), f"--nproc-per-node={nproc}"]
+    from envkit.train.run.launcher import torchrun_head
+
+    head = torchrun_head(python, nodes, nproc, rank_logs=run_dir / "ranks")
     if re.match(r"^python[\d.]*$", Path(argv[0]).name):
         rest = [a for a in argv[1:] if a not in ("-u",)]  # torchrun's workers run unbuffered under envkit anyway
         return head + rest
@@ -81,10 +83,8 @@ def exec_(profile_name, name, runs_dir, detach, restarts, restart_delay, stall_t
     resolved = environment.find_command(argv, xenv.environ)
     nodes = _nodes(nnodes, node_rank, rdzv_endpoint, rdzv_backend, rdzv_id, None)
     versions = _versions(resolved, managed, no_check)
-    launched = argv
-    if nproc_per_node > 1 or nodes.nnodes > 1:
-        python = resolved if re.match(r"^python[\d.]*$", Path(argv[0]).name) else str(managed.python if managed else sys.executable)
-        launched = torchrun_argv(argv, nproc_per_node, nodes, python)
+    distributed = nproc_per_node > 1 or nodes.nnodes > 1
+    if distributed:
         if nproc_per_node > 1 and xenv.won.get("OMP_NUM_THREADS", {}).get("by") != "user":
             from envkit.train.run.launcher import omp_threads_per_process
 
@@ -93,6 +93,10 @@ def exec_(profile_name, name, runs_dir, detach, restarts, restart_delay, stall_t
                "caffeinate": not no_caffeinate, "nproc_per_node": nproc_per_node, "nnodes": nodes.nnodes, "node_rank": nodes.node_rank}
     # Every check is done: only now is a run folder made.
     run_dir = rundir.new_run_dir(Path(runs_dir), name or rundir.run_name(argv))
+    launched = argv
+    if distributed:
+        python = resolved if re.match(r"^python[\d.]*$", Path(argv[0]).name) else str(managed.python if managed else sys.executable)
+        launched = torchrun_argv(argv, nproc_per_node, nodes, python, run_dir)
     rundir.write_start_files(run_dir, command=argv, launched=launched, env=xenv, child_env=xenv.environ, managed=managed,
                              versions=versions, options=options)
     env = environment.with_run_dir(xenv.environ, run_dir)

@@ -255,6 +255,15 @@ class Nodes:
                 f"--rdzv-endpoint={self.rdzv_endpoint}", f"--rdzv-id={self.rdzv_id or 'envkit'}"]
 
 
+def torchrun_head(python: str, nodes: Nodes, nproc: int, rank_logs: Path | None = None) -> list[str]:
+    """`python -m torch.distributed.run ...` up to the script. With rank_logs (a user's own script,
+    where every rank may print) each worker's output goes through torchrun's tee: whole lines
+    tagged `[default<rank>]:` on the console (two ranks printing at once no longer splice their
+    lines) and a copy per rank under rank_logs. The trainer prints from rank 0 alone: no tags."""
+    tee = ["--log-dir", str(rank_logs), "--tee", "3"] if rank_logs else []
+    return [python, "-m", "torch.distributed.run", *nodes.torchrun_args(), f"--nproc-per-node={nproc}", *tee]
+
+
 def parse_profile_steps(text: str | None) -> tuple[int, int] | None:
     """`--profile-steps A:B` -> (A, B): optimizer steps A to B inclusive, 1 <= A <= B."""
     if text is None:
@@ -278,7 +287,7 @@ def child_command(python: str, run_dir: Path, *, stop_after: int | None, resume:
     entry = str(child_entry())
     nodes = nodes or Nodes()
     if nproc > 1 or nodes.nnodes > 1:
-        return [python, "-m", "torch.distributed.run", *nodes.torchrun_args(), f"--nproc-per-node={nproc}", entry, *args]
+        return [*torchrun_head(python, nodes, nproc), entry, *args]
     return [python, "-u", entry, *args]
 
 
