@@ -78,7 +78,26 @@ def load_context(model: str | None, config_path: str | None, profile_name: str |
             raise EnvkitError(f"unknown model {name!r}", where="--model", fix=f"one of {', '.join(MODELS)}, or --config train.yaml")
         cfg = load_config(template_path(name), profile=profile)
     _absolute_paths(cfg)
-    return BenchContext(py or _this_python(), facts, checks, profile, shipped_recommendation(facts)[0], cfg, name, target)
+    ctx = BenchContext(py or _this_python(), facts, checks, profile, shipped_recommendation(facts)[0], cfg, name, target)
+    decide_auto_batch(ctx)
+    return ctx
+
+
+def decide_auto_batch(ctx: BenchContext, echo=None) -> None:
+    """training.batch_size auto: probed as `envkit run` probes it (on the target device), so every
+    rung and candidate starts from the batch the trainer would use."""
+    import sys
+
+    from envkit.train.run import auto_batch
+    from envkit.train.run.launcher import child_entry
+
+    if not auto_batch.is_auto(ctx.config):
+        return
+    say = echo or (lambda m: print(m, file=sys.stderr, flush=True))
+    env = ctx.profile.child_environ(dict(os.environ)) if ctx.profile is not None else dict(os.environ)
+    choice = auto_batch.resolve(ctx.config, python=ctx.python, env=env, child_entry=child_entry(),
+                                torch_settings=dict(getattr(ctx.profile, "torch", {}) or {}), device=ctx.target, echo=say)
+    say(choice.note)
 
 
 def _absolute_paths(cfg) -> None:

@@ -122,6 +122,7 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
         if saved.get("config_hash") != p.cfg.config_hash():
             raise EnvkitError(f"run {run_dir.name} was started with a different config (hash {saved.get('config_hash')})",
                               where=str(run_dir), fix="restore that config, use another --run-id, or --resume never")
+    _decide_auto_batch(p, launcher, resuming, saved if resuming else {}, nproc_per_node, nodes.nnodes)
     child_dir = run_dir
     if nodes.node_rank == 0:
         launcher.write_run_files(p, run_dir, env)
@@ -158,6 +159,26 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
                    f"(fix: run `envkit selftest` for the device, and `envkit run` again to resume from the last checkpoint)", err=True)
     if rc != 0:
         raise SystemExit(1 if rc not in (130,) else 130)
+
+
+def _decide_auto_batch(p, launcher, resuming: bool, saved: dict, nproc: int, nnodes: int) -> None:
+    """training.batch_size: auto -> a number, probed on this machine before the run (or, on resume,
+    the number the run started with); said in one line before the run starts."""
+    from envkit.train.run import auto_batch
+
+    if not auto_batch.is_auto(p.cfg):
+        return
+    if resuming and auto_batch.keep_resumed(p.cfg, saved):
+        click.echo(f"training.batch_size {p.cfg.values['training']['batch_size']}: decided by the probe when this run started", err=True)
+        return
+    if nnodes > 1:  # each machine would probe on its own and could decide differently
+        raise EnvkitError("training.batch_size auto is decided per machine; with --nnodes every node needs the same number",
+                          where=launcher._where(p.cfg, "training.batch_size"),
+                          fix="run `envkit run` once on one node to see the probed batch, then --set training.batch_size=N on every node")
+    choice = auto_batch.resolve(p.cfg, python=p.python, env=launcher.child_environ(p.profile, 1), child_entry=launcher.child_entry(),
+                                torch_settings=dict(getattr(p.profile, "torch", {}) or {}) if p.profile else None,
+                                world=nproc * nnodes, echo=lambda m: click.echo(m, err=True))
+    click.echo(choice.note, err=True)
 
 
 def _nodes(nnodes, node_rank, endpoint, backend, rdzv_id, run_id):

@@ -25,6 +25,8 @@ class Field:
     kind: type | tuple  # int, float, bool, or a tuple of allowed values
     nullable: bool = False
     minimum: float | None = None
+    maximum: float | None = None
+    auto: bool = False  # "auto" is allowed too (decided when the run starts)
 
 
 # The typed sections: every profile has all of these after inheritance (base defines them).
@@ -46,7 +48,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "compile": Field(("auto", True, False)),
         "compile_mode": Field(("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")),
         "sdpa_backend": Field(("auto", "flash", "efficient", "cudnn", "math")),
-        "batch_size": Field(int, minimum=1),
+        "batch_size": Field(int, minimum=1, auto=True),
+        "memory_fraction": Field(float, minimum=0.05, maximum=1.0),
         "lr": Field(float, minimum=0),
         "grad_clip": Field(float, minimum=0),
         "grad_accum": Field(int, minimum=1),
@@ -68,6 +71,8 @@ def _coerce(section: str, key: str, value: Any, where: str) -> Any:
     spec = SCHEMA[section][key]
     if spec.nullable and (value is None or (isinstance(value, str) and value.lower() in ("none", "null", ""))):
         return None
+    if spec.auto and isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
     if isinstance(spec.kind, tuple):
         if isinstance(value, str) and True in spec.kind and value.lower() in ("true", "false"):
             value = value.lower() == "true"
@@ -99,6 +104,8 @@ def _coerce(section: str, key: str, value: Any, where: str) -> Any:
         value = float(value)
     if spec.minimum is not None and value < spec.minimum:
         raise EnvkitError(f"{value} is below the minimum {spec.minimum:g}", where=where)
+    if spec.maximum is not None and value > spec.maximum:
+        raise EnvkitError(f"{value} is above the maximum {spec.maximum:g}", where=where)
     return value
 
 

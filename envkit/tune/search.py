@@ -66,7 +66,10 @@ def shipped_settings(ctx: BenchContext) -> Settings:
         precision = "bf16" if ctx.target == "cuda" and (bf16 is None or bf16.status == "pass") else "fp32"
     comp = train["compile"]
     threads = env.get("OMP_NUM_THREADS")
-    return Settings(precision, (ctx.target == "cuda") if comp == "auto" else bool(comp), int(train["batch_size"]),
+    batch = train["batch_size"]
+    if batch == "auto":  # the profile leaves it to the probe: the batch load_context decided (bench/context.py)
+        batch = ctx.config.values["training"]["batch_size"]
+    return Settings(precision, (ctx.target == "cuda") if comp == "auto" else bool(comp), int(batch),
                     int(train["grad_accum"]), int(dl["num_workers"]), bool(dl["persistent_workers"]), dl["prefetch_factor"],
                     bool(dl["pin_memory"]), int(threads) if threads and str(threads).isdigit() else None,
                     int(train["empty_cache_every"]))

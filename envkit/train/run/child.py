@@ -1,4 +1,5 @@
-"""The trainer's process: `python -m envkit.train.run.child RUN_DIR [--stop-after K] [--resume auto|never|PATH]`.
+"""The trainer's process: `python -m envkit.train.run.child RUN_DIR [--stop-after K] [--resume auto|never|PATH]`
+(or `RUN_DIR --probe OUT.json`: one probing step for batch_size auto, train/run/batch_probe.py).
 
 Started by `envkit run` (envkit/train/run/launcher.py) with the managed environment's Python and the
 profile's variables already set, or by torchrun (one per GPU). It reads RUN_DIR/config.json, which
@@ -20,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", default="auto")
     parser.add_argument("--debug", action="store_true")
     parser.add_argument("--profile-steps", default=None, help="A:B (validated by envkit run)")
+    parser.add_argument("--probe", default=None, help="write one probing step's memory to this JSON file")
     args = parser.parse_args(argv)
 
     import warnings
@@ -35,6 +37,11 @@ def main(argv: list[str] | None = None) -> int:
         from envkit.train.run.loop import train
 
         cfg = Config.from_resolved(resolved)
+        if args.probe:
+            from envkit.train.run.batch_probe import probe
+
+            Path(args.probe).write_text(json.dumps(probe(cfg, run_dir, resolved.get("torch_settings"))))
+            return 0
         from envkit.train.run.launcher import parse_profile_steps
 
         summary = train(cfg, run_dir, stop_after=args.stop_after, resume=args.resume,

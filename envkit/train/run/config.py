@@ -52,6 +52,9 @@ class Config:
     origin: dict[str, str] = field(default_factory=dict)  # "training.lr" -> "yaml"
     source: str = "train.yaml"
     profile: str | None = None
+    # values decided when the run started ("training.batch_size": "auto" -> 64): the config hash
+    # keeps what was declared, so a resumed run matches whatever a new probe would decide
+    declared: dict[str, Any] = field(default_factory=dict)
 
     def __getattr__(self, name):
         values = self.__dict__.get("values") or {}
@@ -67,7 +70,7 @@ class Config:
         return copy.deepcopy(self.values)
 
     def config_hash(self) -> str:
-        slim = {s: {k: v for k, v in kv.items() if f"{s}.{k}" not in HASH_EXCLUDED_KEYS}
+        slim = {s: {k: self.declared.get(f"{s}.{k}", v) for k, v in kv.items() if f"{s}.{k}" not in HASH_EXCLUDED_KEYS}
                 for s, kv in self.values.items() if s not in HASH_EXCLUDED}
         return hashlib.sha256(json.dumps(slim, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -78,11 +81,11 @@ class Config:
     def from_resolved(cls, data: dict) -> "Config":
         """The child reads back what the parent wrote (config.json in the run folder)."""
         return cls(values=data["values"], origin=data.get("origin", {}), source=data.get("source", "config.json"),
-                   profile=data.get("profile"))
+                   profile=data.get("profile"), declared=data.get("declared", {}))
 
     def resolved(self) -> dict:
         return {"values": self.to_dict(), "origin": dict(self.origin), "source": self.source, "profile": self.profile,
-                "config_hash": self.config_hash()}
+                "declared": dict(self.declared), "config_hash": self.config_hash()}
 
 
 # ---------------------------------------------------------------- loading
@@ -143,6 +146,10 @@ def coerce(value: Any, f: Field, where: str, *, from_text: bool = False):
         if value is True or value is False or value == AUTO:
             return value
         raise EnvkitError(f"expected auto, true or false, got {value!r}", where=where)
+    if kind == "int_auto":
+        if value == AUTO:
+            return value
+        kind = "int"
     if kind == "bool":
         if isinstance(value, bool):
             return value
@@ -152,7 +159,7 @@ def coerce(value: Any, f: Field, where: str, *, from_text: bool = False):
             if isinstance(value, float) and value.is_integer() and not from_text:
                 value = int(value)
             else:
-                raise EnvkitError(f"expected an integer, got {_show(value)}", where=where)
+                raise EnvkitError(f"expected an integer{' or auto' if f.kind == 'int_auto' else ''}, got {_show(value)}", where=where)
     elif kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             if isinstance(value, str) and re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+", value.strip()):
@@ -338,7 +345,8 @@ def check_consistency(cfg: Config) -> None:
             raise EnvkitError(f"a tokens dataset trains a language model (gpt), not {mtype}", where=_where(cfg, "model.type"))
         if not d["path"]:
             raise EnvkitError("dataset type tokens needs a path (a folder with train.bin and val.bin)", where=_where(cfg, "dataset.path"))
-        check_token_folder(resolve_path(cfg, d["path"]), d["dtype"], d["vocab_size"], batch_tokens=t["batch_size"] * (m["block_size"] + 1),
+        batch = t["batch_size"] if isinstance(t["batch_size"], int) else 1  # auto: decided when the run starts
+        check_token_folder(resolve_path(cfg, d["path"]), d["dtype"], d["vocab_size"], batch_tokens=batch * (m["block_size"] + 1),
                            where_path=_where(cfg, "dataset.path"))
     if dtype in ("cifar10", "cifar100", "imagefolder"):
         _check_image_dataset(cfg, dtype, mtype)

@@ -176,6 +176,8 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
                             ahead=want_fetch_ahead(DL["fetch_ahead"], device_type, DL["num_workers"],
                                                    cfg.values["dataset"]["type"] in BUILTIN_DATASETS))
     tel.start(step)
+    if cfg.declared.get("training.batch_size") == "auto":  # decided by envkit run's probe (train/run/auto_batch.py)
+        log(f"training.batch_size {T['batch_size']} ({cfg.origin.get('training.batch_size', 'auto')})")
     log(f"training {M['type']} for {T['max_steps']} steps ({bs} x {accum} accum x {world} proc, {precision}, "
         f"compile {compile_note}) from step {step}; run folder {run_dir}")
     tel.heartbeat(step=step, loss=None, eta=None, force=True)

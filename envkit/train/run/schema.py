@@ -11,7 +11,7 @@ AUTO = "auto"
 
 @dataclass(frozen=True)
 class Field:
-    kind: str  # int | float | str | bool | list | dict | compile (auto|bool)
+    kind: str  # int | int_auto (auto|int) | float | str | bool | list | dict | compile (auto|bool)
     default: Any = None
     choices: tuple | None = None
     min: float | None = None
@@ -73,7 +73,10 @@ SCHEMA: dict[str, dict[str, Field]] = {
     "training": {
         "max_steps": F("int", 1000, min=1, help="optimizer steps (ignored when epochs is set)"),
         "epochs": F("int", None, nullable=True, min=1, help="passes over the training set; sets max_steps from the data size"),
-        "batch_size": F("int", 32, min=1, help="per micro-step, per process"),
+        "batch_size": F("int_auto", 32, min=1, help="per micro-step, per process; auto: the largest power of two whose memory, "
+                                                   "measured by probing one step, fits in memory_fraction of the device"),
+        "memory_fraction": F("float", 0.8, gt=0, max=1, help="batch_size auto: the share of the device's memory the run may plan for"),
+        "batch_size_max": F("int", 1024, min=1, help="batch_size auto: never above this"),
         "grad_accum": F("int", 1, min=1, help="micro-steps per optimizer step"),
         "lr": F("float", 3e-4, gt=0, help="peak learning rate"),
         "min_lr": F("float", None, nullable=True, min=0, help="end of the cosine (default lr/10)"),
@@ -163,6 +166,7 @@ PROFILE_KEYS = {
     ("train", "compile_mode"): "training.compile_mode",
     ("train", "sdpa_backend"): "training.sdpa_backend",
     ("train", "batch_size"): "training.batch_size",
+    ("train", "memory_fraction"): "training.memory_fraction",
     ("train", "lr"): "training.lr",
     ("train", "grad_clip"): "training.grad_clip",
     ("train", "grad_accum"): "training.grad_accum",
@@ -177,5 +181,6 @@ HASH_EXCLUDED = {"logging", "checkpoint", "sweep"}
 HASH_EXCLUDED_KEYS = {"experiment.name", "experiment.output_dir", "experiment.tags", "experiment.notes",
                       "eval.batches", "eval.accuracy_samples", "device.fallback_to_cpu", "device.fallback", "dataloader.num_workers",
                       "training.compile_mode", "training.sdpa_backend", "training.ddp_bucket_mb",  # speed only: same computation
+                      "training.memory_fraction", "training.batch_size_max",  # only how batch_size auto is decided
                       "dataloader.pin_memory", "dataloader.persistent_workers", "dataloader.prefetch_factor",
                       "dataloader.fetch_ahead"}

@@ -1,0 +1,157 @@
+"""`training.batch_size: auto`, decided before the run starts (no torch here): probe one training
+step at two small batches, each in its own trainer process (train/run/batch_probe.py), read the
+peak memory of each, and take the largest power of two whose extrapolated memory fits in
+`training.memory_fraction` of the device (and in what is free now), at most
+`training.batch_size_max` and at most the training set.
+
+Two probes, not one: the difference between them is the memory per sample (activations, their
+gradients, the batch itself); what is left is the fixed part (weights, gradients, optimizer state,
+the CUDA context), which does not grow with the batch. A probe that runs out of memory is an answer
+too: the batch is below it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from envkit.errors import EnvkitError
+from envkit.fsutil import atomic_write_text
+
+PROBES = (2, 8)  # then 1 when 2 does not fit, 4 when 8 does not
+AUTO = "auto"
+KEY = "training.batch_size"
+
+
+@dataclass
+class Choice:
+    batch: int
+    note: str  # one line: what was measured and why this batch
+    probes: list[dict]
+
+
+def is_auto(cfg) -> bool:
+    return cfg.values["training"]["batch_size"] == AUTO
+
+
+def _gb(mb: float) -> str:
+    return f"{mb / 1024:.2f} GB"
+
+
+def choose(probes: list[dict], *, fraction: float, cap: int, world: int = 1) -> Choice:
+    """The batch from the probes' measurements (pure: unit-tested with recorded figures)."""
+    ok = sorted((p for p in probes if p.get("status") == "ok"), key=lambda p: p["batch"])
+    too_big = min((p["batch"] for p in probes if p.get("status") == "oom"), default=None)
+    if not ok:
+        asked = next((p.get("asked") for p in probes if p.get("asked")), None)
+        raise EnvkitError(f"one training step at batch 1 runs out of {probes[0].get('device', 'device')} memory"
+                          + (f" (asked for {asked})" if asked else ""), where=KEY,
+                          fix="a smaller model (or model.block_size), training.precision bf16, or a device with more memory")
+    last = ok[-1]
+    total, free = last.get("total_mb"), last.get("free_mb")
+    budget = fraction * total if total else None
+    if budget is not None and free is not None:
+        budget = min(budget, free)
+    examples = min((p["train_examples"] for p in probes if p.get("train_examples")), default=None)
+    per_sample = fixed = None
+    if len(ok) >= 2:
+        lo, hi = ok[0], ok[-1]
+        per_sample = max((hi["peak_mb"] - lo["peak_mb"]) / (hi["batch"] - lo["batch"]), 0.0)
+        fixed = hi["peak_mb"] - hi["batch"] * per_sample
+
+    def predicted(b: int) -> float | None:
+        seen = next((p["peak_mb"] for p in ok if p["batch"] == b), None)
+        if seen is not None or per_sample is None:
+            return seen
+        return fixed + b * per_sample
+
+    limits = []
+    batch, b = None, 1
+    while b <= cap:
+        need = predicted(b)
+        if too_big is not None and b >= too_big:
+            limits.append(f"{b} ran out of memory")
+            break
+        if examples is not None and b * world > examples:
+            limits.append(f"{b}{f' x {world} processes' if world > 1 else ''} is more than the {examples:,} training examples")
+            break
+        if need is None:  # one probe only (the next did not fit): nothing to extrapolate from
+            if b > last["batch"]:
+                break
+        elif budget is not None and need > budget:
+            limits.append(f"{b} would need {_gb(need)}")
+            break
+        batch = b
+        b *= 2
+    if batch is None:  # even the smallest probe is over the budget: it ran, so it is the answer
+        batch = ok[0]["batch"]
+        limits.append(f"over {fraction:.0%} of the memory already at batch {batch}")
+    if b > cap and batch == cap:
+        limits.append(f"training.batch_size_max is {cap}")
+    measured = " and ".join(f"{_gb(p['peak_mb'])} at batch {p['batch']}" for p in ok)
+    note = f"training.batch_size auto -> {batch}: one eager step on {last.get('device')} took {measured}"
+    if per_sample is not None:
+        note += f" ({per_sample:,.1f} MB per sample + {_gb(fixed)})"
+    if budget is not None:
+        note += f"; budget {_gb(budget)} ({fraction:.0%} of {_gb(total)}" + (", within what is free" if free is not None and free < fraction * total else "") + ")"
+    if limits:
+        note += "; " + "; ".join(limits)
+    return Choice(batch, note, probes)
+
+
+def probe_batches(run_probe) -> list[dict]:
+    """Run the probes: 2 and 8; 1 when 2 does not fit; 4 when 8 does not."""
+    lo = run_probe(PROBES[0])
+    if lo["status"] != "ok":
+        return [lo, run_probe(1)]
+    hi = run_probe(PROBES[1])
+    if hi["status"] != "ok":  # out of memory, or fewer training examples than 8
+        return [lo, run_probe(4), hi]
+    return [lo, hi]
+
+
+def resolve(cfg, *, python: str, env: dict, child_entry: Path, torch_settings: dict | None, world: int = 1,
+            device: str | None = None, echo=print) -> Choice:
+    """Probe (on `device`, else the config's device), choose, and write the batch into cfg
+    (declared auto: the config hash keeps `auto`)."""
+    T = cfg.values["training"]
+
+    def run_probe(batch: int) -> dict:
+        echo(f"training.batch_size auto: probing one step at batch {batch} ...")
+        with tempfile.TemporaryDirectory(prefix="envkit-batch-probe-") as tmp:
+            stage = Path(tmp)
+            resolved = cfg.resolved()
+            resolved["values"]["training"]["batch_size"] = batch
+            if device:
+                resolved["values"]["device"]["type"] = device
+            resolved["torch_settings"] = torch_settings
+            atomic_write_text(stage / "config.json", json.dumps(resolved, default=str))
+            out = stage / "probe.json"
+            res = subprocess.run([python, "-u", str(child_entry), str(stage), "--probe", str(out)], env=env,
+                                 capture_output=True, text=True)
+            if res.returncode != 0 or not out.is_file():
+                tail = [ln for ln in (res.stderr or res.stdout).strip().splitlines() if ln.strip()][-1:] or ["no output"]
+                raise EnvkitError(f"the probing step at batch {batch} failed (exit code {res.returncode}): {tail[0][:300]}",
+                                  where=KEY, fix="set training.batch_size to a number, or run `envkit run` with --debug")
+            return json.loads(out.read_text())
+
+    choice = choose(probe_batches(run_probe), fraction=float(T["memory_fraction"]), cap=int(T["batch_size_max"]), world=world)
+    T["batch_size"] = choice.batch
+    cfg.declared[KEY] = AUTO
+    cfg.origin[KEY] = "auto: " + choice.note.split(": ", 1)[1]
+    return choice
+
+
+def keep_resumed(cfg, saved: dict) -> bool:
+    """Resuming a run whose batch was decided by a probe: keep that batch (its checkpoints and data
+    position were written at it). True when the saved batch was taken."""
+    values = (saved.get("values") or {}).get("training") or {}
+    if (saved.get("declared") or {}).get(KEY) != AUTO or not isinstance(values.get("batch_size"), int):
+        return False
+    cfg.values["training"]["batch_size"] = values["batch_size"]
+    cfg.declared[KEY] = AUTO
+    cfg.origin[KEY] = (saved.get("origin") or {}).get(KEY, "auto")
+    return True
