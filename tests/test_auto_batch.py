@@ -11,7 +11,7 @@ import pytest
 
 from conftest import ROOT, envkit
 from envkit.errors import EnvkitError
-from envkit.train.run.auto_batch import choose
+from envkit.train.run.auto_batch import choose, search
 
 TEMPLATES = ROOT / "templates" / "train"
 H100 = {"device": "cuda", "total_mb": 81_559.0, "free_mb": 80_900.0, "train_examples": 1_000_000}
@@ -60,6 +60,33 @@ def test_nothing_fits_is_a_clear_error():
     with pytest.raises(EnvkitError) as e:
         choose(probes((2, None), (1, None)), fraction=0.8, cap=1024)
     assert "batch 1 runs out of cuda memory" in e.value.message and e.value.where == "training.batch_size"
+
+
+def fake_device(peak, total_mb, oom_above=None):
+    """run_probe for a pretend device: peak(batch) in MB; above oom_above it runs out of memory."""
+    seen = []
+
+    def run_probe(b):
+        seen.append(b)
+        if oom_above is not None and b > oom_above:
+            return {**H100, "total_mb": total_mb, "free_mb": total_mb, "batch": b, "status": "oom", "device": "cuda"}
+        return {**H100, "total_mb": total_mb, "free_mb": total_mb, "batch": b, "status": "ok", "peak_mb": peak(b), "device": "cuda"}
+    return run_probe, seen
+
+
+def test_the_chosen_batch_is_itself_probed_before_it_is_taken():
+    # GPT-2-small-like: linear from the start; one more probe (at 64) confirms the extrapolation
+    run_probe, seen = fake_device(lambda b: 750 + 918 * b, 81_559.0)
+    assert search(run_probe, fraction=0.8, cap=1024).batch == 64 and seen == [2, 8, 64]
+    # ResNet-like: the optimizer step's 500 MB is the peak at batch 2 and 8 (no slope), the activations
+    # (2.3 MB a sample) only later: 2 and 8 alone would say the cap (4096, 9.6 GB); the probes find 2048
+    run_probe, seen = fake_device(lambda b: max(500.0, 230 + 2.3 * b), 8_000.0)
+    c = search(run_probe, fraction=0.8, cap=4096)
+    assert c.batch == 2048 and seen == [2, 8, 4096, 2048] and "4096 needed 9.42 GB" in c.note
+    # a device that cannot hold what the line promises: out of memory above 100 samples
+    run_probe, seen = fake_device(lambda b: 750 + 918 * b, 200_000.0, oom_above=100)
+    c = search(run_probe, fraction=0.8, cap=1024)
+    assert c.batch == 64 and seen[:3] == [2, 8, 128] and "128 ran out of memory" in c.note
 
 
 def test_no_shipped_batch_claims_a_measurement_it_does_not_name():

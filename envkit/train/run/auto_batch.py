@@ -6,8 +6,11 @@ peak memory of each, and take the largest power of two whose extrapolated memory
 
 Two probes, not one: the difference between them is the memory per sample (activations, their
 gradients, the batch itself); what is left is the fixed part (weights, gradients, optimizer state,
-the CUDA context), which does not grow with the batch. A probe that runs out of memory is an answer
-too: the batch is below it.
+the CUDA context), which does not grow with the batch. The extrapolated batch is then probed
+itself (and the line refitted from the two largest probes) until a probe at the chosen batch fits:
+at tiny batches the peak can be the optimizer's step rather than the activations (ResNet-18 on an
+H100: 0.23 GB at batch 2 and at 8), so extrapolating from 2 and 8 alone can be far off. A probe
+that runs out of memory is an answer too: the batch is below it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_text
 
 PROBES = (2, 8)  # then 1 when 2 does not fit, 4 when 8 does not
+MAX_CHECKS = 3  # probes of the extrapolated choice: it is taken once a probe at it fits
 AUTO = "auto"
 KEY = "training.batch_size"
 
@@ -41,8 +45,11 @@ def _gb(mb: float) -> str:
     return f"{mb / 1024:.2f} GB"
 
 
-def choose(probes: list[dict], *, fraction: float, cap: int, world: int = 1) -> Choice:
-    """The batch from the probes' measurements (pure: unit-tested with recorded figures)."""
+def choose(probes: list[dict], *, fraction: float, cap: int, world: int = 1, measured_only: bool = False) -> Choice:
+    """The batch from the probes' measurements (pure: unit-tested with recorded figures). The slope
+    comes from the two largest probes that ran: at tiny batches the peak may be the optimizer's
+    step (batch-independent), not the activations, so the largest probes are the most linear.
+    measured_only: only a batch that was itself probed and fitted (the end of the search)."""
     ok = sorted((p for p in probes if p.get("status") == "ok"), key=lambda p: p["batch"])
     too_big = min((p["batch"] for p in probes if p.get("status") == "oom"), default=None)
     if not ok:
@@ -57,8 +64,8 @@ def choose(probes: list[dict], *, fraction: float, cap: int, world: int = 1) -> 
         budget = min(budget, free)
     examples = min((p["train_examples"] for p in probes if p.get("train_examples")), default=None)
     per_sample = fixed = None
-    if len(ok) >= 2:
-        lo, hi = ok[0], ok[-1]
+    if len(ok) >= 2 and not measured_only:
+        lo, hi = ok[-2], ok[-1]
         per_sample = max((hi["peak_mb"] - lo["peak_mb"]) / (hi["batch"] - lo["batch"]), 0.0)
         fixed = hi["peak_mb"] - hi["batch"] * per_sample
 
@@ -78,11 +85,11 @@ def choose(probes: list[dict], *, fraction: float, cap: int, world: int = 1) -> 
         if examples is not None and b * world > examples:
             limits.append(f"{b}{f' x {world} processes' if world > 1 else ''} is more than the {examples:,} training examples")
             break
-        if need is None:  # one probe only (the next did not fit): nothing to extrapolate from
-            if b > last["batch"]:
+        if need is None:  # not probed and nothing to extrapolate from: below a probe that fitted, it fits
+            if not any(p["batch"] > b and (budget is None or p["peak_mb"] <= budget) for p in ok):
                 break
         elif budget is not None and need > budget:
-            limits.append(f"{b} would need {_gb(need)}")
+            limits.append(f"{b} {'needed' if b in {p['batch'] for p in ok} else 'would need'} {_gb(need)}")
             break
         batch = b
         b *= 2
@@ -91,7 +98,7 @@ def choose(probes: list[dict], *, fraction: float, cap: int, world: int = 1) -> 
         limits.append(f"over {fraction:.0%} of the memory already at batch {batch}")
     if b > cap and batch == cap:
         limits.append(f"training.batch_size_max is {cap}")
-    measured = " and ".join(f"{_gb(p['peak_mb'])} at batch {p['batch']}" for p in ok)
+    measured = ", ".join(f"{_gb(p['peak_mb'])} at batch {p['batch']}" for p in ok)
     note = f"training.batch_size auto -> {batch}: one eager step on {last.get('device')} took {measured}"
     if per_sample is not None:
         note += f" ({per_sample:,.1f} MB per sample + {_gb(fixed)})"
@@ -111,6 +118,18 @@ def probe_batches(run_probe) -> list[dict]:
     if hi["status"] != "ok":  # out of memory, or fewer training examples than 8
         return [lo, run_probe(4), hi]
     return [lo, hi]
+
+
+def search(run_probe, **rule) -> Choice:
+    """Probe 2 and 8, extrapolate, then probe the extrapolated batch itself until a probe at the
+    chosen batch has fitted (at most MAX_CHECKS more; then the largest probe that fitted)."""
+    probes = probe_batches(run_probe)
+    for _ in range(MAX_CHECKS):
+        choice = choose(probes, **rule)
+        if any(p["batch"] == choice.batch and p["status"] == "ok" for p in probes):
+            return choice
+        probes.append(run_probe(choice.batch))
+    return choose(probes, **rule, measured_only=True)
 
 
 def resolve(cfg, *, python: str, env: dict, child_entry: Path, torch_settings: dict | None, world: int = 1,
@@ -138,7 +157,7 @@ def resolve(cfg, *, python: str, env: dict, child_entry: Path, torch_settings: d
                                   where=KEY, fix="set training.batch_size to a number, or run `envkit run` with --debug")
             return json.loads(out.read_text())
 
-    choice = choose(probe_batches(run_probe), fraction=float(T["memory_fraction"]), cap=int(T["batch_size_max"]), world=world)
+    choice = search(run_probe, fraction=float(T["memory_fraction"]), cap=int(T["batch_size_max"]), world=world)
     T["batch_size"] = choice.batch
     cfg.declared[KEY] = AUTO
     cfg.origin[KEY] = "auto: " + choice.note.split(": ", 1)[1]
