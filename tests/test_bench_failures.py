@@ -106,3 +106,38 @@ def test_tune_whose_shipped_settings_cannot_run_writes_no_profile(tmp_path, conf
     assert res.returncode == 1, res.stdout + res.stderr
     assert not list(config_dir.rglob("*.toml"))
     assert "wrote profile" not in res.stdout and "no profile written" in res.stdout + res.stderr
+
+
+def test_a_budget_too_short_for_the_ladder_still_measures_the_profile_rung(monkeypatch):
+    """The profile rung (everything envkit run turns on) is measured right after the reference, so a
+    --budget that holds only two rungs skips the rungs in between, not the figure a user came for;
+    the report keeps the ladder's order."""
+    from envkit.bench import session
+    from envkit.bench.context import BenchContext, template_path
+    from envkit.checks import run_checks
+    from envkit.facts import gather
+    from envkit.train.run.config import load_config
+
+    facts = gather(str(snapshot_path("real_h100")), runtime=True)
+    checks = {c.id: c for c in run_checks(facts)}
+    ctx = BenchContext("python", facts, checks, None, "cuda-hopper", load_config(template_path("gpt")), "gpt", "cuda")
+    clock = {"now": 0.0}
+    monkeypatch.setattr(session.time, "monotonic", lambda: clock["now"])
+    measured = []
+
+    def fake_run_spec(spec, python, env, timeout, debug=False, on_progress=None):
+        clock["now"] += 50.0  # each rung takes 50 s of a 120 s budget
+        measured.append(spec.name)
+        return session.RunResult(spec.name, "ok", per_second=1000.0 * (1 + len(measured)), unit="tokens", loss=2.0)
+
+    monkeypatch.setattr(session, "run_spec", fake_run_spec)
+    report = session.run_bench(ctx, budget_s=120.0)
+    assert measured == ["cpu fp32", "cuda + profile", "cuda fp32"]
+    names = [r.name for r in report.rungs]
+    assert names == [r.name for r in ladder_for("real_h100")]  # the ladder's order
+    by = {r.name: r for r in report.rungs}
+    assert by["cuda + profile"].status == "ok" and by["cuda + profile"].speedup == 1.5
+    assert by["cuda + compile"].status == "skip" and "ran out before this rung" in by["cuda + compile"].reason
+    # --baseline device: the first device rung is the reference, the profile rung next
+    order = session.measuring_order(ladder_for("real_h100"), "cuda", baseline="device")
+    assert [ladder_for("real_h100")[i].name for i in order[:2]] == ["cuda fp32", "cuda + profile"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from envkit.bench.context import BenchContext
@@ -85,6 +85,21 @@ def fit_note(r: RunResult) -> str:
     return f"{ran}: micro-batch {tried} does not fit"
 
 
+def measuring_order(rungs: list, target: str, baseline: str = "cpu") -> list[int]:
+    """The order rungs are measured in: the reference first (the CPU baseline, or with --baseline
+    device the first device rung), then the profile rung on the training device (all the profile
+    turns on: what `envkit run` does, the figure a user came for), then the rest in ladder order.
+    Under a --budget that cannot hold the whole ladder, the rungs in between are the ones skipped."""
+    order: list[int] = []
+    if baseline == "device" and target != "cpu":
+        order += [i for i, r in enumerate(rungs) if r.device == target and not r.skip][:1]
+    else:
+        order += [i for i, r in enumerate(rungs) if r.baseline][:1]
+    order += [i for i, r in enumerate(rungs) if r.device == target and r.settings.get("profile") and "profile" in r.adds
+              and not r.skip and i not in order][:1]
+    return order + [i for i in range(len(rungs)) if i not in order]
+
+
 def run_bench(ctx: BenchContext, *, no_compile: bool = False, seconds: float | None = None, budget_s: float = 240.0,
               baseline: str = "cpu", on_start=None, on_progress=None, on_rung=None, debug: bool = False) -> BenchReport:
     """Every rung in its own child, within `budget_s` for the whole ladder. baseline "device": the
@@ -96,7 +111,9 @@ def run_bench(ctx: BenchContext, *, no_compile: bool = False, seconds: float | N
                          batch_size=int(ctx.config.values["training"]["batch_size"]))
     ref = None
     base_env = ctx.plain_env()
-    for i, rung in enumerate(rungs):
+    results: dict[int, RunResult] = {}
+    for i in measuring_order(rungs, ctx.target, baseline):
+        rung = rungs[i]
         left = budget_s - (time.monotonic() - t0)
         if rung.skip:
             result = RunResult(rung.name, "skip", reason=rung.skip, check=rung.check)
@@ -112,7 +129,7 @@ def run_bench(ctx: BenchContext, *, no_compile: bool = False, seconds: float | N
                 result = run_spec(spec, ctx.python, base_env, left, debug, on_progress=on_progress)
             except Interrupted:
                 report.interrupted = True
-                report.notes.append(f"interrupted during {rung.name}: the rungs after it were not run")
+                report.notes.append(f"interrupted during {rung.name}: the rungs not yet measured were not run")
                 break
             if result.status == "fail" and result.reason.startswith("did not finish within"):
                 result.status, result.reason = "skip", f"the budget of {budget_s:.0f} s (--budget) ran out during this rung"
@@ -125,10 +142,13 @@ def run_bench(ctx: BenchContext, *, no_compile: bool = False, seconds: float | N
                 ref = result
             judge(result, ref)
             report.unit = result.unit if result.status in ("ok", "flagged") else report.unit
-        report.notes.extend(carry_forward(rungs, i, result.status in ("ok", "skip")))  # skips were left out when built
-        report.rungs.append(result)
+        results[i] = result
+        # a failed addition leaves the rungs not yet measured (the ones already measured ran with it)
+        pending = [r if j not in results else replace(r, skip="measured") for j, r in enumerate(rungs)]
+        report.notes.extend(carry_forward(pending, i, result.status in ("ok", "skip")))
         if on_rung:
             on_rung(result)
+    report.rungs = [results[i] for i in sorted(results)]  # the ladder's order, whatever the measuring order
     report.elapsed_s = round(time.monotonic() - t0, 1)
     return report
 
