@@ -76,3 +76,12 @@ def venv(template_venv, tmp_path):
     dest = tmp_path / "venv"
     shutil.copytree(template_venv, dest, symlinks=True)
     return dest
+
+
+def default_sigint() -> None:
+    """preexec_fn for a child a test will Ctrl-C: a suite started in the background by a shell
+    without job control (`cmd &`) runs with SIGINT ignored, and a Python that starts with SIGINT
+    ignored never raises KeyboardInterrupt. The child gets the default back, as in a terminal."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import envkit, has_cuda, snapshot_path
+from conftest import default_sigint, envkit, has_cuda, snapshot_path
 from envkit.tune.writer import render_profile, write_profile, written_by_envkit
 from envkit.tune.decide import Decision
 from envkit.errors import EnvkitError
@@ -176,7 +176,7 @@ def test_ctrl_c_writes_the_best_so_far_or_nothing_never_half_a_file(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTORCH_", "ENVKIT_"))}
     env.update(ENVKIT_CONFIG_DIR=str(cfg), PYTHONUNBUFFERED="1")
     proc = subprocess.Popen([sys.executable, "-m", "envkit", "tune", "--budget", "5m", *FAST], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=default_sigint)
     seen = []
     deadline = time.monotonic() + 240
     for line in proc.stdout:  # wait for two measurements: the shipped one and a first candidate

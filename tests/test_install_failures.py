@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import envkit, snapshot_path
+from conftest import default_sigint, envkit, snapshot_path
 from envkit.errors import EnvkitError
 from localindex import installed
 
@@ -90,7 +90,7 @@ def test_ctrl_c_during_the_install_puts_the_previous_environment_back(server, ve
     proc = subprocess.Popen([sys.executable, "-m", "envkit", "setup", "--yes", "--no-selftest", "--installer", "pip",
                              "--venv", str(venv), "--index-url", server.url("stall"), "--torch", "2.7.2"],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=default_sigint)
     try:
         # wait until pip is downloading the stalled wheel, as a person watching the terminal would
         deadline = time.monotonic() + 120
