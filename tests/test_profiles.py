@@ -384,4 +384,5 @@ def test_readme_example_profile_works(isolated):
     d = json.loads(envkit("profile", "show", "mine", "--resolved", "--replay", str(SNAPSHOTS / "m3_max_macos14.json"),
                           "--json", env=isolated["env"], cwd=isolated["work"]).stdout)
     assert d["origin"] == "project" and d["chain"][:2] == ["mine", "m3-max"]
-    assert d["train"]["batch_size"]["value"] == 32 and d["train"]["precision"]["value"] == "bf16"
+    assert d["train"]["batch_size"]["value"] == "auto" and d["train"]["memory_fraction"]["value"] == 0.7
+    assert d["train"]["precision"]["value"] == "bf16"
