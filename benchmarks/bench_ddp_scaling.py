@@ -6,7 +6,8 @@ user runs it, on GPT-2 small (templates/train/gpt2_small_tokens.yaml) over a fol
     python benchmarks/bench_ddp_scaling.py --try training.ddp_comm_dtype=bf16 --try training.ddp_bucket_mb=100 --profile
 
 --try KEY=VALUE[,KEY=VALUE] (repeatable) adds a run at the largest --nproc with those overrides, scaled
-against the same 1-process run. --profile records steps 41-43 of the largest plain run with
+against the same 1-process run; a part `env:NAME=VALUE` sets an environment variable for that run
+instead (`--try env:ENVKIT_DDP_ORDER=ddp-first`). --profile records steps 41-43 of the largest plain run with
 `--profile-steps` and prints rank 0's device timeline (idle time, and how much of the all-reduce
 no computation hid: the number that says whether DDP overlaps).
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -64,8 +66,9 @@ def main(argv=None) -> int:
                    "--set", "training.grad_accum=1", "--set", f"training.max_steps={args.steps}", "--set", "training.warmup_steps=10",
                    "--set", "eval.every_steps=0", "--set", "eval.batches=2", "--set", f"checkpoint.every_steps={args.steps}",
                    "--set", "checkpoint.keep_last=1", "--set", "logging.every_steps=10", "--set", "logging.progress=plain",
-                   *[x for s in args.set + extra for x in ("--set", s)], *(["--profile-steps", "41:43"] if profile else [])]
-            res = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
+                   *[x for s in args.set + extra if not s.startswith("env:") for x in ("--set", s)], *(["--profile-steps", "41:43"] if profile else [])]
+            env = {**os.environ, **dict(p[4:].split("=", 1) for p in extra if p.startswith("env:"))}
+            res = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, env=env)
             out = res.stdout + res.stderr
             run_dir = Path(tmp) / "runs" / "gpt2-small-tokens" / run_id
             summary_path = run_dir / "summary.json"
@@ -79,6 +82,8 @@ def main(argv=None) -> int:
             results.append({"nproc": n, "set": extra, "profile": profile, "timeline": timeline, "returncode": res.returncode, "tokens_per_second": s.get("tokens_per_second"),
                             "mfu": s.get("mfu"), "status": s.get("status"), "device_name": s.get("device_name"),
                             "noise_lines": noise})
+            print(f"[{i + 1}/{len(runs)}] {n} proc {' '.join(extra)}{' (profiled)' if profile else ''}: "
+                  f"{s.get('tokens_per_second') or 0:,.0f} tokens/s, {s.get('status')}", file=sys.stderr, flush=True)
             if res.returncode != 0:
                 print(out[-4000:], file=sys.stderr)
     base = results[0]["tokens_per_second"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 
 import torch
 
@@ -40,3 +41,17 @@ def wrap_ddp(module: torch.nn.Module, device: torch.device, local_rank: int, buc
         else:
             log(f"training.ddp_comm_dtype bf16 ignored on {device.type}: gloo all-reduces fp32")
     return ddp
+
+
+def ddp_order() -> str:
+    """EXPERIMENT (issue 19): which wraps which. "compile-first": DDP(compile(module)), one
+    backward graph, every gradient ready at its end. "ddp-first": compile(DDP(module)), dynamo's
+    DDPOptimizer splits the graph at bucket boundaries so all-reduces start during the backward.
+    "python-reducer": compile(DDP(module)) with compiled autograd tracing DDP's reducer."""
+    order = os.environ.get("ENVKIT_DDP_ORDER", "compile-first")
+    if order == "python-reducer":
+        import torch._dynamo
+
+        torch._dynamo.config.optimize_ddp = "python_reducer"
+        torch._dynamo.config.compiled_autograd = True
+    return order
