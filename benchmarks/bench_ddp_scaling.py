@@ -7,7 +7,7 @@ user runs it, on GPT-2 small (templates/train/gpt2_small_tokens.yaml) over a fol
 
 --try KEY=VALUE[,KEY=VALUE] (repeatable) adds a run at the largest --nproc with those overrides, scaled
 against the same 1-process run; a part `env:NAME=VALUE` sets an environment variable for that run
-instead (`--try env:ENVKIT_DDP_ORDER=ddp-first`). --profile records steps 41-43 of the largest plain run with
+instead (`--try env:ENVKIT_DDP_ORDER=ddp-first`). --profile records steps 41-43 of the smallest and the largest plain run with
 `--profile-steps` and prints rank 0's device timeline (idle time, and how much of the all-reduce
 no computation hid: the number that says whether DDP overlaps).
 
@@ -40,13 +40,14 @@ def main(argv=None) -> int:
     ap.add_argument("--set", action="append", default=[], help="extra config override (repeatable)")
     ap.add_argument("--try", dest="tries", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]")
     ap.add_argument("--profile", action="store_true", help="a device timeline of the largest run (steps 41-43)")
+    ap.add_argument("--traces", type=Path, help="copy the profiled runs' chrome traces (gzip) here")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.profile and args.steps < 50:
         ap.error("--profile needs --steps 50 or more (steps 41-43 are recorded, after compilation)")
     runs = [(n, [], False) for n in args.nproc] + [(max(args.nproc), t.split(","), False) for t in args.tries]
-    if args.profile:
-        runs.append((max(args.nproc), [], True))
+    if args.profile:  # the smallest and the largest, side by side: what the extra processes cost
+        runs += [(n, [], True) for n in sorted({min(args.nproc), max(args.nproc)})]
 
     results = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -79,6 +80,14 @@ def main(argv=None) -> int:
                 txt = sorted(run_dir.glob("profile_steps_41-43*.txt"))
                 head = txt[0].read_text().split("\n\n")[0] if txt else ""
                 timeline = head if head.startswith("device timeline") else f"no device timeline ({'a CPU run' if txt else 'no profile written'})"
+                if args.traces:
+                    import gzip
+                    import shutil
+
+                    args.traces.mkdir(parents=True, exist_ok=True)
+                    for js in run_dir.glob("profile_steps_41-43*.json"):
+                        with js.open("rb") as src, gzip.open(args.traces / f"{run_id}-{js.name}.gz", "wb") as dst:
+                            shutil.copyfileobj(src, dst)
             results.append({"nproc": n, "set": extra, "profile": profile, "timeline": timeline, "returncode": res.returncode, "tokens_per_second": s.get("tokens_per_second"),
                             "mfu": s.get("mfu"), "status": s.get("status"), "device_name": s.get("device_name"),
                             "noise_lines": noise})

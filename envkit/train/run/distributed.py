@@ -31,7 +31,7 @@ def wrap_ddp(module: torch.nn.Module, device: torch.device, local_rank: int, buc
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     ddp = DDP(module, device_ids=[local_rank] if device.type == "cuda" else None, gradient_as_bucket_view=True,
-              bucket_cap_mb=bucket_mb)
+              bucket_cap_mb=bucket_mb, static_graph=os.environ.get("ENVKIT_DDP_STATIC") == "1")
     if comm_dtype == "bf16":
         if device.type == "cuda":
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
