@@ -49,6 +49,10 @@ def ddp_order() -> str:
     DDPOptimizer splits the graph at bucket boundaries so all-reduces start during the backward.
     "python-reducer": compile(DDP(module)) with compiled autograd tracing DDP's reducer."""
     order = os.environ.get("ENVKIT_DDP_ORDER", "compile-first")
+    if os.environ.get("ENVKIT_DDP_OPTIMIZE") == "0":
+        import torch._dynamo
+
+        torch._dynamo.config.optimize_ddp = False
     if order == "python-reducer":
         import torch._dynamo
 
