@@ -196,3 +196,17 @@ def test_auto_in_yaml_takes_the_profiles_tuned_value(tmp_path):
     res = envkit("validate", str(QUICK), "--replay", snap, "--profile", "m3-max", "--set", "training.precision=fp32", "--json")
     out = json.loads(res.stdout)
     assert out["config"]["training"]["precision"] == "fp32" and out["origin"]["training.precision"] == "cli"
+
+
+def test_ddp_bucket_size_comes_from_the_profile():
+    """cuda-hopper's measured 100 MB DDP bucket reaches the trainer (two processes on a Hopper
+    GPU run with it); profiles without a measurement keep torch's 25; --set still wins."""
+    def bucket(*args):
+        res = envkit("run", str(QUICK), "--print-config", "--json", *args)
+        assert res.returncode == 0, res.stderr
+        data = json.loads(res.stdout)
+        return data["config"]["training"]["ddp_bucket_mb"], data["origin"]["training.ddp_bucket_mb"]
+
+    assert bucket("--profile", "cuda-hopper") == (100.0, "profile:cuda-hopper")
+    assert bucket("--profile", "cpu") == (25.0, "profile:cpu")
+    assert bucket("--profile", "cuda-hopper", "--set", "training.ddp_bucket_mb=50") == (50.0, "cli")

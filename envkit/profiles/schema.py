@@ -54,6 +54,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "grad_clip": Field(float, minimum=0),
         "grad_accum": Field(int, minimum=1),
         "empty_cache_every": Field(int, minimum=0),
+        "ddp_bucket_mb": Field(float, minimum=0.001),
     },
 }
 

@@ -25,7 +25,7 @@ from envkit.train.run import checkpoint as ckpt
 from envkit.train.recovery import faults
 from envkit.train.run.config import Config
 from envkit.train.data.datasets import BUILTIN_DATASETS, ResumableBatchSampler, build_data
-from envkit.train.run.distributed import ddp_order, init_distributed, wrap_ddp
+from envkit.train.run.distributed import init_distributed, wrap_ddp
 from envkit.train.recovery.guards import NanGuard, TrainingStopped, resolve_device
 from envkit.train.watching.mfu import mfu as compute_mfu
 from envkit.train.run.models import build_model
@@ -141,14 +141,9 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
     # `model` from here on is the training module: forward + loss, one compiled graph (train/step.py)
     compile_note = _want_compile(T["compile"], device_type)
     loss_module = LossModule(model, accum)  # kept: an out-of-memory split changes its accum
-    ddp = None
-    if world > 1 and ddp_order() != "compile-first":
-        ddp = wrap_ddp(loss_module, device, local_rank, T["ddp_bucket_mb"], T["ddp_comm_dtype"], log)
-        model, compile_note = _maybe_compile(ddp, compile_note, log, T["compile_mode"])
-    else:
-        model, compile_note = _maybe_compile(loss_module, compile_note, log, T["compile_mode"])
-        if world > 1:
-            ddp = model = wrap_ddp(model, device, local_rank, T["ddp_bucket_mb"], T["ddp_comm_dtype"], log)
+    model, compile_note = _maybe_compile(loss_module, compile_note, log, T["compile_mode"])
+    if world > 1:
+        model = wrap_ddp(model, device, local_rank, T["ddp_bucket_mb"], T["ddp_comm_dtype"], log)
 
     def make_loader(start: int):
         sampler.start = start
@@ -203,7 +198,7 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
                     x, y = batches.take()
                     state["batches"] += 1  # counted when used: a checkpoint's data position
                     if world > 1:  # gradient sync only on the last micro-step
-                        ddp.require_backward_grad_sync = micro == accum - 1
+                        model.require_backward_grad_sync = micro == accum - 1
                     with autocast:
                         loss = model(x, y)  # cross-entropy / accum
                     batches.prefetch()  # the next batch is read and copied while the GPU runs this one
