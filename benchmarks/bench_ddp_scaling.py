@@ -7,7 +7,7 @@ user runs it, on GPT-2 small (templates/train/gpt2_small_tokens.yaml) over a fol
 
 --try KEY=VALUE[,KEY=VALUE] (repeatable) adds a run at the largest --nproc with those overrides, scaled
 against the same 1-process run; a part `env:NAME=VALUE` sets an environment variable for that run
-instead (`--try env:ENVKIT_DDP_ORDER=ddp-first`). --profile records steps 41-43 of the smallest and the largest plain run with
+instead (`--try env:NCCL_PROTO=Simple`). --profile records steps 41-43 of the smallest and the largest plain run with
 `--profile-steps` and prints rank 0's device timeline (idle time, and how much of the all-reduce
 no computation hid: the number that says whether DDP overlaps).
 

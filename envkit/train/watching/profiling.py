@@ -29,7 +29,12 @@ class StepProfiler:
             if self.steps is None or not self.steps[0] <= step + 1 <= self.steps[1]:
                 return
             activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device_type == "cuda" else [])
-            self.prof = profile(activities=activities, record_shapes=True)
+            # acc_events: one window per run, so nothing to accumulate, but without it torch 2.11 warns
+            # "Profiler clears events at the end of each cycle" on every rank (seen on 2 x H200)
+            import inspect
+
+            acc = {"acc_events": True} if "acc_events" in inspect.signature(profile.__init__).parameters else {}
+            self.prof = profile(activities=activities, record_shapes=True, **acc)
             self.prof.__enter__()
             self.first = step + 1
         self.span = record_function(f"envkit step {step + 1}")  # one span per optimizer step in the trace
