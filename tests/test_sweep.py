@@ -93,6 +93,20 @@ def test_bad_grid_is_one_line_exit_2(tmp_path):
     assert res.returncode == 2 and "sweep.grid.training.optimizer" in res.stderr and "rmsprop" in res.stderr
 
 
+def test_a_grid_device_this_machine_lacks_stops_before_any_run(tmp_path):
+    """The base config trains on the CPU, but one combination asks for CUDA (there is none here):
+    the sweep stops before its first run, in one line naming the grid, the run and the doctor
+    check, instead of training the CPU runs and failing the CUDA one at its turn."""
+    (tmp_path / "train.yaml").write_text("model: {type: mlp}\ndataset: {type: synthetic, task: teacher}\n"
+                                         "training: {max_steps: 2}\ndevice: {type: cpu}\n"
+                                         "sweep:\n  grid:\n    device.type: [cpu, cuda]\n")
+    res = sweep(tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    line = res.stderr.strip().splitlines()[-1]
+    assert "sweep.grid" in line and "type-cuda" in line and "doctor check 'cuda'" in line, line
+    assert not (tmp_path / "runs").exists()
+
+
 def test_linked_keys_make_one_run_per_entry_not_a_cross_product(tmp_path):
     from envkit.sweep.grid import expand
 

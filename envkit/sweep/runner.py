@@ -42,8 +42,26 @@ def prepare(config: str, overrides=(), profile_name: str | None = None, python: 
         launcher.absolutise_paths(p.cfg)
         run_dir = launcher.experiment_dir(p.cfg) / combo.run_id
         runs.append(SweepRun(combo, p, run_dir, _state(p, run_dir)))
-    launcher.hold_against_machine(base.cfg, base.facts)
+    _hold_each_against_machine(runs, base, config)
     return runs
+
+
+def _hold_each_against_machine(runs: list[SweepRun], base: launcher.Plan, config: str) -> None:
+    """Every combination, not only the base config: a grid may switch the device or precision, and a
+    combination this machine cannot train should stop the sweep before its first run, not at its turn."""
+    launcher.hold_against_machine(base.cfg, base.facts)
+    seen = {}
+    for r in runs:
+        v = r.plan.cfg.values
+        key = (v["device"]["type"], v["training"]["precision"], v["training"]["compile"])
+        if key in seen:
+            continue
+        seen[key] = r
+        try:
+            launcher.hold_against_machine(r.plan.cfg, base.facts)
+        except EnvkitError as exc:
+            raise EnvkitError(f"run {r.combo.run_id}: {exc.message}", where=f"{config}: sweep.grid",
+                              fix="take that value out of sweep.grid (`envkit doctor` says what this machine can do)") from exc
 
 
 def _state(p: launcher.Plan, run_dir: Path) -> str:
