@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--set", action="append", default=[], help="extra config override (repeatable)")
     ap.add_argument("--try", dest="tries", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]")
-    ap.add_argument("--profile", action="store_true", help="a device timeline of the largest run (steps 41-43)")
+    ap.add_argument("--profile", action="store_true", help="device timelines of the smallest and the largest run (steps 41-43)")
     ap.add_argument("--traces", type=Path, help="copy the profiled runs' chrome traces (gzip) here")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)

@@ -50,13 +50,13 @@ def _hold_each_against_machine(runs: list[SweepRun], base: launcher.Plan, config
     """Every combination, not only the base config: a grid may switch the device or precision, and a
     combination this machine cannot train should stop the sweep before its first run, not at its turn."""
     launcher.hold_against_machine(base.cfg, base.facts)
-    seen = {}
+    seen = set()
     for r in runs:
         v = r.plan.cfg.values
         key = (v["device"]["type"], v["training"]["precision"], v["training"]["compile"])
         if key in seen:
             continue
-        seen[key] = r
+        seen.add(key)
         try:
             launcher.hold_against_machine(r.plan.cfg, base.facts)
         except EnvkitError as exc:
