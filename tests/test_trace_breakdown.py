@@ -50,3 +50,21 @@ def test_fully_hidden_communication_and_cpu_trace(tmp_path, capsys):
     p.write_text(json.dumps({"traceEvents": trace}))
     assert main([str(p)]) == 0
     assert "communication 0.05 ms, of which not overlapped with computation 0.00 ms" in capsys.readouterr().out
+
+
+def test_where_the_device_sat_idle_and_how_many_compiled_graphs_a_step_ran():
+    """What found the two-GPU loss on 2 x H200: the longest stretches with nothing on the device (and
+    the kernel that ended each), and the compiled graphs called a step (DDP split one graph into 14)."""
+    def compiled(ts):
+        return {"ph": "X", "cat": "cpu_op", "name": "CompiledFunction", "ts": ts, "dur": 1}
+
+    kernels = [k("gemm", 1000, 40), k("triton_poi_fused_add_0", 1050, 40), k("Memcpy DtoH (Device -> Pinned)", 1120, 5, cat="gpu_memcpy")]
+    one = breakdown({"traceEvents": kernels + [compiled(0), compiled(500)]}, steps=2)
+    gaps = one["longest_idle"]
+    assert [(round(at * 1e3), round(length * 1e3), name) for at, length, name in gaps] == [
+        (90, 30, "Memcpy DtoH (Device -> Pinned)"), (40, 10, "triton_poi_fused_add_0")]
+    text = render(one)
+    assert "compiled graphs called: 1 a step\n" in text + "\n" and "DDP splitting" not in text
+    assert "longest idle stretches: 0.03 ms at 0.09 ms, before Memcpy DtoH" in text
+    split = breakdown({"traceEvents": kernels + [compiled(t) for t in range(0, 2800, 100)]}, steps=2)
+    assert "compiled graphs called: 14 a step (more than one a step: graph breaks, or DDP splitting" in render(split)

@@ -98,7 +98,24 @@ def breakdown(trace: dict | list, steps: int | None = None) -> dict | None:
         "communication_exposed_ms": _subtract(comm_u, compute_u) * ms,
         "kinds_ms": {k: v * ms for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
         "kernels": len(dev),
+        # host side: one CompiledFunction per compiled forward graph called; more than one a step
+        # means graph breaks, or DDP's bucket-by-bucket split (seen on 2 x H200: 14 a step)
+        "compiled_graph_calls": sum(1 for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"
+                                    and e.get("name") == "CompiledFunction"),
+        "longest_idle": [(a * ms - min(x for x, _ in spans) * ms, length * ms, name)
+                         for a, length, name in _longest_gaps(busy, dev, 3)],
     }
+    return out
+
+
+def _longest_gaps(busy: list[tuple[float, float]], dev: list[dict], n: int) -> list[tuple[float, float, str]]:
+    """(start, length, the kernel that ended it) of the n longest stretches with nothing on the device."""
+    starts = sorted((float(e["ts"]), e.get("name", "")) for e in dev)
+    gaps = [(busy[i][1], busy[i + 1][0] - busy[i][1]) for i in range(len(busy) - 1)]
+    out = []
+    for a, length in sorted(gaps, key=lambda g: -g[1])[:n]:
+        nxt = next((name for ts, name in starts if ts >= a + length), "")
+        out.append((a, length, nxt))
     return out
 
 
@@ -124,6 +141,15 @@ def render(summary: dict, top: list | None = None) -> str:
     if summary["communication_ms"]:
         lines.append(f"  communication {summary['communication_ms']:.2f} ms, of which not overlapped with computation "
                      f"{summary['communication_exposed_ms']:.2f} ms ({100 * summary['communication_exposed_ms'] / w:.1f}% of the window)")
+    calls = summary.get("compiled_graph_calls")
+    if calls:
+        steps = summary.get("steps")
+        each = f"{calls / steps:g} a step" if steps else f"{calls} in the window"
+        lines.append(f"  compiled graphs called: {each}" + (" (more than one a step: graph breaks, or DDP splitting the graph at its "
+                                                             "gradient buckets, see training.ddp_bucket_mb)" if steps and calls > steps else ""))
+    if summary.get("longest_idle"):
+        lines.append("  longest idle stretches: " + "; ".join(f"{length:.2f} ms at {at:.2f} ms, before {name[:60]}"
+                                                              for at, length, name in summary["longest_idle"]))
     lines.append("  kernel time by kind (streams overlap, so the sum can exceed the busy time):")
     for k, v in summary["kinds_ms"].items():
         lines.append(f"    {k:<18} {v:10.2f} ms  {100 * v / w:5.1f}%")
