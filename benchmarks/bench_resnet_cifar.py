@@ -69,7 +69,7 @@ def run_envkit(cfg, args) -> tuple[list[float], float]:
     torch._dynamo.reset()
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        summary = train(cfg, Path(tmp), resume="never", handle_signals=False)
+        summary = train(cfg, Path(tmp), resume="never", handle_signals=False).summary()
         wall = time.perf_counter() - t0
         rows = [json.loads(line) for line in open(Path(tmp) / "metrics.jsonl")]
     assert summary["status"] == "completed", summary

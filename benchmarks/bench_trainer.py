@@ -75,7 +75,7 @@ def run_envkit(cfg, args) -> list[float]:
     """Seconds per step of each timed window, from the trainer's own metrics rows."""
     torch._dynamo.reset()  # each loop compiles from scratch (no shapes marked dynamic by an earlier run)
     with tempfile.TemporaryDirectory() as tmp:
-        summary = train(cfg, Path(tmp), resume="never", handle_signals=False)
+        summary = train(cfg, Path(tmp), resume="never", handle_signals=False).summary()
         rows = [json.loads(line) for line in open(Path(tmp) / "metrics.jsonl")]
     assert summary["status"] == "completed", summary
     return [r["dt_ms"] / 1000 for r in rows if "dt_ms" in r and r["step"] > args.window * args.warmup_windows]

@@ -192,3 +192,23 @@ def test_an_import_from_an_earlier_stage_to_a_later_one_is_found(tmp_path, impor
             folder = str(Path(folder).parent)
     pkg = _write(tmp_path, files)
     assert len(backward_imports(import_graph(pkg))) == 1
+
+
+def long_functions(folder: Path, limit: int) -> list[str]:
+    """`file:function (lines)` for every function in folder/*.py longer than `limit` lines."""
+    out = []
+    for path in sorted(folder.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > limit:
+                out.append(f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1})")
+    return out
+
+
+def test_the_run_room_has_no_function_over_80_lines():
+    """envkit/train/run/ is read to follow one training step: no function there outgrows a screen."""
+    assert long_functions(PACKAGE / "train" / "run", 80) == []
+
+
+def test_a_long_function_is_found(tmp_path):
+    (tmp_path / "m.py").write_text("def f():\n" + "    x = 1\n" * 80 + "\ndef g():\n    pass\n")
+    assert long_functions(tmp_path, 80) == ["m.py:f (81)"]

@@ -213,6 +213,6 @@ def test_a_resumed_cifar_run_is_the_uninterrupted_run_bit_for_bit(tmp_path):
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     straight.mkdir(), stopped.mkdir()
     train(cfg(), straight, resume="never", handle_signals=False)
-    assert train(cfg(), stopped, resume="never", stop_after=5, handle_signals=False)["status"] == "stopped"
-    assert train(cfg(), stopped, resume="auto", handle_signals=False)["resumed_from"] == "step_00000005.pt"
+    assert train(cfg(), stopped, resume="never", stop_after=5, handle_signals=False).status == "stopped"
+    assert train(cfg(), stopped, resume="auto", handle_signals=False).resumed_from == "step_00000005.pt"
     assert losses(straight) == losses(stopped) and len(losses(straight)) == 10

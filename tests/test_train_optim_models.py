@@ -93,7 +93,7 @@ def test_epochs_set_the_steps_schedule_and_summary(tmp_path):
         "logging": {"every_steps": 3, "progress": "plain", "device_seconds": 0}})
     run_dir = tmp_path / "runs" / "exp" / "r"
     run_dir.mkdir(parents=True)
-    summary = train(cfg, run_dir, resume="never", handle_signals=False)
+    summary = train(cfg, run_dir, resume="never", handle_signals=False).summary()
     # 200 // 32 = 6 full batches an epoch, two epochs: 12 steps (max_steps: 5 is ignored)
     assert summary["status"] == "completed" and summary["steps"] == 12 and summary["epochs"] == 2
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -135,7 +135,7 @@ def measure(spec: dict) -> dict:
     with tempfile.TemporaryDirectory(prefix="envkit-bench-run-") as tmp:
         run_dir = Path(tmp)
         try:
-            summary = train(cfg, run_dir, resume="never", handle_signals=False, on_step=clock,
+            result = train(cfg, run_dir, resume="never", handle_signals=False, on_step=clock,
                             torch_settings=spec.get("torch_settings") or PYTORCH_DEFAULTS, split_oom=bool(spec.get("split_oom", True)))
         except Exception as exc:  # noqa: BLE001 - out of memory is an answer: this batch does not fit
             if not faults.is_oom(exc):
@@ -149,11 +149,11 @@ def measure(spec: dict) -> dict:
         line = next(ln for ln in log.splitlines() if "torch.compile failed" in ln)
         return {"status": "fail", "reason": line.split("warning: ", 1)[-1][:300], "did_not_fit": splits}
     if not clock.rates:
-        return {"status": "fail", "reason": f"no timed window ({summary.get('status')}: {summary.get('error', 'stopped early')})",
+        return {"status": "fail", "reason": f"no timed window ({result.status}: {result.error or 'stopped early'})",
                 "did_not_fit": splits}
     return {"status": "ok", "per_second": statistics.median(clock.rates), "unit": clock.unit, "peak_memory_mb": clock.peak_mb,
             "loss": clock.loss, "windows": len(clock.rates), "steps": clock.steps_timed,
-            "micro_batch": summary.get("micro_batch"), "grad_accum": summary.get("grad_accum"), "did_not_fit": splits}
+            "micro_batch": result.micro_batch, "grad_accum": result.grad_accum, "did_not_fit": splits}
 
 
 def _splits(run_dir: Path) -> list[dict]:

@@ -1,4 +1,8 @@
 """The run itself. Read in this order: `schema` and `config` (train.yaml -> a validated Config),
 `launcher` (the parent: run folder, environment, child or torchrun), `child` (the trainer's
-process), `loop` (top to bottom: data, model, optimizer, resume, the loop), `step` (forward + loss,
-one compiled graph), `models`, `checkpoint`, `distributed`."""
+process), `loop` (the loop, top to bottom). One training step is four files: `step` (train_step:
+forward, backward, clip, step; `LossModule`), `state` (`TrainState`, the step clock,
+`TrainResult` -> summary.json), `trainer` (what the step trains with: `Trainer`, built once;
+`rewind` moves the data position), `recover` (resume, out-of-memory split, NaN rollback).
+Beside them: `evaluate`, `speed` (torch settings, attention backend, compile), `models`, `optim`,
+`checkpoint`, `distributed`, `auto_batch`/`batch_probe` (batch_size: auto)."""

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         from envkit.train.run.launcher import parse_profile_steps
 
-        summary = train(cfg, run_dir, stop_after=args.stop_after, resume=args.resume,
+        result = train(cfg, run_dir, stop_after=args.stop_after, resume=args.resume,
                         torch_settings=resolved.get("torch_settings"), profile_steps=parse_profile_steps(args.profile_steps))
     except EnvkitError as exc:
         if args.debug:
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"envkit: error: {advice}", file=sys.stderr, flush=True)
         return 1
-    return 0 if summary.get("status") in ("completed", "stopped", "interrupted") else 1
+    return 0 if result.status in ("completed", "stopped", "interrupted") else 1
 
 
 def device_error_advice(exc: BaseException) -> str | None:

@@ -1,29 +1,34 @@
-"""What one micro-step computes, as one module: the model's forward and the cross-entropy.
+"""One optimizer step, top to bottom (as in nanoGPT's loop body): set the learning rate, run
+`grad_accum` micro-batches of forward and backward, clip, step, zero the gradients.
 
-The loss lives inside the module that torch.compile (and DDP) wrap, so forward and loss are one
-graph: with a real vocabulary (GPT-2's 50,304) the (B*T x V) fp32 logits are then fused into the
-log-softmax instead of being materialised and read several times in eager mode (issue 11: 0.77x
-of a plain loop with the loss outside, on par with it inside).
+The loss lives inside the module that torch.compile (and DDP) wrap (`LossModule`), so forward and
+loss are one graph: with a real vocabulary (GPT-2's 50,304) the (B*T x V) fp32 logits are then
+fused into the log-softmax instead of being materialised and read several times in eager mode
+(measured on an H100, GPT-2 small: 0.77x of a plain loop with the loss outside, on par with it
+inside; benchmarks/RESULTS.md).
 
-Also: the speed switches of train.yaml that are neither torch settings nor profile env variables
-(the compile mode, the attention backend), applied before the first forward.
+What a step may raise (out of memory) and what a bad step leads to (NaN rollback) is handled in
+envkit/train/run/recover.py; what the step works on is envkit/train/run/trainer.py (`Trainer`) and
+envkit/train/run/state.py (`TrainState`).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-SDPA_BACKENDS = ("auto", "flash", "efficient", "cudnn", "math")
+# Kept importable from here (benchmarks and older code): the speed switches live in speed.py.
+from envkit.train.run.speed import COMPILE_MODES, SDPA_BACKENDS, apply_sdpa_backend, compile_kwargs  # noqa: F401
 
 
 class LossModule(nn.Module):
     """`LossModule(model, accum)(x, y)` -> the mean cross-entropy / accum.
 
-    The same operations in the same order as the loop computed before (logits.float(), then the
-    loss, then / accum), so an eager CPU run is bit for bit what it was and resumes exactly."""
+    The same operations in the same order as a plain loop (logits.float(), then the loss, then /
+    accum), so an eager CPU run is bit for bit reproducible and resumes exactly."""
 
     def __init__(self, model: nn.Module, accum: int = 1):
         super().__init__()
@@ -34,23 +39,42 @@ class LossModule(nn.Module):
         return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1)) / self.accum
 
 
-def compile_kwargs(mode: str) -> dict:
-    return {} if mode in (None, "default") else {"mode": mode}
+@dataclass
+class StepOut:
+    loss: torch.Tensor  # the step's mean loss, still on the device (reading it syncs)
+    grad_norm: torch.Tensor | None  # before clipping; None when training.grad_clip is 0
 
 
-def apply_sdpa_backend(name: str, device_type: str) -> list[str]:
-    """Restrict scaled_dot_product_attention to one backend (plus math as the fallback that always
-    works); "auto" leaves PyTorch's own choice. Global switches, so compiled graphs see them too."""
-    if name in (None, "auto"):
-        return []
-    if device_type != "cuda":
-        return [f"training.sdpa_backend {name} ignored on {device_type}: the backends are CUDA kernels"]
-    b = torch.backends.cuda
-    switches = {"flash": "enable_flash_sdp", "efficient": "enable_mem_efficient_sdp", "cudnn": "enable_cudnn_sdp"}
-    for backend, fn in switches.items():
-        if hasattr(b, fn):
-            getattr(b, fn)(backend == name)
-    b.enable_math_sdp(True)
-    if name != "math" and not hasattr(b, switches[name]):
-        return [f"training.sdpa_backend {name}: this torch has no such backend; PyTorch chooses"]
-    return [f"attention (SDPA) backend: {name}" + (" (math as fallback)" if name != "math" else "")]
+def train_step(tr, state, lr: float) -> StepOut:
+    """Optimizer step `state.step + 1`. The state moves only when the step is complete, so a step
+    that raises (out of memory) leaves `state` where the step began."""
+    for group in tr.optimizer.param_groups:
+        group["lr"] = lr
+    loss = forward_backward(tr, state.grad_accum)
+    grad_norm = None
+    if tr.training["grad_clip"] > 0:
+        tr.scaler.unscale_(tr.optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(tr.model.parameters(), tr.training["grad_clip"])
+    tr.scaler.step(tr.optimizer)
+    tr.scaler.update()
+    tr.optimizer.zero_grad(set_to_none=True)
+    state.step += 1
+    state.batches += state.grad_accum  # counted when used: a checkpoint's data position
+    tr.clock.tick()
+    return StepOut(loss, grad_norm)
+
+
+def forward_backward(tr, grad_accum: int) -> torch.Tensor:
+    """`grad_accum` micro-batches; gradients accumulate, DDP syncs them on the last one only."""
+    total = torch.zeros((), device=tr.device)
+    for micro in range(grad_accum):
+        x, y = tr.batches.take()
+        if tr.world > 1:
+            tr.model.require_backward_grad_sync = micro == grad_accum - 1
+        with tr.autocast:
+            loss = tr.model(x, y)  # cross-entropy / grad_accum
+        tr.batches.prefetch()  # the next batch is read and copied while the device runs this one
+        tr.nonfinite |= ~torch.isfinite(loss.detach())  # no sync: read at the step's checks (recover.py)
+        tr.scaler.scale(loss).backward()
+        total += loss.detach()
+    return total

@@ -1,0 +1,88 @@
+"""The speed switches a run applies before its first step: torch settings (TF32, matmul
+precision: the profile's, else the defaults fast trainers use on CUDA), the attention backend, and
+torch.compile with an eager fallback when compiling fails."""
+
+from __future__ import annotations
+
+import torch
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+SDPA_BACKENDS = ("auto", "flash", "efficient", "cudnn", "math")
+
+
+def compile_kwargs(mode: str) -> dict:
+    return {} if mode in (None, "default") else {"mode": mode}
+
+
+def apply_torch_settings(settings: dict | None, device_type: str) -> list[str]:
+    if settings:
+        try:
+            from envkit.profiles.torch_settings import apply_torch_settings as apply_profile
+
+            return list(apply_profile(settings, device_type) or [])
+        except ImportError:
+            pass
+    if device_type == "cuda":  # the defaults fast trainers use: TF32 matmuls and convolutions
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        torch.set_float32_matmul_precision("high")
+    return []
+
+
+def apply_sdpa_backend(name: str, device_type: str) -> list[str]:
+    """Restrict scaled_dot_product_attention to one backend (plus math as the fallback that always
+    works); "auto" leaves PyTorch's own choice. Global switches, so compiled graphs see them too."""
+    if name in (None, "auto"):
+        return []
+    if device_type != "cuda":
+        return [f"training.sdpa_backend {name} ignored on {device_type}: the backends are CUDA kernels"]
+    b = torch.backends.cuda
+    switches = {"flash": "enable_flash_sdp", "efficient": "enable_mem_efficient_sdp", "cudnn": "enable_cudnn_sdp"}
+    for backend, fn in switches.items():
+        if hasattr(b, fn):
+            getattr(b, fn)(backend == name)
+    b.enable_math_sdp(True)
+    if name != "math" and not hasattr(b, switches[name]):
+        return [f"training.sdpa_backend {name}: this torch has no such backend; PyTorch chooses"]
+    return [f"attention (SDPA) backend: {name}" + (" (math as fallback)" if name != "math" else "")]
+
+
+def want_compile(setting, device_type: str) -> str:
+    if setting is True:
+        return "on"
+    if setting is False:
+        return "off"
+    return "on" if device_type == "cuda" else "off (auto: CUDA only)"
+
+
+def maybe_compile(module, note: str, log, mode: str = "default"):
+    """(the module to train, what summary.json says of compile)."""
+    if note != "on":
+        return module, note
+    try:
+        compiled = torch.compile(module, **compile_kwargs(mode))
+    except Exception as exc:  # noqa: BLE001 - compile is an optimisation: fall back, say so
+        log(f"warning: torch.compile failed ({type(exc).__name__}: {exc}); training eager")
+        return module, f"failed, eager ({type(exc).__name__})"
+    return FallbackOnFirstCall(compiled, module, log), "on" if mode in (None, "default") else f"on ({mode})"
+
+
+class FallbackOnFirstCall(torch.nn.Module):
+    """torch.compile compiles lazily: if the first forward fails, run eager from then on (reported)."""
+
+    def __init__(self, compiled, eager, log):
+        super().__init__()
+        self.compiled, self._eager, self._log, self._checked = compiled, [eager], log, False
+
+    def forward(self, *args, **kwargs):
+        if self._checked:
+            return self.compiled(*args, **kwargs)
+        try:
+            out = self.compiled(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001
+            self._log(f"warning: torch.compile failed at the first step ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
+                      "training eager (set training.compile: false to skip the attempt)")
+            self.compiled = self._eager[0]
+            out = self.compiled(*args, **kwargs)
+        self._checked = True
+        return out

@@ -1,0 +1,209 @@
+"""What a run trains with, built once from the config: the device, the data and its sampler, the
+model, precision, optimizer, and (after resume) the compiled and DDP-wrapped training module.
+
+`Trainer.build` does it in nanoGPT's order (device and seeds, data, model, precision, optimizer);
+`Trainer.start` adds what must come after a resume (compile, DDP, the batch stream).
+`Trainer.rewind` is the one way the data position is moved: after a resume, an out-of-memory
+split or a NaN rollback (envkit/train/run/recover.py) it rebuilds the sampler and the batch stream
+from `TrainState` and restarts the step clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from envkit.train.data.bundle import DataBundle
+from envkit.train.data.datasets import BUILTIN_DATASETS, ResumableBatchSampler, build_data
+from envkit.train.data.prefetch import DeviceBatches, want_fetch_ahead
+from envkit.train.recovery.guards import resolve_device
+from envkit.train.run import checkpoint as ckpt
+from envkit.train.run.config import Config
+from envkit.train.run.distributed import init_distributed, wrap_ddp
+from envkit.train.run.evaluate import val_batches
+from envkit.train.run.models import build_model
+from envkit.train.run.optim import build_optimizer, steps_for_epochs
+from envkit.train.run.speed import apply_sdpa_backend, apply_torch_settings, maybe_compile, want_compile
+from envkit.train.run.state import StepClock, TrainState
+from envkit.train.run.step import LossModule
+
+
+@dataclass
+class Trainer:
+    cfg: Config
+    run_dir: Path
+    rank: int
+    local_rank: int
+    world: int
+    log: object  # Telemetry.log: one line to train.log (and the terminal on rank 0)
+    device_type: str = "cpu"
+    device: torch.device | None = None
+    device_name: str = "cpu"
+    data: DataBundle | None = None
+    raw_model: torch.nn.Module | None = None  # the user's model: what checkpoints hold
+    loss_module: LossModule | None = None  # forward + loss; its accum follows an out-of-memory split
+    model: torch.nn.Module | None = None  # what trains: the loss module, compiled, DDP-wrapped
+    optimizer: torch.optim.Optimizer | None = None
+    scaler: torch.amp.GradScaler | None = None
+    autocast: object = field(default_factory=contextlib.nullcontext)
+    precision: str = "fp32"
+    compile_note: str = "off"
+    parameters: int = 0
+    flops_per_token: float | None = None
+    val_batches: list = field(default_factory=list)
+    pin_memory: bool = False
+    sampler: ResumableBatchSampler | None = None
+    batches: DeviceBatches | None = None
+    clock: StepClock = field(default_factory=StepClock)
+    nonfinite: torch.Tensor | None = None  # set on the device by any non-finite micro-batch loss; read at logged steps
+
+    # -- config sections, by name
+    @property
+    def training(self) -> dict:
+        return self.cfg.values["training"]
+
+    @property
+    def loader_cfg(self) -> dict:
+        return self.cfg.values["dataloader"]
+
+    @property
+    def seed(self) -> int:
+        return self.cfg.values["experiment"]["seed"]
+
+    @property
+    def master(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def unit(self) -> str:
+        return "tokens" if self.data.kind == "lm" else "samples"
+
+    def per_step(self, state: TrainState) -> int:
+        """Samples (or tokens) one optimizer step trains, over all processes."""
+        per_sample = self.data.tokens_per_sample if self.data.kind == "lm" else 1
+        return state.micro_batch * state.grad_accum * self.world * per_sample
+
+    # -- building
+    @classmethod
+    def build(cls, cfg: Config, run_dir: Path, torch_settings: dict | None, log) -> "Trainer":
+        tr = cls(cfg, Path(run_dir), int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0")),
+                 int(os.environ.get("WORLD_SIZE", "1")), log)
+        tr._setup_device(torch_settings)
+        tr._setup_data()
+        tr._setup_model()
+        tr._setup_precision()
+        tr.optimizer = build_optimizer(tr.raw_model, tr.training, tr.device_type, cfg.origin)
+        return tr
+
+    def _setup_device(self, torch_settings: dict | None) -> None:
+        self.device_type = resolve_device(self.cfg.values["device"]["type"], self.cfg.values["device"]["fallback_to_cpu"], self.log)
+        self.device = torch.device(f"cuda:{self.local_rank}" if self.device_type == "cuda" else self.device_type)
+        if self.device_type == "cuda":
+            torch.cuda.set_device(self.device)
+            self.device_name = torch.cuda.get_device_name(self.device)
+        else:
+            self.device_name = self.device_type
+        if self.world > 1:
+            init_distributed(self.device)
+        random.seed(self.seed)
+        torch.manual_seed(self.seed)  # seeds CPU, CUDA and MPS generators
+        for message in (apply_torch_settings(torch_settings, self.device_type)
+                        + apply_sdpa_backend(self.training["sdpa_backend"], self.device_type)):
+            self.log(message)
+        self.nonfinite = torch.zeros((), dtype=torch.bool, device=self.device)
+
+    def _setup_data(self) -> None:
+        T, loader = self.training, self.loader_cfg
+        self.data = build_data(self.cfg, seed=self.seed)
+        for note in self.data.notes:
+            self.log(note)
+        self.pin_memory = loader["pin_memory"] if loader["pin_memory"] != "auto" else self.device_type == "cuda"
+        self.sampler = self._sampler(T["batch_size"])
+        if T["epochs"]:  # max_steps follows the data: the schedule, log, ETA and summary count to it
+            T["max_steps"] = steps_for_epochs(T["epochs"], self.sampler.per_epoch, T["grad_accum"])
+        self.val_batches = val_batches(self.data.val, T["batch_size"], self.cfg.values["eval"]["batches"])
+
+    def _setup_model(self) -> None:
+        self.raw_model = build_model(self.cfg, self.data.info, self.device_type).to(self.device)
+        self.parameters = sum(p.numel() for p in self.raw_model.parameters())
+        self.flops_per_token = self.raw_model.flops_per_token() if hasattr(self.raw_model, "flops_per_token") else None
+        self.log(f"model {self.cfg.values['model']['type']}: {self.parameters / 1e6:.2f}M parameters on {self.device_type}"
+                 + (f" ({self.device_name})" if self.device_type == "cuda" else ""))
+
+    def _setup_precision(self) -> None:
+        precision = self.training["precision"]
+        if precision == "auto":
+            precision = "bf16" if self.device_type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+        self.precision = precision
+        dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+        if dtype is not None:
+            self.autocast = torch.autocast(device_type=self.device_type, dtype=dtype)
+        # GradScaler only where fp16 needs it and works: CUDA (MPS's casts to float64, pytorch#142397)
+        self.scaler = torch.amp.GradScaler("cuda", enabled=(precision == "fp16" and self.device_type == "cuda"))
+        if precision == "fp16" and self.device_type != "cuda":
+            self.log(f"note: fp16 on {self.device_type} runs without a GradScaler (it does not work there); watch for NaN")
+
+    def start(self, state: TrainState, next_batch) -> None:
+        """After resume: the training module (forward + loss, compiled, DDP) and the batch stream
+        from the state's position. `next_batch` times the wait for data (watching/watch.py)."""
+        T = self.training
+        self.loss_module = LossModule(self.raw_model, state.grad_accum)
+        self.model, self.compile_note = maybe_compile(self.loss_module, want_compile(T["compile"], self.device_type),
+                                                      self.log, T["compile_mode"])
+        if self.world > 1:
+            self.model = wrap_ddp(self.model, self.device, self.local_rank, T["ddp_bucket_mb"], T["ddp_comm_dtype"], self.log)
+        ahead = want_fetch_ahead(self.loader_cfg["fetch_ahead"], self.device_type, self.loader_cfg["num_workers"],
+                                 self.cfg.values["dataset"]["type"] in BUILTIN_DATASETS)
+        self.sampler = self._sampler(state.micro_batch)
+        self.batches = DeviceBatches(self._loader(state.batches), self.device, self.pin_memory, next_batch, ahead=ahead)
+
+    # -- moving the position
+    def rewind(self, state: TrainState) -> None:
+        """The data stream and accumulation follow `state` (after an OOM split or a rollback); a
+        batch fetched ahead is dropped, and the step clock starts over."""
+        self.sampler = self._sampler(state.micro_batch)
+        if self.loss_module is not None:
+            self.loss_module.accum = state.grad_accum
+        if self.batches is not None:
+            self.batches.reset(self._loader(state.batches))
+        self.clock.restart()
+
+    def _sampler(self, micro_batch: int) -> ResumableBatchSampler:
+        return ResumableBatchSampler(len(self.data.train), micro_batch, self.seed, rank=self.rank, world=self.world)
+
+    def _loader(self, start: int):
+        loader_cfg, kw = self.loader_cfg, {}
+        self.sampler.start = start
+        if loader_cfg["num_workers"] > 0:
+            kw["persistent_workers"] = loader_cfg["persistent_workers"]
+            if loader_cfg["prefetch_factor"]:
+                kw["prefetch_factor"] = loader_cfg["prefetch_factor"]
+        loader = torch.utils.data.DataLoader(self.data.train, batch_sampler=self.sampler, num_workers=loader_cfg["num_workers"],
+                                             pin_memory=self.pin_memory, generator=torch.Generator().manual_seed(self.seed), **kw)
+        return iter(loader) if self.data.check_batch is None else map(self.data.check_batch, loader)
+
+    # -- checkpoints
+    def checkpoint(self, state: TrainState) -> dict:
+        return {"model": self.raw_model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None, "rng": ckpt.rng_state(),
+                "config_hash": self.cfg.config_hash(), **state.checkpoint_fields()}
+
+    def load(self, state: TrainState, path: Path, saved: dict) -> None:
+        """Weights, optimizer, scaler, RNG and counters from a checkpoint of this config."""
+        config_hash = self.cfg.config_hash()
+        if saved["config_hash"] != config_hash:
+            from envkit.train.recovery.guards import TrainingStopped
+
+            raise TrainingStopped(f"checkpoint {path.name} was written by a different config (hash {saved['config_hash']} != "
+                                  f"{config_hash}); start a new run (--resume never) or restore the old config")
+        self.raw_model.load_state_dict(saved["model"])
+        self.optimizer.load_state_dict(saved["optimizer"])
+        if saved.get("scaler"):
+            self.scaler.load_state_dict(saved["scaler"])
+        state.restore(saved, self.training["batch_size"], self.training["grad_accum"])
+        ckpt.set_rng_state(saved["rng"])
