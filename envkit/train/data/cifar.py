@@ -33,27 +33,56 @@ class CifarImages(Dataset):
         return len(self.labels)
 
     def __getitem__(self, i):
-        x, y = self.__getitems__([i])[0]
-        return x, y
+        x, y = self.batch([i])
+        return x[0], y[0]
 
     def __getitems__(self, indices: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """A whole batch at once (the DataLoader calls this with the batch sampler's list)."""
-        idx = torch.as_tensor(indices, dtype=torch.long)
-        x = self.pixels[idx]
-        if self.augment:
-            x = self._augment(x, idx)
-        x = (x.float().div_(255.0) - self.mean) / self.std
-        y = self.labels[idx]
-        return list(zip(x, y))
+        return list(zip(*self.batch(indices)))
 
-    def _augment(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    # -- the batch, wherever the images are (host memory, or the training device: on_device.py)
+    @property
+    def nbytes(self) -> int:
+        return self.pixels.nbytes + self.labels.nbytes
+
+    def to(self, device) -> "CifarImages":
+        return CifarImages(self.pixels.to(device), self.labels.to(device), self.mean.to(device), self.std.to(device),
+                           self.augment, self.seed)
+
+    def batch(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(normalised float images, labels) of these indices, on the images' device; the crops
+        and flips are drawn on the host from (seed, indices), so every device sees the same ones."""
+        idx = torch.as_tensor(indices, dtype=torch.long)
+        device = self.pixels.device
+        on = idx.to(device, non_blocking=True)
+        x = self.pixels[on]
+        if self.augment:
+            dy, dx, flip = self._draws(idx).to(device, non_blocking=True)
+            x = crop_and_flip(x, dy, dx, flip.bool(), PAD)
+        x = (x.float().div_(255.0) - self.mean) / self.std
+        return x, self.labels[on]
+
+    def _draws(self, idx: torch.Tensor) -> torch.Tensor:
+        """(3, batch): the crop's top and left offsets in the padded image, and the flip (0/1)."""
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + zlib.crc32(idx.numpy().tobytes()))
-        b, _, h, w = x.shape
-        padded = torch.nn.functional.pad(x, (PAD, PAD, PAD, PAD))  # zeros: black borders, as torchvision's RandomCrop
-        dy, dx = torch.randint(0, 2 * PAD + 1, (2, b), generator=g).tolist()
+        b = len(idx)
+        offsets = torch.randint(0, 2 * PAD + 1, (2, b), generator=g)
         flip = torch.rand(b, generator=g) < 0.5
-        out = torch.stack([padded[k, :, dy[k]:dy[k] + h, dx[k]:dx[k] + w] for k in range(b)])
-        return torch.where(flip.view(b, 1, 1, 1), out.flip(-1), out)
+        return torch.cat([offsets, flip.long().view(1, b)])
+
+
+def crop_and_flip(x: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, flip: torch.Tensor, pad: int) -> torch.Tensor:
+    """Random crop after `pad` pixels of zero padding, then a horizontal flip where `flip`, for a
+    whole batch as one gather (no loop over images): output pixel (i, j) of image k is padded
+    pixel (dy[k] + i, dx[k] + j), or (dy[k] + i, dx[k] + w - 1 - j) when flipped."""
+    b, c, h, w = x.shape
+    padded = torch.nn.functional.pad(x, (pad, pad, pad, pad))  # zeros: black borders, as torchvision's RandomCrop
+    ar_h, ar_w = torch.arange(h, device=x.device), torch.arange(w, device=x.device)
+    rows = dy.view(b, 1) + ar_h  # (b, h)
+    cols = dx.view(b, 1) + torch.where(flip.view(b, 1), w - 1 - ar_w, ar_w)  # (b, w)
+    k = torch.arange(b, device=x.device).view(b, 1, 1, 1)
+    ch = torch.arange(c, device=x.device).view(1, c, 1, 1)
+    return padded[k, ch, rows.view(b, 1, h, 1), cols.view(b, 1, 1, w)]
 
 
 def channel_stats(pixels: torch.Tensor, chunk: int = 5000) -> tuple[torch.Tensor, torch.Tensor]:

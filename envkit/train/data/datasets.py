@@ -55,6 +55,18 @@ class TensorPairs(Dataset):
     def __getitem__(self, i):
         return self.x[i], self.y[i]
 
+    # -- the batch, wherever the tensors are (host memory, or the training device: on_device.py)
+    @property
+    def nbytes(self) -> int:
+        return self.x.nbytes + self.y.nbytes
+
+    def to(self, device) -> "TensorPairs":
+        return TensorPairs(self.x.to(device), self.y.to(device))
+
+    def batch(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = torch.as_tensor(indices, dtype=torch.long).to(self.x.device, non_blocking=True)
+        return self.x[idx], self.y[idx]
+
 
 class ClassImages(Dataset):
     """Class prototypes (smooth random patterns), shifted, rescaled and noised per example; each

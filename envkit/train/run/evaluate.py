@@ -23,7 +23,7 @@ def evaluate(model, batches, data, device, autocast) -> tuple[float, float | Non
     model.eval()
     total, count, correct, seen = 0.0, 0, 0, 0
     for idx in batches:
-        x, y = default_collate([data.val[i] for i in idx])
+        x, y = data.val.batch(idx) if hasattr(data.val, "batch") else default_collate([data.val[i] for i in idx])
         x, y = x.to(device), y.to(device)
         with autocast:
             logits = model(x)

@@ -40,6 +40,10 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "path": F("str", None, nullable=True, help="text file or folder (text), .npz file (npz), folder of train.bin/val.bin (tokens), "
                                                    "cifar-10-batches-bin/ or cifar-100-binary/ (cifar), train/ and val/ class folders (imagefolder)"),
         "labels": F("str", "fine", choices=("fine", "coarse"), help="cifar100: the 100 fine or the 20 coarse classes"),
+        "on_device": F("compile", AUTO,
+                       help="cifar/npz/synthetic teacher: hold the training and validation sets on the training device and build "
+                            "each batch there (gather, crop, flip, normalise as batched tensor operations; no DataLoader workers). "
+                            "auto: where the sets fit in a quarter of the device's free memory"),
         "augment": F("bool", True, help="cifar/imagefolder: random crop (padding 4) and horizontal flip of training images"),
         "label_noise": F("float", 0.0, min=0, max=1, help="cifar/imagefolder: fraction of training labels flipped to another class (seeded)"),
         "dtype": F("str", "uint16", choices=("uint16", "uint32"), help="tokens: the .bin files' integer type (uint32 above 65,535 tokens)"),
@@ -148,12 +152,12 @@ MODEL_KEYS = {
     **{f"resnet{depth}": {"type", "stem", "width", "channels_last"} for depth in (18, 34, 50)},
 }
 DATASET_KEYS = {
-    "synthetic": {"type", "task", "num_samples", "num_classes", "input_dim", "image_size", "noise", "digits", "val_fraction"},
+    "synthetic": {"type", "task", "num_samples", "num_classes", "input_dim", "image_size", "noise", "digits", "val_fraction", "on_device"},
     "text": {"type", "path", "level", "val_fraction"},
-    "npz": {"type", "path", "val_fraction"},
+    "npz": {"type", "path", "val_fraction", "on_device"},
     "tokens": {"type", "path", "dtype", "vocab_size"},
-    "cifar10": {"type", "path", "augment", "label_noise"},
-    "cifar100": {"type", "path", "augment", "label_noise", "labels"},
+    "cifar10": {"type", "path", "augment", "label_noise", "on_device"},
+    "cifar100": {"type", "path", "augment", "label_noise", "labels", "on_device"},
     "imagefolder": {"type", "path", "augment", "label_noise", "image_size"},
 }
 SYNTHETIC_TASKS = {"arithmetic": "gpt", "teacher": "mlp", "images": "cnn"}
@@ -184,4 +188,5 @@ HASH_EXCLUDED_KEYS = {"experiment.name", "experiment.output_dir", "experiment.ta
                       "training.compile_mode", "training.sdpa_backend", "training.ddp_bucket_mb",  # speed only: same computation
                       "training.memory_fraction", "training.batch_size_max",  # only how batch_size auto is decided
                       "dataloader.pin_memory", "dataloader.persistent_workers", "dataloader.prefetch_factor",
-                      "dataloader.fetch_ahead"}
+                      "dataloader.fetch_ahead",
+                      "dataset.on_device"}  # the same batches, built on the device: a run may resume with it switched

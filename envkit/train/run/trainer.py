@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from envkit.train.data import on_device
 from envkit.train.data.bundle import DataBundle
 from envkit.train.data.datasets import BUILTIN_DATASETS, ResumableBatchSampler, build_data
 from envkit.train.data.prefetch import DeviceBatches, want_fetch_ahead
@@ -57,6 +58,7 @@ class Trainer:
     flops_per_token: float | None = None
     val_batches: list = field(default_factory=list)
     pin_memory: bool = False
+    data_on_device: bool = False  # the data sets live on the device: batches are built there (dataset.on_device)
     sampler: ResumableBatchSampler | None = None
     batches: DeviceBatches | None = None
     clock: StepClock = field(default_factory=StepClock)
@@ -122,6 +124,9 @@ class Trainer:
         self.data = build_data(self.cfg, seed=self.seed)
         for note in self.data.notes:
             self.log(note)
+        dataset = self.cfg.values["dataset"]
+        self.data_on_device = on_device.place(self.data, dataset.get("on_device", "auto"), self.device_type, self.device,
+                                         bool(dataset.get("augment")), loader["num_workers"], self.log)
         self.pin_memory = loader["pin_memory"] if loader["pin_memory"] != "auto" else self.device_type == "cuda"
         self.sampler = self._sampler(T["batch_size"])
         if T["epochs"]:  # max_steps follows the data: the schedule, log, ETA and summary count to it
@@ -179,6 +184,9 @@ class Trainer:
     def _loader(self, start: int):
         loader_cfg, kw = self.loader_cfg, {}
         self.sampler.start = start
+        if self.data_on_device:  # built where the data lives: no DataLoader (train/data/on_device.py)
+            built = on_device.batches(self.data.train, self.sampler)
+            return built if self.data.check_batch is None else map(self.data.check_batch, built)
         if loader_cfg["num_workers"] > 0:
             kw["persistent_workers"] = loader_cfg["persistent_workers"]
             if loader_cfg["prefetch_factor"]:
