@@ -52,15 +52,16 @@ class CifarImages(Dataset):
     def batch(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """(normalised float images, labels) of these indices, on the images' device; the crops
         and flips are drawn on the host from (seed, indices), so every device sees the same ones."""
-        idx = torch.as_tensor(indices, dtype=torch.long)
-        device = self.pixels.device
-        on = idx.to(device, non_blocking=True)
-        x = self.pixels[on]
+        idx = torch.as_tensor(indices, dtype=torch.long).view(1, -1)
+        host = torch.cat([idx, self._draws(idx[0])]) if self.augment else idx  # one copy to the device, not two
+        on = host.to(self.pixels.device, non_blocking=True)
+        x = self.pixels[on[0]]
         if self.augment:
-            dy, dx, flip = self._draws(idx).to(device, non_blocking=True)
-            x = crop_and_flip(x, dy, dx, flip.bool(), PAD)
-        x = (x.float().div_(255.0) - self.mean) / self.std
-        return x, self.labels[on]
+            x = crop_and_flip(x, on[1], on[2], on[3].bool(), PAD)
+        # x * (1/255), not x / 255: CUDA divides by a scalar as a multiplication by its reciprocal, so
+        # this is the one form every device computes to the same float
+        x = (x.float().mul_(1 / 255) - self.mean) / self.std
+        return x, self.labels[on[0]]
 
     def _draws(self, idx: torch.Tensor) -> torch.Tensor:
         """(3, batch): the crop's top and left offsets in the padded image, and the flip (0/1)."""
