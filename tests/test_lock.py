@@ -13,8 +13,8 @@ import pytest
 
 from conftest import envkit
 from envkit.errors import EnvkitError
-from envkit.install import lockfile
-from envkit.install.interp import Target
+from envkit.install.lock import record as lockfile
+from envkit.install.act.interp import Interpreter
 
 
 def _lock(**kw):
@@ -66,7 +66,7 @@ def test_drift_report_reads_the_whole_installed_set_of_the_checked_interpreter(t
 
 
 def test_build_takes_hashes_from_report_and_skips_bootstrap():
-    t = Target(python="p", version="3.11.0", dists={"torch": {"name": "torch", "version": "2.13.0+cpu"},
+    t = Interpreter(python="p", version="3.11.0", dists={"torch": {"name": "torch", "version": "2.13.0+cpu"},
                                                      "pip": {"name": "pip", "version": "24"},
                                                      "mine": {"name": "mine", "version": "1", "editable": True}})
     lock = lockfile.build(t, platform={}, profile={}, source={}, env={}, report={"torch": {"version": "2.13.0+cpu", "sha256": "f" * 64, "url": "u"}},

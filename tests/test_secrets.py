@@ -11,7 +11,7 @@ import pytest
 
 from conftest import ROOT, envkit
 from envkit.errors import EnvkitError
-from envkit.install import lockfile
+from envkit.install.lock import record as lockfile
 from envkit.redact import recorded_env, strip_userinfo
 
 PLANTED = {

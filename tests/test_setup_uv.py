@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from conftest import envkit
-from envkit.install import lockfile
-from envkit.install.execute import which_uv
+from envkit.install.lock import record as lockfile
+from envkit.install.act.execute import which_uv
 from localindex import installed, build_wheel, refused_url
 
 UV = which_uv()
@@ -127,11 +127,12 @@ def test_uv_with_pip_configured_sources_switches_to_pip(server, tmp_path, monkey
     from click.testing import CliRunner
 
     from envkit.commands.setup import setup
-    from envkit.install import index, variants
+    from envkit.install.index import pip_config
+    from envkit.install.choice import model
 
     unreachable = refused_url()
-    monkeypatch.setattr(variants, "index_for", lambda backend, channel: unreachable)
-    monkeypatch.setattr(index, "pip_sources", lambda python: ([server.url("json")], []))
+    monkeypatch.setattr(model, "index_for", lambda backend, channel: unreachable)
+    monkeypatch.setattr(pip_config, "pip_sources", lambda python: ([server.url("json")], []))
     monkeypatch.setenv("ENVKIT_INDEX_TIMEOUT", "0.5")
     monkeypatch.delenv("ENVKIT_INDEX_URL", raising=False)
     monkeypatch.chdir(tmp_path)

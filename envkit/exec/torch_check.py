@@ -24,8 +24,8 @@ def torch_drift(installed: str | None, installed_by_setup: str | None, locked: s
 def check_managed_torch(managed) -> str | None:
     """The drift line for a managed env (None when it matches, or when nothing says what it should be)."""
     from envkit.errors import EnvkitError
-    from envkit.install import lockfile
-    from envkit.install.interp import probe
+    from envkit.install.lock import record as lockfile
+    from envkit.install.act.interp import probe
 
     state = getattr(managed, "state", {}) or {}
     locked = None

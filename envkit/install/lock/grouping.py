@@ -22,8 +22,8 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_text
-from envkit.install.pylock_resolve import TargetLock
-from envkit.install.targets import PROFILE_OF_DEVICE, Target, min_driver
+from envkit.install.lock.resolve import TargetLock
+from envkit.install.lock.targets import PROFILE_OF_DEVICE, Target, min_driver
 from envkit.redact import redact, strip_userinfo
 
 

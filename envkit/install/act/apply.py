@@ -14,8 +14,9 @@ Say = Callable[..., None]  # say(text, err=False)
 def install_with_rollback(venv: Path, venv_python: str, base_python: str, installer: str, create: bool, cmd: list[str],
                           versions: dict[str, str], device: str, say: Say, after=None) -> None:
     """Create the venv if needed, install with rollback on failure or Ctrl-C, verify."""
-    from envkit.install import execute, rollback
-    from envkit.install.plan import venv_command
+    from envkit.install.act import execute
+    from envkit.install.act import rollback
+    from envkit.install.act.plan import venv_command
 
     if create:
         say(f"creating the venv {venv}", err=True)
@@ -60,7 +61,9 @@ def verify_device(choice) -> str:
 def leave_only_locked(venv_python: str, extras: list[str], locked) -> Callable[[], None]:
     """The step after a lock's install (both lock formats): remove what the lock does not hold,
     then check that the environment is exactly the lock; a difference fails the install (rolled back)."""
-    from envkit.install import execute, interp, lockfile
+    from envkit.install.act import execute
+    from envkit.install.act import interp
+    from envkit.install.lock import record as lockfile
 
     def after() -> None:
         if extras:

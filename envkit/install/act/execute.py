@@ -87,7 +87,7 @@ def fetch_wheel(url: str, filename: str, sha256: str | None) -> Path:
         else:
             import requests
 
-            from envkit.install.index import timeouts
+            from envkit.install.index.pages import timeouts
 
             with requests.get(url, stream=True, timeout=timeouts()) as resp:
                 resp.raise_for_status()

@@ -42,14 +42,14 @@ def python_minor(text: str | None) -> str:
 
 def rest_sources(index_url: str | None) -> tuple[list[str], list[str]]:
     """(indexes, find-links) for everything but torch: --index-url, else pip's configuration."""
-    from envkit.install.options import index_override
+    from envkit.install.setup.options import index_override
 
     if index_url:
         override, _ = index_override(index_url)
         return [override], []
-    from envkit.install import index
+    from envkit.install.index import pip_config
 
-    return index.pip_sources(sys.executable)
+    return pip_config.pip_sources(sys.executable)
 
 
 def _pylock_name(path: Path) -> bool:
@@ -60,12 +60,12 @@ def _pylock_name(path: Path) -> bool:
 
 def run_lock(opts: LockOptions, say) -> LockResult:
     from envkit import __version__
-    from envkit.install import pylock_resolve as pr
-    from envkit.install import pylock_write
-    from envkit.install.options import DEFAULT_EXTRAS, parse_with
-    from envkit.install.pylock_select import require_pylock
-    from envkit.install.targets import parse_target, this_target
-    from envkit.install.variants import parse_request
+    from envkit.install.lock import resolve as pr
+    from envkit.install.lock import grouping as pylock_write
+    from envkit.install.setup.options import DEFAULT_EXTRAS, parse_with
+    from envkit.install.lock.select import require_pylock
+    from envkit.install.lock.targets import parse_target, this_target
+    from envkit.install.choice.model import parse_request
 
     require_pylock("envkit lock")
     out = Path(opts.output)
@@ -75,7 +75,7 @@ def run_lock(opts: LockOptions, say) -> LockResult:
     if out.is_dir():
         raise EnvkitError("is a folder, not a lock file", where=str(out), fix="pass --output with a file name")
     if opts.from_lock:
-        from envkit.install.pylock_convert import convert
+        from envkit.install.lock.convert import convert
 
         written, targets = convert(Path(opts.from_lock), out, rest_sources(opts.index_url)[0] if opts.index_url else [], say)
         return LockResult(path=out, written=written, targets=targets)
@@ -121,7 +121,7 @@ def differing_versions(locks) -> list[str]:
     """Packages (other than torch's family, whose builds differ by design) that uv resolved to
     different versions on different targets: usually a wheel missing for one platform. Said, not
     hidden: the lock is still valid, but not the same versions everywhere."""
-    from envkit.install.pylock_resolve import TORCH_FAMILY
+    from envkit.install.lock.resolve import TORCH_FAMILY
 
     seen: dict[str, dict[str, str]] = {}
     for tl in locks:

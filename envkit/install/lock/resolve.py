@@ -2,7 +2,7 @@
 and without installing anything.
 
 torch and its companions come from the build's own PyTorch index page, read by envkit
-(index.py), with the same public version on every target. Their dependencies come from the
+(pages.py), with the same public version on every target. Their dependencies come from the
 wheels' METADATA, read from the index (PEP 658 where offered, else from the downloaded file),
 and are resolved by uv (`uv pip compile --python-platform ... --format pylock.toml`) against the
 other indexes (`--index-url` or pip's configuration): a real resolver, run for a platform it
@@ -19,8 +19,8 @@ from pathlib import Path
 from packaging.version import Version
 
 from envkit.errors import EnvkitError
-from envkit.install import index
-from envkit.install.targets import Target, build_index, known_cuda_builds
+from envkit.install.index import pages
+from envkit.install.lock.targets import Target, build_index, known_cuda_builds
 from envkit.redact import strip_userinfo
 
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
@@ -64,13 +64,13 @@ class TargetLock:
 
 # ---- torch and companions: one public version on every target ----------------------------------
 
-def _fitting(cands, target: Target, python: str, request=None) -> list[index.Candidate]:
+def _fitting(cands, target: Target, python: str, request=None) -> list[pages.Candidate]:
     tags = frozenset(target.tags(python))
     return [c for c in cands if not c.yanked and c.fits(tags, python) and c.version.local == target.local_label
             and (request is None or request.admits(c.version))]
 
 
-def _best(cands, target: Target, python: str) -> index.Candidate:
+def _best(cands, target: Target, python: str) -> pages.Candidate:
     order = {t: i for i, t in enumerate(target.tags(python))}
     return min(cands, key=lambda c: min(order.get(t, 10**6) for t in c.tags))
 
@@ -83,8 +83,8 @@ def torch_source(target: Target, channel: str, rest: list[str]) -> str:
     return build_index(target.build, channel)
 
 
-def _fetch_all(source: str, name: str) -> list[index.Candidate]:
-    return index.fetch(source, name)
+def _fetch_all(source: str, name: str) -> list[pages.Candidate]:
+    return pages.fetch(source, name)
 
 
 def expand_cuda(target: Target, request, python: str, channel: str) -> Target:
@@ -103,7 +103,7 @@ def expand_cuda(target: Target, request, python: str, channel: str) -> Target:
 
 
 def pick_torch(targets: list[Target], request, python: str, channel: str, rest: list[str],
-               companions: list[str]) -> dict[Target, dict[str, index.Candidate]]:
+               companions: list[str]) -> dict[Target, dict[str, pages.Candidate]]:
     """{target: {"torch": wheel, "torchvision": wheel, ...}}, the same public versions everywhere:
     the newest public torch that every target's build has. A target whose build lacks it is one
     line naming the versions that have it."""
@@ -115,7 +115,7 @@ def pick_torch(targets: list[Target], request, python: str, channel: str, rest: 
     if not common:
         _explain_missing(fits, request, python, channel, rest)
     public = max(common, key=Version)
-    out: dict[Target, dict[str, index.Candidate]] = {}
+    out: dict[Target, dict[str, pages.Candidate]] = {}
     for t in targets:
         out[t] = {"torch": _best([c for c in fits[t] if c.version.public == public], t, python)}
     for name in companions:
@@ -141,7 +141,7 @@ def _versions_with_build(t: Target, python: str, channel: str, rest: list[str]) 
 
 
 def _pick_companion(out, name: str, python: str, channel: str, rest: list[str]) -> None:
-    from envkit.install.resolve import select_companion
+    from envkit.install.choice.resolve import select_companion
 
     per = {}
     for t, picked in out.items():
@@ -164,7 +164,7 @@ def _pick_companion(out, name: str, python: str, channel: str, rest: list[str]) 
 
 # ---- a wheel's metadata, read from the index --------------------------------------------------
 
-def wheel_requirements(cand: index.Candidate) -> list[str]:
+def wheel_requirements(cand: pages.Candidate) -> list[str]:
     """The Requires-Dist lines of a wheel: its PEP 658 METADATA file where the index offers one,
     else the METADATA inside the wheel (a local file, or the download kept in envkit's cache)."""
     from email.parser import Parser
@@ -181,16 +181,16 @@ def _get_text(url: str) -> str | None:
     import requests
 
     try:
-        resp = requests.get(url, timeout=index.timeouts())
+        resp = requests.get(url, timeout=pages.timeouts())
     except requests.exceptions.RequestException:
         return None
     return resp.text if resp.status_code == 200 else None
 
 
-def _metadata_from_wheel(cand: index.Candidate) -> str:
+def _metadata_from_wheel(cand: pages.Candidate) -> str:
     import zipfile
 
-    from envkit.install.execute import fetch_wheel
+    from envkit.install.act.execute import fetch_wheel
 
     path = Path(_local_path(cand.url)) if cand.url.startswith("file://") else fetch_wheel(cand.url, cand.filename, cand.sha256)
     with zipfile.ZipFile(path) as zf:
@@ -228,7 +228,7 @@ def applicable(requirements: list[str], env: dict[str, str], skip: tuple[str, ..
 # ---- the rest: uv resolves for the target's platform -------------------------------------------
 
 def uv_binary() -> str:
-    from envkit.install.execute import which_uv
+    from envkit.install.act.execute import which_uv
 
     found = which_uv()
     if found:
@@ -297,7 +297,7 @@ def uv_compile(requirements: list[str], target: Target, python: str, rest: list[
 
 
 def _index_args(rest: list[str], find_links: list[str], extra_index: str | None) -> list[str]:
-    from envkit.install.plan import index_args
+    from envkit.install.act.plan import index_args
 
     args = index_args(rest[0])
     for url in rest[1:]:
@@ -319,7 +319,7 @@ def _index_of(name: str, filename: str, indexes: list[str], cache: dict) -> str:
         key = (src, name)
         if key not in cache:
             try:
-                cache[key] = {c.filename for c in index.fetch(src, name)}
+                cache[key] = {c.filename for c in pages.fetch(src, name)}
             except EnvkitError:
                 cache[key] = set()
         if filename in cache[key]:
@@ -336,7 +336,7 @@ def size_of(url: str) -> int | None:
     import requests
 
     try:
-        resp = requests.head(url, timeout=index.timeouts(), allow_redirects=True)
+        resp = requests.head(url, timeout=pages.timeouts(), allow_redirects=True)
     except requests.exceptions.RequestException:
         return None
     length = resp.headers.get("Content-Length")
@@ -345,7 +345,7 @@ def size_of(url: str) -> int | None:
 
 # ---- one target, whole ---------------------------------------------------------------------------
 
-def resolve_target(target: Target, family: dict[str, index.Candidate], python: str, channel: str, rest: list[str],
+def resolve_target(target: Target, family: dict[str, pages.Candidate], python: str, channel: str, rest: list[str],
                    find_links: list[str], extras: list[str]) -> TargetLock:
     env = target.marker_environment(python)
     reqs: list[str] = []

@@ -9,15 +9,15 @@ import sys
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.install.options import venv_python_of
-from envkit.install.pylock_select import Selection, read, select
+from envkit.install.setup.options import venv_python_of
+from envkit.install.lock.select import Selection, read, select
 from envkit.redact import strip_userinfo
 
 
 def _interpreter(facts, python: str | None, replay: bool) -> tuple[str, str, str, list[str]]:
     """(version, implementation, machine, tags) of the interpreter installed into: probed, or
     computed from a replayed machine's facts."""
-    from envkit.install import interp
+    from envkit.install.act import interp
 
     if replay or not python:
         py = facts.python
@@ -38,7 +38,7 @@ def select_here(lock_path: Path, facts, python: str | None, replay: bool = False
 def fetch_verified(sel: Selection, say) -> list[Path]:
     """Every selected wheel in envkit's cache, its size and sha256 as the lock says; the first
     that differs stops everything, naming the file."""
-    from envkit.install.execute import fetch_wheel, sha256_file
+    from envkit.install.act.execute import fetch_wheel, sha256_file
 
     paths = []
     for pkg, wheel in sel.items:
@@ -80,9 +80,10 @@ def with_credentials(url: str) -> str:
 def install_from_pylock(lock_path: Path, facts, profile, venv: Path, base_python: str, dry_run: bool, yes: bool,
                         as_json: bool, root: Path, ui, replay: bool = False) -> bool:
     """Install this machine's part of the lock into the venv. True when the environment changed."""
-    from envkit.install import interp, lockfile
-    from envkit.install.apply import install_with_rollback, leave_only_locked
-    from envkit.install.plan import venv_command
+    from envkit.install.act import interp
+    from envkit.install.lock import record as lockfile
+    from envkit.install.act.apply import install_with_rollback, leave_only_locked
+    from envkit.install.act.plan import venv_command
 
     venv_python = venv_python_of(venv)
     create = not Path(venv_python).exists()
@@ -125,7 +126,7 @@ def install_from_pylock(lock_path: Path, facts, profile, venv: Path, base_python
     want = {k: v for k, v in sel.versions.items() if k in ("torch", "torchvision", "torchaudio")}
     install_with_rollback(venv, venv_python, base_python, "pip", create, install_cmd + [str(p) for p in paths], want,
                           sel.device, say, after=leave_only_locked(venv_python, extras, wanted))
-    from envkit.install.managed import write_state
+    from envkit.install.setup.managed import write_state
 
     write_state(root, profile=profile.name, venv=str(venv), python=venv_python, lock=str(lock_path.resolve()),
                 torch=sel.versions.get("torch"))
@@ -144,7 +145,8 @@ def drift_report(path: Path, facts) -> dict:
     machine's part of the lock."""
     import os
 
-    from envkit.install import interp, lockfile
+    from envkit.install.act import interp
+    from envkit.install.lock import record as lockfile
 
     exe = getattr(facts.python, "executable", None) or sys.executable
     live = bool(exe and os.path.exists(exe))

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_text
-from envkit.install.interp import BOOTSTRAP, Target
+from envkit.install.act.interp import BOOTSTRAP, Interpreter
 from envkit.redact import redact, safe_env
 
 LOCK_VERSION = 1
@@ -129,7 +129,7 @@ def hashes_from_report(report_path: Path | None) -> dict[str, dict]:
         if not sha and url and url.startswith("file://") and url.endswith(".whl"):
             from urllib.parse import unquote, urlsplit
 
-            from envkit.install.execute import sha256_file
+            from envkit.install.act.execute import sha256_file
 
             local = Path(unquote(urlsplit(url).path))
             if local.is_file():
@@ -138,7 +138,7 @@ def hashes_from_report(report_path: Path | None) -> dict[str, dict]:
     return out
 
 
-def build(target: Target, *, platform: dict, profile: dict, source: dict, env: dict[str, str],
+def build(target: Interpreter, *, platform: dict, profile: dict, source: dict, env: dict[str, str],
           report: dict[str, dict], previous: Lock | None, cached: dict[str, str], envkit_version: str) -> Lock:
     """The lock of what is installed in `target` now. Hashes come from this run's pip report, or
     from the previous lock for packages this run did not touch (same version)."""
@@ -245,7 +245,7 @@ def drift_report(path: Path, facts) -> dict:
     import os
     import sys
 
-    from envkit.install.interp import probe
+    from envkit.install.act.interp import probe
 
     lock = read(Path(path))
     exe = getattr(facts.python, "executable", None) or sys.executable

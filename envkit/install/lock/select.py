@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.install.targets import platform_of_machine
+from envkit.install.lock.targets import platform_of_machine
 
 FIX_CORRUPT = "write it again with `envkit lock`, or restore it from version control"
 
@@ -52,7 +52,7 @@ def read(path: Path):
     require_pylock(str(path))
     from packaging.pylock import Pylock, PylockValidationError
 
-    from envkit.install.lockfile import read_lock_toml
+    from envkit.install.lock.record import read_lock_toml
 
     where = str(path)
     data = read_lock_toml(path, "envkit lock", FIX_CORRUPT)

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.install.apply import Say
+from envkit.install.act.apply import Say
 from envkit.redact import strip_userinfo
 
 
@@ -17,8 +17,9 @@ def write_outputs(root: Path, venv: Path, venv_python: str, profile, plan, facts
     atomically and only when its content changes."""
     from envkit import __version__
     from envkit.fsutil import atomic_write_text
-    from envkit.install import interp, lockfile
-    from envkit.install.managed import write_state
+    from envkit.install.act import interp
+    from envkit.install.lock import record as lockfile
+    from envkit.install.setup.managed import write_state
 
     target = interp.probe(venv_python)
     previous = None

@@ -7,16 +7,18 @@ import tempfile
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.install.apply import install_with_rollback, leave_only_locked
-from envkit.install.options import venv_python_of
+from envkit.install.act.apply import install_with_rollback, leave_only_locked
+from envkit.install.setup.options import venv_python_of
 
 
 def rebuild_from_lock(lock, lock_path: Path, facts, profile, venv: Path, base_python: str, dry_run: bool, yes: bool,
                       as_json: bool, root: Path, ui) -> bool:
     """Rebuild exactly the locked set: every package pinned (hashes enforced where all are known),
     --no-deps, nightly wheels from envkit's cache when the index has dropped them."""
-    from envkit.install import execute, interp, lockfile
-    from envkit.install.plan import index_args, venv_command
+    from envkit.install.act import execute
+    from envkit.install.act import interp
+    from envkit.install.lock import record as lockfile
+    from envkit.install.act.plan import index_args, venv_command
 
     from envkit.checks import accel
 
@@ -69,7 +71,7 @@ def rebuild_from_lock(lock, lock_path: Path, facts, profile, venv: Path, base_py
         install_with_rollback(venv, venv_python, base_python, "pip", create, cmd + ["-r", str(req_file)], want,
                  "cpu-only" if lock.platform.get("backend") == "cpu" and "+cpu" in want.get("torch", "") else device,
                               say, after=leave_only_locked(venv_python, extras, lock))
-    from envkit.install.managed import write_state
+    from envkit.install.setup.managed import write_state
 
     write_state(root, profile=profile.name, venv=str(venv), python=venv_python, lock=str(lock_path.resolve()))
     if profile.obj is not None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.install.pylock_resolve import Locked, TargetLock, Wheel, size_of
-from envkit.install.targets import Target, platform_of_machine
+from envkit.install.lock.resolve import Locked, TargetLock, Wheel, size_of
+from envkit.install.lock.targets import Target, platform_of_machine
 
 
 def _target(lock, where: str) -> tuple[Target, str]:
@@ -25,13 +25,13 @@ def _target(lock, where: str) -> tuple[Target, str]:
 
 
 def _find(name: str, version: str, sources: list[str], target: Target, python: str):
-    from envkit.install import index
+    from envkit.install.index import pages
 
     tags = target.tags(python)
     order = {t: i for i, t in enumerate(tags)}
     for src in sources:
         try:
-            cands = index.fetch(src, name)
+            cands = pages.fetch(src, name)
         except EnvkitError:
             continue
         fit = [c for c in cands if str(c.version) == version and c.fits(frozenset(tags), python) and c.sha256]
@@ -43,7 +43,8 @@ def _find(name: str, version: str, sources: list[str], target: Target, python: s
 def convert(path: Path, output: Path, more_indexes: list[str], say) -> tuple[bool, dict[str, dict]]:
     """(written, {target: {torch, group, packages}})."""
     from envkit import __version__
-    from envkit.install import lockfile, pylock_write
+    from envkit.install.lock import record as lockfile
+    from envkit.install.lock import grouping as pylock_write
 
     lock = lockfile.read(path)
     where = str(path)
