@@ -57,14 +57,10 @@ def check(requires, pyproject, as_json, fmt, replay, python, lock) -> None:
                    for c in checks if c.status != "skip"]
     drift = None
     if lock:
-        from envkit.install.lock.select import is_pylock
+        from envkit.install.lock.drift import drift_report
 
-        if is_pylock(Path(lock)):  # PEP 751: this machine's part of it
-            from envkit.install.lock.install import drift_report
-        else:
-            from envkit.install.lock.record import drift_report
-
-        drift = drift_report(Path(lock), facts)
+        # an envkit.lock as a whole, a pylock.toml as this machine's part of it
+        drift = drift_report(Path(lock), facts, say=lambda line: click.echo(line, err=True))
     ok = all(r.ok for r in results) and not (drift and drift.get("changed"))
     if fmt == "json":
         from envkit.console import print_json
