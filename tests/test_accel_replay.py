@@ -207,7 +207,7 @@ def test_pytorch_names_pytorch_never_reads():
 
 def test_lock_platform_tells_rocm_from_cuda():
     """torch calls a ROCm GPU "cuda": the lock must not, or a ROCm lock would rebuild on an NVIDIA box."""
-    from envkit.install.lock.platform import platform_differences, platform_of
+    from envkit.install.lock.machine import platform_differences, platform_of
 
     amd, nvidia = diagnosis("linux_rocm_rx7900xtx").facts, diagnosis("linux_h100").facts
     rocm_lock = platform_of(amd, device="cuda", backend="rocm7.2")

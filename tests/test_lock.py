@@ -18,7 +18,7 @@ from envkit.errors import EnvkitError
 from envkit.install.act.interp import Interpreter
 from envkit.install.lock import record, single
 from envkit.install.lock.drift import compare, drift_report
-from envkit.install.lock.platform import platform_differences
+from envkit.install.lock.machine import platform_differences
 from envkit.install.lock.read import read
 from envkit.resources import load_toml
 

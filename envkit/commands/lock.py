@@ -1,4 +1,4 @@
-"""`envkit lock`: one PEP 751 pylock.toml for the Mac and the CUDA box (install/lock_flow.py)."""
+"""`envkit lock`: one PEP 751 pylock.toml for the Mac and the CUDA box (install/lock/flow.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`envkit setup`: parse the options, run install.setup_flow.run_setup (install), then the self-test
+"""`envkit setup`: parse the options, run install.setup.flow.run_setup (install), then the self-test
 and, with --tune, the tuner; render what each reports."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Resolve a request to exact wheels by reading the index (pages.py): pick the newest stable,
+"""Resolve a request to exact wheels by reading the index (index/pages.py): pick the newest stable,
 nightly, release candidate or specifier match among the wheels whose tags fit the target."""
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ def drift_report(path: Path, facts, say=None) -> dict:
     """The interpreter `envkit check` examines (its whole installed set) against the lock: a lock
     of one machine as a whole (and how this machine differs from that one), a lock of many
     machines as its part for this one. A replayed snapshot compares the packages it recorded."""
-    from envkit.install.lock.platform import platform_differences, platform_of
+    from envkit.install.lock.machine import platform_differences, platform_of
     from envkit.install.lock.read import read
     from envkit.install.lock.select import select_here
     from envkit.install.lock.single import canon

@@ -23,7 +23,7 @@ TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
 def selection_here(lock: LockFile, facts, python: str | None, replay: bool):
     """What this machine installs of the lock: a lock of one machine whole, once its platform is
     this one's (else one line naming the differences); of a lock of many, this machine's part."""
-    from envkit.install.lock.platform import machine_device, platform_differences, platform_of
+    from envkit.install.lock.machine import machine_device, platform_differences, platform_of
     from envkit.install.lock.select import select_here, select_single
 
     if not lock.single:

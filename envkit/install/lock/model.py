@@ -61,7 +61,9 @@ class Pick:
 
 
 def wheel_filename(url_or_path: str) -> str:
-    """A wheel's file name from its URL or path (the last segment, percent-decoded)."""
+    """A wheel's file name from its URL (the last path segment, percent-decoded) or local path."""
     from urllib.parse import unquote, urlsplit
 
-    return unquote(urlsplit(url_or_path).path.rsplit("/", 1)[-1]) if "://" in url_or_path else url_or_path.replace("\\", "/").rsplit("/", 1)[-1]
+    if "://" in url_or_path:
+        return unquote(urlsplit(url_or_path).path.rsplit("/", 1)[-1])
+    return url_or_path.replace("\\", "/").rsplit("/", 1)[-1]

@@ -19,7 +19,7 @@ def write_outputs(root: Path, venv: Path, venv_python: str, profile, plan, facts
     from envkit.fsutil import atomic_write_text
     from envkit.install.act import interp
     from envkit.install.lock import record
-    from envkit.install.lock.platform import platform_of
+    from envkit.install.lock.machine import platform_of
     from envkit.install.lock.read import read
     from envkit.install.lock.single import canon
     from envkit.install.setup.managed import write_state
