@@ -28,13 +28,13 @@ from packaging.version import Version  # noqa: E402
 
 from envkit.checks import builds  # noqa: E402
 from envkit.errors import EnvkitError  # noqa: E402
-from envkit.install import index  # noqa: E402
+from envkit.install.index import pages  # noqa: E402
 
 # Builds worth asking about: every CUDA index PyTorch has published from 11.8 on, and the next two.
 CANDIDATES = ["cu118", "cu121", "cu124", "cu126", "cu128", "cu129", "cu130", "cu132", "cu134", "cu136"]
 
 
-def linux_lines(cands: list[index.Candidate]) -> set[str]:
+def linux_lines(cands: list[pages.Candidate]) -> set[str]:
     """Release lines ("2.13") with a Linux x86_64 wheel among these candidates (final releases only)."""
     out = set()
     for c in cands:
@@ -48,7 +48,7 @@ def nightly_builds(base: str) -> list[str]:
     found = []
     for b in CANDIDATES:
         try:
-            cands = index.fetch(f"{base}/nightly/{b}", "torch")
+            cands = pages.fetch(f"{base}/nightly/{b}", "torch")
         except EnvkitError:
             continue
         newest = max((c.version for c in cands if c.version.is_devrelease), default=None)
@@ -66,7 +66,7 @@ def read_index(base: str) -> dict[str, list[str]]:
     lines: dict[str, list[str]] = {}
     for b in CANDIDATES:
         try:
-            cands = index.fetch(f"{base}/{b}", "torch")
+            cands = pages.fetch(f"{base}/{b}", "torch")
         except EnvkitError as exc:
             print(f"# {b}: {exc.message}", file=sys.stderr)
             continue

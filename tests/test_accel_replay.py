@@ -207,10 +207,10 @@ def test_pytorch_names_pytorch_never_reads():
 
 def test_lock_platform_tells_rocm_from_cuda():
     """torch calls a ROCm GPU "cuda": the lock must not, or a ROCm lock would rebuild on an NVIDIA box."""
-    from envkit.install import lockfile
+    from envkit.install.lock.machine import platform_differences, platform_of
 
     amd, nvidia = diagnosis("linux_rocm_rx7900xtx").facts, diagnosis("linux_h100").facts
-    rocm_lock = lockfile.platform_of(amd, device="cuda", backend="rocm7.2")
+    rocm_lock = platform_of(amd, device="cuda", backend="rocm7.2")
     assert rocm_lock["device"] == "rocm" and rocm_lock["gpus"] == ["Radeon RX 7900 XTX"]
-    assert any("accelerator" in d for d in lockfile.platform_differences(rocm_lock, lockfile.platform_of(nvidia, device="cuda")))
-    assert not lockfile.platform_differences(rocm_lock, lockfile.platform_of(amd, device="cuda"))
+    assert any("accelerator" in d for d in platform_differences(rocm_lock, platform_of(nvidia, device="cuda")))
+    assert not platform_differences(rocm_lock, platform_of(amd, device="cuda"))

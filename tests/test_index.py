@@ -9,8 +9,10 @@ import time
 import pytest
 
 from envkit.errors import EnvkitError
-from envkit.install import index, interp, resolve
-from envkit.install.variants import Choice, parse_request
+from envkit.install.index import pages, pip_config
+from envkit.install.act import interp
+from envkit.install.choice import resolve
+from envkit.install.choice.model import Choice, parse_request
 from localindex import LocalIndex, build_all, refused_url
 
 
@@ -39,7 +41,7 @@ def pick(server, target, text, mode="json"):
 
 @pytest.mark.parametrize("mode", ["json", "html"])
 def test_reads_json_and_html_the_same(server, mode):
-    cands = index.fetch(server.url(mode), "torch")
+    cands = pages.fetch(server.url(mode), "torch")
     assert {str(c.version) for c in cands} >= {"2.5.1+cpu", "2.6.0+cpu", "2.7.0rc1+cpu", "2.8.0.dev20250101+cpu", "2.9.0+cu128"}
     assert all(c.sha256 and len(c.sha256) == 64 for c in cands)
     assert all(c.url.startswith(server.base + "/files/") for c in cands)
@@ -91,7 +93,7 @@ def test_index_down_is_one_clear_error_quickly(target):
 
 def test_garbage_answer(server, target):
     with pytest.raises(EnvkitError) as exc:
-        index.fetch(server.url("garbage"), "torch")
+        pages.fetch(server.url("garbage"), "torch")
     assert "not a package index page" in exc.value.one_line()
 
 
@@ -99,14 +101,14 @@ def test_slow_index_times_out(server, monkeypatch):
     monkeypatch.setenv("ENVKIT_INDEX_TIMEOUT", "0.3")
     t0 = time.monotonic()
     with pytest.raises(EnvkitError) as exc:
-        index.fetch(server.url("slow"), "torch")
+        pages.fetch(server.url("slow"), "torch")
     assert time.monotonic() - t0 < 4
     assert "did not answer within 0.3 s" in exc.value.one_line()
 
 
 def test_unreachable_default_index_falls_back_to_pip_sources_with_cpu_rule(server, target, monkeypatch):
     """Offline from download.pytorch.org: stable falls back to pip's configured sources, +cpu only."""
-    monkeypatch.setattr(index, "pip_sources", lambda python: ([server.url("json")], []))
+    monkeypatch.setattr(pip_config, "pip_sources", lambda python: ([server.url("json")], []))
     res = resolve.resolve(cpu_choice(refused_url()), parse_request("stable"), frozenset(target.tags), target.version, [],
                           explicit_index=False, pip_python=sys.executable)
     assert str(res.torch.version) == "2.6.0+cpu" and res.index_url is None

@@ -27,7 +27,7 @@ def _pip_env(tmp_path, **extra) -> dict:
 def test_pip_sources_follow_pips_own_precedence(tmp_path, monkeypatch):
     """`pip config list` through the real pip: a PIP_* variable beats the config file, [install]
     beats [global], and a multi-line extra-index-url is several indexes."""
-    from envkit.install.index import pip_sources
+    from envkit.install.index.pip_config import pip_sources
 
     conf = tmp_path / "pip.conf"
     conf.write_text("[global]\nindex-url = https://global.invalid/simple\n"
@@ -50,7 +50,7 @@ def test_pip_sources_follow_pips_own_precedence(tmp_path, monkeypatch):
 
 
 def test_a_downloaded_wheel_whose_sha256_differs_is_refused_and_not_cached(tmp_path, monkeypatch):
-    from envkit.install import execute
+    from envkit.install.act import execute
 
     monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path / "cache"))
     wheel = tmp_path / "torch-2.8.0.dev20250101+cpu-py3-none-any.whl"

@@ -178,7 +178,7 @@ def test_a_circle_through_late_imports_is_found(tmp_path):
 
 
 @pytest.mark.parametrize("importer, imported", [
-    ("install/setup_flow.py", "from envkit.tune.session import run_tune"),
+    ("install/setup/flow.py", "from envkit.tune.session import run_tune"),
     ("checks/recommend.py", "from envkit.profiles import files"),
     ("train/data/datasets.py", "from envkit.train.run.config import Config"),
 ])

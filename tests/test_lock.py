@@ -1,9 +1,11 @@
-"""envkit.lock: format, secrets, drift, and the real torch 2.13.0 (from this disk through pip's
-configuration) installed by `envkit setup`, locked, and rebuilt from the lock into a second venv."""
+"""envkit.lock: format (a PEP 751 lock of one machine), secrets, drift, an envkit.lock in the old
+format still read, and the real torch 2.13.0 (from this disk through pip's configuration)
+installed by `envkit setup`, locked, and rebuilt from the lock into a second venv."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,65 +15,99 @@ import pytest
 
 from conftest import envkit
 from envkit.errors import EnvkitError
-from envkit.install import lockfile
-from envkit.install.interp import Target
+from envkit.install.act.interp import Interpreter
+from envkit.install.lock import record, single
+from envkit.install.lock.drift import compare, drift_report
+from envkit.install.lock.machine import platform_differences
+from envkit.install.lock.read import read
+from envkit.resources import load_toml
+
+OLD_LOCK = Path(__file__).parent / "locks" / "envkit-v1.lock"  # the envkit.lock this repository tracked (git history)
+TORCH_URL = "https://download.pytorch.org/whl/cpu/torch-2.13.0%2Bcpu-cp311-cp311-manylinux_2_28_x86_64.whl"
 
 
-def _lock(**kw):
+def _doc(**kw):
     base = dict(platform={"system": "Linux", "arch": "x86_64", "python_minor": "3.11"}, profile={"name": "cpu", "sha256": "ab"},
                 source={"torch": "stable", "index_urls": []}, env={"PYTORCH_X": "1", "HF_TOKEN": "secret", "MY_API_KEY": "k"},
-                packages=[{"name": "torch", "version": "2.13.0+cpu", "sha256": "0" * 64}, {"name": "numpy", "version": "2.2.6"}],
-                envkit="0.1.0")
+                entries=[{"name": "torch", "version": "2.13.0+cpu", "sha256": "0" * 64, "url": TORCH_URL},
+                         {"name": "numpy", "version": "2.2.6"}],
+                envkit_version="0.1.0")
     base.update(kw)
-    return lockfile.Lock(**base)
+    return single.doc(**base)
 
 
 def test_roundtrip_atomic_and_no_secrets(tmp_path):
     path = tmp_path / "envkit.lock"
-    assert lockfile.write(path, _lock()) is True
+    assert record.write(path, _doc()) is True
     text = path.read_text()
     assert "HF_TOKEN" not in text and "MY_API_KEY" not in text and "secret" not in text
-    back = lockfile.read(path)
+    data = load_toml(path)  # PEP 751's shape, read without envkit
+    assert data["lock-version"] == "1.0" and data["requires-python"] == "==3.11.*"
+    assert data["environments"] == ["sys_platform == 'linux' and platform_machine == 'x86_64'"]
+    assert data["packages"] == [{"name": "torch", "version": "2.13.0+cpu",
+                                 "wheels": [{"url": TORCH_URL, "hashes": {"sha256": "0" * 64}}]}]
+    assert data["tool"]["envkit"]["versions-only"] == [{"name": "numpy", "version": "2.2.6"}]  # no wheel recorded
+    back = read(path)
     assert back.versions == {"torch": "2.13.0+cpu", "numpy": "2.2.6"} and back.env == {"PYTORCH_X": "1"}
-    assert lockfile.write(path, back) is False  # same content: not rewritten
+    assert record.write(path, back.data) is False  # same content: not rewritten
     assert not list(tmp_path.glob(".envkit.lock.*"))
 
 
 def test_corrupt_and_foreign_locks(tmp_path):
     for text, needle in (("lock_version = [\n", "not a valid lock"), ("lock_version = 7\n", "version 1"),
-                         ('lock_version = 1\n[[package]]\nname = "numpy"\nversion = "1"\n', "names no torch")):
+                         ('lock_version = 1\n[[package]]\nname = "numpy"\nversion = "1"\n', "names no torch"),
+                         ('lock-version = "1.0"\n', "not a valid PEP 751 lock")):
         (tmp_path / "x.lock").write_text(text)
         with pytest.raises(EnvkitError) as exc:
-            lockfile.read(tmp_path / "x.lock")
+            read(tmp_path / "x.lock")
         assert needle in exc.value.one_line()
-    diffs = lockfile.platform_differences({"system": "Darwin", "arch": "arm64", "python_minor": "3.12"},
-                                          {"system": "Linux", "arch": "x86_64", "python_minor": "3.11"})
+    diffs = platform_differences({"system": "Darwin", "arch": "arm64", "python_minor": "3.12"},
+                                 {"system": "Linux", "arch": "x86_64", "python_minor": "3.11"})
     assert diffs == ["OS Darwin in the lock, Linux here", "architecture arm64 in the lock, x86_64 here",
                      "Python 3.12 in the lock, 3.11 here"]
 
 
 def test_drift_compare():
-    d = lockfile.compare(_lock(), {"torch": "2.12.0+cpu", "requests": "2.0", "pip": "24"})
+    d = compare({"torch": "2.13.0+cpu", "numpy": "2.2.6"}, {"torch": "2.12.0+cpu", "requests": "2.0", "pip": "24"})
     assert d["changed"] and d["changed_versions"] == {"torch": {"lock": "2.13.0+cpu", "installed": "2.12.0+cpu"}}
     assert d["added"] == {"requests": "2.0"} and d["removed"] == {"numpy": "2.2.6"} and len(d["lines"]) == 3
 
 
 def test_drift_report_reads_the_whole_installed_set_of_the_checked_interpreter(tmp_path):
-    lockfile.write(tmp_path / "l.lock", _lock())
+    record.write(tmp_path / "l.lock", _doc())
     facts = SimpleNamespace(python=SimpleNamespace(executable=sys.executable, version="3.11.0", machine="x86_64", implementation="CPython"),
                             os=SimpleNamespace(system="Linux", name=None, version=None), chip=SimpleNamespace(name=None), gpus=[],
                             packages={"torch": "x"})
-    rep = lockfile.drift_report(tmp_path / "l.lock", facts)
+    rep = drift_report(tmp_path / "l.lock", facts)
     assert rep["changed"] and "click" in rep["added"]  # envkit's own deps: not only torch/numpy
 
 
 def test_build_takes_hashes_from_report_and_skips_bootstrap():
-    t = Target(python="p", version="3.11.0", dists={"torch": {"name": "torch", "version": "2.13.0+cpu"},
-                                                     "pip": {"name": "pip", "version": "24"},
-                                                     "mine": {"name": "mine", "version": "1", "editable": True}})
-    lock = lockfile.build(t, platform={}, profile={}, source={}, env={}, report={"torch": {"version": "2.13.0+cpu", "sha256": "f" * 64, "url": "u"}},
-                          previous=None, cached={}, envkit_version="0")
-    assert lock.packages == [{"name": "torch", "version": "2.13.0+cpu", "sha256": "f" * 64, "url": "u"}]
+    t = Interpreter(python="p", version="3.11.0", dists={"torch": {"name": "torch", "version": "2.13.0+cpu"},
+                                                         "pip": {"name": "pip", "version": "24"},
+                                                         "mine": {"name": "mine", "version": "1", "editable": True}})
+    doc = record.build(t, platform={}, profile={}, source={}, env={},
+                       report={"torch": {"version": "2.13.0+cpu", "sha256": "f" * 64, "url": TORCH_URL}},
+                       previous=None, cached={}, envkit_version="0")
+    assert doc["packages"] == [{"name": "torch", "version": "2.13.0+cpu",
+                                "wheels": [{"url": TORCH_URL, "hashes": {"sha256": "f" * 64}}]}]
+
+
+def test_an_old_envkit_lock_is_still_read_and_says_how_to_rewrite_it(venv, tmp_path):
+    """The envkit.lock this repository tracked before the lock became a pylock (lock_version = 1),
+    checked against an empty venv: every package it names is missing, named canonically, and
+    one line on stderr says it is the old format and how to rewrite it."""
+    (tmp_path / "envkit.lock").write_bytes(OLD_LOCK.read_bytes())
+    names = re.findall(r'\[\[package\]\]\nname = "([^"]+)"\nversion = "([^"]+)"', OLD_LOCK.read_text())
+    assert len(names) == 21  # the file's own [[package]] tables, read without envkit
+    r = envkit("check", "--lock", "envkit.lock", "--python", str(venv / "bin/python"), "--pyproject", "none.toml", "--json",
+               cwd=tmp_path)
+    assert r.returncode == 1, r.stderr
+    removed = json.loads(r.stdout)["drift"]["removed"]
+    assert removed == {re.sub(r"[-_.]+", "-", n).lower(): v for n, v in names}  # Jinja2 -> jinja2, typing_extensions -> typing-extensions
+    assert r.stderr.splitlines() == [
+        "note: envkit.lock is in envkit's old lock format (lock_version = 1), read as before; `envkit setup` rewrites it "
+        "as a pylock of this one machine, `envkit lock --from envkit.lock` converts it to pylock.toml"]
 
 
 def _set(venv: Path) -> dict:
@@ -92,10 +128,11 @@ def test_real_torch_setup_lock_and_rebuild(tmp_path):
     assert first["torch"] == "2.13.0+cpu" and first.get("numpy"), first  # numpy beside torch by default
     assert "Warning" not in r.stdout + r.stderr  # envkit's own checks add no warning noise
     assert "envkit init train.yaml" in r.stdout  # no train.yaml here: the next step names init
-    lock = lockfile.read(tmp_path / "envkit.lock")
-    assert lock.versions["torch"] == "2.13.0+cpu" and lock.platform["backend"] == "cpu"
-    assert lock.versions["numpy"] == first["numpy"]
-    assert all(p.get("sha256") for p in lock.packages), lock.packages
+    lock = load_toml(tmp_path / "envkit.lock")
+    versions = {p["name"]: p["version"] for p in lock["packages"]}
+    assert versions["torch"] == "2.13.0+cpu" and lock["tool"]["envkit"]["platform"]["backend"] == "cpu"
+    assert versions["numpy"] == first["numpy"]
+    assert "versions-only" not in lock["tool"]["envkit"] and all(p["wheels"][0]["hashes"]["sha256"] for p in lock["packages"])
     state = json.loads((tmp_path / ".envkit/state.json").read_text())
     assert state["torch"] == "2.13.0+cpu"
 

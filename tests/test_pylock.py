@@ -19,7 +19,7 @@ import pytest
 
 import pylock_wheels
 from conftest import _EMPTY_CONFIG_DIR
-from envkit.install.pylock_resolve import uv_binary
+from envkit.install.lock.resolve import uv_binary
 from envkit.resources import load_toml
 from localindex import LocalIndex, installed
 
@@ -59,7 +59,7 @@ def four(indexes, tmp_path_factory):
 
 
 def _target_select(lock, data, name, groups=None):
-    from envkit.install.targets import parse_target
+    from envkit.install.lock.targets import parse_target
     from packaging.tags import parse_tag
 
     t = parse_target(name)
@@ -233,9 +233,9 @@ def test_the_machine_picks_the_newest_build_its_driver_runs(four):
     from types import SimpleNamespace
 
     from envkit.errors import EnvkitError
-    from envkit.install.pylock_select import machine_target
+    from envkit.install.lock.select import machine_target
 
-    data = load_toml(four)
+    data = load_toml(four)["tool"]["envkit"]["targets"]
 
     def facts(system, machine, drivers=()):
         return SimpleNamespace(os=SimpleNamespace(system=system), python=SimpleNamespace(machine=machine),
@@ -255,17 +255,17 @@ def test_the_machine_picks_the_newest_build_its_driver_runs(four):
 def test_an_envkit_lock_converts_to_a_pylock_with_the_same_versions(indexes, tmp_path):
     """`envkit lock --from envkit.lock`: the wheels the lock recorded (URL and sha256), and for a
     package it recorded without them, that exact version's wheel on the lock's index."""
-    from envkit.install import lockfile
+    from envkit.install.lock import record, single
 
     cpu = next(p for p in indexes.wheels["cpu"] if "2.13.0" in p.name)
     served = f"{indexes.base}/files/{cpu.name.replace('+', '%2B')}"
-    lockfile.write(tmp_path / "envkit.lock", lockfile.Lock(
+    record.write(tmp_path / "envkit.lock", single.doc(
         platform={"system": "Linux", "arch": "x86_64", "python_minor": f"{sys.version_info[0]}.{sys.version_info[1]}",
                   "backend": "cpu", "device": "cpu"},
         profile={"name": "cpu"}, source={"torch": "2.13.0", "index_urls": [f"{indexes.base}/pypi/simple"]}, env={},
-        packages=[{"name": "torch", "version": "2.13.0+cpu", "url": served,
-                   "sha256": hashlib.sha256(cpu.read_bytes()).hexdigest()},
-                  {"name": "typing_extensions", "version": "4.9.0"}], envkit="0.1.0"))
+        entries=[{"name": "torch", "version": "2.13.0+cpu", "url": served,
+                  "sha256": hashlib.sha256(cpu.read_bytes()).hexdigest()},
+                 {"name": "typing_extensions", "version": "4.9.0"}], envkit_version="0.1.0"))
     r = run("lock", "--from", "envkit.lock", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     data = load_toml(tmp_path / "pylock.toml")
@@ -280,22 +280,10 @@ def test_an_envkit_lock_converts_to_a_pylock_with_the_same_versions(indexes, tmp
     assert r.returncode == 2 and "no wheel URL and sha256 for typing-extensions 4.0.1" in r.stderr
 
 
-def test_downloads_take_credentials_from_the_index_variables_and_never_print_them(monkeypatch):
-    from envkit.errors import EnvkitError
-    from envkit.install.pylock_install import with_credentials
-
-    monkeypatch.setenv("PIP_INDEX_URL", "https://bob:p%40ss@mirror.example/simple")
-    assert with_credentials("https://mirror.example/files/torch.whl") == "https://bob:p%40ss@mirror.example/files/torch.whl"
-    assert with_credentials("https://other.example/files/torch.whl") == "https://other.example/files/torch.whl"
-    assert with_credentials("http://mirror.example/files/torch.whl") == "http://mirror.example/files/torch.whl"
-    line = EnvkitError(f"the wheel x downloaded from {with_credentials('https://mirror.example/x.whl')} differs").one_line()
-    assert "bob" not in line and "p%40ss" not in line
-
-
 def test_a_dependency_resolved_differently_per_target_is_said():
-    from envkit.install.lock_flow import differing_versions
-    from envkit.install.pylock_resolve import Locked, TargetLock, Wheel
-    from envkit.install.targets import parse_target
+    from envkit.install.lock.flow import differing_versions
+    from envkit.install.lock.model import Locked, TargetLock, Wheel
+    from envkit.install.lock.targets import parse_target
 
     def tl(target, **versions):
         out = TargetLock(parse_target(target), "i")

@@ -11,7 +11,8 @@ import pytest
 
 from conftest import ROOT, envkit
 from envkit.errors import EnvkitError
-from envkit.install import lockfile
+from envkit.install.lock import record, single
+from envkit.install.lock.read import read
 from envkit.redact import recorded_env, strip_userinfo
 
 PLANTED = {
@@ -106,13 +107,16 @@ def test_envkit_run_writes_no_secret(tmp_path):
 
 
 def test_lock_holds_no_credentials(tmp_path):
-    lock = lockfile.Lock(platform={"system": "Linux"}, profile={"name": "cpu"},
-                         source={"torch": "stable", "index_urls": [PLANTED["PIP_INDEX_URL"]]},
-                         env={"PYTORCH_X": "1", "HF_TOKEN": PLANTED["HF_TOKEN"], "HTTPS_PROXY": PLANTED["HTTPS_PROXY"]},
-                         packages=[{"name": "torch", "version": "2.13.0", "url": "https://bob:PASSWORD1@mirror.invalid/torch.whl"}])
+    lock = single.doc(platform={"system": "Linux"}, profile={"name": "cpu"},
+                      source={"torch": "stable", "index_urls": [PLANTED["PIP_INDEX_URL"]]},
+                      env={"PYTORCH_X": "1", "HF_TOKEN": PLANTED["HF_TOKEN"], "HTTPS_PROXY": PLANTED["HTTPS_PROXY"]},
+                      entries=[{"name": "torch", "version": "2.13.0", "sha256": "0" * 64,
+                                "url": "https://bob:PASSWORD1@mirror.invalid/torch-2.13.0-py3-none-any.whl"}],
+                      envkit_version="0.1.0")
     path = tmp_path / "envkit.lock"
-    lockfile.write(path, lock)
-    back = lockfile.read(path)
+    record.write(path, lock)
+    assert "https://mirror.invalid/torch-2.13.0-py3-none-any.whl" in path.read_text()  # the wheel is kept, its password not
+    back = read(path)
     assert back.index_urls == ["https://mirror.invalid/simple"] and back.env == {"PYTORCH_X": "1", "HTTPS_PROXY": "http://proxy.invalid:3128"}
     assert_clean(files=[path])
 

@@ -105,7 +105,8 @@ def test_folder_of_wheels_as_index_is_find_links(server, venv, tmp_path):
                     "torch==2.5.1+cpu"], check=True, capture_output=True)
     r = run_setup(tmp_path, "--venv", str(venv), "--lock", "envkit.lock")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert f"--no-index --find-links {folder}" in r.stdout and "sha256 enforced" in r.stdout
+    # the locked files (from the folder), checked, then installed by pip reading no index at all
+    assert "--require-hashes --no-index -r" in r.stdout and "sha256 enforced" in r.stdout
     assert installed(venv) == {"torch": "2.6.0+cpu"}
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from conftest import envkit
-from envkit.install import lockfile
-from envkit.install.execute import which_uv
+from envkit.install.act.execute import which_uv
+from envkit.resources import load_toml
 from localindex import installed, build_wheel, refused_url
 
 UV = which_uv()
@@ -50,12 +50,12 @@ def test_uv_install_rerun_rollback_and_lock_rebuilt_with_hashes(server, venv, tm
     assert installer_of(venv, "torch") == "uv"
 
     # the lock says uv made it; its hashes are the index's, which are those of the files served
-    lock = lockfile.read(tmp_path / "envkit.lock")
-    assert lock.source["installer"] == "uv"
+    lock = load_toml(tmp_path / "envkit.lock")
+    assert lock["tool"]["envkit"]["source"]["installer"] == "uv"
     files = {w.name: w for w in server.wheels["good"]}
     want = {"torch": sha(files[f"torch-2.6.0+cpu-py3-none-{_plat()}.whl"]),
             "torchvision": sha(files[f"torchvision-0.21.0+cpu-py3-none-{_plat()}.whl"])}
-    assert {p["name"]: p.get("sha256") for p in lock.packages} == want
+    assert {p["name"]: p["wheels"][0]["hashes"]["sha256"] for p in lock["packages"]} == want
 
     # again: nothing to change
     mtime = (tmp_path / "envkit.lock").stat().st_mtime_ns
@@ -89,9 +89,10 @@ def test_uv_nightly_pin_and_auto(server, venv, tmp_path):
     assert installed(venv) == {"torch": "2.8.0.dev20250101+cpu"} and installer_of(venv, "torch") == "uv"
     cached = list((tmp_path / "cache/wheels").glob("torch-2.8.0.dev20250101*.whl"))
     assert cached
-    lock = lockfile.read(tmp_path / "envkit.lock")
-    (torch,) = [p for p in lock.packages if p["name"] == "torch"]
-    assert torch["cached"] == cached[0].name and torch["sha256"] == sha(cached[0]) and lock.source["installer"] == "uv"
+    lock = load_toml(tmp_path / "envkit.lock")
+    (torch,) = [p for p in lock["packages"] if p["name"] == "torch"]
+    assert torch["tool"]["envkit"]["cached"] == cached[0].name and torch["wheels"][0]["hashes"]["sha256"] == sha(cached[0])
+    assert lock["tool"]["envkit"]["source"]["installer"] == "uv"
 
     r = run_setup(tmp_path, "--installer", "uv", "--venv", str(venv), "--index-url", server.url("json"), "--torch", "2.5.1")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -115,10 +116,10 @@ def test_uv_from_a_folder_of_wheels_into_a_new_venv(server, tmp_path):
     assert "--index-url" not in r.stderr.split("installing:", 1)[1].splitlines()[0]
     assert installed(venv) == {"torch": "2.6.0+cpu", "torchvision": "0.21.0+cpu", "envkit-testdep": "1.0"}
     assert (venv / "bin/pip").exists()  # the venv has pip (setup --lock rebuilds with it)
-    lock = lockfile.read(tmp_path / "envkit.lock")
-    assert lock.index_urls == [str(folder)]
-    hashes = {p["name"]: p.get("sha256") for p in lock.packages}
-    assert hashes["envkit-testdep"] == sha(dep) and all(hashes.values()), hashes
+    lock = load_toml(tmp_path / "envkit.lock")
+    assert lock["tool"]["envkit"]["source"]["index_urls"] == [str(folder)]
+    hashes = {p["name"]: p["wheels"][0]["hashes"]["sha256"] for p in lock["packages"]}
+    assert hashes["envkit-testdep"] == sha(dep) and "versions-only" not in lock["tool"]["envkit"], hashes
 
 
 def test_uv_with_pip_configured_sources_switches_to_pip(server, tmp_path, monkeypatch):
@@ -127,11 +128,12 @@ def test_uv_with_pip_configured_sources_switches_to_pip(server, tmp_path, monkey
     from click.testing import CliRunner
 
     from envkit.commands.setup import setup
-    from envkit.install import index, variants
+    from envkit.install.index import pip_config
+    from envkit.install.choice import model
 
     unreachable = refused_url()
-    monkeypatch.setattr(variants, "index_for", lambda backend, channel: unreachable)
-    monkeypatch.setattr(index, "pip_sources", lambda python: ([server.url("json")], []))
+    monkeypatch.setattr(model, "index_for", lambda backend, channel: unreachable)
+    monkeypatch.setattr(pip_config, "pip_sources", lambda python: ([server.url("json")], []))
     monkeypatch.setenv("ENVKIT_INDEX_TIMEOUT", "0.5")
     monkeypatch.delenv("ENVKIT_INDEX_URL", raising=False)
     monkeypatch.chdir(tmp_path)

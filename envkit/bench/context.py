@@ -46,7 +46,7 @@ def load_context(model: str | None, config_path: str | None, profile_name: str |
     from envkit.checks import best_device, run_checks
     from envkit.checks.recommend import recommend_profile, shipped_recommendation
     from envkit.facts import gather
-    from envkit.install.managed import find_managed
+    from envkit.install.setup.managed import find_managed
     from envkit.profiles import load_profile
     from envkit.train.run.config import load_config
 

@@ -1,6 +1,6 @@
 """AMD (ROCm) and Intel (XPU) GPUs: which torch build runs them, and doctor's verdict on the
 installed one. Rules live in envkit/data/accelerators.toml; this module only evaluates them.
-`envkit setup` asks `pick()` (install/variants.py turns the answer into its Choice)."""
+`envkit setup` asks `pick()` (install/choice/variants.py turns the answer into its Choice)."""
 
 from __future__ import annotations
 

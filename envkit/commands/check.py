@@ -41,7 +41,7 @@ def check(requires, pyproject, as_json, fmt, replay, python, lock) -> None:
         fmt = "json"
     texts = [(r, "--require") for r in requires] + [(r, pyproject) for r in read_pyproject(Path(pyproject))]
     reqs = [parse_requirement(t, where) for t, where in texts]  # invalid input exits 2 before any probing
-    from envkit.install.managed import target_python
+    from envkit.install.setup.managed import target_python
 
     python = None if replay else target_python(python)
     facts = gather(replay, runtime=False, gpu_detail=False, python=python)
@@ -57,14 +57,10 @@ def check(requires, pyproject, as_json, fmt, replay, python, lock) -> None:
                    for c in checks if c.status != "skip"]
     drift = None
     if lock:
-        from envkit.install.pylock_select import is_pylock
+        from envkit.install.lock.drift import drift_report
 
-        if is_pylock(Path(lock)):  # PEP 751: this machine's part of it
-            from envkit.install.pylock_install import drift_report
-        else:
-            from envkit.install.lockfile import drift_report
-
-        drift = drift_report(Path(lock), facts)
+        # an envkit.lock as a whole, a pylock.toml as this machine's part of it
+        drift = drift_report(Path(lock), facts, say=lambda line: click.echo(line, err=True))
     ok = all(r.ok for r in results) and not (drift and drift.get("changed"))
     if fmt == "json":
         from envkit.console import print_json

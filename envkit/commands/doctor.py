@@ -24,7 +24,7 @@ def doctor(as_json: bool, record: str | None, replay: str | None, no_runtime: bo
     from envkit.facts import collect
     from envkit.facts.runner import LiveRunner, RecordingRunner, ReplayRunner, load_snapshot, write_json_atomic
 
-    from envkit.install.managed import target_python
+    from envkit.install.setup.managed import target_python
 
     python = None if replay else target_python(python)
     if record and replay:

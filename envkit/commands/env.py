@@ -36,7 +36,7 @@ def env(profile_name: str | None, shell: str | None, replay: str | None, write_d
     its venv is activated too.
     """
     from envkit.profiles.envscripts import render, write_env_scripts
-    from envkit.install.managed import find_managed
+    from envkit.install.setup.managed import find_managed
     from envkit.profiles import load_profile
 
     facts = None
@@ -74,7 +74,7 @@ def default_venv(directory: Path) -> Path | None:
     own = Path(directory) / "venv"
     if (own / "bin" / "activate").is_file() or (own / "pyvenv.cfg").is_file():
         return own
-    from envkit.install.managed import find_managed
+    from envkit.install.setup.managed import find_managed
 
     m = find_managed()
     return m.venv if m else None

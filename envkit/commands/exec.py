@@ -68,7 +68,7 @@ def exec_(profile_name, name, runs_dir, detach, restarts, restart_delay, stall_t
     metrics.jsonl (from envkit.track.log), summary.json. Exits with the command's exit code."""
     from envkit.commands.train import _nodes
     from envkit.exec import environment, rundir
-    from envkit.install.managed import find_managed
+    from envkit.install.setup.managed import find_managed
     from envkit.profiles import load_profile
 
     argv = list(command)
@@ -119,7 +119,7 @@ def exec_(profile_name, name, runs_dir, detach, restarts, restart_delay, stall_t
 def _versions(resolved: str, managed, no_check: bool) -> dict:
     """envkit, Python and torch of the interpreter that runs the command; the torch-build check."""
     from envkit import __version__
-    from envkit.install.interp import probe
+    from envkit.install.act.interp import probe
 
     out = {"envkit": __version__, "python": None, "torch": None}
     python = resolved if re.match(r"^python[\d.]*$", Path(resolved).name) else (str(managed.python) if managed else None)

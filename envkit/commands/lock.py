@@ -1,4 +1,4 @@
-"""`envkit lock`: one PEP 751 pylock.toml for the Mac and the CUDA box (install/lock_flow.py)."""
+"""`envkit lock`: one PEP 751 pylock.toml for the Mac and the CUDA box (install/lock/flow.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import click
 @click.option("--json", "as_json", is_flag=True, help="Print what was locked as JSON.")
 def lock(targets, torch_req, with_, no_numpy, python, index_url, output, from_lock, as_json) -> None:
     """Write one pylock.toml (PEP 751) with the same torch for every target machine."""
-    from envkit.install.lock_flow import LockOptions, run_lock
+    from envkit.install.lock.flow import LockOptions, run_lock
     from envkit.redact import strip_userinfo
 
     def say(text: str, err: bool = False) -> None:

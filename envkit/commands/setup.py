@@ -1,4 +1,4 @@
-"""`envkit setup`: parse the options, run install.setup_flow.run_setup (install), then the self-test
+"""`envkit setup`: parse the options, run install.setup.flow.run_setup (install), then the self-test
 and, with --tune, the tuner; render what each reports."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def _say(text: str = "", err: bool = False) -> None:
 def setup(profile_name, torch_req, with_, no_numpy, venv_opt, python_opt, installer, index_url, dry_run, yes, lock_opt,
           no_selftest, tune, as_json, replay) -> None:
     """Install or upgrade PyTorch into a reproducible, containerless environment."""
-    from envkit.install.setup_flow import SetupOptions, run_setup
+    from envkit.install.setup.flow import SetupOptions, run_setup
 
     if tune:
         from envkit.tune.session import parse_budget
@@ -81,7 +81,7 @@ def _tune(venv_python: str, profile, budget: str, ui, root: Path | None) -> None
     """`envkit setup --tune`: measure in the new environment and make the tuned profile the managed one."""
     from envkit.bench.context import load_context
     from envkit.checks.recommend import TUNED_SUFFIX
-    from envkit.install.managed import write_state
+    from envkit.install.setup.managed import write_state
     from envkit.tune.session import parse_budget, run_tune
 
     start = profile.name.removesuffix(TUNED_SUFFIX)  # tune from the shipped profile, never on top of itself

@@ -24,15 +24,17 @@ def torch_drift(installed: str | None, installed_by_setup: str | None, locked: s
 def check_managed_torch(managed) -> str | None:
     """The drift line for a managed env (None when it matches, or when nothing says what it should be)."""
     from envkit.errors import EnvkitError
-    from envkit.install import lockfile
-    from envkit.install.interp import probe
+    from envkit.install.act.interp import probe
+    from envkit.install.lock.read import read
 
     state = getattr(managed, "state", {}) or {}
     locked = None
     lock_path = state.get("lock")
     if lock_path and Path(lock_path).is_file():
         try:
-            locked = lockfile.read(Path(lock_path)).versions.get("torch")
+            lock = read(Path(lock_path))
+            # a lock of many machines names many torches: state.json's is the one installed here
+            locked = lock.versions.get("torch") if lock.single else None
         except EnvkitError:
             locked = None  # a broken lock is `envkit check`'s to report
     if not (locked or state.get("torch")):

@@ -35,7 +35,7 @@ def load_settings(profile: str | None, python: str | None, base_env: dict[str, s
     managed = None
     if python is None or profile is None:
         try:
-            from envkit.install.managed import find_managed
+            from envkit.install.setup.managed import find_managed
 
             managed = find_managed()
         except Exception:

@@ -57,7 +57,7 @@ def plan(config_path: str | None, *, overrides=(), profile_name: str | None = No
          python: str | None = None) -> Plan:
     """Everything before the run: config resolved with the profile, facts of the machine."""
     from envkit.facts import gather
-    from envkit.install.managed import find_managed
+    from envkit.install.setup.managed import find_managed
 
     managed = None if replay else find_managed()
     py = python or (str(managed.python) if managed else sys.executable)

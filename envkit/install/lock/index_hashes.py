@@ -15,8 +15,9 @@ def index_hashes(venv_python: str, picked: list, deps_index: str | None = None,
     reports none (uv has no `--report`). First the wheels the resolver pinned; with `deps_index`,
     also the dependencies this install added or changed, looked up on that index. A hash is kept
     only where the installed distribution carries the same wheel tags as the file it names."""
-    from envkit.install import index, interp
-    from envkit.install.interp import BOOTSTRAP
+    from envkit.install.index import pages
+    from envkit.install.act import interp
+    from envkit.install.act.interp import BOOTSTRAP
 
     dists = interp.probe(venv_python).dists
     out = {}
@@ -45,7 +46,7 @@ def index_hashes(venv_python: str, picked: list, deps_index: str | None = None,
             if name in out or name in BOOTSTRAP or d.get("editable") or before.get(name) == d.get("version"):
                 continue
             try:
-                cands = index.fetch(deps_index, name)
+                cands = pages.fetch(deps_index, name)
             except EnvkitError:
                 continue
             for cand in cands:
@@ -59,7 +60,7 @@ def local_sha256(url: str) -> str | None:
         return None
     from urllib.parse import unquote, urlsplit
 
-    from envkit.install.execute import sha256_file
+    from envkit.install.act.execute import sha256_file
 
     path = Path(unquote(urlsplit(url).path))
     return sha256_file(path) if path.is_file() else None

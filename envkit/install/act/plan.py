@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from envkit.install.variants import Choice, Request
+from envkit.install.choice.model import Choice, Request
 
 PLANNED = ("torch", "torchvision", "torchaudio")
 
@@ -75,7 +75,7 @@ def index_args(index_url: str | None) -> list[str]:
         return []
     from pathlib import Path
 
-    from envkit.install.index import wheel_folder
+    from envkit.install.index.pages import wheel_folder
 
     folder = wheel_folder(index_url)
     if folder:
@@ -105,7 +105,7 @@ def install_command(installer: str, python: str, versions: dict[str, str], index
 
 
 def _uv() -> str:
-    from envkit.install.execute import which_uv
+    from envkit.install.act.execute import which_uv
 
     return which_uv() or "uv"
 

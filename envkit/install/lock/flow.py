@@ -1,5 +1,5 @@
 """`envkit lock` as one function: targets -> torch and companions (one public version on every
-target) -> each target's closure (pylock_resolve.py) -> one pylock.toml (pylock_write.py).
+target: torch_pick.py) -> each target's closure (resolve.py) -> one pylock.toml (grouping.py, toml.py).
 Every input is checked before the first request; nothing is written unless all targets resolve."""
 
 from __future__ import annotations
@@ -42,40 +42,33 @@ def python_minor(text: str | None) -> str:
 
 def rest_sources(index_url: str | None) -> tuple[list[str], list[str]]:
     """(indexes, find-links) for everything but torch: --index-url, else pip's configuration."""
-    from envkit.install.options import index_override
+    from envkit.install.setup.options import index_override
 
     if index_url:
         override, _ = index_override(index_url)
         return [override], []
-    from envkit.install import index
+    from envkit.install.index import pip_config
 
-    return index.pip_sources(sys.executable)
-
-
-def _pylock_name(path: Path) -> bool:
-    import re
-
-    return path.name == "pylock.toml" or bool(re.fullmatch(r"pylock\.[^.]+\.toml", path.name))
+    return pip_config.pip_sources(sys.executable)
 
 
 def run_lock(opts: LockOptions, say) -> LockResult:
     from envkit import __version__
-    from envkit.install import pylock_resolve as pr
-    from envkit.install import pylock_write
-    from envkit.install.options import DEFAULT_EXTRAS, parse_with
-    from envkit.install.pylock_select import require_pylock
-    from envkit.install.targets import parse_target, this_target
-    from envkit.install.variants import parse_request
+    from envkit.install.choice.model import parse_request
+    from envkit.install.lock import grouping, resolve, torch_pick
+    from envkit.install.lock.read import is_pylock, require_pylock
+    from envkit.install.lock.targets import parse_target, this_target
+    from envkit.install.setup.options import DEFAULT_EXTRAS, parse_with
 
     require_pylock("envkit lock")
     out = Path(opts.output)
-    if not _pylock_name(out):
+    if not is_pylock(out):
         raise EnvkitError(f"--output {opts.output!r}: PEP 751 names a lock pylock.toml or pylock.NAME.toml",
                           where="--output", fix="e.g. --output pylock.toml or --output pylock.train.toml")
     if out.is_dir():
         raise EnvkitError("is a folder, not a lock file", where=str(out), fix="pass --output with a file name")
     if opts.from_lock:
-        from envkit.install.pylock_convert import convert
+        from envkit.install.lock.convert import convert
 
         written, targets = convert(Path(opts.from_lock), out, rest_sources(opts.index_url)[0] if opts.index_url else [], say)
         return LockResult(path=out, written=written, targets=targets)
@@ -93,25 +86,25 @@ def run_lock(opts: LockOptions, say) -> LockResult:
             targets.append(parse_target(text))
     channel = request.channel
     rest, links = rest_sources(opts.index_url)
-    targets = [pr.expand_cuda(t, request, python, channel) for t in targets]
+    targets = [torch_pick.expand_cuda(t, request, python, channel) for t in targets]
     seen: dict[str, str] = {}
     for t in targets:
         if t.name in seen:
             raise EnvkitError(f"--target {t.asked} and --target {seen[t.name]} are the same target ({t.name})",
                               where="--target", fix="name each target once")
         seen[t.name] = t.asked
-    families = pr.pick_torch(targets, request, python, channel, rest, companions)
+    families = torch_pick.pick_torch(targets, request, python, channel, rest, companions)
     extras = [] if not opts.numpy else list(DEFAULT_EXTRAS)
     locks = []
     for t in targets:
         say(f"resolving {t.name}: torch {families[t]['torch'].version}", err=True)
-        locks.append(pr.resolve_target(t, families[t], python, channel, rest, links, extras))
+        locks.append(resolve.resolve_target(t, families[t], python, channel, rest, links, extras))
     for line in differing_versions(locks):
         say(f"note: {line}", err=True)
-    doc = pylock_write.build_pylock(locks, python=python, request=request.text, channel=channel,
-                                    envkit_version=__version__, rest_indexes=rest)
+    doc = grouping.build_pylock(locks, python=python, request=request.text, channel=channel,
+                               envkit_version=__version__, rest_indexes=rest)
     path = Path(opts.output)
-    written = pylock_write.write(path, doc)
+    written = grouping.write(path, doc)
     return LockResult(path=path, written=written, targets={
         tl.target.name: {"torch": tl.torch, "group": doc["tool"]["envkit"]["targets"][tl.target.name].get("group"),
                          "packages": {n: p.version for n, p in sorted(tl.packages.items())}} for tl in locks})
@@ -121,7 +114,7 @@ def differing_versions(locks) -> list[str]:
     """Packages (other than torch's family, whose builds differ by design) that uv resolved to
     different versions on different targets: usually a wheel missing for one platform. Said, not
     hidden: the lock is still valid, but not the same versions everywhere."""
-    from envkit.install.pylock_resolve import TORCH_FAMILY
+    from envkit.install.lock.torch_pick import TORCH_FAMILY
 
     seen: dict[str, dict[str, str]] = {}
     for tl in locks:

@@ -14,8 +14,9 @@ Say = Callable[..., None]  # say(text, err=False)
 def install_with_rollback(venv: Path, venv_python: str, base_python: str, installer: str, create: bool, cmd: list[str],
                           versions: dict[str, str], device: str, say: Say, after=None) -> None:
     """Create the venv if needed, install with rollback on failure or Ctrl-C, verify."""
-    from envkit.install import execute, rollback
-    from envkit.install.plan import venv_command
+    from envkit.install.act import execute
+    from envkit.install.act import rollback
+    from envkit.install.act.plan import venv_command
 
     if create:
         say(f"creating the venv {venv}", err=True)
@@ -55,19 +56,3 @@ def verify_device(choice) -> str:
     if choice.device == "cpu" and choice.local:
         return "cpu-only"
     return choice.device
-
-
-def leave_only_locked(venv_python: str, extras: list[str], locked) -> Callable[[], None]:
-    """The step after a lock's install (both lock formats): remove what the lock does not hold,
-    then check that the environment is exactly the lock; a difference fails the install (rolled back)."""
-    from envkit.install import execute, interp, lockfile
-
-    def after() -> None:
-        if extras:
-            execute.run_step([venv_python, "-m", "pip", "uninstall", "-y", *extras], "removing packages not in the lock")
-        now = {k: d["version"] for k, d in interp.probe(venv_python).dists.items() if not d.get("editable")}
-        left = lockfile.compare(locked, now)
-        if left["changed"]:
-            raise execute.StepFailed("the environment still differs from the lock: " + "; ".join(left["lines"]))
-
-    return after

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.install.apply import Say
+from envkit.install.act.apply import Say
 from envkit.redact import strip_userinfo
 
 
@@ -17,29 +17,33 @@ def write_outputs(root: Path, venv: Path, venv_python: str, profile, plan, facts
     atomically and only when its content changes."""
     from envkit import __version__
     from envkit.fsutil import atomic_write_text
-    from envkit.install import interp, lockfile
-    from envkit.install.managed import write_state
+    from envkit.install.act import interp
+    from envkit.install.lock import record
+    from envkit.install.lock.machine import platform_of
+    from envkit.install.lock.read import read
+    from envkit.install.lock.single import canon
+    from envkit.install.setup.managed import write_state
 
-    target = interp.probe(venv_python)
+    python_here = interp.probe(venv_python)
     previous = None
     if lock_path.is_file():
         try:
-            previous = lockfile.read(lock_path)
+            previous = read(lock_path)  # an old-format envkit.lock too: rewritten in the current one below
         except EnvkitError:
             previous = None
-    lock = lockfile.build(
-        target,
-        platform=lockfile.platform_of(facts, device=plan.choice.device, backend=plan.choice.backend),
-        profile={"name": profile.name, "sha256": lockfile.profile_hash(profile.resolved)},
+    lock = record.build(
+        python_here,
+        platform=platform_of(facts, device=plan.choice.device, backend=plan.choice.backend),
+        profile={"name": profile.name, "sha256": record.profile_hash(profile.resolved)},
         source={"torch": plan.request, "channel": plan.choice.channel, "installer": plan.installer,
                 "index_urls": [plan.index_url] if plan.index_url else []},
-        env=profile.env, report={**{lockfile.canon(k): v for k, v in (known_hashes or {}).items() if v.get("sha256")},
-                                 **lockfile.hashes_from_report(report)},
+        env=profile.env, report={**{canon(k): v for k, v in (known_hashes or {}).items() if v.get("sha256")},
+                                 **record.hashes_from_report(report)},
         previous=previous, cached=cached,
         envkit_version=__version__)
-    if lockfile.write(lock_path, lock):
+    if record.write(lock_path, lock):
         say(f"wrote {lock_path}", err=True)
-    state = {"profile": profile.name, "venv": str(venv), "python": venv_python, "torch": target.installed.get("torch"),
+    state = {"profile": profile.name, "venv": str(venv), "python": venv_python, "torch": python_here.installed.get("torch"),
              "index_url": strip_userinfo(plan.index_url) if plan.index_url else None, "lock": str(lock_path.resolve())}
     state_file = root / "state.json"
     old = json.loads(state_file.read_text()) if state_file.is_file() else {}

@@ -16,7 +16,7 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envkit.install.interp import probe
+from envkit.install.act.interp import probe
 
 
 @dataclass
@@ -46,11 +46,11 @@ def _record_files(dist_path: str) -> list[Path]:
 
 
 def take(python: str, root: Path) -> Backup:
-    target = probe(python)
+    interpreter = probe(python)
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    b = Backup(root=root, before=target.installed)
-    for name, d in target.dists.items():
+    b = Backup(root=root, before=interpreter.installed)
+    for name, d in interpreter.dists.items():
         if not d.get("path"):
             continue
         kept = []

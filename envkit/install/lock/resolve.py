@@ -1,8 +1,8 @@
 """Resolve each target of `envkit lock` to its full closure of wheels, without being that machine
 and without installing anything.
 
-torch and its companions come from the build's own PyTorch index page, read by envkit
-(index.py), with the same public version on every target. Their dependencies come from the
+torch and its companions are picked by torch_pick.py (the same public version on every target,
+from each build's own PyTorch index page). Their dependencies come from the
 wheels' METADATA, read from the index (PEP 658 where offered, else from the downloaded file),
 and are resolved by uv (`uv pip compile --python-platform ... --format pylock.toml`) against the
 other indexes (`--index-url` or pip's configuration): a real resolver, run for a platform it
@@ -13,158 +13,19 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.version import Version
-
 from envkit.errors import EnvkitError
-from envkit.install import index
-from envkit.install.targets import Target, build_index, known_cuda_builds
+from envkit.install.index import pages
+from envkit.install.lock.model import Locked, TargetLock, Wheel
+from envkit.install.lock.targets import Target, build_index
+from envkit.install.lock.torch_pick import TORCH_FAMILY, torch_source
 from envkit.redact import strip_userinfo
-
-TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
-
-
-class MissingBuild(EnvkitError):
-    """A target whose build does not exist for the requested version: exit 1 (not bad input)."""
-
-    exit_code = 1
-
-
-@dataclass
-class Wheel:
-    url: str
-    sha256: str
-    size: int | None
-    filename: str
-
-
-@dataclass
-class Locked:
-    """One package of one target's closure."""
-
-    name: str
-    version: str
-    index: str
-    wheel: Wheel
-
-
-@dataclass
-class TargetLock:
-    target: Target
-    torch_index: str
-    packages: dict[str, Locked] = field(default_factory=dict)
-    how: str = ""
-
-    @property
-    def torch(self) -> str:
-        return self.packages["torch"].version
-
-
-# ---- torch and companions: one public version on every target ----------------------------------
-
-def _fitting(cands, target: Target, python: str, request=None) -> list[index.Candidate]:
-    tags = frozenset(target.tags(python))
-    return [c for c in cands if not c.yanked and c.fits(tags, python) and c.version.local == target.local_label
-            and (request is None or request.admits(c.version))]
-
-
-def _best(cands, target: Target, python: str) -> index.Candidate:
-    order = {t: i for i, t in enumerate(target.tags(python))}
-    return min(cands, key=lambda c: min(order.get(t, 10**6) for t in c.tags))
-
-
-def torch_source(target: Target, channel: str, rest: list[str]) -> str:
-    """Where a target's torch lives: PyPI-style indexes for macOS stable (its wheels there are the
-    MPS builds), else the build's page of PyTorch's index (macOS nightlies under /cpu)."""
-    if target.build == "mps":
-        return rest[0] if channel == "stable" else build_index("cpu", channel)
-    return build_index(target.build, channel)
-
-
-def _fetch_all(source: str, name: str) -> list[index.Candidate]:
-    return index.fetch(source, name)
-
-
-def expand_cuda(target: Target, request, python: str, channel: str) -> Target:
-    """`linux-x86_64-cuda`: the newest CUDA build whose index page has a torch the request admits."""
-    if target.build != "cuda":
-        return target
-    tried = []
-    for build in reversed(known_cuda_builds()):
-        t = Target(target.platform, build, target.asked)
-        if _fitting(_fetch_all(build_index(build, channel), "torch"), t, python, request):
-            return t
-        tried.append(build)
-    raise MissingBuild(f"{target.asked}: no CUDA build of torch {request.text} for {target.platform}, Python {python} "
-                       f"on {build_index('', channel)} (tried {', '.join(tried)})", where="--target",
-                       fix="ask for another --torch, or name the build (linux-x86_64-cu130)")
-
-
-def pick_torch(targets: list[Target], request, python: str, channel: str, rest: list[str],
-               companions: list[str]) -> dict[Target, dict[str, index.Candidate]]:
-    """{target: {"torch": wheel, "torchvision": wheel, ...}}, the same public versions everywhere:
-    the newest public torch that every target's build has. A target whose build lacks it is one
-    line naming the versions that have it."""
-    fits = {t: _fitting(_fetch_all(torch_source(t, channel, rest), "torch"), t, python, request) for t in targets}
-    common = None
-    for t, cands in fits.items():
-        have = {c.version.public for c in cands}
-        common = have if common is None else common & have
-    if not common:
-        _explain_missing(fits, request, python, channel, rest)
-    public = max(common, key=Version)
-    out: dict[Target, dict[str, index.Candidate]] = {}
-    for t in targets:
-        out[t] = {"torch": _best([c for c in fits[t] if c.version.public == public], t, python)}
-    for name in companions:
-        _pick_companion(out, name, python, channel, rest)
-    return out
-
-
-def _explain_missing(fits, request, python, channel, rest) -> None:
-    """One line: the targets that lack the version, and the versions their build exists for."""
-    lacking = [t for t, cands in fits.items() if not cands] or list(fits)
-    parts = []
-    for t in lacking:
-        versions = _versions_with_build(t, python, channel, rest)
-        src = strip_userinfo(torch_source(t, channel, rest))
-        parts.append(f"{t.name} has no torch {request.text} for Python {python} on {src} "
-                     + (f"(its build exists for {', '.join(versions[-8:])})" if versions else "(no torch there at all)"))
-    raise MissingBuild("; ".join(parts), where="--target", fix="ask for a --torch that every target has, or drop the target")
-
-
-def _versions_with_build(t: Target, python: str, channel: str, rest: list[str]) -> list[str]:
-    cands = _fitting(_fetch_all(torch_source(t, channel, rest), "torch"), t, python)
-    return sorted({c.version.public for c in cands}, key=Version)
-
-
-def _pick_companion(out, name: str, python: str, channel: str, rest: list[str]) -> None:
-    from envkit.install.resolve import select_companion
-
-    per = {}
-    for t, picked in out.items():
-        cands = _fetch_all(torch_source(t, channel, rest), name)
-        torch = picked["torch"]
-        per[t] = [c for c in _fitting(cands, t, python)
-                  if select_companion([c], name, torch, frozenset(t.tags(python)), python) is not None]
-    common = None
-    for cands in per.values():
-        have = {c.version.public for c in cands}
-        common = have if common is None else common & have
-    if not common:
-        raise MissingBuild(f"no {name} released with torch {next(iter(out.values()))['torch'].version.public} exists "
-                           f"on every target's index ({', '.join(t.name for t, c in per.items() if not c) or 'versions differ'})",
-                           where="--with", fix=f"drop {name} from --with, or ask for another --torch")
-    public = max(common, key=Version)
-    for t in out:
-        out[t][name] = _best([c for c in per[t] if c.version.public == public], t, python)
 
 
 # ---- a wheel's metadata, read from the index --------------------------------------------------
 
-def wheel_requirements(cand: index.Candidate) -> list[str]:
+def wheel_requirements(cand: pages.Candidate) -> list[str]:
     """The Requires-Dist lines of a wheel: its PEP 658 METADATA file where the index offers one,
     else the METADATA inside the wheel (a local file, or the download kept in envkit's cache)."""
     from email.parser import Parser
@@ -181,16 +42,16 @@ def _get_text(url: str) -> str | None:
     import requests
 
     try:
-        resp = requests.get(url, timeout=index.timeouts())
+        resp = requests.get(url, timeout=pages.timeouts())
     except requests.exceptions.RequestException:
         return None
     return resp.text if resp.status_code == 200 else None
 
 
-def _metadata_from_wheel(cand: index.Candidate) -> str:
+def _metadata_from_wheel(cand: pages.Candidate) -> str:
     import zipfile
 
-    from envkit.install.execute import fetch_wheel
+    from envkit.install.act.execute import fetch_wheel
 
     path = Path(_local_path(cand.url)) if cand.url.startswith("file://") else fetch_wheel(cand.url, cand.filename, cand.sha256)
     with zipfile.ZipFile(path) as zf:
@@ -228,7 +89,7 @@ def applicable(requirements: list[str], env: dict[str, str], skip: tuple[str, ..
 # ---- the rest: uv resolves for the target's platform -------------------------------------------
 
 def uv_binary() -> str:
-    from envkit.install.execute import which_uv
+    from envkit.install.act.execute import which_uv
 
     found = which_uv()
     if found:
@@ -297,7 +158,7 @@ def uv_compile(requirements: list[str], target: Target, python: str, rest: list[
 
 
 def _index_args(rest: list[str], find_links: list[str], extra_index: str | None) -> list[str]:
-    from envkit.install.plan import index_args
+    from envkit.install.act.plan import index_args
 
     args = index_args(rest[0])
     for url in rest[1:]:
@@ -319,7 +180,7 @@ def _index_of(name: str, filename: str, indexes: list[str], cache: dict) -> str:
         key = (src, name)
         if key not in cache:
             try:
-                cache[key] = {c.filename for c in index.fetch(src, name)}
+                cache[key] = {c.filename for c in pages.fetch(src, name)}
             except EnvkitError:
                 cache[key] = set()
         if filename in cache[key]:
@@ -336,7 +197,7 @@ def size_of(url: str) -> int | None:
     import requests
 
     try:
-        resp = requests.head(url, timeout=index.timeouts(), allow_redirects=True)
+        resp = requests.head(url, timeout=pages.timeouts(), allow_redirects=True)
     except requests.exceptions.RequestException:
         return None
     length = resp.headers.get("Content-Length")
@@ -345,7 +206,7 @@ def size_of(url: str) -> int | None:
 
 # ---- one target, whole ---------------------------------------------------------------------------
 
-def resolve_target(target: Target, family: dict[str, index.Candidate], python: str, channel: str, rest: list[str],
+def resolve_target(target: Target, family: dict[str, pages.Candidate], python: str, channel: str, rest: list[str],
                    find_links: list[str], extras: list[str]) -> TargetLock:
     env = target.marker_environment(python)
     reqs: list[str] = []

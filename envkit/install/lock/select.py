@@ -1,6 +1,6 @@
-"""Read a pylock.toml and select this machine's part of it: which target (and so which dependency
-group) the machine is, then `packaging.pylock.Pylock.select` for the interpreter it installs into.
-Nothing is resolved: the lock says every file.
+"""This machine's part of a lock: which target (and so which dependency group) the machine is,
+then `packaging.pylock.Pylock.select` for the interpreter it installs into. Nothing is resolved:
+the lock says every file. A lock of one machine (envkit.lock) is that machine's set as a whole.
 
 A lock written by envkit says its targets in [tool.envkit.targets]; a lock written by another
 tool (uv, pdm) is selected with its default groups."""
@@ -8,71 +8,29 @@ tool (uv, pdm) is selected with its default groups."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.install.targets import platform_of_machine
-
-FIX_CORRUPT = "write it again with `envkit lock`, or restore it from version control"
-
+from envkit.install.lock.model import Pick
+from envkit.install.lock.read import LockFile, require_pylock
+from envkit.install.lock.targets import platform_of_machine
 
 @dataclass
 class Selection:
     target: str  # the lock's target name ("linux-x86_64-cpu"), or "default groups" for a foreign lock
     group: str | None
     device: str  # what the verification checks: mps, cuda, cpu-only, cpu
-    items: list = field(default_factory=list)  # [(packaging.pylock.Package, PackageWheel)]
-    notes: list[str] = field(default_factory=list)
+    picks: list[Pick] = field(default_factory=list)
 
     @property
     def versions(self) -> dict[str, str]:
-        return {str(p.name): str(p.version) for p, _ in self.items}
+        return {p.name: p.version for p in self.picks}
 
 
-def is_pylock(path: Path) -> bool:
-    """PEP 751's file names: pylock.toml, pylock.NAME.toml."""
-    import re
-
-    return path.name == "pylock.toml" or bool(re.fullmatch(r"pylock\.[^.]+\.toml", path.name))
-
-
-def require_pylock(where: str) -> None:
-    """packaging.pylock (26.1+: Pylock.select) or one line saying how to get it."""
-    try:
-        from packaging.pylock import Pylock
-
-        Pylock.select  # noqa: B018 (26.0 has the module without select)
-    except (ImportError, AttributeError):
-        raise EnvkitError("pylock.toml support needs packaging 26.1 or newer", where=where,
-                          fix="pip install 'envkit[lock]' (or pip install -U packaging)")
-
-
-def read(path: Path):
-    """(Pylock, the TOML as a dict). Every problem is one line naming the file."""
-    require_pylock(str(path))
-    from packaging.pylock import Pylock, PylockValidationError
-
-    from envkit.install.lockfile import read_lock_toml
-
-    where = str(path)
-    data = read_lock_toml(path, "envkit lock", FIX_CORRUPT)
-    try:
-        return Pylock.from_dict(data), data
-    except PylockValidationError as exc:
-        raise EnvkitError(f"not a valid PEP 751 lock: {exc}", where=where, fix=FIX_CORRUPT)
-
-
-def envkit_targets(data: dict) -> dict[str, dict]:
-    targets = ((data.get("tool") or {}).get("envkit") or {}).get("targets") or {}
-    return {k: v for k, v in targets.items() if isinstance(v, dict)}
-
-
-def machine_target(data: dict, facts, where: str) -> tuple[str, dict]:
+def machine_target(targets: dict[str, dict], facts, where: str) -> tuple[str, dict]:
     """(target name, its [tool.envkit.targets] table) for this machine, or one line saying why
     the lock has none, naming the targets it has."""
     from envkit.checks import gates
 
-    targets = envkit_targets(data)
     platform = platform_of_machine(facts.os.system or "", facts.python.machine or "")
     mine = {n: t for n, t in targets.items() if t.get("platform") == platform}
     has = ", ".join(targets) or "none"
@@ -113,19 +71,20 @@ def marker_environment(python_version: str, implementation: str, machine: str) -
     return env
 
 
-def select(pylock, data: dict, facts, where: str, python_version: str, implementation: str, machine: str,
-           tags: list[str]) -> Selection:
-    """This machine's packages and wheels, exactly as the lock names them."""
+def select(lock: LockFile, facts, python_version: str, implementation: str, machine: str, tags: list[str]) -> Selection:
+    """This machine's packages and wheels in a lock of many machines, exactly as the lock names them."""
     from packaging.pylock import PylockSelectError
     from packaging.tags import parse_tag
 
+    require_pylock(str(lock.path))
+    where, pylock = str(lock.path), lock.pylock()
     env = marker_environment(python_version, implementation, machine)
     if pylock.requires_python and not pylock.requires_python.contains(python_version, prereleases=True):
         raise EnvkitError(f"the lock is for Python {pylock.requires_python} and this environment runs Python {python_version}",
                           where=where, fix="install with that Python (--python), or lock this one: envkit lock --python "
                                            + ".".join(python_version.split(".")[:2]))
-    if envkit_targets(data):
-        name, info = machine_target(data, facts, where)
+    if lock.targets:
+        name, info = machine_target(lock.targets, facts, where)
         group = info.get("group")
         groups = [group] if group else []
         device = {"cuda": "cuda", "mps": "mps"}.get(info.get("device", ""), "cpu")
@@ -137,16 +96,54 @@ def select(pylock, data: dict, facts, where: str, python_version: str, implement
     try:
         items = list(pylock.select(environment=env, tags=tag_objs, dependency_groups=groups))
     except PylockSelectError as exc:
-        targets = ", ".join(envkit_targets(data)) or "its default groups"
+        targets = ", ".join(lock.targets) or "its default groups"
         raise EnvkitError(f"the lock has nothing that installs here ({exc}); it has {targets}", where=where,
                           fix="lock this machine too: envkit lock --target this --target ...")
+    picks = []
     for p, dist in items:
         if not hasattr(dist, "filename") or dist.__class__.__name__ != "PackageWheel":
             raise EnvkitError(f"{p.name} is locked as a {dist.__class__.__name__.removeprefix('Package').lower()}, "
                               "not a wheel: envkit installs wheels only", where=where, fix="lock it again with `envkit lock`")
         if not (dist.hashes or {}).get("sha256"):
             raise EnvkitError(f"{dist.filename} has no sha256 in the lock", where=where, fix="lock it again with `envkit lock`")
-    if not any(str(p.name) == "torch" for p, _ in items):
+        picks.append(Pick(name=str(p.name), version=str(p.version), sha256=dist.hashes["sha256"], url=dist.url,
+                          path=dist.path, size=dist.size, filename=dist.filename, index=p.index))
+    if not any(p.name == "torch" for p in picks):
         raise EnvkitError(f"the lock selects no torch for this machine (target {name})", where=where,
                           fix="lock this machine too: envkit lock --target this --target ...")
-    return Selection(target=name, group=group, device=device, items=items)
+    return Selection(target=name, group=group, device=device, picks=picks)
+
+
+def select_single(lock: LockFile, device: str) -> Selection:
+    """A lock of one machine: all of it (its platform was compared with this machine's first).
+    The verification expects a CPU-only build where the lock holds one (+cpu)."""
+    from envkit.install.lock.single import target_of
+
+    picks = lock.picks()
+    torch = next((p.version for p in picks if p.name == "torch"), "")
+    if lock.platform.get("backend") == "cpu" and "+cpu" in torch:
+        device = "cpu-only"
+    return Selection(target=next(iter(lock.targets), None) or target_of(lock.platform)[0], group=None, device=device,
+                     picks=picks)
+
+
+def _interpreter(facts, python: str | None, replay: bool) -> tuple[str, str, str, list[str]]:
+    """(version, implementation, machine, tags) of the interpreter installed into: probed, or
+    computed from a replayed machine's facts."""
+    from envkit.install.act import interp
+
+    if replay or not python:
+        py = facts.python
+        version = py.version or "3.11.0"
+        tags = interp.computed_tags(version, py.implementation or "cpython", facts.os.system or "Linux", py.machine or "x86_64",
+                                    macos=facts.os.version)
+        return version, py.implementation or "cpython", py.machine or "", tags
+    found = interp.probe(python, dists=False)
+    return found.version, found.implementation, found.machine, found.tags
+
+
+def select_here(lock: LockFile, facts, python: str | None, replay: bool = False) -> Selection:
+    """A lock of many machines: this machine's part, for the interpreter `python` (None, or a
+    replayed machine: the facts' Python)."""
+    version, impl, machine, tags = _interpreter(facts, python, replay)
+    return select(lock, facts, version, impl, machine, tags)

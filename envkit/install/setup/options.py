@@ -65,7 +65,7 @@ def venv_path(opt: str | None, root: Path) -> Path:
     elif opt:
         path = Path(opt).expanduser()
     else:
-        from envkit.install.managed import find_managed
+        from envkit.install.setup.managed import find_managed
 
         m = find_managed(Path.cwd())
         path = m.venv if m is not None and m.root.resolve() == root.resolve() else root / "venv"
@@ -83,7 +83,7 @@ def venv_python_of(venv: Path) -> str:
 
 
 def pick_installer(choice: str, replay: bool = False) -> str:
-    from envkit.install.execute import which_uv
+    from envkit.install.act.execute import which_uv
 
     if choice == "uv" and not which_uv():
         raise EnvkitError("--installer uv, but uv is neither on PATH nor beside envkit's Python",

@@ -1,5 +1,6 @@
-"""The TARGET interpreter (the venv being set up, not envkit's own): its wheel tags and its
-installed distributions, read by a stdlib-only script run inside it."""
+"""The Interpreter envkit installs into (the venv being set up, not envkit's own): its wheel tags
+and its installed distributions, read by a stdlib-only script run inside it. (A lock's machine
+kinds are lock/targets.py's Target: a platform and a build, not an interpreter.)"""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass, field
 
 from envkit.errors import EnvkitError
 
-# Runs inside the target interpreter; it may have neither packaging nor pip.
+# Runs inside the interpreter installed into; it may have neither packaging nor pip.
 _PROBE = r"""
 import json, os, platform, sys, sysconfig
 out = {"version": platform.python_version(), "implementation": sys.implementation.name,
@@ -60,7 +61,7 @@ BOOTSTRAP = frozenset({"pip", "setuptools", "wheel", "distribute"})
 
 
 @dataclass
-class Target:
+class Interpreter:
     """What envkit knows about the interpreter it installs into."""
 
     python: str
@@ -83,7 +84,7 @@ class Target:
         return frozenset(self.tags)
 
 
-def probe(python: str, *, dists: bool = True, timeout: float = 60) -> Target:
+def probe(python: str, *, dists: bool = True, timeout: float = 60) -> Interpreter:
     argv = [python, "-I", "-c", _PROBE] + (["--dists"] if dists else [])
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
@@ -98,7 +99,7 @@ def probe(python: str, *, dists: bool = True, timeout: float = 60) -> Target:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise EnvkitError(f"cannot examine the Python interpreter {python}: {last}")
     data = json.loads(line[len("ENVKIT_PROBE "):])
-    t = Target(python=python, version=data["version"], implementation=data["implementation"], machine=data["machine"],
+    t = Interpreter(python=python, version=data["version"], implementation=data["implementation"], machine=data["machine"],
                platform=data["platform"], dists=data.get("dists") or {}, in_venv=bool(data.get("in_venv")),
                prefix=data.get("prefix") or "")
     if data.get("tags"):

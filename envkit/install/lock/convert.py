@@ -1,15 +1,16 @@
-"""`envkit lock --from envkit.lock`: an envkit.lock (one platform, written by `envkit setup`) as a
-pylock.toml with one target. The versions stay exactly as locked; each package's wheel is the
-URL and sha256 the lock recorded, or, where it recorded none, the wheel of that exact version on
-the lock's index (or --index-url) that fits the platform."""
+"""`envkit lock --from envkit.lock`: an envkit.lock (one machine, written by `envkit setup`; either
+format, read by read.py) as a pylock.toml with one target. The versions stay exactly as locked;
+each package's wheel is the one the lock recorded, or, where it recorded none, the wheel of that
+exact version on the lock's index (or --index-url) that fits the platform."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.install.pylock_resolve import Locked, TargetLock, Wheel, size_of
-from envkit.install.targets import Target, platform_of_machine
+from envkit.install.lock.model import Locked, TargetLock, Wheel
+from envkit.install.lock.resolve import size_of
+from envkit.install.lock.targets import Target, platform_of_machine
 
 
 def _target(lock, where: str) -> tuple[Target, str]:
@@ -25,13 +26,13 @@ def _target(lock, where: str) -> tuple[Target, str]:
 
 
 def _find(name: str, version: str, sources: list[str], target: Target, python: str):
-    from envkit.install import index
+    from envkit.install.index import pages
 
     tags = target.tags(python)
     order = {t: i for i, t in enumerate(tags)}
     for src in sources:
         try:
-            cands = index.fetch(src, name)
+            cands = pages.fetch(src, name)
         except EnvkitError:
             continue
         fit = [c for c in cands if str(c.version) == version and c.fits(frozenset(tags), python) and c.sha256]
@@ -43,38 +44,42 @@ def _find(name: str, version: str, sources: list[str], target: Target, python: s
 def convert(path: Path, output: Path, more_indexes: list[str], say) -> tuple[bool, dict[str, dict]]:
     """(written, {target: {torch, group, packages}})."""
     from envkit import __version__
-    from envkit.install import lockfile, pylock_write
+    from envkit.install.lock import grouping
+    from envkit.install.lock.read import read
 
-    lock = lockfile.read(path)
+    lock = read(path)
     where = str(path)
+    if not lock.single:
+        raise EnvkitError("is not an envkit.lock (a lock of one machine, written by `envkit setup`)", where=where,
+                          fix="pass the envkit.lock that `envkit setup` wrote")
+    if lock.note:
+        say(lock.note, err=True)
     target, python = _target(lock, where)
     sources = lock.index_urls + list(more_indexes)
     tl = TargetLock(target=target, torch_index=(lock.index_urls or [""])[0])
     missing = []
-    for p in lock.packages:
-        name, version, url = lockfile.canon(p["name"]), p["version"], p.get("url") or ""
-        if url.endswith(".whl") and p.get("sha256"):
-            from urllib.parse import unquote, urlsplit
-
-            filename = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
-            src = next((s for s in lock.index_urls), "")
-            tl.packages[name] = Locked(name, version, src, Wheel(url, p["sha256"], size_of(url), filename))
+    for p in lock.picks():
+        if p.url and p.sha256:
+            tl.packages[p.name] = Locked(p.name, p.version, next(iter(lock.index_urls), ""),
+                                         Wheel(p.url, p.sha256, p.size or size_of(p.url), p.filename))
             continue
-        src, cand = _find(name, version, sources, target, python)
+        src, cand = _find(p.name, p.version, sources, target, python)
         if cand is None:
-            missing.append(f"{name} {version}")
+            missing.append(f"{p.name} {p.version}")
             continue
-        tl.packages[name] = Locked(name, version, src, Wheel(cand.url, cand.sha256, cand.size or size_of(cand.url), cand.filename))
+        tl.packages[p.name] = Locked(p.name, p.version, src, Wheel(cand.url, cand.sha256, cand.size or size_of(cand.url),
+                                                                   cand.filename))
     if missing:
         raise EnvkitError(f"the lock records no wheel URL and sha256 for {', '.join(missing)}, and no index has them",
                           where=where, fix="pass --index-url with an index that has them, or lock anew with `envkit lock`")
     tl.how = (f"converted from {path.name} (envkit setup on {lock.platform.get('chip') or lock.platform.get('os') or target.platform}"
               f", profile {lock.profile.get('name', '?')}); versions as locked, nothing resolved")
-    doc = pylock_write.build_pylock([tl], python=python, request=str(lock.source.get("torch", "")),
-                                    channel=str(lock.source.get("channel", "stable")), envkit_version=__version__,
-                                    rest_indexes=lock.index_urls)
-    doc["tool"]["envkit"]["targets"][target.name]["profile"] = lock.profile.get("name") or doc["tool"]["envkit"]["targets"][target.name]["profile"]
-    written = pylock_write.write(output, doc)
+    doc = grouping.build_pylock([tl], python=python, request=str(lock.source.get("torch", "")),
+                                channel=str(lock.source.get("channel", "stable")), envkit_version=__version__,
+                                rest_indexes=lock.index_urls)
+    info = doc["tool"]["envkit"]["targets"][target.name]
+    info["profile"] = lock.profile.get("name") or info["profile"]
+    written = grouping.write(output, doc)
     say(f"converted {path} ({len(tl.packages)} packages, {target.name})", err=True)
     return written, {target.name: {"torch": tl.torch, "group": None,
                                    "packages": {n: p.version for n, p in sorted(tl.packages.items())}}}

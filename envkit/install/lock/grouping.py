@@ -1,4 +1,4 @@
-"""Write the targets' closures as one PEP 751 pylock.toml.
+"""The targets' closures as one PEP 751 pylock.toml.
 
 Every [[packages]] entry has a marker, and the markers of entries with the same name are
 disjoint: each target's marker is its platform (sys_platform, platform_machine) and, where a
@@ -15,15 +15,11 @@ resolved; `envkit setup --lock` reads it to pick the group for the machine it ru
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from envkit.errors import EnvkitError
-from envkit.fsutil import atomic_write_text
-from envkit.install.pylock_resolve import TargetLock
-from envkit.install.targets import PROFILE_OF_DEVICE, Target, min_driver
+from envkit.install.lock.model import TargetLock
+from envkit.install.lock.targets import PROFILE_OF_DEVICE, Target, min_driver
 from envkit.redact import redact, strip_userinfo
 
 
@@ -150,78 +146,13 @@ def _target_info(tl: TargetLock, grouping: Grouping) -> dict:
     return info
 
 
-# ---- TOML: a small writer for exactly this shape (tomllib reads it back) -----------------------
-
-def _v(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{_k(k)} = {_v(v)}" for k, v in value.items()) + " }"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_v(v) for v in value) + "]"
-    return json.dumps(str(value), ensure_ascii=False)  # a JSON string is a TOML basic string
-
-
-def _k(key: str) -> str:
-    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
-
-
-def _table(prefix: str, d: dict, lines: list[str]) -> None:
-    scalars = {k: v for k, v in d.items() if not isinstance(v, dict)}
-    if scalars or not d:
-        lines.append(f"[{prefix}]")
-        lines += [f"{_k(k)} = {_v(v)}" for k, v in scalars.items()]
-        lines.append("")
-    for k, v in d.items():
-        if isinstance(v, dict):
-            _table(f"{prefix}.{_k(k)}", v, lines)
-
-
-def dumps(doc: dict) -> str:
-    lines = ["# pylock.toml (PEP 751), written by `envkit lock`: one lock for every target below.",
-             "#   envkit setup --lock pylock.toml              installs this machine's part (its build's group)",
-             "#   uv pip install -r pylock.toml [--group cu130]   pip install -r pylock.toml (pip 26.1+)", ""]
-    for k, v in doc.items():
-        if k not in ("packages", "tool"):
-            lines.append(f"{_k(k)} = {_v(v)}")
-    lines.append("")
-    for p in doc["packages"]:
-        lines.append("[[packages]]")
-        for k, v in p.items():
-            if k == "wheels":
-                lines.append("wheels = [")
-                lines += [f"  {_v(w)}," for w in v]
-                lines.append("]")
-            else:
-                lines.append(f"{_k(k)} = {_v(v)}")
-        lines.append("")
-    for k, v in (doc.get("tool") or {}).items():
-        _table(f"tool.{_k(k)}", v, lines)
-    return "\n".join(lines).rstrip() + "\n"
-
-
-def validate(text: str, where: str) -> None:
-    """packaging.pylock's own validation (an envkit bug if it fails: say so plainly)."""
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        import tomli as tomllib
-    from packaging.pylock import Pylock, PylockValidationError
-
-    try:
-        Pylock.from_dict(tomllib.loads(text))
-    except (PylockValidationError, tomllib.TOMLDecodeError) as exc:
-        raise EnvkitError(f"the lock envkit made is not valid PEP 751 ({exc}); nothing was written", where=where,
-                          fix="report this as an envkit bug")
+HEADER = ["pylock.toml (PEP 751), written by `envkit lock`: one lock for every target below.",
+          "  envkit setup --lock pylock.toml              installs this machine's part (its build's group)",
+          "  uv pip install -r pylock.toml [--group cu130]   pip install -r pylock.toml (pip 26.1+)"]
 
 
 def write(path: Path, doc: dict) -> bool:
-    """Atomically; False (nothing touched) when the file already says the same."""
-    text = dumps(doc)
-    validate(text, str(path))
-    if path.is_file() and path.read_text(errors="replace") == text:
-        return False
-    atomic_write_text(path, text)
-    return True
+    """Atomically, by the one TOML writer; False (nothing touched) when the file already says the same."""
+    from envkit.install.lock import toml
+
+    return toml.write(path, doc, HEADER)

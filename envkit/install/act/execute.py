@@ -87,9 +87,13 @@ def fetch_wheel(url: str, filename: str, sha256: str | None) -> Path:
         else:
             import requests
 
-            from envkit.install.index import timeouts
+            from envkit.install.index.pages import timeouts
 
             with requests.get(url, stream=True, timeout=timeouts()) as resp:
+                if resp.status_code in (401, 403):  # a private index: the credential rule is lock/credentials.py
+                    raise EnvkitError(f"{url} answered HTTP {resp.status_code}: the index wants a user and password",
+                                      fix="put them into the index's URL in PIP_INDEX_URL (or ENVKIT_INDEX_URL, UV_INDEX_URL), "
+                                          "https://USER:PASSWORD@host/path-of-the-index, used for that index only; or into ~/.netrc")
                 resp.raise_for_status()
                 with open(tmp, "wb") as fh:
                     for chunk in resp.iter_content(1 << 20):

@@ -1,4 +1,4 @@
-"""Resolve a request to exact wheels by reading the index (index.py): pick the newest stable,
+"""Resolve a request to exact wheels by reading the index (index/pages.py): pick the newest stable,
 nightly, release candidate or specifier match among the wheels whose tags fit the target."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from packaging.version import Version
 
 from envkit.checks import gates
 from envkit.errors import EnvkitError
-from envkit.install import index
-from envkit.install.variants import Choice, Request
+from envkit.install.index import pages, pip_config
+from envkit.install.choice.model import Choice, Request
 
 
 class NoMatchingTorch(EnvkitError):
@@ -19,9 +19,9 @@ class NoMatchingTorch(EnvkitError):
 
 @dataclass
 class Resolved:
-    torch: index.Candidate
-    companions: dict[str, index.Candidate] = field(default_factory=dict)
-    extras: dict[str, index.Candidate] = field(default_factory=dict)  # numpy: not paired, newest that fits
+    torch: pages.Candidate
+    companions: dict[str, pages.Candidate] = field(default_factory=dict)
+    extras: dict[str, pages.Candidate] = field(default_factory=dict)  # numpy: not paired, newest that fits
     index_url: str | None = None  # None: pip's configured sources (the offline fallback)
     sources: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -33,8 +33,8 @@ class Resolved:
         return out
 
 
-def select(cands: list[index.Candidate], request: Request, choice: Choice, tags: frozenset,
-           python_version: str) -> index.Candidate | None:
+def select(cands: list[pages.Candidate], request: Request, choice: Choice, tags: frozenset,
+           python_version: str) -> pages.Candidate | None:
     """The newest torch wheel the request, the gates and the target's tags allow. Pure."""
     ok = [c for c in cands if not c.yanked and c.fits(tags, python_version) and request.admits(c.version)
           and (choice.local is None or c.version.local == choice.local)
@@ -51,8 +51,8 @@ def _build_label_fits(local: str | None, choice: Choice) -> bool:
     return local == choice.backend
 
 
-def select_companion(cands: list[index.Candidate], name: str, torch: index.Candidate, tags: frozenset,
-                     python_version: str) -> index.Candidate | None:
+def select_companion(cands: list[pages.Candidate], name: str, torch: pages.Candidate, tags: frozenset,
+                     python_version: str) -> pages.Candidate | None:
     """torchvision/torchaudio released with this torch: same major.minor pairing, same channel, same local label."""
     pair = (gates.paired_versions(str(torch.version)) or {}).get(name)
     tv = torch.version
@@ -70,7 +70,7 @@ def select_companion(cands: list[index.Candidate], name: str, torch: index.Candi
     return max(ok, key=lambda c: (c.version, _tag_rank(c, tags)), default=None)
 
 
-def select_extra(cands: list[index.Candidate], tags: frozenset, python_version: str) -> index.Candidate | None:
+def select_extra(cands: list[pages.Candidate], tags: frozenset, python_version: str) -> pages.Candidate | None:
     """A package installed beside torch but not released with it (numpy): the newest final release
     whose wheel fits the target. Pure."""
     ok = [c for c in cands if not c.yanked and not c.version.is_prerelease and c.version.local is None
@@ -85,7 +85,7 @@ def _add_extras(res: Resolved, extras: list[str], sources: list[str], tags: froz
         cands = []
         for src in sources:
             try:
-                cands.extend(index.fetch(src, name))
+                cands.extend(pages.fetch(src, name))
             except EnvkitError:
                 pass
         pick = select_extra(cands, tags, python_version)
@@ -96,7 +96,7 @@ def _add_extras(res: Resolved, extras: list[str], sources: list[str], tags: froz
             res.extras[name] = pick
 
 
-def _tag_rank(c: index.Candidate, tags: frozenset) -> int:
+def _tag_rank(c: pages.Candidate, tags: frozenset) -> int:
     return len(c.tags & tags)
 
 
@@ -115,7 +115,7 @@ def resolve(choice: Choice, request: Request, tags: frozenset, python_version: s
     user named no index, a stable/pinned request falls back to pip's own configured sources
     (find-links, mirrors, PyPI) with the same rules: on a CPU-only Linux box only a `+cpu` torch."""
     try:
-        cands = index.fetch(choice.index_url, "torch")
+        cands = pages.fetch(choice.index_url, "torch")
     except EnvkitError as exc:
         if explicit_index or choice.channel != "stable":
             raise
@@ -127,7 +127,7 @@ def resolve(choice: Choice, request: Request, tags: frozenset, python_version: s
                           fix="ask for another --torch, or point --index-url at an index that has it")
     res = Resolved(torch=pick, index_url=choice.index_url, sources=[choice.index_url])
     for name in companions:
-        comp = select_companion(index.fetch(choice.index_url, name), name, pick, tags, python_version)
+        comp = select_companion(pages.fetch(choice.index_url, name), name, pick, tags, python_version)
         if comp is None:
             raise EnvkitError(f"the index {choice.index_url} has no {name} released with torch {pick.version} for this Python",
                               fix=f"drop {name} from --with, or ask for another --torch")
@@ -147,14 +147,14 @@ def _want(request: Request, choice: Choice) -> str:
 
 def _fallback(choice, request, tags, python_version, companions, pip_python, err: EnvkitError,
               extras: list[str]) -> Resolved:
-    indexes, links = index.pip_sources(pip_python)
+    indexes, links = pip_config.pip_sources(pip_python)
     local_first = [s for s in links + indexes if "://" not in s or s.startswith("file://")]
     remote = [s for s in indexes if s not in local_first]
     for group in (local_first, remote):
         cands, used = [], []
         for src in group:
             try:
-                got = index.fetch(src, "torch")
+                got = pages.fetch(src, "torch")
             except EnvkitError:
                 continue
             if got:
@@ -168,7 +168,7 @@ def _fallback(choice, request, tags, python_version, companions, pip_python, err
             comp_cands = []
             for src in group:
                 try:
-                    comp_cands.extend(index.fetch(src, name))
+                    comp_cands.extend(pages.fetch(src, name))
                 except EnvkitError:
                     pass
             comp = select_companion(comp_cands, name, pick, tags, python_version)

@@ -1,8 +1,9 @@
-"""`envkit setup` as one function: facts -> profile -> build and index (variants.py) -> versions read
-off the index (resolve.py) -> plan (plan.py, shown before anything happens) -> install + verify with
-rollback (apply.py) -> lock, state, env scripts (outputs.py). The command
-(commands/setup.py) then runs the self-test and, with --tune, the tuner. All validation happens
-before the first write: bad input changes nothing.
+"""`envkit setup` as one function: facts -> profile -> build and index (choice/variants.py) ->
+versions read off the index (choice/resolve.py) -> plan (act/plan.py, shown before anything
+happens) -> install + verify with rollback (act/apply.py) -> lock, state, env scripts
+(outputs.py). With --lock and an existing lock, the lock is installed instead (lock/install.py).
+The command (commands/setup.py) then runs the self-test and, with --tune, the tuner. All
+validation happens before the first write: bad input changes nothing.
 
 The caller passes a `ui` with say(text, err=False), show_plan(plan_dict, as_json), show_json(obj),
 confirm(yes) and selftest_report(report): the command line renders, this module decides."""
@@ -15,14 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.install.apply import install_with_rollback, verify_device
-from envkit.install.from_lock import rebuild_from_lock
-from envkit.install.hashes import index_hashes
-from envkit.install.options import (DEFAULT_EXTRAS, SetupOptions, index_override, parse_with, pick_installer,
-                                    venv_path, venv_python_of)
+from envkit.install.act.apply import install_with_rollback, verify_device
+from envkit.install.lock.index_hashes import index_hashes
+from envkit.install.setup.options import (DEFAULT_EXTRAS, SetupOptions, index_override, parse_with, pick_installer,
+                                          venv_path, venv_python_of)
+from envkit.install.setup.outputs import write_outputs
 
 __all__ = ["Installed", "SetupOptions", "run_setup"]
-from envkit.install.outputs import write_outputs
 
 
 @dataclass(frozen=True)
@@ -37,8 +37,8 @@ def run_setup(opts: SetupOptions, ui) -> Installed | None:
     """Installs (or plans) and returns what was installed; None when nothing changed (a dry run,
     nothing to do). The self-test and `--tune` come after, composed by the command (install knows
     nothing of the later stages)."""
-    from envkit.install import lockfile
-    from envkit.install.variants import parse_request
+    from envkit.install.choice.model import parse_request
+    from envkit.install.lock.read import is_pylock, read
 
     # ---- validate everything before touching the disk -------------------------------------------
     say = ui.say
@@ -48,12 +48,9 @@ def run_setup(opts: SetupOptions, ui) -> Installed | None:
     no_numpy = not opts.numpy
     root = Path.cwd() / ".envkit"
     lock_path = Path(opts.lock or "envkit.lock")
-    from envkit.install.pylock_select import is_pylock
-
-    pylock = bool(opts.lock) and is_pylock(lock_path)  # PEP 751: installed from, never written by setup
-    lock_in = lockfile.read(lock_path) if opts.lock and lock_path.exists() and not pylock else None
-    if opts.lock and lock_path.exists() and lock_path.is_dir():
-        raise EnvkitError("is a folder, not a lock file", where=str(lock_path))
+    # --lock FILE installs FILE when it exists; a missing envkit.lock is written by this setup, a
+    # pylock.toml never is (`envkit lock` writes those)
+    lock_in = read(lock_path) if opts.lock and (lock_path.exists() or is_pylock(lock_path)) else None
     venv = venv_path(opts.venv, root)
     base_python = python_opt or sys.executable
     override, override_why = index_override(opts.index_url)
@@ -65,19 +62,15 @@ def run_setup(opts: SetupOptions, ui) -> Installed | None:
     asked_installer = opts.installer
     installer = pick_installer(opts.installer, replay=bool(replay))
 
-    if pylock:
-        from envkit.install.pylock_install import install_from_pylock
-
-        if install_from_pylock(lock_path, facts, profile, venv, base_python, dry_run, yes, as_json, root, ui, bool(replay)):
-            return Installed(venv_python_of(venv), profile, root)
-        return None
     if lock_in is not None:
-        if rebuild_from_lock(lock_in, lock_path, facts, profile, venv, base_python, dry_run, yes, as_json, root, ui):
+        from envkit.install.lock.install import install_from_lock
+
+        if install_from_lock(lock_in, facts, profile, venv, base_python, dry_run, yes, as_json, root, ui, bool(replay)):
             return Installed(venv_python_of(venv), profile, root)
         return None
 
-    from envkit.install import plan as planmod
-    from envkit.install.variants import choose
+    from envkit.install.act import plan as planmod
+    from envkit.install.choice.variants import choose
 
     choice = choose(facts, request, override, override_why, companions)
     venv_python = venv_python_of(venv)
@@ -89,7 +82,8 @@ def run_setup(opts: SetupOptions, ui) -> Installed | None:
         notes.append("planned for a recorded machine without reading the index: the version is resolved when it runs there "
                      "(pass --index-url to resolve against a mirror)")
     else:
-        from envkit.install import interp, resolve
+        from envkit.install.act import interp
+        from envkit.install.choice import resolve
 
         if replay:
             py = facts.python
@@ -98,9 +92,9 @@ def run_setup(opts: SetupOptions, ui) -> Installed | None:
             pyver = py.version or "3.11"
             installed = {k: v for k, v in facts.packages.items() if v}
         else:
-            target = interp.probe(venv_python if not create else base_python, dists=not create)
-            tags, pyver = target.tags, target.version
-            installed = target.installed if not create else {}
+            python_here = interp.probe(venv_python if not create else base_python, dists=not create)
+            tags, pyver = python_here.tags, python_here.version
+            installed = python_here.installed if not create else {}
         missing: dict[str, str] = {}
         while True:  # the table says a build exists; its index page may disagree (a build withdrawn, a late release)
             try:
@@ -138,7 +132,7 @@ def run_setup(opts: SetupOptions, ui) -> Installed | None:
         return None
     ui.confirm(yes)
 
-    from envkit.install import execute
+    from envkit.install.act import execute
 
     wheels, cached = {}, {}
     for name, cand in ([("torch", resolved.torch)] + list(resolved.companions.items())):
@@ -167,6 +161,8 @@ class _Profile:
 
 
 def load_setup_profile(name: str, facts, lock, say) -> _Profile:
+    """--profile, else the one an envkit.lock was made with, else the one recommended here."""
+    lock = lock if lock is not None and lock.single else None  # a pylock.toml names no profile of its own
     if lock is not None and name == "auto" and lock.profile.get("name"):
         name = lock.profile["name"]
     if name == "auto":

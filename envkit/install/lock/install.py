@@ -1,0 +1,147 @@
+"""`envkit setup --lock FILE`: install a lock exactly, the same way for both formats. An envkit.lock
+(one machine) must have been made on a machine like this one; of a pylock.toml, this machine's
+part is taken (select.py). Every wheel is downloaded into envkit's cache and checked against the
+lock's size and sha256 before anything is installed (fetch.py); pip then installs those files
+with --no-deps (nothing is resolved anew) and --require-hashes, with rollback, and the step after
+removes what the lock does not hold and checks that the environment is exactly the lock."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from envkit.errors import EnvkitError
+from envkit.install.lock.drift import compare, installed_versions
+from envkit.install.lock.read import LockFile
+from envkit.install.setup.options import venv_python_of
+from envkit.redact import strip_userinfo
+
+TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
+
+
+def selection_here(lock: LockFile, facts, python: str | None, replay: bool):
+    """What this machine installs of the lock: a lock of one machine whole, once its platform is
+    this one's (else one line naming the differences); of a lock of many, this machine's part."""
+    from envkit.install.lock.machine import machine_device, platform_differences, platform_of
+    from envkit.install.lock.select import select_here, select_single
+
+    if not lock.single:
+        return select_here(lock, facts, python, replay)
+    device = machine_device(facts)
+    diffs = platform_differences(lock.platform, platform_of(facts, device=device))
+    if diffs:
+        raise EnvkitError(f"the lock was made on another platform: {'; '.join(diffs)}", where=str(lock.path),
+                          fix="run `envkit setup` without --lock on this machine to make its own lock")
+    return select_single(lock, device)
+
+
+def install_command(venv_python: str, sel, lock: LockFile) -> tuple[list[str], bool]:
+    """pip's command (the requirements file follows it) and whether every package has a sha256.
+    Packages pinned by version only are found on the lock's indexes (pip's own sources when it
+    names none); without them pip reads no index at all."""
+    from envkit.install.act.execute import wheel_cache
+    from envkit.install.act.plan import index_args
+    from envkit.install.lock.credentials import with_credentials
+
+    hashed = all(p.sha256 for p in sel.picks)
+    cmd = [venv_python, "-m", "pip", "install", "--no-deps"] + (["--require-hashes"] if hashed else [])
+    if all(p.has_file for p in sel.picks):
+        return cmd + ["--no-index"], hashed
+    for url in lock.index_urls:
+        cmd += index_args(with_credentials(url))
+    if any(p.cached for p in sel.picks) and wheel_cache().is_dir():
+        cmd += ["--find-links", str(wheel_cache())]
+    return cmd, hashed
+
+
+def requirements(sel, paths: list[Path], hashed: bool) -> str:
+    """The checked files and the versions-only pins, each with its sha256 where all have one."""
+    files = iter(paths)
+    lines = []
+    for p in sel.picks:
+        line = str(next(files)) if p.has_file else f"{p.name}=={p.version}"
+        lines.append(line + (f" --hash=sha256:{p.sha256}" if hashed else ""))
+    return "\n".join(lines) + "\n"
+
+
+def install_from_lock(lock: LockFile, facts, profile, venv: Path, base_python: str, dry_run: bool, yes: bool,
+                      as_json: bool, root: Path, ui, replay: bool = False) -> bool:
+    """Install this machine's part of the lock into the venv. True when the environment changed."""
+    from envkit.install.act.apply import install_with_rollback
+    from envkit.install.act.plan import venv_command
+    from envkit.install.lock.fetch import fetch_verified
+
+    venv_python = venv_python_of(venv)
+    create = not Path(venv_python).exists()
+    sel = selection_here(lock, facts, None if replay else (base_python if create else venv_python), replay)
+    say = ui.say
+    if lock.note:
+        say(lock.note, err=True)
+    installed = {} if create or replay else installed_versions(venv_python)
+    drift = compare(sel.versions, installed)
+    extras = sorted(drift["added"])
+    cmd, hashed = install_command(venv_python, sel, lock)
+    plan = {"from_lock": str(lock.path), "target": sel.target, "group": sel.group, "venv": str(venv), "create_venv": create,
+            "profile": profile.name, "versions": sel.versions, "packages": len(sel.picks), "hashes_enforced": hashed,
+            "changes": drift["lines"], "nothing_to_do": not create and not drift["changed"],
+            "wheels": [{"name": p.name, "url": strip_userinfo(p.url or p.path or ""), "size": p.size, "sha256": p.sha256}
+                       for p in sel.picks if p.has_file],
+            "commands": ([" ".join(venv_command("pip", base_python, str(venv)))] if create else [])
+            + [" ".join(cmd + ["-r", "<the locked wheels, checked>"])]
+            + ([f"{venv_python} -m pip uninstall -y {' '.join(extras)}"] if extras else [])}
+    if as_json:
+        ui.show_json(plan)
+    else:
+        say(f"install from {lock.path}: target {sel.target}" + (f" (group {sel.group})" if sel.group else "")
+            + f", {len(sel.picks)} packages into {venv}" + (" (new venv)" if create else "")
+            + (", sha256 enforced" if hashed else ", no hashes (some packages lack one)"))
+        for name, version in sel.versions.items():
+            say(f"  {name} {version}")
+        for line in drift["lines"]:
+            say(f"  change: {line}")
+        for c in plan["commands"]:
+            say(f"  $ {c}")
+    if plan["nothing_to_do"]:
+        say(f"nothing to change: {venv} matches {lock.path}", err=as_json)
+        return False
+    if dry_run:
+        return False
+    ui.confirm(yes)
+    paths = fetch_verified([p for p in sel.picks if p.has_file], lock.index_urls, sel.target, say)
+    want = {k: v for k, v in sel.versions.items() if k in TORCH_FAMILY}
+    with tempfile.TemporaryDirectory(prefix="envkit-lock-") as tmp:
+        req_file = Path(tmp) / "requirements.txt"
+        req_file.write_text(requirements(sel, paths, hashed))
+        install_with_rollback(venv, venv_python, base_python, "pip", create, cmd + ["-r", str(req_file)], want, sel.device,
+                              say, after=leave_only_locked(venv_python, extras, sel.versions))
+    _write_state(root, profile, venv, venv_python, lock, sel.versions.get("torch"), say)
+    return True
+
+
+def leave_only_locked(venv_python: str, extras: list[str], locked: dict[str, str]) -> Callable[[], None]:
+    """The step after the install: remove what the lock does not hold, then check that the
+    environment is exactly the lock; a difference fails the install (rolled back)."""
+    from envkit.install.act import execute
+
+    def after() -> None:
+        if extras:
+            execute.run_step([venv_python, "-m", "pip", "uninstall", "-y", *extras], "removing packages not in the lock")
+        left = compare(locked, installed_versions(venv_python))
+        if left["changed"]:
+            raise execute.StepFailed("the environment still differs from the lock: " + "; ".join(left["lines"]))
+
+    return after
+
+
+def _write_state(root: Path, profile, venv: Path, venv_python: str, lock: LockFile, torch: str | None, say) -> None:
+    from envkit.install.setup.managed import write_state
+
+    write_state(root, profile=profile.name, venv=str(venv), python=venv_python, lock=str(lock.path.resolve()), torch=torch)
+    if profile.obj is not None:
+        from envkit.profiles.envscripts import write_env_scripts
+
+        try:
+            write_env_scripts(root, profile.obj, venv, False)
+        except EnvkitError as exc:
+            say(f"note: env scripts not rewritten: {exc.one_line()}", err=True)

@@ -1,0 +1,41 @@
+"""The machine an envkit.lock was made on ([tool.envkit.platform]: OS, architecture, Python,
+accelerator), and what would stop the lock from rebuilding on another one."""
+
+from __future__ import annotations
+
+PLATFORM_KEYS = (("system", "OS"), ("arch", "architecture"), ("python_minor", "Python"),
+                 ("implementation", "Python implementation"), ("device", "accelerator"))
+
+
+def platform_of(facts, device: str | None = None, backend: str | None = None) -> dict:
+    other = list(getattr(facts, "other_gpus", None) or [])  # AMD/Intel GPUs (facts from before them have none)
+    if device == "cuda" and not facts.gpus and any(g.vendor == "amd" for g in other):
+        device = "rocm"  # torch calls a ROCm GPU "cuda", but a ROCm lock cannot rebuild on an NVIDIA box
+    py = facts.python.version or ""
+    d = {"system": facts.os.system, "os": facts.os.name, "os_version": facts.os.version, "arch": facts.python.machine,
+         "python": py, "python_minor": ".".join(py.split(".")[:2]) if py else None,
+         "implementation": (facts.python.implementation or "").lower() or None, "chip": facts.chip.name,
+         "gpus": [g.name for g in list(facts.gpus) + other] or None, "driver": facts.gpus[0].driver if facts.gpus else None,
+         "device": device, "backend": backend}
+    return {k: v for k, v in d.items() if v is not None}
+
+
+def platform_differences(lock_platform: dict, here: dict) -> list[str]:
+    out = []
+    for key, label in PLATFORM_KEYS:
+        a, b = lock_platform.get(key), here.get(key)
+        if a is not None and b is not None and str(a) != str(b):
+            out.append(f"{label} {a} in the lock, {b} here")
+    return out
+
+
+def machine_device(facts) -> str:
+    """The accelerator this machine installs for: mps, cuda (NVIDIA, or ROCm, which torch calls
+    cuda), xpu or cpu."""
+    from envkit.checks import accel
+
+    if facts.is_apple_silicon:
+        return "mps"
+    if facts.gpus or accel.rocm_usable(facts):
+        return "cuda"
+    return "xpu" if any(accel.xpu_supported(g) for g in facts.intel_gpus) else "cpu"

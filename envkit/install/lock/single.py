@@ -1,0 +1,95 @@
+"""envkit.lock's shape: a PEP 751 lock of one target, the machine `envkit setup` ran on. The same
+TOML as pylock.toml (toml.py writes both), with the machine, the profile, the sources and the
+profile's environment in [tool.envkit] (installers other than envkit ignore tool tables):
+
+    lock-version, environments (this platform), requires-python (this Python's X.Y), created-by
+    [[packages]]                 name, version, wheels = [{url, hashes = {sha256}}],
+                                 tool.envkit.cached (a nightly's file kept in envkit's cache)
+    [tool.envkit]                envkit (its version), versions-only
+    [tool.envkit.targets.NAME]   platform, build, device, marker, profile, torch, resolved
+    [tool.envkit.platform]       system, os, os_version, arch, python, implementation, chip, gpus,
+                                 driver, device, backend
+    [tool.envkit.profile]        name, sha256 of its resolved values
+    [tool.envkit.source]         torch request, channel, installer, index_urls ([] = pip's sources)
+    [tool.envkit.env]            the profile's environment (never names holding TOKEN, KEY, ...)
+
+A package whose wheel the installer did not report (already in a venv envkit did not fill) is
+pinned by version in `versions-only` (PEP 751 requires a file for every package): envkit installs
+those from the lock's indexes. No URL in the lock holds credentials (envkit/redact.py)."""
+
+from __future__ import annotations
+
+import re
+
+from envkit.redact import redact, safe_env, strip_userinfo
+
+HEADER = ["envkit.lock: written by `envkit setup`, a PEP 751 lock of this one machine. Rebuild this environment with",
+          "  envkit setup --lock envkit.lock     (same platform only)",
+          "and check an environment against it with `envkit check --lock envkit.lock`."]
+SYS_PLATFORM = {"Linux": "linux", "Darwin": "darwin", "Windows": "win32"}
+
+
+def canon(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def marker(platform: dict) -> str | None:
+    """The PEP 508 marker of the machine (its OS and the architecture Python reports)."""
+    sys_platform, machine = SYS_PLATFORM.get(str(platform.get("system"))), platform.get("arch")
+    return f"sys_platform == '{sys_platform}' and platform_machine == '{machine}'" if sys_platform and machine else None
+
+
+def target_of(platform: dict) -> tuple[str, str, str]:
+    """(name, platform, build) of the machine, named as `envkit lock` names its targets where it
+    has the platform (linux-x86_64-cpu, macos-arm64), else system-arch-build."""
+    from envkit.install.lock.targets import platform_of_machine
+
+    system, arch = str(platform.get("system") or "unknown"), str(platform.get("arch") or "unknown")
+    plat = platform_of_machine(system, arch) or f"{system.lower()}-{arch.lower()}"
+    if plat == "macos-arm64":
+        return plat, plat, "mps"
+    backend = str(platform.get("backend") or "")
+    build = backend if backend and backend != "pypi" else str(platform.get("device") or "cpu")
+    return f"{plat}-{build}", plat, build
+
+
+def _wheel_fits(name: str, version: str, url: str) -> bool:
+    """A URL whose file is a wheel of this very name and version (PEP 751 checks both)."""
+    from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+    from packaging.version import InvalidVersion, Version
+
+    from envkit.install.lock.model import wheel_filename
+
+    try:
+        wname, wversion, _, _ = parse_wheel_filename(wheel_filename(url))
+        return wname == canonicalize_name(name) and wversion == Version(version)
+    except (InvalidWheelFilename, InvalidVersion):
+        return False
+
+
+def doc(*, platform: dict, profile: dict, source: dict, env: dict[str, str], entries: list[dict], envkit_version: str) -> dict:
+    """The lock as a TOML-ready dict. `entries`: {name, version, sha256, url, cached} per package,
+    as the installer reported them (sha256 and url may be missing)."""
+    packages, versions_only = [], []
+    for e in sorted(entries, key=lambda e: canon(e["name"])):
+        name, version, url, sha = canon(e["name"]), str(e["version"]), strip_userinfo(e.get("url") or ""), e.get("sha256")
+        if sha and url and _wheel_fits(name, version, url):
+            p = {"name": name, "version": version, "wheels": [{"url": url, "hashes": {"sha256": sha}}]}
+            if e.get("cached"):
+                p["tool"] = {"envkit": {"cached": e["cached"]}}
+            packages.append(p)
+        else:  # no wheel recorded (or an sdist's hash): pip finds this version on the lock's indexes
+            versions_only.append({k: v for k, v in (("name", name), ("version", version), ("sha256", sha)) if v})
+    python = platform.get("python_minor")
+    torch = next((p["version"] for p in packages + versions_only if p["name"] == "torch"), None)
+    name, plat, build = target_of(platform)
+    target = {"platform": plat, "build": build, "device": platform.get("device"), "marker": marker(platform),
+              "profile": profile.get("name"), "torch": torch,
+              "resolved": "recorded by envkit setup: what the installer put into the environment"}
+    tool = {"envkit": envkit_version, "targets": {name: target}, "platform": redact(platform),
+            "profile": redact(profile), "source": redact(source), "env": safe_env(env)}
+    if versions_only:
+        tool["versions-only"] = versions_only
+    return {"lock-version": "1.0", "environments": [marker(platform)] if marker(platform) else None,
+            "requires-python": f"=={python}.*" if python else None, "created-by": "envkit", "packages": packages,
+            "tool": {"envkit": tool}}
