@@ -1,6 +1,6 @@
 """Doctor on recorded machines: the chip it detects, the verdicts, the profile, the exit code.
 
-Expectations come from the facts in ../shared/knowledge (chip tables, version gates), not from
+Expectations come from the facts in docs/knowledge/ (chip tables, version gates), not from
 running doctor: a regression in a parser or a gate changes what a user of that Mac would see.
 """
 

@@ -91,7 +91,7 @@ def test_every_shipped_setting_has_a_reason_and_a_source():
 
 
 def test_values_are_true():
-    """knowledge/mps.md wins over the seed folklore."""
+    """docs/knowledge/mps.md wins over what common guides set (docs/knowledge/common-guides.md)."""
     from envkit.profiles import load_profile, list_profiles
 
     m3 = facts_of(SNAPSHOTS / "m3_max_macos14.json")
@@ -322,7 +322,7 @@ def test_profile_show_marks_inherited_values_and_reasons(isolated):
     assert r.returncode == 0, r.stderr
     assert re.search(r'precision\s+= "bf16"\s+\[from m3\]', r.stdout)
     assert 'OMP_NUM_THREADS             = "{perf_cores}"' in r.stdout  # declared, not resolved
-    assert "# source: knowledge/mps.md" in r.stdout
+    assert "# source: docs/knowledge/mps.md" in r.stdout
 
 
 def test_profile_show_resolved_reports_unmet_requirement(isolated):
