@@ -34,9 +34,23 @@ def plan(tmp_path, name, *args):
 # --------------------------------------------------------------------------- parsers
 
 
+def _planted_agent(n: int, name: str, device_type: str) -> str:
+    """An agent block in the recorded layout (tests/snapshots/build_accel_snapshots.py)."""
+    return (f"*******                  \nAgent {n}                  \n*******                  \n"
+            f"  Name:                    {name:<35}\n  Marketing Name:          {name:<35}\n"
+            f"  Device Type:             {device_type:<35}\n")
+
+
 def test_rocminfo_keeps_gpu_agents_only():
     text = load_snapshot("linux_rocm_rx7900xtx")["commands"]["rocminfo"]
     assert ap.parse_rocminfo(text) == [{"name": "Radeon RX 7900 XTX", "arch": "gfx1100"}]  # the Ryzen CPU agent is not a GPU
+    # Each of the parser's two filters on its own: an agent that is no GPU though its Name reads like a
+    # gfx target (kept without the Device Type filter), and a GPU agent whose Name is no gfx target
+    # (without the gfx filter it has no architecture to report). Both planted beside the recorded agents.
+    planted = text.replace("*** Done ***", _planted_agent(3, "gfx1150", "DSP") + _planted_agent(4, "AMD Radeon Graphics", "GPU")
+                           + "*** Done ***")
+    assert planted.count("Agent ") == 4
+    assert ap.parse_rocminfo(planted) == [{"name": "Radeon RX 7900 XTX", "arch": "gfx1100"}]
     assert ap.parse_rocminfo("ROCk module is NOT loaded, possibly no GPU devices\n") == []
     assert ap.parse_rocm_version("6.4.1-83\n") == "6.4.1" and ap.parse_rocm_version(None) is None
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import venv
@@ -76,7 +75,10 @@ def test_torch_that_crashes_on_import_is_reported(tmp_path, bare_python):
 
 def test_record_then_replay_gives_the_same_diagnosis(tmp_path):
     snap = tmp_path / "me.json"
-    env = {"PYTORCH_MPS_FAST_MATH": "1", "MY_API_TOKEN": "s3cret", "AWS_SECRET_ACCESS_KEY": "x", "DB_PASSWORD": "pw"}
+    home = tmp_path / "home"  # a home directory that is not "/" (as it is for root in some containers), and a path under it
+    home.mkdir()
+    env = {"PYTORCH_MPS_FAST_MATH": "1", "MY_API_TOKEN": "s3cret", "AWS_SECRET_ACCESS_KEY": "x", "DB_PASSWORD": "pw",
+           "HOME": str(home), "PYTORCH_KERNEL_CACHE_PATH": f"{home}/.cache/torch/kernels"}
     live = envkit("doctor", "--record", str(snap), "--json", env=env)
     assert live.returncode in (0, 1), live.stderr
     text = snap.read_text()
@@ -84,9 +86,8 @@ def test_record_then_replay_gives_the_same_diagnosis(tmp_path):
     assert data["envkit_snapshot"] == 1
     assert data["env"].get("PYTORCH_MPS_FAST_MATH") == "1"
     assert "s3cret" not in text and "MY_API_TOKEN" not in text and "DB_PASSWORD" not in text
-    home = os.path.expanduser("~")
-    if home not in ("/", ""):
-        assert home + "/" not in text
+    assert str(home) not in text
+    assert data["env"]["PYTORCH_KERNEL_CACHE_PATH"] == "~/.cache/torch/kernels"  # the home directory written as ~
     replay = envkit("doctor", "--replay", str(snap), "--json")
     a, b = json.loads(live.stdout), json.loads(replay.stdout)
     for key in ("os", "chip", "memory_bytes", "gpus", "torch"):

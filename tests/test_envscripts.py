@@ -145,19 +145,28 @@ def test_dotenv_and_envrc_read_back_in_bash(setup):
     assert not (work / "pwned").exists()
 
 
-def test_activate_also_activates_the_managed_venv(setup):
+def _managed_venv(setup):
     work = setup["work"]
     venv = work / ".envkit" / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     r = envkit("env", "--profile", "hostile", "--write", ".envkit", env=setup["env"], cwd=work)
     assert r.returncode == 0, r.stderr
+    return work, venv
+
+
+def test_activate_also_activates_the_managed_venv(setup):
+    work, venv = _managed_venv(setup)
     env = clean_env()
     during, after = run_shell("bash", f". .envkit/activate; {DUMP}; deactivate_envkit; {DUMP}", work, env)
     assert during["VIRTUAL_ENV"] == str(venv) and during["PATH"].startswith(str(venv / "bin"))
     assert "VIRTUAL_ENV" not in after and after["PATH"] == env["PATH"]
-    if shutil.which("fish"):
-        during, after = run_shell("fish", f"source .envkit/activate.fish; {DUMP}; deactivate_envkit; {DUMP}", work, env)
-        assert during["VIRTUAL_ENV"] == str(venv) and "VIRTUAL_ENV" not in after
+
+
+@pytest.mark.skipif(not shutil.which("fish"), reason="fish is not installed")
+def test_activate_fish_also_activates_the_managed_venv(setup):
+    work, venv = _managed_venv(setup)
+    during, after = run_shell("fish", f"source .envkit/activate.fish; {DUMP}; deactivate_envkit; {DUMP}", work, clean_env())
+    assert during["VIRTUAL_ENV"] == str(venv) and "VIRTUAL_ENV" not in after
 
 
 def test_edited_files_are_kept_without_force(setup):

@@ -81,7 +81,7 @@ sys.exit(3)
 
 @pytest.fixture(scope="module")
 def failed_run(tmp_path_factory):
-    """The issue's first "done when": a script printing OMP_NUM_THREADS and exiting 3."""
+    """A user's script that prints OMP_NUM_THREADS and exits 3, run through `envkit exec`."""
     tmp = tmp_path_factory.mktemp("exec")
     _script(tmp, "mytrain.py", MYTRAIN)
     r = _exec(tmp, "exec", "--profile", "cpu", "--", "python", "mytrain.py", "--token", "https://bob:hunter2@example.com/x",

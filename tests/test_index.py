@@ -49,22 +49,20 @@ def test_reads_json_and_html_the_same(server, mode):
     assert accept and "application/vnd.pypi.simple.v1+json" in accept[-1]
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("stable", "2.6.0+cpu"),  # not 2.9.0+cu128 (CUDA), 2.9.0 (macOS) or 2.9.1 (cp27)
-    ("nightly", "2.8.0.dev20250101+cpu"),
-    ("test", "2.7.0rc1+cpu"),
-    ("2.5.1", "2.5.1+cpu"),
-    ("2.5", "2.5.1+cpu"),
-    (">=2.5,<2.6", "2.5.1+cpu"),
-    ("<=2.8.0.dev20241231", "2.8.0.dev20241215+cpu"),
+@pytest.mark.parametrize("text,expected,companions", [
+    # stable: not 2.9.0+cu128 (CUDA), 2.9.0 (macOS) or 2.9.1 (cp27); torchvision paired with 2.6, not the macOS 0.22
+    ("stable", "2.6.0+cpu", {"torchvision": "0.21.0+cpu"}),
+    ("nightly", "2.8.0.dev20250101+cpu", {}),
+    ("test", "2.7.0rc1+cpu", {}),
+    ("2.5.1", "2.5.1+cpu", {"torchvision": "0.20.1+cpu"}),
+    ("2.5", "2.5.1+cpu", {}),
+    (">=2.5,<2.6", "2.5.1+cpu", {}),
+    ("<=2.8.0.dev20241231", "2.8.0.dev20241215+cpu", {}),
 ])
-def test_selects(server, target, text, expected):
-    res = pick(server, target, text, mode="html" if text == "test" else "json")
+def test_selects(server, target, text, expected, companions):
+    res = pick(server, target, text, mode="html" if text == "test" else "json")  # torchvision asked for with stable and 2.5.1
     assert str(res.torch.version) == expected
-    if text == "stable":
-        assert str(res.companions["torchvision"].version) == "0.21.0+cpu"  # paired with 2.6, not the macOS 0.22
-    if text == "2.5.1":
-        assert str(res.companions["torchvision"].version) == "0.20.1+cpu"
+    assert {name: str(c.version) for name, c in res.companions.items()} == companions
 
 
 def test_nothing_matches_says_what_is_there(server, target):
@@ -118,6 +116,8 @@ def test_unreachable_default_index_falls_back_to_pip_sources_with_cpu_rule(serve
                         target.version, [], explicit_index=False, pip_python=sys.executable)
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="compared with packaging on Linux (glibc) only: this call passes no macOS "
+                    "version, so on a Mac the fallback would answer for macOS 11.0, not this machine")
 def test_computed_tags_match_packaging_for_this_interpreter(target):
     """The stdlib-only fallback (a venv without pip or packaging) agrees with packaging.tags."""
     import platform
@@ -127,4 +127,4 @@ def test_computed_tags_match_packaging_for_this_interpreter(target):
     glibc = platform.libc_ver()[1] or None
     computed = interp.computed_tags(target.version, "cpython", platform.system(), platform.machine(), glibc=glibc)
     real = [str(t) for t in tags.sys_tags()]
-    assert set(real[:50]) <= set(computed) or sys.platform != "linux"
+    assert set(real[:50]) <= set(computed)

@@ -98,11 +98,12 @@ def test_one_lock_validates_and_selects_one_torch_per_target(four, indexes):
         assert p["marker"] and p["index"].startswith(indexes.base) and p["version"]
     # disjoint markers: on every platform, with any combination of groups, one entry per name at most
     # (packaging raises on two), and naming cu130 on top of the default still gives the CUDA build
-    for name in want:
-        for groups in ([], ["cpu"], ["cu130"], ["cpu", "cu130"]):
-            got = _target_select(lock, data, name, groups)
-            if name == "linux-x86_64-cpu":
-                assert got["torch"][0] == ("2.13.0+cu130" if "cu130" in groups else "2.13.0+cpu")
+    # (on x86_64 Linux the groups choose the build; macOS and aarch64 Linux have one build each)
+    picked = {(name, tuple(groups)): _target_select(lock, data, name, groups)["torch"][0]
+              for name in want for groups in ([], ["cpu"], ["cu130"], ["cpu", "cu130"])}
+    x86 = {(): "2.13.0+cpu", ("cpu",): "2.13.0+cpu", ("cu130",): "2.13.0+cu130", ("cpu", "cu130"): "2.13.0+cu130"}
+    assert picked == {**{("macos-arm64", g): "2.13.0" for g in x86}, **{("linux-aarch64-cu130", g): "2.13.0+cu130" for g in x86},
+                      **{(n, g): v for n in ("linux-x86_64-cpu", "linux-x86_64-cu130") for g, v in x86.items()}}
 
 
 def test_setup_plans_this_machines_build_and_refuses_other_machines(four, tmp_path):

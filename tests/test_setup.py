@@ -162,12 +162,14 @@ def test_replay_resolves_against_a_given_index(server, tmp_path):
     assert plan["versions"] == {"torch": "2.6.0+cpu"} and plan["resolved"] is True
 
 
+MAC_LOCK = ('lock_version = 1\nenvkit = "0.1.0"\n[platform]\nsystem = "Darwin"\narch = "arm64"\npython_minor = "3.12"\n'
+            '[profile]\nname = "m3-max"\n[source]\ntorch = "stable"\n[env]\n[[package]]\nname = "torch"\nversion = "2.9.1"\n')
+
+
 def test_bad_input_one_line_exit_2_nothing_changed(tmp_path):
     (tmp_path / "afile").write_text("x")
     (tmp_path / "corrupt.lock").write_text("lock_version = [unclosed\n")
-    other = ('lock_version = 1\nenvkit = "0.1.0"\n[platform]\nsystem = "Darwin"\narch = "arm64"\npython_minor = "3.12"\n'
-             '[profile]\nname = "m3-max"\n[source]\ntorch = "stable"\n[env]\n[[package]]\nname = "torch"\nversion = "2.9.1"\n')
-    (tmp_path / "mac.lock").write_text(other)
+    (tmp_path / "mac.lock").write_text(MAC_LOCK)
     before = sorted((p.name, p.stat().st_mtime_ns) for p in tmp_path.iterdir())
     cases = {
         ("--profile", "no-such-profile"): "no-such-profile",
@@ -181,8 +183,16 @@ def test_bad_input_one_line_exit_2_nothing_changed(tmp_path):
         r = run_setup(tmp_path, *args, "--dry-run" if args[0] != "--lock" else "--yes")
         assert r.returncode == 2, (args, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, (args, r.stderr)
-    assert "OS Darwin in the lock, Linux here" in run_setup(tmp_path, "--lock", "mac.lock").stderr or sys.platform != "linux"
     assert sorted((p.name, p.stat().st_mtime_ns) for p in tmp_path.iterdir()) == before
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the lock is for macOS on arm64: only off macOS is its OS another one")
+def test_a_lock_from_another_os_names_the_difference(tmp_path):
+    (tmp_path / "mac.lock").write_text(MAC_LOCK)
+    r = run_setup(tmp_path, "--lock", "mac.lock")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "the lock was made on another platform: OS Darwin in the lock, Linux here;" in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mac.lock"]  # nothing made: no venv, no cache
 
 
 def test_index_password_never_printed_or_written(server, venv, tmp_path):

@@ -155,6 +155,28 @@ def test_a_batch_that_does_not_fit_says_what_it_asked_for():
     assert "grad_accum 2 keeps the effective batch of 32" in why
 
 
+def test_a_shipped_batch_split_by_the_trainer_is_worded_as_the_batch_search_words_it():
+    """When the budget ends right after the shipped run (the trainer split its batch 32 to 16 x 2),
+    the batch is decided from that run alone; its reason names what did not fit the same way."""
+    from types import SimpleNamespace
+
+    from envkit.tune.search import Settings, TuneResult, _incumbent
+
+    result = TuneResult(base="cpu", device="cpu", model="gpt")
+    shipped = Settings(precision="fp32", compile=False, batch_size=32, grad_accum=1, num_workers=0, persistent_workers=False,
+                       prefetch_factor=None, pin_memory=False, threads=None, empty_cache_every=0)
+
+    def measure(label, settings, value, split_oom=True):  # what the trainer's child reported
+        result.runs.append({"run": label, "grad_accum": 2, "did_not_fit": [{"micro_batch": 32, "asked": "2.00 GiB"}]})
+        return M(value, "ok", 900.0, "tokens", batch_size=16)
+
+    base, now = _incumbent(SimpleNamespace(shipped_profile="cpu"), shipped, measure, result)
+    assert (now.batch_size, now.grad_accum) == (16, 2)
+    (batch,) = [d for d in result.decisions if d.key == "batch_size"]
+    assert batch.value == 16 and "too big: 32 (does not fit: asked for 2.00 GiB)" in batch.reason, batch.reason
+    assert "the effective batch of 32 is kept" in batch.reason
+
+
 @pytest.mark.parametrize("text,seconds", [("5m", 300), ("90s", 90), ("1h", 3600), ("2m30s", 150), ("20", 20)])
 def test_parse_budget(text, seconds):
     assert parse_budget(text) == seconds

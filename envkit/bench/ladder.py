@@ -48,7 +48,7 @@ def accelerator(facts) -> str:
 
 def low_precision(device: str, facts, checks: dict) -> tuple[str | None, str]:
     """(bf16 | fp16 | None, why). bf16 where it is native; fp16 where bf16 is missing or emulated
-    (M1/M2: knowledge/mps.md) and fp16 autocast exists (MPS from torch 2.5)."""
+    (M1/M2: docs/knowledge/mps.md) and fp16 autocast exists (MPS from torch 2.5)."""
     from envkit.checks.gates import V, gates
 
     c = checks.get("bf16")

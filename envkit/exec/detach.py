@@ -1,9 +1,10 @@
 """`envkit exec --detach` and `envkit stop`.
 
 --detach starts envkit's supervisor (`python -m envkit.exec.detach RUN_DIR -- COMMAND...`) in a
-session of its own, so closing the terminal does not end the run (what nohup did in seed 002's
-launcher); it inherits the command's environment already made, reads its options from the run's
-config.json, and writes only to the run folder. The caller waits until the command has a pid
+session of its own, so closing the terminal does not end the run (what nohup did in the launch
+scripts of common MPS recipes: docs/knowledge/common-guides.md, "The detached launcher"); it
+inherits the command's environment already made, reads its options from the run's config.json,
+and writes only to the run folder. The caller waits until the command has a pid
 (a few hundred milliseconds), prints the folder and the pids, and returns."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ A profile file (``profiles/<name>.toml``) looks like::
     [env.OMP_NUM_THREADS]
     value = "{perf_cores}"
     reason = "one OpenMP thread per performance core"
-    source = "knowledge/apple-silicon.md (hw.perflevel0)"
+    source = "docs/knowledge/apple-silicon.md (hw.perflevel0)"
 
     [train]
     batch_size = { value = "{max(4, min(64, memory_gb // 2))}", reason = "...", source = "..." }

@@ -9,7 +9,7 @@ def apply_torch_settings(settings: dict, device: str) -> list[str]:
     profile's `torch` dict; return one human line per thing set or deliberately skipped.
 
     There is no TF32 switch for MPS (`torch.backends.mps.allow_tf32` does not exist,
-    knowledge/mps.md), so `allow_tf32` on another device is reported, not faked."""
+    docs/knowledge/mps.md), so `allow_tf32` on another device is reported, not faked."""
     import torch
 
     messages: list[str] = []

@@ -1,7 +1,7 @@
 """What a probe's failure means and what to do about it: the doctor check or profile setting.
 
 The probes report facts (`kind`: wrong, nan, crash, timeout, unsupported, ...); this module, on
-envkit's side, turns them into a fix. Sources are in ../shared/knowledge/mps.md.
+envkit's side, turns them into a fix. Sources are in docs/knowledge/mps.md.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from envkit.bench.ladder import LOSS_TOLERANCE
 MARGIN = 0.05  # a candidate must be 5% faster than the incumbent to replace it
 HEADROOM = 0.80  # a batch "fits" when its peak device memory stays under 80% of the device's memory
 
-# What knowledge/mps.md documents for the MPS allocator: the defaults, and 0.0 (no cap) which
+# What docs/knowledge/mps.md documents for the MPS allocator: the defaults, and 0.0 (no cap) which
 # "may cause system failure". No other value has a source, so the tuner proposes none.
 MPS_WATERMARK_DEFAULTS = {"PYTORCH_MPS_HIGH_WATERMARK_RATIO": 1.7, "PYTORCH_MPS_LOW_WATERMARK_RATIO": 1.4}
 
@@ -160,7 +160,7 @@ def thread_candidates(shipped: int | None, cores: int | None, logical: int | Non
 
 
 def worker_candidates(shipped: int, cores: int | None, device: str) -> list[int]:
-    """DataLoader workers: 0 (the main process; knowledge/mps.md: fastest on many Macs) and 2, 4
+    """DataLoader workers: 0 (the main process; docs/knowledge/mps.md: fastest on many Macs) and 2, 4
     where the machine has the cores; macOS spawns workers, so each is measured, never assumed."""
     limit = max(0, (cores or 2) - 1)
     return sorted({w for w in (0, 2, 4) if w <= limit} - {shipped})
@@ -169,7 +169,7 @@ def worker_candidates(shipped: int, cores: int | None, device: str) -> list[int]
 def choose_empty_cache(measured: list[Measurement], shipped: int, device_memory_mb: float | None,
                        margin: float = MARGIN) -> tuple[int, str]:
     """MPS: the empty_cache cadence (steps; 0 = never). Flushing the cache costs re-allocation, so
-    never (0) wins unless it fails to fit: then the fastest cadence that fits (knowledge/mps.md
+    never (0) wins unless it fails to fit: then the fastest cadence that fits (docs/knowledge/mps.md
     problem 1 lists empty_cache among the out-of-memory fixes)."""
     fitting = [m for m in measured if fits(m, device_memory_mb)]
     if not fitting:
@@ -192,9 +192,9 @@ def choose_empty_cache(measured: list[Measurement], shipped: int, device_memory_
 def watermark_settings(proposed: dict[str, float] | None = None) -> tuple[dict[str, str], str]:
     """MPS watermark ratios the tuner may write: none. The documented defaults are what PyTorch
     already uses (writing them changes nothing); 0.0 removes the cap and "may cause system
-    failure"; any other value has no source in the knowledge base. Returns ({}, why)."""
+    failure"; any other value has no public source (docs/knowledge/mps.md). Returns ({}, why)."""
     refused = sorted(k for k, v in (proposed or {}).items() if v is not None and MPS_WATERMARK_DEFAULTS.get(k) != v)
-    why = ("PyTorch's defaults kept (high 1.7, low 1.4): knowledge/mps.md documents no other safe value, "
+    why = ("PyTorch's defaults kept (high 1.7, low 1.4): docs/knowledge/mps.md documents no other safe value, "
            "and 0.0 removes the cap, which may cause system failure")
     return {}, why + (f"; not written: {', '.join(refused)}" if refused else "")
 

@@ -165,8 +165,10 @@ def _incumbent(ctx: BenchContext, current: Settings, measure, result: TuneResult
         return base, current
     row = result.runs[-1]
     accum = int(row["grad_accum"] or 1)
-    too_big = ", ".join(f"{d['micro_batch']}" + (f" (asked for {d['asked']})" if d.get("asked") else "") for d in row["did_not_fit"])
-    why = (f"measured: {decide.rate(base)} at micro-batch {base.batch_size} x {accum} accumulation; does not fit: {too_big}; "
+    # worded as the batch search words it (decide.choose_batch), so a budget that ends here reads the same
+    too_big = ", ".join(f"{d['micro_batch']} (" + (f"does not fit: asked for {d['asked']}" if d.get("asked") else "out of memory") + ")"
+                        for d in row["did_not_fit"])
+    why = (f"measured: {decide.rate(base)} at micro-batch {base.batch_size} x {accum} accumulation; too big: {too_big}; "
            f"the effective batch of {current.batch_size * current.grad_accum} is kept")
     _decide(result, Decision("train", "batch_size", base.batch_size, why, True, [base]))
     _decide(result, Decision("train", "grad_accum", accum, f"keeps the effective batch of {current.batch_size * current.grad_accum} "

@@ -1,9 +1,9 @@
 """Build the replay snapshots in this folder from real command outputs.
 
-Every value below comes from an output quoted in ../shared/knowledge/apple-silicon.md (and the
+Every value below comes from an output quoted in docs/knowledge/apple-silicon.md (and the
 bug reports it cites) or from real Linux/NVIDIA machines; where one machine's outputs were not
 all published, the missing ones are filled from the same chip's published specification (the
-table in apple-silicon.md). Run `python tests/snapshots/build_snapshots.py` to regenerate.
+table in docs/knowledge/apple-silicon.md). Run `python tests/snapshots/build_snapshots.py` to regenerate.
 """
 
 from __future__ import annotations
@@ -87,7 +87,8 @@ SNAPSHOTS = {
     # M1 Pro (cpufetch#139: 8P+2E) on macOS 12.7.6 (pytorch#139425) with torch 2.5.1: MPS needs 13.0.
     "m1_pro_macos12": mac(version="12.7.6", build="21H1320", brand="Apple M1 Pro", p=8, e=2, mem_gb=16,
                           gpu_model="Apple M1 Pro", gpu_cores=16, torch="2.5.1"),
-    # M1 Max with a second OpenMP runtime (pytorch#78490) and KMP_DUPLICATE_LIB_OK folklore (seed 002).
+    # M1 Max with a second OpenMP runtime (pytorch#78490) and the KMP_DUPLICATE_LIB_OK export common
+    # MPS recipes carry (docs/knowledge/common-guides.md).
     "m1_max_openmp_clash": mac(version="14.7.1", build="23H222", brand="Apple M1 Max", p=8, e=2, mem_gb=64,
                                gpu_model="Apple M1 Max", gpu_cores=32, torch="2.6.0",
                                env={"KMP_DUPLICATE_LIB_OK": "TRUE", "PYTORCH_ENABLE_MPS_FALLBACK": "1"},
@@ -114,7 +115,7 @@ SNAPSHOTS = {
                    gpu_cores=10, torch="2.10.0"),
     "m3_pro": mac(version="15.2", build="24C101", brand="Apple M3 Pro", p=6, e=6, mem_gb=36, gpu_model="Apple M3 Pro",
                   gpu_cores=18, torch="2.9.1", env={"PYTORCH_ENABLE_MPS_FALLBACK": "1"}),
-    # M3 Max with the seed guides' environment: a typo and the 0.0 watermark.
+    # M3 Max with the environment common guides export (docs/knowledge/common-guides.md): a typo and the 0.0 watermark.
     "m3_max_macos14": mac(version="14.5", build="23F79", brand="Apple M3 Max", p=12, e=4, mem_gb=128,
                           gpu_model="Apple M3 Max", gpu_cores=40, torch="2.9.1",
                           env={"PYTORCH_ENABLE_MPS_FALLBACK": "1", "PYTORCH_MPS_HIGH_WATERMARK_RATION": "0.8",

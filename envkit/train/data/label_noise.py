@@ -1,5 +1,6 @@
-"""Label noise (seed 004's H3: is an optimizer robust to wrong labels?): a seeded fraction of the
-training labels moved to another class, uniformly among the other classes."""
+"""Label noise (the robustness test of the common optimizer comparison, docs/knowledge/common-guides.md:
+is an optimizer robust to wrong labels?): a seeded fraction of the training labels moved to another
+class, uniformly among the other classes."""
 
 from __future__ import annotations
 

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def device_error_advice(exc: BaseException) -> str | None:
-    """The errors users meet on MPS and CUDA, in one line with what to do (knowledge/mps.md)."""
+    """The errors users meet on MPS and CUDA, in one line with what to do (docs/knowledge/mps.md, problems 1-8)."""
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     low = text.lower()
     resume = "; `envkit run` again resumes from the last checkpoint"

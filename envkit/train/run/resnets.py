@@ -4,7 +4,8 @@ torchvision's definition when torchvision is installed and loads; otherwise envk
 built to the same layout (module names, parameter count, initialisation), so a checkpoint loads
 into either. Two stems: `imagenet` (7x7 stride-2 convolution and a 3x3 max-pool, for 224px images)
 and `cifar` (a 3x3 stride-1 convolution and no max-pool: 32x32 images keep their resolution into
-the first stage, the form CIFAR papers and seed 004 train)."""
+the first stage, the form CIFAR papers and the common optimizer-comparison experiment train:
+docs/knowledge/common-guides.md)."""
 
 from __future__ import annotations
 
