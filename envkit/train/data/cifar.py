@@ -8,6 +8,7 @@ the uninterrupted run would have seen, whatever the number of DataLoader workers
 
 from __future__ import annotations
 
+import functools
 import zlib
 
 import torch
@@ -78,12 +79,17 @@ def crop_and_flip(x: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, flip: tor
     pixel (dy[k] + i, dx[k] + j), or (dy[k] + i, dx[k] + w - 1 - j) when flipped."""
     b, c, h, w = x.shape
     padded = torch.nn.functional.pad(x, (pad, pad, pad, pad))  # zeros: black borders, as torchvision's RandomCrop
-    ar_h, ar_w = torch.arange(h, device=x.device), torch.arange(w, device=x.device)
+    k, ch, ar_h, ar_w = _grid(b, c, h, w, x.device)
     rows = dy.view(b, 1) + ar_h  # (b, h)
     cols = dx.view(b, 1) + torch.where(flip.view(b, 1), w - 1 - ar_w, ar_w)  # (b, w)
-    k = torch.arange(b, device=x.device).view(b, 1, 1, 1)
-    ch = torch.arange(c, device=x.device).view(1, c, 1, 1)
     return padded[k, ch, rows.view(b, 1, h, 1), cols.view(b, 1, 1, w)]
+
+
+@functools.lru_cache(maxsize=8)
+def _grid(b: int, c: int, h: int, w: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """The index ranges of a batch shape, made once per shape (four fewer launches a step on a GPU)."""
+    return (torch.arange(b, device=device).view(b, 1, 1, 1), torch.arange(c, device=device).view(1, c, 1, 1),
+            torch.arange(h, device=device), torch.arange(w, device=device))
 
 
 def channel_stats(pixels: torch.Tensor, chunk: int = 5000) -> tuple[torch.Tensor, torch.Tensor]:

@@ -10,6 +10,8 @@ What the faults are, and the hook that injects them for tests: envkit/train/reco
 from __future__ import annotations
 
 import math
+
+import torch
 from pathlib import Path
 
 from envkit.train.recovery import faults
@@ -40,8 +42,10 @@ def split_after_oom(tr, state, exc: BaseException, *, split: bool, metrics) -> N
 
 
 def check_finite(tr, *losses: float | None) -> bool:
-    """False when any micro-batch loss since the last check, or any of `losses`, was NaN or inf."""
-    return not bool(tr.nonfinite) and all(x is None or math.isfinite(x) for x in losses)
+    """False when any micro-batch loss since the last check, or any of `losses`, was NaN or inf.
+    The step losses are summed on the device (`Trainer.loss_sum`): a NaN or inf in any of them
+    leaves the sum non-finite, and finite cross-entropies cannot add up to an overflow."""
+    return bool(torch.isfinite(tr.loss_sum)) and all(x is None or math.isfinite(x) for x in losses)
 
 
 def rollback(tr, state, guard: NanGuard) -> None:
@@ -55,5 +59,5 @@ def rollback(tr, state, guard: NanGuard) -> None:
     state.rollbacks = guard.rollbacks
     tr.log(f"warning: non-finite loss by step {at}: rolled back to {found[0].name} (step {state.step}), "
            f"learning rate x{state.lr_scale:g} (rollback {guard.rollbacks}/{guard.max_rollbacks})")
-    tr.nonfinite.zero_()
+    tr.loss_sum.zero_()
     tr.rewind(state)

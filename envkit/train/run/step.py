@@ -51,6 +51,7 @@ def train_step(tr, state, lr: float) -> StepOut:
     for group in tr.optimizer.param_groups:
         group["lr"] = lr
     loss = forward_backward(tr, state.grad_accum)
+    tr.loss_sum.add_(loss)  # no sync: its finiteness is read at the step's checks (recover.py)
     grad_norm = None
     if tr.training["grad_clip"] > 0:
         tr.scaler.unscale_(tr.optimizer)
@@ -66,7 +67,7 @@ def train_step(tr, state, lr: float) -> StepOut:
 
 def forward_backward(tr, grad_accum: int) -> torch.Tensor:
     """`grad_accum` micro-batches; gradients accumulate, DDP syncs them on the last one only."""
-    total = torch.zeros((), device=tr.device)
+    total = None
     for micro in range(grad_accum):
         x, y = tr.batches.take()
         if tr.world > 1:
@@ -74,7 +75,7 @@ def forward_backward(tr, grad_accum: int) -> torch.Tensor:
         with tr.autocast:
             loss = tr.model(x, y)  # cross-entropy / grad_accum
         tr.batches.prefetch()  # the next batch is read and copied while the device runs this one
-        tr.nonfinite |= ~torch.isfinite(loss.detach())  # no sync: read at the step's checks (recover.py)
         tr.scaler.scale(loss).backward()
-        total += loss.detach()
+        # a copy, not the output itself: under CUDA graphs the next replay overwrites the output
+        total = loss.detach().clone() if total is None else total.add_(loss.detach())
     return total

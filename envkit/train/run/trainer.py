@@ -62,7 +62,7 @@ class Trainer:
     sampler: ResumableBatchSampler | None = None
     batches: DeviceBatches | None = None
     clock: StepClock = field(default_factory=StepClock)
-    nonfinite: torch.Tensor | None = None  # set on the device by any non-finite micro-batch loss; read at logged steps
+    loss_sum: torch.Tensor | None = None  # the step losses summed on the device since the last rollback: non-finite once any was
 
     # -- config sections, by name
     @property
@@ -117,7 +117,7 @@ class Trainer:
         for message in (apply_torch_settings(torch_settings, self.device_type)
                         + apply_sdpa_backend(self.training["sdpa_backend"], self.device_type)):
             self.log(message)
-        self.nonfinite = torch.zeros((), dtype=torch.bool, device=self.device)
+        self.loss_sum = torch.zeros((), dtype=torch.float32, device=self.device)
 
     def _setup_data(self) -> None:
         T, loader = self.training, self.loader_cfg
