@@ -72,6 +72,8 @@ def exec_(profile_name, name, runs_dir, detach, restarts, restart_delay, stall_t
     from envkit.profiles import load_profile
 
     argv = list(command)
+    if name is not None:
+        rundir.check_run_name(name)  # before anything is resolved or made
     stall = parse_duration(stall_timeout, "--stall-timeout")
     managed = find_managed()
     pname, warning, facts = environment.resolve_profile_name(profile_name, managed)
@@ -92,7 +94,7 @@ def exec_(profile_name, name, runs_dir, detach, restarts, restart_delay, stall_t
     options = {"restarts": restarts, "restart_delay": restart_delay, "stall_timeout": stall, "grace": grace,
                "caffeinate": not no_caffeinate, "nproc_per_node": nproc_per_node, "nnodes": nodes.nnodes, "node_rank": nodes.node_rank}
     # Every check is done: only now is a run folder made.
-    run_dir = rundir.new_run_dir(Path(runs_dir), name or rundir.run_name(argv))
+    run_dir = rundir.new_run_dir(Path(runs_dir), name if name is not None else rundir.run_name(argv))
     launched = argv
     if distributed:
         python = resolved if re.match(r"^python[\d.]*$", Path(argv[0]).name) else str(managed.python if managed else sys.executable)

@@ -91,8 +91,11 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
 
     debug = bool((ctx.obj or {}).get("debug"))
     window = launcher.parse_profile_steps(profile_steps)
+    if run_id is not None:
+        launcher.check_run_id(run_id)  # before anything else is said or done
     p = launcher.plan(config, overrides=overrides, profile_name=profile, python=python)
     launcher.absolutise_paths(p.cfg)
+    launcher.experiment_dir(p.cfg)  # experiment.name is one folder inside the runs folder
     if print_config:
         _print_config(p.cfg, as_json)
         return

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.fsutil import atomic_write_text
+from envkit.fsutil import atomic_write_text, check_inside, check_name
 from envkit.redact import recorded_env, redact
 
 _PYTHONS = re.compile(r"^(python[\d.]*|pypy[\d.]*|torchrun|accelerate|uv|deepspeed)$")
@@ -39,11 +39,17 @@ def _clean(name: str) -> str:
     return re.sub(r"[^\w.-]+", "-", name).strip("-.") or "exec"
 
 
-def new_run_dir(root: Path, name: str) -> Path:
-    """root/<name>/<timestamp>[-n], created here (exist_ok=False: two runs never share one)."""
+def check_run_name(name: str) -> str:
+    """--name: one folder name of letters, digits, '.', '_' and '-', never '.', '..' or empty."""
+    check_name(name, "--name", "run name")
     if not re.fullmatch(r"[\w.-]+", name):
         raise EnvkitError(f"run name {name!r} may hold letters, digits, '.', '_' and '-' only", where="--name")
-    exp = Path(root) / name
+    return name
+
+
+def new_run_dir(root: Path, name: str) -> Path:
+    """root/<name>/<timestamp>[-n], created here (exist_ok=False: two runs never share one)."""
+    exp = check_inside(root, Path(root) / check_run_name(name), "--name")
     base = time.strftime("%Y%m%d-%H%M%S")
     for i in range(1, 1000):
         d = exp / (base if i == 1 else f"{base}-{i}")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envkit.errors import EnvkitError
+from envkit.fsutil import check_inside, check_name
 from envkit.sweep.grid import Combination, expand
 from envkit.train.run import launcher
 from envkit.train.run.config import load_config, read_yaml
@@ -40,7 +41,8 @@ def prepare(config: str, overrides=(), profile_name: str | None = None, python: 
         cfg = load_config(config, overrides=[*overrides, *combo.set_args()], profile=base.profile, data=data)
         p = dataclasses.replace(base, cfg=cfg, notes=list(base.notes))
         launcher.absolutise_paths(p.cfg)
-        run_dir = launcher.experiment_dir(p.cfg) / combo.run_id
+        exp = launcher.experiment_dir(p.cfg)
+        run_dir = check_inside(exp, exp / check_name(combo.run_id, f"{config}: sweep.grid", "run name"), f"{config}: sweep.grid")
         runs.append(SweepRun(combo, p, run_dir, _state(p, run_dir)))
     _hold_each_against_machine(runs, base, config)
     return runs

@@ -169,9 +169,13 @@ def coerce(value: Any, f: Field, where: str, *, from_text: bool = False):
         value = float(value)
         if value != value or value in (float("inf"), float("-inf")):
             raise EnvkitError("must be a finite number", where=where)
-    elif kind == "str":
+    elif kind in ("str", "name"):
         if not isinstance(value, str):
             raise EnvkitError(f"expected a string, got {_show(value)}", where=where)
+        if kind == "name":
+            from envkit.fsutil import check_name
+
+            check_name(value, where)
     elif kind == "list":
         if not isinstance(value, list):
             raise EnvkitError(f"expected a list, got {_show(value)}", where=where)

@@ -131,10 +131,41 @@ def _where(cfg: Config, path: str) -> str:
 # ---------------------------------------------------------------- run folders
 
 
+def runs_root(cfg: Config, base: Path | None = None) -> Path:
+    """experiment.output_dir: the folder every run folder of this config must be inside."""
+    return (base or Path.cwd()) / cfg.values["experiment"]["output_dir"]
+
+
 def experiment_dir(cfg: Config, base: Path | None = None) -> Path:
+    """runs/<experiment.name>/, the name made a slug (spaces and the like become '-'); a name that is
+    not one folder name ('..', '/') was refused when the config was read (config.py), and is again
+    here, with the folder checked to be inside the runs folder."""
+    from envkit.fsutil import check_inside, check_name
+
     e = cfg.values["experiment"]
+    where = _where(cfg, "experiment.name")
+    check_name(e["name"], where, "experiment.name")
     name = re.sub(r"[^\w.-]+", "-", e["name"]).strip("-") or "experiment"
-    return (base or Path.cwd()) / e["output_dir"] / name
+    check_name(name, where, "experiment.name")
+    root = runs_root(cfg, base)
+    return check_inside(root, root / name, where)
+
+
+def check_run_id(run_id: str) -> str:
+    """--run-id: one folder name of letters, digits, '.', '_' and '-', never '.' or '..'."""
+    from envkit.fsutil import check_name
+
+    check_name(run_id, "--run-id", "run id")
+    if not re.fullmatch(r"[\w.-]+", run_id):
+        raise EnvkitError(f"run id {run_id!r} may hold letters, digits, '.', '_' and '-' only", where="--run-id")
+    return run_id
+
+
+def run_dir_inside(cfg: Config, run_dir: Path, where: str) -> Path:
+    """The chosen run folder, checked to be inside runs/<experiment>/ before anything is written."""
+    from envkit.fsutil import check_inside
+
+    return check_inside(experiment_dir(cfg), run_dir, where)
 
 
 def read_json(path: Path) -> dict | None:
@@ -147,6 +178,8 @@ def read_json(path: Path) -> dict | None:
 
 def choose_run_dir(cfg: Config, run_id: str | None, resume: str) -> tuple[Path, bool, str | None]:
     """(run folder, resuming?, note)."""
+    from envkit.fsutil import check_inside
+
     exp = experiment_dir(cfg)
     h = cfg.config_hash()
     if resume not in ("auto", "never"):
@@ -155,9 +188,7 @@ def choose_run_dir(cfg: Config, run_id: str | None, resume: str) -> tuple[Path, 
             raise EnvkitError("checkpoint not found", where=f"--resume {resume}", fix="give a checkpoints/step_*.pt file, auto or never")
         return ck.parent.parent, True, f"resuming from {ck}"
     if run_id:
-        if not re.fullmatch(r"[\w.-]+", run_id):
-            raise EnvkitError(f"run id {run_id!r} may hold letters, digits, '.', '_' and '-' only", where="--run-id")
-        d = exp / run_id
+        d = check_inside(exp, exp / check_run_id(run_id), "--run-id")
         if d.exists() and (d / "config.json").exists():
             if resume == "never":
                 raise EnvkitError(f"run folder {d} exists", where="--run-id", fix="choose another --run-id, or drop --resume never to continue it")
