@@ -14,7 +14,7 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_text, check_inside, check_name
-from envkit.redact import recorded_env, redact
+from envkit.redact import recorded_env, redact, redact_argv
 
 _PYTHONS = re.compile(r"^(python[\d.]*|pypy[\d.]*|torchrun|accelerate|uv|deepspeed)$")
 
@@ -77,10 +77,10 @@ def write_start_files(run_dir: Path, *, command: list[str], launched: list[str],
                       options: dict) -> None:
     """config.json (the command and options) and environment.json (where it ran), before it starts."""
     write_json(run_dir / "config.json", {
-        "kind": "exec", "name": run_dir.parent.name, "command": command, "launched": launched, "cwd": os.getcwd(),
+        "kind": "exec", "name": run_dir.parent.name, "command": redact_argv(command), "launched": redact_argv(launched), "cwd": os.getcwd(),
         "profile": env.profile, "options": options, "created_at": time.time()})
     write_json(run_dir / "environment.json", {
-        "created_at": time.time(), "argv": sys.argv, "cwd": os.getcwd(), "command": command,
+        "created_at": time.time(), "argv": redact_argv(sys.argv), "cwd": os.getcwd(), "command": redact_argv(command),
         "managed": str(managed.root) if managed else None, "venv": env.venv, "profile": env.profile,
         # which value each profile variable has and who set it; a user's secret-named variable shows no value
         "profile_env": {k: ({**v, "value": "***"} if _secret(k) else v) for k, v in env.won.items()},

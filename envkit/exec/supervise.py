@@ -21,7 +21,7 @@ from pathlib import Path
 
 from envkit.exec.heartbeat import Heartbeat
 from envkit.exec.rundir import read_json, write_json
-from envkit.redact import strip_userinfo
+from envkit.redact import redact_argv, strip_userinfo
 from envkit.train.watching.cpu_fallback import FallbackCounter
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -79,7 +79,7 @@ class Supervisor:
         try:
             rc, how = 0, "exited"
             for n in range(1, self.opts.restarts + 2):
-                self._note(f"attempt {n}/{self.opts.restarts + 1}: {' '.join(self.argv)}")
+                self._note(f"attempt {n}/{self.opts.restarts + 1}: {' '.join(redact_argv(self.argv))}")
                 t0 = time.time()
                 rc, how, stall = self._attempt(n)
                 attempts.append({"attempt": n, "started_at": t0, "ended_at": time.time(), "exit_code": rc, "how": how,

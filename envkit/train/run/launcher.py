@@ -244,6 +244,7 @@ def git_commit(folder: Path) -> dict | None:
 
 def write_run_files(p: Plan, run_dir: Path, child_env: dict) -> None:
     from envkit.checks.report import diagnose
+    from envkit.redact import redact_argv
 
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "checkpoints").mkdir(exist_ok=True)
@@ -254,7 +255,7 @@ def write_run_files(p: Plan, run_dir: Path, child_env: dict) -> None:
     d = diagnose(p.facts).to_dict()
     src = Path(p.cfg.source).resolve().parent if p.cfg.source not in ("<defaults>",) else Path.cwd()
     env_doc = {
-        "created_at": time.time(), "python": p.python, "argv": sys.argv,
+        "created_at": time.time(), "python": p.python, "argv": redact_argv(sys.argv),
         "managed": str(p.managed.root) if p.managed else None,
         "profile": p.cfg.profile, "profile_env": dict(getattr(p.profile, "env", {}) or {}) if p.profile else {},
         "doctor": d, "packages": d["facts"].get("packages"),
