@@ -70,3 +70,23 @@ def check_inside(root: Path, path: Path, where: str) -> Path:
         raise EnvkitError(f"the run folder {full} would not be inside the runs folder {base}", where=where,
                           fix="use names without '..' or '/'")
     return Path(full)
+
+
+def check_writable(path: Path, where: str) -> Path:
+    """An output file's folder exists (made here if need be) and takes a file: checked before the
+    work whose result goes there, so a path that cannot be written is one line at the start,
+    not a traceback after minutes of work."""
+    from envkit.errors import EnvkitError
+
+    path = Path(path)
+    if path.is_dir():
+        raise EnvkitError(f"{path} is a folder; give a file name", where=where)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise EnvkitError(f"cannot write there: {exc.strerror or exc} ({exc.filename or path.parent})", where=where,
+                          fix="choose a path in a folder you can write") from None
+    return path

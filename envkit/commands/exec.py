@@ -83,6 +83,7 @@ def exec_(profile_name, name, runs_dir, detach, restarts, restart_delay, stall_t
             click.echo(f"envkit: warning: {w}", err=True)
     xenv = environment.build_environ(profile, managed.venv if managed else None)
     resolved = environment.find_command(argv, xenv.environ)
+    environment.check_script(argv)
     nodes = _nodes(nnodes, node_rank, rdzv_endpoint, rdzv_backend, rdzv_id, None)
     versions = _versions(resolved, managed, no_check)
     distributed = nproc_per_node > 1 or nodes.nnodes > 1

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.fsutil import check_inside, check_name
-from envkit.sweep.grid import Combination, expand
+from envkit.sweep.grid import MAX_RUNS, Combination, expand
 from envkit.train.run import launcher
 from envkit.train.run.config import load_config, read_yaml
 
@@ -31,10 +31,11 @@ class SweepRun:
     rc: int | None = None
 
 
-def prepare(config: str, overrides=(), profile_name: str | None = None, python: str | None = None) -> list[SweepRun]:
+def prepare(config: str, overrides=(), profile_name: str | None = None, python: str | None = None,
+            max_runs: int = MAX_RUNS) -> list[SweepRun]:
     """Every combination resolved and placed, before anything runs (a bad value stops it all here)."""
     base = launcher.plan(config, overrides=overrides, profile_name=profile_name, python=python)
-    combos = expand(base.cfg.values["sweep"]["grid"], config)
+    combos = expand(base.cfg.values["sweep"]["grid"], config, max_runs)
     data = read_yaml(config)
     runs = []
     for combo in combos:

@@ -242,11 +242,44 @@ def git_commit(folder: Path) -> dict | None:
         return None
 
 
+class DiskFullAtStart(EnvkitError):
+    """No space left while writing a run's files before training: nothing was changed (each file
+    is written atomically, so config.json and the checkpoints are as they were). A fact about the
+    machine, not bad input: exit code 1, as for a run that stopped on a full disk (disk_full)."""
+
+    exit_code = 1
+
+
 def write_run_files(p: Plan, run_dir: Path, child_env: dict) -> None:
+    """config.json, config.yaml, environment.json; a full disk is one line (disk_full), nothing lost."""
+    import errno
+
+    try:
+        _write_run_files(p, run_dir, child_env)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        what = Path(exc.filename).name if exc.filename else "the run's files"
+        raise DiskFullAtStart(f"disk_full: no space left on the device while writing {what} in {run_dir} before training; "
+                              "nothing was changed (config.json and the checkpoints are as they were)", where=str(run_dir),
+                              fix="free some space, then run the same command again: it resumes") from None
+
+
+def _inject_disk_full_at_start(path: Path) -> None:
+    """ENVKIT_TRAIN_INJECT=diskfull@start: the first file written before training meets a full disk
+    (train/recovery/faults.py's other faults fire inside the trainer; this one in envkit's process)."""
+    from envkit.train.recovery.faults import ENV_INJECT, disk_full_error
+
+    if "diskfull@start" in [x.strip() for x in os.environ.get(ENV_INJECT, "").split(",")]:
+        raise disk_full_error(path)
+
+
+def _write_run_files(p: Plan, run_dir: Path, child_env: dict) -> None:
     from envkit.checks.report import diagnose
     from envkit.redact import redact_argv
 
     run_dir.mkdir(parents=True, exist_ok=True)
+    _inject_disk_full_at_start(run_dir / "config.json")
     (run_dir / "checkpoints").mkdir(exist_ok=True)
     resolved = p.cfg.resolved()
     resolved["torch_settings"] = dict(getattr(p.profile, "torch", {}) or {}) if p.profile else None
