@@ -90,3 +90,44 @@ def check_writable(path: Path, where: str) -> Path:
         raise EnvkitError(f"cannot write there: {exc.strerror or exc} ({exc.filename or path.parent})", where=where,
                           fix="choose a path in a folder you can write") from None
     return path
+
+
+# ---------------------------------------------------------------- one owner per run folder
+
+OWNER_LOCK = ".owner.lock"
+
+
+def take_owner_lock(run_dir: Path, command: str = "envkit run"):
+    """An advisory exclusive lock (flock) on RUN/.owner.lock, held by the process that trains or
+    supervises in the run folder for as long as it lives: the kernel releases it when that process
+    ends, however it ends, so a stale lock cannot exist. Returns the open file (keep it open: closing
+    it releases the lock). A folder another process holds: EnvkitError naming its PID and how to
+    watch or stop it. The lock file holds the owner's PID and command, for that message only."""
+    import fcntl
+    import json
+    import time
+
+    from envkit.errors import EnvkitError
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fh = open(run_dir / OWNER_LOCK, "a+")
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.seek(0)
+        try:
+            owner = json.loads(fh.read() or "{}")
+        except ValueError:
+            owner = {}
+        fh.close()
+        pid = owner.get("pid", "?")
+        raise EnvkitError(f"run folder {run_dir} is in use: {owner.get('command', 'envkit')} (PID {pid}) is training in it; "
+                          "a second process would write the same metrics and checkpoints", where=str(run_dir),
+                          fix=f"watch it with `envkit monitor {run_dir}`, stop it with `envkit stop {run_dir}` (or kill {pid}), "
+                              "or start a separate run with --resume never") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(json.dumps({"pid": os.getpid(), "command": command, "since": time.time()}) + "\n")
+    fh.flush()
+    return fh

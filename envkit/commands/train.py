@@ -127,7 +127,11 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
                               where=str(run_dir), fix="restore that config, use another --run-id, or --resume never")
     _decide_auto_batch(p, launcher, resuming, saved if resuming else {}, nproc_per_node, nodes.nnodes)
     child_dir = run_dir
+    owner = None
     if nodes.node_rank == 0:
+        from envkit.fsutil import take_owner_lock
+
+        owner = take_owner_lock(run_dir, "envkit run")  # one process trains in a run folder; released when it dies
         launcher.write_run_files(p, run_dir, env)
     else:
         child_dir = launcher.stage_for_node(p, run_dir, nodes.node_rank)
@@ -135,7 +139,7 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
                                  nproc=nproc_per_node, debug=debug, nodes=nodes,
                                  profile_steps=window)
     click.echo(f"{'resuming' if resuming else 'starting'} run {run_dir}", err=True)
-    rc = launcher.launch(cmd, env)
+    rc = launcher.launch(cmd, env, owner)
     if nodes.node_rank > 0:
         import shutil
 

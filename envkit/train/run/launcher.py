@@ -442,9 +442,38 @@ def omp_threads_per_process(profile, env: dict, nproc: int) -> str:
     return str(max(1, total // nproc))
 
 
-def launch(cmd: list[str], env: dict) -> int:
-    """Run the child; the parent ignores Ctrl-C meanwhile so the child can checkpoint cleanly."""
-    proc = subprocess.Popen(cmd, env=env)
+def die_with_parent(sig: int = signal.SIGTERM):
+    """A preexec_fn: the child gets `sig` when envkit's process dies, however it dies (SIGKILL
+    included), so no trainer is left running with parent 1 (Linux prctl(PR_SET_PDEATHSIG), see
+    prctl(2)). SIGTERM: the trainer checkpoints and stops as for `envkit stop`. None where prctl is
+    not there (macOS)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(1, int(sig), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+        if os.getppid() != parent:  # the parent died before the prctl: it would never fire
+            os._exit(1)
+
+    return preexec
+
+
+def launch(cmd: list[str], env: dict, owner=None) -> int:
+    """Run the child; the parent ignores Ctrl-C meanwhile so the child can checkpoint cleanly. The
+    child dies with envkit's process (die_with_parent) and, given the run folder's owner lock
+    (fsutil.take_owner_lock), holds it too: the folder is free only when both are gone."""
+    fds = ()
+    if owner is not None:
+        os.set_inheritable(owner.fileno(), True)
+        fds = (owner.fileno(),)
+    proc = subprocess.Popen(cmd, env=env, preexec_fn=die_with_parent(), pass_fds=fds)
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         return proc.wait()
