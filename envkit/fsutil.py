@@ -97,14 +97,97 @@ def check_writable(path: Path, where: str) -> Path:
 OWNER_LOCK = ".owner.lock"
 
 
+def process_start_time(pid) -> str | None:
+    """When process `pid` started, as a token that differs between two processes that had the same
+    PID: Linux /proc/PID/stat field 22 (clock ticks since boot), macOS `ps -o lstart=`. None when
+    there is no such process (or it cannot be told)."""
+    if not isinstance(pid, int) or pid <= 0:
+        return None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[19]  # field 22; fields 1-2 (pid, "(comm)") end at the last ')'
+    except FileNotFoundError:
+        if Path("/proc/self/stat").exists():
+            return None  # Linux: no such process
+    except (OSError, IndexError):
+        return None
+    import subprocess
+
+    try:
+        out = subprocess.run(["ps", "-o", "lstart=", "-p", str(pid)], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return " ".join(out.stdout.split()) or None
+
+
+def same_process(pid, start_time) -> bool:
+    """`pid` is alive and is the process that started at `start_time` (not a later one given its PID)."""
+    now = process_start_time(pid)
+    return now is not None and start_time is not None and str(now) == str(start_time)
+
+
+def read_owner(run_dir: Path) -> dict:
+    """What RUN/.owner.lock says of the process that took it: pid, start_time, command, host, since."""
+    import json
+
+    try:
+        data = json.loads((Path(run_dir) / OWNER_LOCK).read_text() or "{}")
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def owner_lock_state(run_dir: Path) -> str | None:
+    """"held" while a process owns the run folder, "free" when its owner lock exists and nothing holds
+    it (whoever owned the folder is gone, however it ended), None for a folder without one (never
+    owned, or written by an envkit before the lock). A non-blocking flock: the kernel's answer, not a PID."""
+    import fcntl
+
+    try:
+        fd = os.open(Path(run_dir) / OWNER_LOCK, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return "held"
+    finally:
+        os.close(fd)  # releases the lock if it was taken
+    return "free"
+
+
+@contextlib.contextmanager
+def owner_lock_if_free(run_dir: Path):
+    """Hold RUN/.owner.lock for the block when no process owns the folder (yields True), else yield
+    False at once: whoever notices a dead owner writes its summary without racing a new owner."""
+    import fcntl
+
+    try:
+        fd = os.open(Path(run_dir) / OWNER_LOCK, os.O_RDONLY)
+    except OSError:
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
 def take_owner_lock(run_dir: Path, command: str = "envkit run"):
     """An advisory exclusive lock (flock) on RUN/.owner.lock, held by the process that trains or
-    supervises in the run folder for as long as it lives: the kernel releases it when that process
-    ends, however it ends, so a stale lock cannot exist. Returns the open file (keep it open: closing
-    it releases the lock). A folder another process holds: EnvkitError naming its PID and how to
-    watch or stop it. The lock file holds the owner's PID and command, for that message only."""
+    supervises in the run folder for as long as it lives (and by its child, which inherits it): the
+    kernel releases it when they end, however they end, so a stale lock cannot exist. Returns the open
+    file (keep it open: closing it releases the lock). A folder another process holds: EnvkitError
+    naming its PID and how to watch or stop it. The lock file records the owner's PID with its start
+    time, command and host, for that message, `envkit runs` and `envkit stop`."""
     import fcntl
     import json
+    import platform
     import time
 
     from envkit.errors import EnvkitError
@@ -112,9 +195,15 @@ def take_owner_lock(run_dir: Path, command: str = "envkit run"):
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     fh = open(run_dir / OWNER_LOCK, "a+")
-    try:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    deadline = time.monotonic() + 1.0  # someone noticing a dead owner holds it for a moment (owner_lock_if_free)
+    while True:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError:
+            if time.monotonic() < deadline:
+                time.sleep(0.05)
+                continue
         fh.seek(0)
         try:
             owner = json.loads(fh.read() or "{}")
@@ -128,6 +217,7 @@ def take_owner_lock(run_dir: Path, command: str = "envkit run"):
                               "or start a separate run with --resume never") from None
     fh.seek(0)
     fh.truncate()
-    fh.write(json.dumps({"pid": os.getpid(), "command": command, "since": time.time()}) + "\n")
+    fh.write(json.dumps({"pid": os.getpid(), "start_time": process_start_time(os.getpid()), "command": command,
+                         "host": platform.node(), "since": time.time()}) + "\n")
     fh.flush()
     return fh

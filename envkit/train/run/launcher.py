@@ -465,20 +465,52 @@ def die_with_parent(sig: int = signal.SIGTERM):
     return preexec
 
 
-def launch(cmd: list[str], env: dict, owner=None) -> int:
-    """Run the child; the parent ignores Ctrl-C meanwhile so the child can checkpoint cleanly. The
-    child dies with envkit's process (die_with_parent) and, given the run folder's owner lock
-    (fsutil.take_owner_lock), holds it too: the folder is free only when both are gone."""
-    fds = ()
+PARENT_FD_ENV = "ENVKIT_PARENT_FD"
+
+
+def spawn_child(cmd: list[str], env: dict, owner=None, **popen_kw) -> subprocess.Popen:
+    """Start a trainer that dies with this process, by two means: PR_SET_PDEATHSIG (Linux, at once)
+    and a pipe whose write end only this process holds (everywhere, macOS included): the kernel
+    closes it when this process dies, however it dies, and the child's watcher thread
+    (envkit/train/run/parent_watch.py) reads EOF and stops the trainer as `envkit stop` would.
+    ENVKIT_PARENT_FD is "FD@PID": a grandchild that inherits the variable but not the pipe (torchrun's
+    workers) sees another parent PID and ignores it. Given the run folder's owner lock
+    (fsutil.take_owner_lock), the child holds it too: the folder is free only when both are gone.
+    release_child(proc) closes the pipe once the child has ended."""
+    read_end, write_end = os.pipe()  # both close-on-exec; pass_fds hands the child its read end only
+    fds = [read_end]
     if owner is not None:
         os.set_inheritable(owner.fileno(), True)
-        fds = (owner.fileno(),)
-    proc = subprocess.Popen(cmd, env=env, preexec_fn=die_with_parent(), pass_fds=fds)
+        fds.append(owner.fileno())
+    env = {**env, PARENT_FD_ENV: f"{read_end}@{os.getpid()}"}
+    try:
+        proc = subprocess.Popen(cmd, env=env, preexec_fn=die_with_parent(), pass_fds=tuple(fds), **popen_kw)
+    except BaseException:
+        os.close(write_end)
+        raise
+    finally:
+        os.close(read_end)
+    proc.envkit_parent_pipe = write_end
+    return proc
+
+
+def release_child(proc: subprocess.Popen) -> None:
+    fd = getattr(proc, "envkit_parent_pipe", None)
+    if fd is not None:
+        proc.envkit_parent_pipe = None
+        os.close(fd)
+
+
+def launch(cmd: list[str], env: dict, owner=None) -> int:
+    """Run the child; the parent ignores Ctrl-C meanwhile so the child can checkpoint cleanly. The
+    child dies with envkit's process and holds the owner lock with it (spawn_child)."""
+    proc = spawn_child(cmd, env, owner)
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         return proc.wait()
     finally:
         signal.signal(signal.SIGINT, old)
+        release_child(proc)
 
 
 def absolutise_paths(cfg: Config) -> None:
