@@ -131,6 +131,11 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
     if nodes.node_rank == 0:
         from envkit.fsutil import take_owner_lock
 
+        if resuming:  # a folder whose owner died without a summary: say so in it before resuming
+            from envkit.train.watching.runs_state import notice_killed, owner_lock_state
+
+            if owner_lock_state(run_dir) == "free":
+                notice_killed(run_dir, "envkit run")  # nothing when its summary is the newest word
         owner = take_owner_lock(run_dir, "envkit run")  # one process trains in a run folder; released when it dies
         launcher.write_run_files(p, run_dir, env)
     else:
