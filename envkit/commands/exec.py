@@ -158,7 +158,11 @@ def _detach(run_dir: Path, launched: list[str], env: dict, as_json: bool) -> Non
 @click.argument("run", type=click.Path(), required=False)
 @click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True, help="Seconds after SIGINT before SIGTERM.")
 def stop(run, grace):
-    """Stop a running exec run (default: the newest under ./runs): SIGINT, SIGTERM after --grace seconds."""
+    """Stop a running run (default: the newest under ./runs): SIGINT, SIGTERM after --grace seconds.
+
+    Signals only the run's own process: its run folder's owner lock is held and the PID (with its
+    start time, for exec runs) is the one envkit recorded. Otherwise nothing is sent, one line says
+    why (the PID may now be another program), exit 1."""
     from envkit.exec import detach
     from envkit.train.watching.runs_state import resolve_run
 
