@@ -65,7 +65,11 @@ def exec_(profile_name, name, runs_dir, detach, restarts, restart_delay, stall_t
     The managed venv's bin/ comes first on PATH and the profile's variables are set (one you
     exported yourself wins; environment.json records which). Writes runs/NAME/<run-id>/: the
     command, environment.json, train.log (the output, still shown live), heartbeat.json,
-    metrics.jsonl (from envkit.track.log), summary.json. Exits with the command's exit code."""
+    metrics.jsonl (from envkit.track.log), summary.json. Exits with the command's exit code.
+
+    envkit's process owns the run folder while it runs, and the command's whole process group dies
+    with it, even on kill -9 (SIGTERM, then SIGKILL after --grace); `envkit runs` then says
+    orphaned while the command lingers, killed once nothing runs."""
     from envkit.commands.train import _nodes
     from envkit.exec import environment, rundir
     from envkit.install.managed import find_managed

@@ -38,7 +38,9 @@ def sweep(ctx, config, overrides, profile, parallel, stop_after, python, as_json
         experiment.seed: [0, 1, 2]
 
     Each combination is runs/<experiment>/<key-value_...>/, an ordinary run folder (`envkit runs`,
-    `monitor`, `plot` read it). Exit 0 all completed, 1 a run failed or stopped, 2 bad config."""
+    `monitor`, `plot` read it). A run another process trains (a second sweep of the same grid, an
+    `envkit run`) is skipped with one line naming that process, never trained twice at once. Exit 0
+    all completed, 1 a run failed, stopped or was skipped, 2 bad config."""
     from envkit.sweep import report, runner
 
     debug = bool((ctx.obj or {}).get("debug"))

@@ -66,7 +66,8 @@ def validate(config, overrides, profile, replay, as_json):
 @common
 @click.option("--run-id", help="Name of the run folder runs/<experiment>/<run-id>/ (resumed if it exists).")
 @click.option("--resume", default="auto", show_default=True, metavar="auto|never|CHECKPOINT",
-              help="auto: continue the newest unfinished run with the same config; never: always a new run.")
+              help="auto: continue the newest unfinished run with the same config (refused, one line naming its PID, "
+                   "while another process still trains it); never: always a new run.")
 @click.option("--stop-after", type=click.IntRange(min=1), help="Stop cleanly after this step (checkpoint written); run again to resume.")
 @click.option("--print-config", is_flag=True, help="Show the resolved config with each value's origin, then exit.")
 @click.option("--json", "as_json", is_flag=True, help="With --print-config: JSON. Otherwise print summary.json at the end.")
@@ -86,7 +87,11 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
     """Train from a train.yaml with the embedded reference trainer.
 
     Writes runs/<experiment>/<run-id>/ (config, environment.json, metrics.jsonl, heartbeat.json,
-    train.log, checkpoints/, summary.json). Exit 0 done, 1 training failed, 2 bad config."""
+    train.log, checkpoints/, summary.json). Exit 0 done, 1 training failed, 2 bad config.
+
+    One process trains in a run folder: while one does, a second `envkit run` that would resume it
+    (--resume auto or its --run-id) refuses, naming the PID and how to watch or stop it, rather than
+    starting a new run; the trainer dies with `envkit run`, even on SIGKILL."""
     from envkit.train.run import launcher
 
     debug = bool((ctx.obj or {}).get("debug"))
