@@ -209,3 +209,47 @@ def test_a_second_sweep_skips_the_run_in_training_and_sigkill_leaves_no_trainer(
         _kill_all([trainer] if trainer else [])
     steps = [json.loads(line)["step"] for line in (run0 / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
     assert len(steps) == len(set(steps))  # one writer: no step twice
+
+
+# Where prctl(PR_SET_PDEATHSIG) does not exist (macOS) the pipe is all there is: the same kills with
+# spawn.die_with_parent returning None, as it does there.
+NO_PRCTL = "from envkit.train.run import spawn; spawn.die_with_parent = lambda *a, **k: None\n"
+
+
+def test_without_pdeathsig_the_exec_guard_still_ends_the_commands_group(tmp_path):
+    (tmp_path / "quiet.py").write_text(QUIET)
+    code = NO_PRCTL + "import sys; from envkit.cli import main; main(sys.argv[1:])"
+    sup = subprocess.Popen([sys.executable, "-c", code, "exec", "--profile", "cpu", "--", "python", "quiet.py"], cwd=tmp_path,
+                           env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pids = None
+    try:
+        assert _wait_for(lambda: _pids(tmp_path) is not None)
+        pids = _pids(tmp_path)
+        sup.send_signal(signal.SIGKILL)
+        sup.wait(timeout=60)
+        assert _wait_for(lambda: not any(_alive(p) for p in pids), seconds=120), f"{pids} outlived envkit exec"
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+        _kill_all(pids)
+
+
+def test_without_pdeathsig_a_trainer_still_stops_when_its_supervisor_dies(tmp_path):
+    """spawn_child's pipe and the trainer's watcher thread (envkit/train/run/parent_watch.py)."""
+    child = ("import os, time\nfrom envkit.train.run.parent_watch import watch_parent\nwatch_parent()\n"
+             "open('child.pid', 'w').write(str(os.getpid()))\ntime.sleep(600)\n")
+    code = NO_PRCTL + f"import os, sys, time\nspawn.spawn_child([sys.executable, '-c', {child!r}], dict(os.environ))\ntime.sleep(600)\n"
+    sup = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=_env(tmp_path))
+    pid = None
+    try:
+        assert _wait_for(lambda: (tmp_path / "child.pid").is_file() and (tmp_path / "child.pid").read_text().isdigit())
+        pid = int((tmp_path / "child.pid").read_text())
+        time.sleep(0.5)
+        assert _alive(pid)  # alive while its supervisor is
+        sup.send_signal(signal.SIGKILL)
+        sup.wait(timeout=60)
+        assert _wait_for(lambda: not _alive(pid), seconds=120), f"trainer {pid} outlived its supervisor"
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+        _kill_all([pid] if pid else [])

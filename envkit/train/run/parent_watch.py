@@ -1,4 +1,4 @@
-"""The trainer's side of "die with the supervisor" (launcher.spawn_child): a daemon thread blocks on
+"""The trainer's side of "die with the supervisor" (spawn.spawn_child): a daemon thread blocks on
 reading the pipe whose write end only `envkit run`/`envkit sweep` holds. EOF means that process is
 gone (the kernel closed its end, SIGKILL included): the trainer sends itself SIGTERM, its handler
 checkpoints and stops, as for `envkit stop`. This works where PR_SET_PDEATHSIG does not exist
