@@ -130,3 +130,107 @@ def test_error_lines_name_urls_without_credentials(tmp_path):
     assert res.stderr.strip().splitlines() == [res.stderr.strip()]  # one line, no traceback
     assert "cannot reach the package index https://127.0.0.1:9/simple" in res.stderr
     assert_clean(line, res.stdout, res.stderr)
+
+
+# ---------------------------------------------------------------- any character, any form
+# Each password holds a character that ends a URL in a pattern (a quote, a space, '<', '#', '/',
+# '@', a percent-escape), with the marker SEKRET on both sides of it: a redaction that stops at the
+# character leaves the second half, and the search for "SEKRET" finds it.
+ODD = {"quote": "SEKRETa'SEKRETb", "dquote": 'SEKRETa"SEKRETb', "space": "SEKRETa SEKRETb", "lt": "SEKRETa<SEKRETb",
+       "hash": "SEKRETa#SEKRETb", "slash": "SEKRETa/SEKRETb", "at": "SEKRETa@SEKRETb", "pct": "SEKRETa%40%2FSEKRETb",
+       "all": "SEKa'b\"c d<e#f/g@h%27SEKRETz"}
+
+
+def no_sekret(*texts: str, files=()):
+    for f in files:
+        text = Path(f).read_bytes().decode("utf-8", "replace")
+        assert "SEKRET" not in text and "SEKa" not in text, f"a password leaked into {f}"
+    for text in texts:
+        assert "SEKRET" not in text and "SEKa" not in text, text
+
+
+@pytest.mark.parametrize("pw", ODD.values(), ids=ODD.keys())
+def test_a_password_with_any_character_is_stripped_wherever_it_stands(pw):
+    url = f"https://bob:{pw}@mirror.invalid/simple"
+    assert strip_userinfo(url) == "https://mirror.invalid/simple"
+    assert strip_userinfo(f"pip install --index-url {url} torch") == "pip install --index-url https://mirror.invalid/simple torch"
+    assert strip_userinfo(f"index = {json.dumps(url)}") == 'index = "https://mirror.invalid/simple"'
+    assert strip_userinfo(f"cannot reach {url}: timed out") == "cannot reach https://mirror.invalid/simple: timed out"
+    assert strip_userinfo(f"http://u:{pw}@proxy.invalid:3128") == "http://proxy.invalid:3128"
+    assert strip_userinfo(f"u:{pw}@proxy.invalid:3128") == "proxy.invalid:3128"
+
+
+def _odd_env(pw: str) -> dict:
+    return {"PIP_INDEX_URL": f"https://bob:{pw}@mirror.invalid/simple", "UV_EXTRA_INDEX_URL": f"https://x:{pw}@extra.invalid/simple",
+            "HTTPS_PROXY": f"http://u:{pw}@proxy.invalid:3128", "PIP_EXTRA_INDEX_URL": f"https://bob:{pw}@m2.invalid/simple"}
+
+
+@pytest.mark.parametrize("key", ["quote", "space", "lt", "all"])
+def test_doctor_record_and_json_strip_any_password(tmp_path, key):
+    env = _odd_env(ODD[key])
+    snap = tmp_path / "snap.json"
+    rec = envkit("doctor", "--record", str(snap), "--no-runtime", env=env, cwd=tmp_path)
+    assert rec.returncode in (0, 1), rec.stderr
+    data = json.loads(snap.read_text())
+    assert data["env"]["PIP_INDEX_URL"] == "https://mirror.invalid/simple"
+    assert data["env"]["UV_EXTRA_INDEX_URL"] == "https://extra.invalid/simple"
+    as_json = envkit("doctor", "--json", "--no-runtime", env=env, cwd=tmp_path)
+    assert json.loads(as_json.stdout)["facts"]["env"]["HTTPS_PROXY"] == "http://proxy.invalid:3128"
+    no_sekret(rec.stdout, rec.stderr, as_json.stdout, as_json.stderr, files=[snap])
+
+
+def test_lock_and_state_strip_any_password(tmp_path):
+    from envkit.install.managed import write_state
+
+    urls = [f"https://bob:{pw}@mirror.invalid/simple" for pw in ODD.values()]
+    lock = lockfile.Lock(platform={"system": "Linux"}, profile={"name": "cpu"}, source={"torch": "stable", "index_urls": urls},
+                         env={"HTTPS_PROXY": f"http://u:{ODD['all']}@proxy.invalid:3128"},
+                         packages=[{"name": "torch", "version": "2.13.0", "url": f"https://bob:{ODD['all']}@mirror.invalid/t.whl"}])
+    lockfile.write(tmp_path / "envkit.lock", lock)
+    assert lockfile.read(tmp_path / "envkit.lock").index_urls == ["https://mirror.invalid/simple"] * len(urls)
+    write_state(tmp_path / "env", index_url=urls[-1], index_urls=urls)
+    no_sekret(files=[tmp_path / "envkit.lock", *(tmp_path / "env").iterdir()])
+
+
+@pytest.mark.parametrize("key", ["quote", "space", "all"])
+def test_a_download_error_names_the_index_without_any_password(tmp_path, key):
+    res = envkit("setup", "--dry-run", "--json", "--index-url", f"https://bob:{ODD[key]}@127.0.0.1:9/simple",
+                 "--venv", str(tmp_path / "v"), env={"ENVKIT_INDEX_TIMEOUT": "1"}, cwd=tmp_path, timeout=120)
+    assert res.returncode == 2 and "the package index https://127.0.0.1:9/simple" in res.stderr, res.stderr
+    no_sekret(res.stdout, res.stderr)
+
+
+SECRET_ARGS = ["--hf-token", "SEKRET21", "--token=SEKRET22", "--password", "SEKRET23", "--api-key", "SEKRET24",
+               "--wandb-key", "SEKRET25", "--secret", "SEKRET26", "HF_TOKEN=SEKRET27", "wandb.api_key=SEKRET28",
+               "--index-url", f"https://u:{ODD['all']}@idx.invalid/simple"]
+
+
+def test_exec_records_no_secret_argument_or_password(tmp_path):
+    import os
+    import sys
+
+    (tmp_path / "show.py").write_text("import json, sys\njson.dump(sys.argv[1:], open(sys.argv[0] + '.args', 'w'))\nprint('ok')\n")
+    env = {**_odd_env(ODD["all"]), "ENVKIT_HOME": str(tmp_path / "no-managed-env"), "ENVKIT_CACHE_DIR": str(tmp_path / "cache"),
+           "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")}
+    res = envkit("exec", "--profile", "cpu", "--", "python", "show.py", *SECRET_ARGS, "--lr", "0.1", env=env, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert json.loads((tmp_path / "show.py.args").read_text()) == [*SECRET_ARGS, "--lr", "0.1"]  # the command got them whole
+    run = next((tmp_path / "runs" / "show").iterdir())
+    config = json.loads((run / "config.json").read_text())
+    assert config["command"] == ["python", "show.py", "--hf-token", "***", "--token=***", "--password", "***", "--api-key", "***",
+                                 "--wandb-key", "***", "--secret", "***", "HF_TOKEN=***", "wandb.api_key=***",
+                                 "--index-url", "https://idx.invalid/simple", "--lr", "0.1"]
+    written = [p for p in run.rglob("*") if p.is_file()]
+    assert {p.name for p in written} >= {"config.json", "environment.json", "train.log", "summary.json"}
+    no_sekret(res.stdout, res.stderr, files=written)
+
+
+def test_run_records_no_password_with_any_character(tmp_path):
+    res = envkit("run", str(ROOT / "templates" / "train" / "mlp_quick_test.yaml"), "--run-id", "r", "--profile", "cpu",
+                 "--set", "training.max_steps=2", "--set", "eval.every_steps=0", "--set", "checkpoint.every_steps=2",
+                 env=_odd_env(ODD["all"]), cwd=tmp_path, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    run_dir = tmp_path / "runs" / "mlp-quick-test" / "r"
+    env = json.loads((run_dir / "environment.json").read_text())["environ"]
+    assert env["PIP_INDEX_URL"] == "https://mirror.invalid/simple" and env["HTTPS_PROXY"] == "http://proxy.invalid:3128"
+    no_sekret(res.stdout, res.stderr, files=[p for p in run_dir.rglob("*") if p.is_file()])

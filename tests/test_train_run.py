@@ -209,12 +209,21 @@ def test_runs_monitor_plot(tmp_path):
     assert "mlp-quick-test" in table and "completed" in table
     res = envkit("monitor", "--once", cwd=tmp_path)
     assert res.returncode == 0 and "completed" in res.stdout
-    # a run whose process is gone without a summary is "dead"; an old heartbeat is "stalled"
+    # a run that left no summary and whose owner lock nothing holds is "killed": the one who notices
+    # writes its summary.json, marked as written after the fact
     d = exp_dir(tmp_path, "mlp_quick_test") / "r"
     (d / "summary.json").unlink()
     beat = json.loads((d / "heartbeat.json").read_text())
     beat.update(status="running", pid=2 ** 22 + 12345)
     (d / "heartbeat.json").write_text(json.dumps(beat))
+    res = envkit("monitor", str(d), "--once", cwd=tmp_path)
+    assert res.returncode == 1 and "killed" in res.stdout
+    after = summary(d)
+    assert after["status"] == "killed" and after["written_after_the_fact"] is True and after["noticed_by"] == "envkit monitor"
+    # a folder without an owner lock (an older envkit's) is judged by its heartbeat's PID: "dead" when
+    # that process is gone, "stalled" when the heartbeat is old
+    (d / "summary.json").unlink()
+    (d / ".owner.lock").unlink()
     res = envkit("monitor", str(d), "--once", cwd=tmp_path)
     assert res.returncode == 1 and "dead" in res.stdout
     beat.update(pid=os.getpid(), updated_at=beat["updated_at"] - 3600)

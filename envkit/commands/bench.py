@@ -41,7 +41,12 @@ def bench(ctx, model, config_path, profile_name, device, python, seconds, budget
     from envkit.console import console, is_tty, print_json
     from envkit.tune.session import parse_budget
 
+    from envkit.fsutil import check_writable
+
     budget_s = parse_budget(budget, where="--budget")
+    for value, where in ((output, "--output"), (plot, "--plot")):
+        if value:
+            check_writable(Path(value), f"{where} {value}")  # before the ladder, not after it
     bctx = load_context(model, config_path, profile_name, python, device)
     with Progress(tty=is_tty(sys.stderr) and not as_json, quiet=as_json) as shown:
         report = run_bench(bctx, no_compile=no_compile, seconds=seconds, budget_s=budget_s, baseline=baseline,

@@ -65,13 +65,19 @@ def exec_(profile_name, name, runs_dir, detach, restarts, restart_delay, stall_t
     The managed venv's bin/ comes first on PATH and the profile's variables are set (one you
     exported yourself wins; environment.json records which). Writes runs/NAME/<run-id>/: the
     command, environment.json, train.log (the output, still shown live), heartbeat.json,
-    metrics.jsonl (from envkit.track.log), summary.json. Exits with the command's exit code."""
+    metrics.jsonl (from envkit.track.log), summary.json. Exits with the command's exit code.
+
+    envkit's process owns the run folder while it runs, and the command's whole process group dies
+    with it, even on kill -9 (SIGTERM, then SIGKILL after --grace); `envkit runs` then says
+    orphaned while the command lingers, killed once nothing runs."""
     from envkit.commands.train import _nodes
     from envkit.exec import environment, rundir
     from envkit.install.setup.managed import find_managed
     from envkit.profiles import load_profile
 
     argv = list(command)
+    if name is not None:
+        rundir.check_run_name(name)  # before anything is resolved or made
     stall = parse_duration(stall_timeout, "--stall-timeout")
     managed = find_managed()
     pname, warning, facts = environment.resolve_profile_name(profile_name, managed)
@@ -81,6 +87,7 @@ def exec_(profile_name, name, runs_dir, detach, restarts, restart_delay, stall_t
             click.echo(f"envkit: warning: {w}", err=True)
     xenv = environment.build_environ(profile, managed.venv if managed else None)
     resolved = environment.find_command(argv, xenv.environ)
+    environment.check_script(argv)
     nodes = _nodes(nnodes, node_rank, rdzv_endpoint, rdzv_backend, rdzv_id, None)
     versions = _versions(resolved, managed, no_check)
     distributed = nproc_per_node > 1 or nodes.nnodes > 1
@@ -92,7 +99,7 @@ def exec_(profile_name, name, runs_dir, detach, restarts, restart_delay, stall_t
     options = {"restarts": restarts, "restart_delay": restart_delay, "stall_timeout": stall, "grace": grace,
                "caffeinate": not no_caffeinate, "nproc_per_node": nproc_per_node, "nnodes": nodes.nnodes, "node_rank": nodes.node_rank}
     # Every check is done: only now is a run folder made.
-    run_dir = rundir.new_run_dir(Path(runs_dir), name or rundir.run_name(argv))
+    run_dir = rundir.new_run_dir(Path(runs_dir), name if name is not None else rundir.run_name(argv))
     launched = argv
     if distributed:
         python = resolved if re.match(r"^python[\d.]*$", Path(argv[0]).name) else str(managed.python if managed else sys.executable)
@@ -155,7 +162,11 @@ def _detach(run_dir: Path, launched: list[str], env: dict, as_json: bool) -> Non
 @click.argument("run", type=click.Path(), required=False)
 @click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True, help="Seconds after SIGINT before SIGTERM.")
 def stop(run, grace):
-    """Stop a running exec run (default: the newest under ./runs): SIGINT, SIGTERM after --grace seconds."""
+    """Stop a running run (default: the newest under ./runs): SIGINT, SIGTERM after --grace seconds.
+
+    Signals only the run's own process: its run folder's owner lock is held and the PID (with its
+    start time, for exec runs) is the one envkit recorded. Otherwise nothing is sent, one line says
+    why (the PID may now be another program), exit 1."""
     from envkit.exec import detach
     from envkit.train.watching.runs_state import resolve_run
 

@@ -24,7 +24,7 @@ def _line(s: dict) -> str:
              f"best val {_fmt(s.get('best_val_loss'))}"]
     if s["status"] in ("running",) and s.get("eta_seconds") is not None:
         parts.append(f"ETA {fmt_duration(s['eta_seconds'])}")
-    if s.get("age_seconds") is not None and s["status"] in ("running", "stalled", "dead"):
+    if s.get("age_seconds") is not None and s["status"] in ("running", "stalled", "dead", "orphaned"):
         parts.append(f"heartbeat {fmt_duration(s['age_seconds'])} ago")
     if s["status"] in ("running", "stalled") and (s.get("quiet_seconds") or 0) >= QUIET_HINT_SECONDS:
         parts.append(f"no output for {s['quiet_seconds'] / 60:.0f} minutes")
@@ -76,19 +76,19 @@ def _hint_lines(s: dict) -> list[str]:
 @click.option("--json", "as_json", is_flag=True, help="Print the state once as JSON (with the latest device sample and hints).")
 def monitor(run_dir, once, interval, as_json):
     """Live view of the newest (or given) run from its heartbeat and metrics: loss, throughput,
-    device utilization, memory, power, and hints; says "stalled" when the heartbeat is old and
-    "dead" when its process is gone."""
+    device utilization, memory, power, and hints; says "stalled" when the heartbeat is old,
+    "orphaned" while its command outlives its supervisor, "killed" once nothing runs in it."""
     d = resolve_run(run_dir)
     from envkit.console import is_tty
 
     if as_json:
-        s = run_state(d)
+        s = run_state(d, noticed_by="envkit monitor")
         click.echo(json.dumps(s, indent=2, default=str))
-        raise SystemExit(1 if s["status"] in ("stalled", "dead", "failed", "nan") else 0)
+        raise SystemExit(1 if s["status"] in ("stalled", "dead", "killed", "orphaned", "failed", "nan") else 0)
     if once or not is_tty():
         shown: set[str] = set()
         while True:
-            s = run_state(d)
+            s = run_state(d, noticed_by="envkit monitor")
             click.echo(_line(s))
             for line in _hint_lines(s):
                 if line.split(":")[0] not in shown:  # each hint once per monitor session
@@ -97,14 +97,14 @@ def monitor(run_dir, once, interval, as_json):
             if once or s["status"] not in ("running", "new"):
                 break
             time.sleep(interval)
-        if s["status"] in ("stalled", "dead", "failed", "nan"):
+        if s["status"] in ("stalled", "dead", "killed", "orphaned", "failed", "nan"):
             raise SystemExit(1)
         return
     from rich.live import Live
 
     with Live(refresh_per_second=4) as live:
         while True:
-            s = run_state(d)
+            s = run_state(d, noticed_by="envkit monitor")
             live.update(_rich_view(s, read_metrics(d)))
             if s["status"] not in ("running", "new"):
                 break
@@ -125,7 +125,7 @@ def _rich_view(s: dict, rows: list[dict]):
                 f"  loss {_fmt(s.get('loss'))}  best val {_fmt(s.get('best_val_loss'))}"
                 + (f"  ETA {fmt_duration(s['eta_seconds'])}" if s.get("eta_seconds") is not None else "")
                 + (f"  no output for {s['quiet_seconds'] / 60:.0f} minutes" if (s.get("quiet_seconds") or 0) >= QUIET_HINT_SECONDS else ""),
-                style={"running": "bold green", "stalled": "bold yellow", "dead": "bold red"}.get(s["status"] or "", "bold"))
+                style={"running": "bold green", "stalled": "bold yellow", "dead": "bold red", "killed": "bold red", "orphaned": "bold red"}.get(s["status"] or "", "bold"))
     t = Table("step", "loss", "rate", "util", "mem GiB", "data wait", box=None, padding=(0, 1))
     for r in [r for r in rows if "loss" in r][-8:]:
         rate = r.get("tokens_per_second") or r.get("samples_per_second")

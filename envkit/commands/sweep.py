@@ -25,8 +25,10 @@ import click
 @click.option("--plot", "plot", type=click.Path(dir_okay=False), is_flag=False, flag_value="sweep.png", default=None,
               help="Write one curve per run, coloured by group, to this PNG (default sweep.png).")
 @click.option("--report-only", is_flag=True, help="Train nothing: show the table of what the runs have so far.")
+@click.option("--max-runs", type=click.IntRange(min=1), default=10_000, show_default=True,
+              help="Refuse a grid of more runs than this (counted before anything is expanded or run).")
 @click.pass_context
-def sweep(ctx, config, overrides, profile, parallel, stop_after, python, as_json, plot, report_only):
+def sweep(ctx, config, overrides, profile, parallel, stop_after, python, as_json, plot, report_only, max_runs):
     """Train every combination of CONFIG's sweep.grid and compare them.
 
     \b
@@ -36,12 +38,14 @@ def sweep(ctx, config, overrides, profile, parallel, stop_after, python, as_json
         experiment.seed: [0, 1, 2]
 
     Each combination is runs/<experiment>/<key-value_...>/, an ordinary run folder (`envkit runs`,
-    `monitor`, `plot` read it). Exit 0 all completed, 1 a run failed or stopped, 2 bad config."""
+    `monitor`, `plot` read it). A run another process trains (a second sweep of the same grid, an
+    `envkit run`) is skipped with one line naming that process, never trained twice at once. Exit 0
+    all completed, 1 a run failed, stopped or was skipped, 2 bad config."""
     from envkit.sweep import report, runner
 
     debug = bool((ctx.obj or {}).get("debug"))
     say = (lambda m: click.echo(m, err=True)) if as_json else click.echo
-    runs = runner.prepare(config, overrides=overrides, profile_name=profile, python=python)
+    runs = runner.prepare(config, overrides=overrides, profile_name=profile, python=python, max_runs=max_runs)
     if not report_only:
         if runs and runs[0].plan.managed is None and not python:
             say(f"note: no `envkit setup` environment here: training with {sys.executable}")

@@ -66,7 +66,8 @@ def validate(config, overrides, profile, replay, as_json):
 @common
 @click.option("--run-id", help="Name of the run folder runs/<experiment>/<run-id>/ (resumed if it exists).")
 @click.option("--resume", default="auto", show_default=True, metavar="auto|never|CHECKPOINT",
-              help="auto: continue the newest unfinished run with the same config; never: always a new run.")
+              help="auto: continue the newest unfinished run with the same config (refused, one line naming its PID, "
+                   "while another process still trains it); never: always a new run.")
 @click.option("--stop-after", type=click.IntRange(min=1), help="Stop cleanly after this step (checkpoint written); run again to resume.")
 @click.option("--print-config", is_flag=True, help="Show the resolved config with each value's origin, then exit.")
 @click.option("--json", "as_json", is_flag=True, help="With --print-config: JSON. Otherwise print summary.json at the end.")
@@ -86,13 +87,20 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
     """Train from a train.yaml with the embedded reference trainer.
 
     Writes runs/<experiment>/<run-id>/ (config, environment.json, metrics.jsonl, heartbeat.json,
-    train.log, checkpoints/, summary.json). Exit 0 done, 1 training failed, 2 bad config."""
+    train.log, checkpoints/, summary.json). Exit 0 done, 1 training failed, 2 bad config.
+
+    One process trains in a run folder: while one does, a second `envkit run` that would resume it
+    (--resume auto or its --run-id) refuses, naming the PID and how to watch or stop it, rather than
+    starting a new run; the trainer dies with `envkit run`, even on SIGKILL."""
     from envkit.train.run import launcher
 
     debug = bool((ctx.obj or {}).get("debug"))
     window = launcher.parse_profile_steps(profile_steps)
+    if run_id is not None:
+        launcher.check_run_id(run_id)  # before anything else is said or done
     p = launcher.plan(config, overrides=overrides, profile_name=profile, python=python)
     launcher.absolutise_paths(p.cfg)
+    launcher.experiment_dir(p.cfg)  # experiment.name is one folder inside the runs folder
     if print_config:
         _print_config(p.cfg, as_json)
         return
@@ -124,7 +132,16 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
                               where=str(run_dir), fix="restore that config, use another --run-id, or --resume never")
     _decide_auto_batch(p, launcher, resuming, saved if resuming else {}, nproc_per_node, nodes.nnodes)
     child_dir = run_dir
+    owner = None
     if nodes.node_rank == 0:
+        from envkit.fsutil import take_owner_lock
+
+        if resuming:  # a folder whose owner died without a summary: say so in it before resuming
+            from envkit.train.watching.runs_state import notice_killed, owner_lock_state
+
+            if owner_lock_state(run_dir) == "free":
+                notice_killed(run_dir, "envkit run")  # nothing when its summary is the newest word
+        owner = take_owner_lock(run_dir, "envkit run")  # one process trains in a run folder; released when it dies
         launcher.write_run_files(p, run_dir, env)
     else:
         child_dir = launcher.stage_for_node(p, run_dir, nodes.node_rank)
@@ -132,7 +149,7 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
                                  nproc=nproc_per_node, debug=debug, nodes=nodes,
                                  profile_steps=window)
     click.echo(f"{'resuming' if resuming else 'starting'} run {run_dir}", err=True)
-    rc = launcher.launch(cmd, env)
+    rc = launcher.launch(cmd, env, owner)
     if nodes.node_rank > 0:
         import shutil
 

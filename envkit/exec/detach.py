@@ -61,20 +61,58 @@ def _wait_gone(pid: int, seconds: float) -> bool:
     return not pid_alive(pid)
 
 
+class NothingSent(EnvkitError):
+    """`envkit stop` found no process of the run to signal: a fact, not bad input (exit 1)."""
+
+    exit_code = 1
+
+
+def _target(run_dir: Path, beat: dict) -> tuple[int, object] | None:
+    """(pid, how to signal it) of the run's own live process, checked to be the one envkit started:
+    the run folder's owner lock is held (by the supervisor and its command: the kernel frees it when
+    they die) and the PID is alive, or, in a folder without an owner lock, its recorded start time
+    matches the live process's. None when no such process lives."""
+    from envkit.fsutil import owner_lock_state, same_process
+
+    lock = owner_lock_state(run_dir)
+    supervisor, child = beat.get("pid"), beat.get("child_pid")
+    if lock == "free":
+        return None  # nothing of envkit runs in the folder, whatever holds those PIDs now
+    if lock == "held":
+        ok_sup, ok_child = pid_alive(supervisor), pid_alive(child)
+        if beat.get("pid_start") is not None:  # exec runs record both start times: check them too
+            ok_sup = ok_sup and same_process(supervisor, beat["pid_start"])
+            ok_child = ok_child and same_process(child, beat.get("child_start"))
+    else:
+        ok_sup = same_process(supervisor, beat.get("pid_start"))
+        ok_child = same_process(child, beat.get("child_start"))
+    if ok_sup:
+        return supervisor, lambda s: os.kill(supervisor, s)
+    if ok_child:  # envkit's process is gone (killed -9): signal the command's group directly
+        return child, lambda s: os.killpg(child, s)
+    return None
+
+
 def stop(run_dir: Path, grace: float, say=print) -> str:
     """SIGINT to the run (envkit's supervisor forwards it to the command's process group), SIGTERM
-    after `grace` seconds, SIGKILL after as many again. Returns how it ended."""
+    after `grace` seconds, SIGKILL after as many again. Returns how it ended. Signals only a process
+    checked to be the run's own (_target); else one line, exit 1, nothing sent."""
+    from envkit.train.watching.runs_state import notice_killed, owner_lock_state
+
     summary = read_json(run_dir / "summary.json")
     beat = read_json(run_dir / "heartbeat.json")
     if summary.get("status") and summary.get("updated_at", 0) >= beat.get("updated_at", 0) - 1:
         return f"already {summary['status']}"
-    supervisor, child = beat.get("pid"), beat.get("child_pid")
-    if pid_alive(supervisor):
-        target, send = supervisor, lambda s: os.kill(supervisor, s)
-    elif pid_alive(child):  # envkit's process is gone (killed -9): signal the command's group directly
-        target, send = child, lambda s: os.killpg(child, s)
-    else:
-        raise EnvkitError("no live process for this run", where=str(run_dir), fix="`envkit runs` shows its status")
+    found = _target(run_dir, beat)
+    if found is None:
+        if owner_lock_state(run_dir) == "free":
+            notice_killed(run_dir, "envkit stop")
+        pids = [p for p in (beat.get("pid"), beat.get("child_pid")) if pid_alive(p)]
+        if pids:
+            raise NothingSent(f"the process that ran {run_dir} is gone; PID {pids[0]} is now another program: nothing sent",
+                              fix="`envkit runs` shows its status")
+        raise NothingSent(f"the process that ran {run_dir} is gone: nothing sent", fix="`envkit runs` shows its status")
+    target, send = found
     for signum, wait in ((signal.SIGINT, grace), (signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
         say(f"sending {signal.Signals(signum).name} to pid {target}")
         try:

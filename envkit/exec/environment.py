@@ -77,6 +77,34 @@ def track_path() -> Path:
     return base
 
 
+# Python's options that take a value as the next argument (python --help): the script comes after them
+_PY_OPTS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
+_PYTHONS = ("python", "pypy")
+
+
+def check_script(argv: list[str]) -> None:
+    """`python [options] SCRIPT ...`: the script exists (relative to this folder), checked before a
+    run folder is made, so a typo is one line and exit 2, not a failed run (nor --restart-on-failure
+    retrying it). `-m module` and `-c code` are not files; other programs are found by find_command."""
+    if not argv or not os.path.basename(argv[0]).startswith(_PYTHONS):
+        return
+    rest = list(argv[1:])
+    while rest:
+        a = rest.pop(0)
+        if a in ("-m", "-c", "-") or a.startswith(("-m", "-c")) and len(a) > 2:
+            return
+        if a in _PY_OPTS_WITH_VALUE:
+            rest = rest[1:]
+            continue
+        if a.startswith("-"):
+            continue
+        if not os.path.isfile(a) and not os.path.isfile(os.path.join(a, "__main__.py")):
+            what = "is a folder, not a script" if os.path.isdir(a) else "script not found"
+            raise EnvkitError(f"{what}: {a} (looked in {os.getcwd()})", where="envkit exec",
+                              fix="check the script's path; it is read relative to the folder you run envkit in")
+        return
+
+
 def find_command(argv: list[str], env: dict[str, str]) -> str:
     """The program's path as the child will find it (the venv's bin/ first): EnvkitError if none."""
     if not argv:

@@ -56,7 +56,10 @@ class Heartbeat:
         self.run_dir, self.interval = Path(run_dir), interval
         self.runner = runner or LiveRunner()
         self.device = device_kind(platform.system(), platform.machine(), shutil.which("nvidia-smi") is not None)
-        self.fields: dict = {"status": "running", "pid": os.getpid(), "host": platform.node()}
+        from envkit.fsutil import process_start_time
+
+        self.fields: dict = {"status": "running", "pid": os.getpid(), "pid_start": process_start_time(os.getpid()),
+                             "host": platform.node()}
         self.last_output_at = time.time()
         self.last_metric_at: float | None = None
         self._metrics_offset = 0

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.fsutil import atomic_write_text
-from envkit.redact import recorded_env, redact
+from envkit.fsutil import atomic_write_text, check_inside, check_name
+from envkit.redact import recorded_env, redact, redact_argv
 
 _PYTHONS = re.compile(r"^(python[\d.]*|pypy[\d.]*|torchrun|accelerate|uv|deepspeed)$")
 
@@ -39,11 +39,17 @@ def _clean(name: str) -> str:
     return re.sub(r"[^\w.-]+", "-", name).strip("-.") or "exec"
 
 
-def new_run_dir(root: Path, name: str) -> Path:
-    """root/<name>/<timestamp>[-n], created here (exist_ok=False: two runs never share one)."""
+def check_run_name(name: str) -> str:
+    """--name: one folder name of letters, digits, '.', '_' and '-', never '.', '..' or empty."""
+    check_name(name, "--name", "run name")
     if not re.fullmatch(r"[\w.-]+", name):
         raise EnvkitError(f"run name {name!r} may hold letters, digits, '.', '_' and '-' only", where="--name")
-    exp = Path(root) / name
+    return name
+
+
+def new_run_dir(root: Path, name: str) -> Path:
+    """root/<name>/<timestamp>[-n], created here (exist_ok=False: two runs never share one)."""
+    exp = check_inside(root, Path(root) / check_run_name(name), "--name")
     base = time.strftime("%Y%m%d-%H%M%S")
     for i in range(1, 1000):
         d = exp / (base if i == 1 else f"{base}-{i}")
@@ -71,10 +77,10 @@ def write_start_files(run_dir: Path, *, command: list[str], launched: list[str],
                       options: dict) -> None:
     """config.json (the command and options) and environment.json (where it ran), before it starts."""
     write_json(run_dir / "config.json", {
-        "kind": "exec", "name": run_dir.parent.name, "command": command, "launched": launched, "cwd": os.getcwd(),
+        "kind": "exec", "name": run_dir.parent.name, "command": redact_argv(command), "launched": redact_argv(launched), "cwd": os.getcwd(),
         "profile": env.profile, "options": options, "created_at": time.time()})
     write_json(run_dir / "environment.json", {
-        "created_at": time.time(), "argv": sys.argv, "cwd": os.getcwd(), "command": command,
+        "created_at": time.time(), "argv": redact_argv(sys.argv), "cwd": os.getcwd(), "command": redact_argv(command),
         "managed": str(managed.root) if managed else None, "venv": env.venv, "profile": env.profile,
         # which value each profile variable has and who set it; a user's secret-named variable shows no value
         "profile_env": {k: ({**v, "value": "***"} if _secret(k) else v) for k, v in env.won.items()},

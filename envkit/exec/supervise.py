@@ -3,7 +3,12 @@ train.log as they come; the heartbeat thread samples the device; SIGINT/SIGTERM/
 envkit go on to the command's whole process group (its own group, so torchrun's workers get them
 too); a command that prints nothing and logs no metric for --stall-timeout is recorded as stalled
 and stopped (a watchdog inside the training process cannot fire during a Metal or NCCL hang);
---restart-on-failure reruns a command that died, never one that succeeded or that the user stopped."""
+--restart-on-failure reruns a command that died, never one that succeeded or that the user stopped.
+
+The supervisor owns the run folder (fsutil.take_owner_lock, passed on to the command, so the folder
+is owned while either lives) and the command dies with it: PR_SET_PDEATHSIG on the command (Linux,
+at once) and a guard process watching a pipe (envkit/exec/guard.py: Linux and macOS, the whole
+process group)."""
 
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ from pathlib import Path
 
 from envkit.exec.heartbeat import Heartbeat
 from envkit.exec.rundir import read_json, write_json
-from envkit.redact import strip_userinfo
+from envkit.redact import redact_argv, strip_userinfo
 from envkit.train.watching.cpu_fallback import FallbackCounter
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -72,14 +77,18 @@ class Supervisor:
 
     # ---------------------------------------------------------------- the whole run
     def run(self) -> int:
+        from envkit.fsutil import take_owner_lock
+
         started = time.time()
         attempts: list[dict] = []
+        self.owner = take_owner_lock(self.run_dir, "envkit exec")  # released by the kernel when we (and the command) end
+        self._start_guard()
         previous = {s: signal.signal(s, self._on_signal) for s in FORWARDED}
         self.beat.start()
         try:
             rc, how = 0, "exited"
             for n in range(1, self.opts.restarts + 2):
-                self._note(f"attempt {n}/{self.opts.restarts + 1}: {' '.join(self.argv)}")
+                self._note(f"attempt {n}/{self.opts.restarts + 1}: {' '.join(redact_argv(self.argv))}")
                 t0 = time.time()
                 rc, how, stall = self._attempt(n)
                 attempts.append({"attempt": n, "started_at": t0, "ended_at": time.time(), "exit_code": rc, "how": how,
@@ -100,7 +109,34 @@ class Supervisor:
                   else "stalled" if attempts and attempts[-1]["how"] == "stalled" else "failed")
         self._write_summary(status, rc, started, attempts)
         self._log.close()
+        self._stop_guard()
+        self.owner.close()
         return rc
+
+    def _start_guard(self) -> None:
+        """envkit/exec/guard.py in a session of its own, reading a pipe only this process writes."""
+        pkg_parent = str(Path(__file__).resolve().parents[2])
+        read_end, self._guard_pipe = os.pipe()
+        code = "import sys; sys.path.insert(0, sys.argv.pop(1)); from envkit.exec.guard import main; sys.exit(main(sys.argv[1:]))"
+        try:
+            self._guard = subprocess.Popen([sys.executable, "-c", code, pkg_parent, str(self.opts.grace)], stdin=read_end,
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        finally:
+            os.close(read_end)
+
+    def _tell_guard(self, line: str) -> None:
+        try:
+            os.write(self._guard_pipe, line.encode() + b"\n")
+        except OSError:  # the guard is gone: pdeathsig still covers the command on Linux
+            pass
+
+    def _stop_guard(self) -> None:
+        self._tell_guard("done")
+        os.close(self._guard_pipe)
+        try:
+            self._guard.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
 
     def _write_summary(self, status: str, rc: int, started: float, attempts: list[dict]) -> None:
         from envkit.train.watching.runs_state import read_metrics
@@ -124,15 +160,20 @@ class Supervisor:
 
     # ---------------------------------------------------------------- one attempt
     def _attempt(self, n: int) -> tuple[int, str, dict | None]:
+        from envkit.fsutil import process_start_time
+        from envkit.train.run.spawn import die_with_parent
+
         try:
             self.proc = proc = subprocess.Popen(self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                                 stdin=None if self.opts.echo else subprocess.DEVNULL,
-                                                start_new_session=True)  # its own group (pgid = pid): signals reach torchrun's workers too
+                                                start_new_session=True,  # its own group (pgid = pid): signals reach torchrun's workers too
+                                                preexec_fn=die_with_parent(), pass_fds=(self.owner.fileno(),))
         except OSError as exc:  # found when checked, gone or not executable now
             self._note(f"could not start {self.argv[0]}: {exc.strerror or exc}")
             return 127, "not started", None
+        self._tell_guard(f"pgid {proc.pid}")
         self.beat.last_output_at = time.time()
-        self.beat.beat(status="running", attempt=n, child_pid=proc.pid, pgid=proc.pid)
+        self.beat.beat(status="running", attempt=n, child_pid=proc.pid, child_start=process_start_time(proc.pid), pgid=proc.pid)
         caff = caffeinate_command(proc.pid, platform.system(), self.opts.caffeinate)
         if caff and shutil.which(caff[0]):
             subprocess.Popen(caff, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -39,7 +39,10 @@ def _slug(value) -> str:
     return re.sub(r"[^\w.-]+", "-", str(value)).strip("-") or "x"
 
 
-def expand(grid: dict, source: str) -> list[Combination]:
+MAX_RUNS = 10_000  # a grid larger than this is refused before it is expanded (`envkit sweep --max-runs N` raises it)
+
+
+def expand(grid: dict, source: str, max_runs: int = MAX_RUNS) -> list[Combination]:
     """Every combination, the first key varying slowest (as nested loops written in the grid's order).
 
     A key is a trainer key (`training.optimizer: [adamw, lion]`), or any other name whose values are
@@ -48,6 +51,7 @@ def expand(grid: dict, source: str) -> list[Combination]:
     if not grid:
         raise EnvkitError("no sweep.grid: nothing to sweep", where=f"{source}: sweep.grid",
                           fix="add e.g.  sweep: {grid: {training.optimizer: [adamw, lion], experiment.seed: [0, 1, 2]}}")
+    count_runs(grid, source, max_runs)
     axes = []
     for key, values in grid.items():
         where = f"{source}: sweep.grid.{key}"
@@ -73,6 +77,19 @@ def expand(grid: dict, source: str) -> list[Combination]:
         raise EnvkitError("two combinations would share a run folder name", where=f"{source}: sweep.grid",
                           fix="use values that differ in letters and digits, not only in punctuation, and set each key on one axis")
     return combos
+
+
+def count_runs(grid: dict, source: str, max_runs: int = MAX_RUNS) -> int:
+    """The number of runs the grid makes, counted from the lengths of its lists before anything is
+    expanded (10^8 combinations are a product of small lists: refused here, in one line, at once)."""
+    total = 1
+    for values in grid.values():
+        total *= len(values) if isinstance(values, list) and values else 1
+    if total > max_runs:
+        sizes = " x ".join(str(len(v)) for v in grid.values() if isinstance(v, list))
+        raise EnvkitError(f"the grid makes {total:,} runs ({sizes}), above the limit of {max_runs:,}", where=f"{source}: sweep.grid",
+                          fix=f"take values out of sweep.grid, or raise the limit with `envkit sweep --max-runs {total}`")
+    return total
 
 
 def _check_value(key: str, value, where: str, source: str) -> None:

@@ -3,7 +3,10 @@
 Each combination goes through `envkit run`'s parent side (launcher.py): the same resolved config,
 run files and child process. A folder whose summary says completed is skipped; an unfinished one is
 resumed from its newest checkpoint; a folder started with a different config stops the sweep
-before anything runs (nothing is overwritten). `parallel` runs at once; on a machine with several
+before anything runs (nothing is overwritten). A run folder another process trains in (a second
+`envkit sweep` of the same grid, an `envkit run` of it) is skipped, said in one line naming that
+process: the sweep holds each run folder's owner lock (fsutil.take_owner_lock) while it trains it,
+and its trainers die with it (launcher.spawn_child). `parallel` runs at once; on a machine with several
 CUDA GPUs each run gets its own (CUDA_VISIBLE_DEVICES)."""
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.sweep.grid import Combination, expand
+from envkit.fsutil import check_inside, check_name
+from envkit.sweep.grid import MAX_RUNS, Combination, expand
 from envkit.train.run import launcher
 from envkit.train.run.config import load_config, read_yaml
 
@@ -30,17 +34,19 @@ class SweepRun:
     rc: int | None = None
 
 
-def prepare(config: str, overrides=(), profile_name: str | None = None, python: str | None = None) -> list[SweepRun]:
+def prepare(config: str, overrides=(), profile_name: str | None = None, python: str | None = None,
+            max_runs: int = MAX_RUNS) -> list[SweepRun]:
     """Every combination resolved and placed, before anything runs (a bad value stops it all here)."""
     base = launcher.plan(config, overrides=overrides, profile_name=profile_name, python=python)
-    combos = expand(base.cfg.values["sweep"]["grid"], config)
+    combos = expand(base.cfg.values["sweep"]["grid"], config, max_runs)
     data = read_yaml(config)
     runs = []
     for combo in combos:
         cfg = load_config(config, overrides=[*overrides, *combo.set_args()], profile=base.profile, data=data)
         p = dataclasses.replace(base, cfg=cfg, notes=list(base.notes))
         launcher.absolutise_paths(p.cfg)
-        run_dir = launcher.experiment_dir(p.cfg) / combo.run_id
+        exp = launcher.experiment_dir(p.cfg)
+        run_dir = check_inside(exp, exp / check_name(combo.run_id, f"{config}: sweep.grid", "run name"), f"{config}: sweep.grid")
         runs.append(SweepRun(combo, p, run_dir, _state(p, run_dir)))
     _hold_each_against_machine(runs, base, config)
     return runs
@@ -85,7 +91,7 @@ def execute(runs: list[SweepRun], *, parallel: int = 1, gpus: int = 0, stop_afte
         if r.state == "completed":
             say(f"skip    {r.combo.run_id}: completed ({r.run_dir})")
     free_slots = list(range(max(1, parallel)))
-    active: dict[subprocess.Popen, tuple[SweepRun, int]] = {}
+    active: dict[subprocess.Popen, tuple[SweepRun, int, object]] = {}
     interrupted = {"yes": False}
 
     def on_sigint(signum, frame):  # the children got it too: let them checkpoint, start nothing new
@@ -95,11 +101,21 @@ def execute(runs: list[SweepRun], *, parallel: int = 1, gpus: int = 0, stop_afte
     try:
         while (todo and not interrupted["yes"]) or active:
             while todo and free_slots and not interrupted["yes"]:
-                r, slot = todo.pop(0), free_slots.pop(0)
-                active[_start(r, slot, gpus, parallel, stop_after, debug, say)] = (r, slot)
+                r = todo.pop(0)
+                owner = _own(r, say)
+                if owner is None:
+                    continue
+                slot = free_slots.pop(0)
+                try:
+                    active[_start(r, slot, gpus, parallel, stop_after, debug, say, owner)] = (r, slot, owner)
+                except BaseException:
+                    owner.close()
+                    raise
             time.sleep(0.2)
             for proc in [p for p in active if p.poll() is not None]:
-                r, slot = active.pop(proc)
+                r, slot, owner = active.pop(proc)
+                launcher.release_child(proc)
+                owner.close()  # the run folder is free again
                 r.rc = proc.returncode
                 r.state = (launcher.read_json(r.run_dir / "summary.json") or {}).get("status") or f"exited {r.rc}"
                 free_slots.append(slot)
@@ -113,7 +129,24 @@ def execute(runs: list[SweepRun], *, parallel: int = 1, gpus: int = 0, stop_afte
         say("interrupted: `envkit sweep` again resumes the unfinished runs and skips the completed ones")
 
 
-def _start(r: SweepRun, slot: int, gpus: int, parallel: int, stop_after, debug: bool, say) -> subprocess.Popen:
+def _own(r: SweepRun, say):
+    """The run folder's owner lock, or None (said in one line) when another process trains in it:
+    skipped, not waited for, so two sweeps of one grid share its runs instead of training one twice."""
+    from envkit.fsutil import read_owner, take_owner_lock
+
+    if r.state == "new":
+        r.run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        return take_owner_lock(r.run_dir, "envkit sweep")
+    except EnvkitError:
+        owner = read_owner(r.run_dir)
+        say(f"skip    {r.combo.run_id}: in use by {owner.get('command', 'another envkit process')} (PID {owner.get('pid', '?')}), "
+            f"which trains it; not trained twice (`envkit monitor {r.run_dir}` watches it)")
+        r.state = "in use"
+        return None
+
+
+def _start(r: SweepRun, slot: int, gpus: int, parallel: int, stop_after, debug: bool, say, owner=None) -> subprocess.Popen:
     env = launcher.child_environ(r.plan.profile, 1)
     if gpus > 1 and parallel > 1:
         env["CUDA_VISIBLE_DEVICES"] = str(slot % gpus)  # one GPU per run
@@ -124,10 +157,10 @@ def _start(r: SweepRun, slot: int, gpus: int, parallel: int, stop_after, debug: 
     if parallel > 1:  # several at once: each run's console output goes to its folder, not interleaved here
         out = open(r.run_dir / "console.log", "ab")
         try:
-            return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+            return launcher.spawn_child(cmd, env, owner, stdout=out, stderr=subprocess.STDOUT)
         finally:
             out.close()
-    return subprocess.Popen(cmd, env=env)
+    return launcher.spawn_child(cmd, env, owner)
 
 
 def gpu_count(facts) -> int:

@@ -11,7 +11,8 @@
 
 Testing hook (like the self-test's ENVKIT_SELFTEST_INJECT):
   ENVKIT_TRAIN_INJECT="oom@5,nan@8,device@12,diskfull@6"
-raises that fault while optimizer step N is made (diskfull: when checkpoint step N is written).
+raises that fault while optimizer step N is made (diskfull: when checkpoint step N is written;
+diskfull@start: when `envkit run` writes the run's files before training).
 Each fires once per run folder (recorded in faults.jsonl), so a restarted or resumed run goes on.
   ENVKIT_TRAIN_INJECT="oom-above=16"
 makes every step whose micro-batch is above 16 samples raise the device's out-of-memory error, as
@@ -72,6 +73,8 @@ def planned() -> list[tuple[str, int]]:
     for part in filter(None, (p.strip() for p in spec.split(","))):
         if part.startswith(OOM_ABOVE + "="):
             oom_above()  # validated there
+            continue
+        if part == "diskfull@start":  # fired by envkit's process as it writes the run's files (train/run/launcher.py)
             continue
         kind, _, at = part.partition("@")
         if kind not in KINDS or not at.isdigit():

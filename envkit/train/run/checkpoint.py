@@ -1,5 +1,6 @@
 """Checkpoints: model, optimizer, scaler, every RNG state, the data position and the config hash,
-written to a temporary file and renamed (never half a file), keeping the last K. Loaded with
+written to a temporary file and renamed (never half a file), keeping the newest K that load (`prune`:
+kept by validity, not by file name; unreadable ones moved into checkpoints/unreadable/). Loaded with
 `torch.load(weights_only=True)`: a checkpoint is data, never code.
 
 Each file ends with a checksum of its data, written after the data:
@@ -96,12 +97,89 @@ def save(folder: Path, state: dict, keep_last: int) -> Path:
                            f"nothing was written ({'previous checkpoint ' + kept[0] + ' kept' if kept else 'no earlier checkpoint'}); "
                            "free some space (or lower checkpoint.keep_last), then `envkit run` again resumes") from exc
         raise
-    for _, old in list_checkpoints(folder)[keep_last:]:
+    prune(folder, path, keep_last)
+    return path
+
+
+UNREADABLE = "unreadable"  # checkpoints/unreadable/: files pruning found unreadable, moved aside
+_verified: dict[str, tuple[int, int, int]] = {}  # path -> (size, mtime_ns, inode) of a file seen to load
+
+
+def is_valid(path: Path) -> bool:
+    """Whether the file verifies (its checksum) and loads as an envkit checkpoint; a file seen to
+    load is not read again while its size, mtime and inode stay the same."""
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return False
+    key = (st.st_size, st.st_mtime_ns, st.st_ino)
+    if _verified.get(str(path)) == key:
+        return True
+    try:
+        load(path)
+    except Exception:  # noqa: BLE001 - truncated, altered, foreign: not a checkpoint to keep
+        return False
+    _verified[str(path)] = key
+    return True
+
+
+def prune(folder: Path, written: Path, keep_last: int, log=None) -> list[Path]:
+    """Keep the newest `keep_last` checkpoints that verify and load (by step), never the one just
+    written (`written`) nor the newest valid one; delete older valid ones. A file met on the way
+    that does not load is moved into checkpoints/unreadable/ (one line in train.log), never
+    deleted: it is the user's to look at. Files older than the kept ones are deleted as before.
+    Returns the paths moved aside."""
+    folder, written = Path(folder), Path(written)
+    _verified[str(written)] = _stat_key(written)  # just written and fsynced: valid without reading it back
+    kept, moved, delete = 0, [], []
+    for _, p in list_checkpoints(folder):
+        if kept >= keep_last and p != written:
+            delete.append(p)
+            continue
+        if p == written or is_valid(p):
+            kept += 1
+            continue
+        moved.append(_move_aside(p, log))
+    for old in delete:
+        _verified.pop(str(old), None)
         try:
             old.unlink()
         except FileNotFoundError:
             pass
-    return path
+    return moved
+
+
+def _stat_key(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def _move_aside(path: Path, log=None) -> Path:
+    import os
+    import time
+
+    aside = path.parent / UNREADABLE
+    aside.mkdir(exist_ok=True)
+    dest, i = aside / path.name, 1
+    while dest.exists():
+        i += 1
+        dest = aside / f"{path.stem}.{i}{path.suffix}"
+    os.replace(path, dest)
+    line = (f"warning: checkpoint {path.name} is unreadable (checksum or load failed): moved to {dest.relative_to(path.parent.parent)} "
+            f"(not deleted; it no longer counts toward checkpoint.keep_last)")
+    if log is not None:
+        log(line)
+    else:  # the trainer's log is RUN_DIR/train.log (watching/telemetry.py): one line there, and on the console
+        try:
+            with open(path.parent.parent / "train.log", "a", encoding="utf-8") as fh:
+                fh.write(time.strftime("%Y-%m-%d %H:%M:%S ") + line + "\n")
+        except OSError:
+            pass
+        print(line, flush=True)
+    return dest
 
 
 def verified_bytes(path: Path) -> bytes:

@@ -30,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     from envkit.errors import EnvkitError
     from envkit.train.recovery.guards import TrainingStopped
 
+    from envkit.train.run.parent_watch import watch_parent
+
+    watch_parent()  # stop when envkit run/sweep dies, however it dies (pdeathsig's stand-in on macOS)
     run_dir = Path(args.run_dir)
     try:
         resolved = json.loads((run_dir / "config.json").read_text())

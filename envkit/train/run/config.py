@@ -126,6 +126,9 @@ def _did_you_mean(word: str, options) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # torch.manual_seed, tensors and checkpoints hold 64-bit integers
+
+
 def coerce(value: Any, f: Field, where: str, *, from_text: bool = False):
     """Check (and, for --set text, convert) one value against its field. Raises EnvkitError."""
     if value is None:
@@ -169,9 +172,13 @@ def coerce(value: Any, f: Field, where: str, *, from_text: bool = False):
         value = float(value)
         if value != value or value in (float("inf"), float("-inf")):
             raise EnvkitError("must be a finite number", where=where)
-    elif kind == "str":
+    elif kind in ("str", "name"):
         if not isinstance(value, str):
             raise EnvkitError(f"expected a string, got {_show(value)}", where=where)
+        if kind == "name":
+            from envkit.fsutil import check_name
+
+            check_name(value, where)
     elif kind == "list":
         if not isinstance(value, list):
             raise EnvkitError(f"expected a list, got {_show(value)}", where=where)
@@ -185,6 +192,9 @@ def coerce(value: Any, f: Field, where: str, *, from_text: bool = False):
             raise EnvkitError(f"expected a mapping, got {_show(value)}", where=where)
     if f.choices is not None and value not in f.choices:
         raise EnvkitError(f"{value!r} is not one of {', '.join(map(str, f.choices))}{_did_you_mean(value, f.choices)}", where=where)
+    if kind == "int" and not INT_MIN <= value <= INT_MAX:
+        raise EnvkitError(f"{value} is outside the range the trainer can use ({INT_MIN} .. {INT_MAX}, a 64-bit integer)", where=where,
+                          fix=f"use a value up to {INT_MAX}" + (" (any seed in 0 .. 2**63-1 is as good as another)" if where.endswith("seed") else ""))
     if kind in ("int", "float"):
         if f.gt is not None and not value > f.gt:
             raise EnvkitError(f"must be greater than {f.gt:g}, got {value:g}", where=where)

@@ -26,6 +26,7 @@ from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_text
 from envkit.train.data.paths import resolve_path
 from envkit.train.run.config import Config, load_config, to_yaml
+from envkit.train.run.spawn import PARENT_FD_ENV, die_with_parent, release_child, spawn_child  # noqa: F401 (sweep, exec)
 
 FINISHED = ("completed",)
 
@@ -131,10 +132,41 @@ def _where(cfg: Config, path: str) -> str:
 # ---------------------------------------------------------------- run folders
 
 
+def runs_root(cfg: Config, base: Path | None = None) -> Path:
+    """experiment.output_dir: the folder every run folder of this config must be inside."""
+    return (base or Path.cwd()) / cfg.values["experiment"]["output_dir"]
+
+
 def experiment_dir(cfg: Config, base: Path | None = None) -> Path:
+    """runs/<experiment.name>/, the name made a slug (spaces and the like become '-'); a name that is
+    not one folder name ('..', '/') was refused when the config was read (config.py), and is again
+    here, with the folder checked to be inside the runs folder."""
+    from envkit.fsutil import check_inside, check_name
+
     e = cfg.values["experiment"]
+    where = _where(cfg, "experiment.name")
+    check_name(e["name"], where, "experiment.name")
     name = re.sub(r"[^\w.-]+", "-", e["name"]).strip("-") or "experiment"
-    return (base or Path.cwd()) / e["output_dir"] / name
+    check_name(name, where, "experiment.name")
+    root = runs_root(cfg, base)
+    return check_inside(root, root / name, where)
+
+
+def check_run_id(run_id: str) -> str:
+    """--run-id: one folder name of letters, digits, '.', '_' and '-', never '.' or '..'."""
+    from envkit.fsutil import check_name
+
+    check_name(run_id, "--run-id", "run id")
+    if not re.fullmatch(r"[\w.-]+", run_id):
+        raise EnvkitError(f"run id {run_id!r} may hold letters, digits, '.', '_' and '-' only", where="--run-id")
+    return run_id
+
+
+def run_dir_inside(cfg: Config, run_dir: Path, where: str) -> Path:
+    """The chosen run folder, checked to be inside runs/<experiment>/ before anything is written."""
+    from envkit.fsutil import check_inside
+
+    return check_inside(experiment_dir(cfg), run_dir, where)
 
 
 def read_json(path: Path) -> dict | None:
@@ -147,6 +179,8 @@ def read_json(path: Path) -> dict | None:
 
 def choose_run_dir(cfg: Config, run_id: str | None, resume: str) -> tuple[Path, bool, str | None]:
     """(run folder, resuming?, note)."""
+    from envkit.fsutil import check_inside
+
     exp = experiment_dir(cfg)
     h = cfg.config_hash()
     if resume not in ("auto", "never"):
@@ -155,9 +189,7 @@ def choose_run_dir(cfg: Config, run_id: str | None, resume: str) -> tuple[Path, 
             raise EnvkitError("checkpoint not found", where=f"--resume {resume}", fix="give a checkpoints/step_*.pt file, auto or never")
         return ck.parent.parent, True, f"resuming from {ck}"
     if run_id:
-        if not re.fullmatch(r"[\w.-]+", run_id):
-            raise EnvkitError(f"run id {run_id!r} may hold letters, digits, '.', '_' and '-' only", where="--run-id")
-        d = exp / run_id
+        d = check_inside(exp, exp / check_run_id(run_id), "--run-id")
         if d.exists() and (d / "config.json").exists():
             if resume == "never":
                 raise EnvkitError(f"run folder {d} exists", where="--run-id", fix="choose another --run-id, or drop --resume never to continue it")
@@ -211,10 +243,44 @@ def git_commit(folder: Path) -> dict | None:
         return None
 
 
+class DiskFullAtStart(EnvkitError):
+    """No space left while writing a run's files before training: nothing was changed (each file
+    is written atomically, so config.json and the checkpoints are as they were). A fact about the
+    machine, not bad input: exit code 1, as for a run that stopped on a full disk (disk_full)."""
+
+    exit_code = 1
+
+
 def write_run_files(p: Plan, run_dir: Path, child_env: dict) -> None:
+    """config.json, config.yaml, environment.json; a full disk is one line (disk_full), nothing lost."""
+    import errno
+
+    try:
+        _write_run_files(p, run_dir, child_env)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        what = Path(exc.filename).name if exc.filename else "the run's files"
+        raise DiskFullAtStart(f"disk_full: no space left on the device while writing {what} in {run_dir} before training; "
+                              "nothing was changed (config.json and the checkpoints are as they were)", where=str(run_dir),
+                              fix="free some space, then run the same command again: it resumes") from None
+
+
+def _inject_disk_full_at_start(path: Path) -> None:
+    """ENVKIT_TRAIN_INJECT=diskfull@start: the first file written before training meets a full disk
+    (train/recovery/faults.py's other faults fire inside the trainer; this one in envkit's process)."""
+    from envkit.train.recovery.faults import ENV_INJECT, disk_full_error
+
+    if "diskfull@start" in [x.strip() for x in os.environ.get(ENV_INJECT, "").split(",")]:
+        raise disk_full_error(path)
+
+
+def _write_run_files(p: Plan, run_dir: Path, child_env: dict) -> None:
     from envkit.checks.report import diagnose
+    from envkit.redact import redact_argv
 
     run_dir.mkdir(parents=True, exist_ok=True)
+    _inject_disk_full_at_start(run_dir / "config.json")
     (run_dir / "checkpoints").mkdir(exist_ok=True)
     resolved = p.cfg.resolved()
     resolved["torch_settings"] = dict(getattr(p.profile, "torch", {}) or {}) if p.profile else None
@@ -223,7 +289,7 @@ def write_run_files(p: Plan, run_dir: Path, child_env: dict) -> None:
     d = diagnose(p.facts).to_dict()
     src = Path(p.cfg.source).resolve().parent if p.cfg.source not in ("<defaults>",) else Path.cwd()
     env_doc = {
-        "created_at": time.time(), "python": p.python, "argv": sys.argv,
+        "created_at": time.time(), "python": p.python, "argv": redact_argv(sys.argv),
         "managed": str(p.managed.root) if p.managed else None,
         "profile": p.cfg.profile, "profile_env": dict(getattr(p.profile, "env", {}) or {}) if p.profile else {},
         "doctor": d, "packages": d["facts"].get("packages"),
@@ -377,14 +443,16 @@ def omp_threads_per_process(profile, env: dict, nproc: int) -> str:
     return str(max(1, total // nproc))
 
 
-def launch(cmd: list[str], env: dict) -> int:
-    """Run the child; the parent ignores Ctrl-C meanwhile so the child can checkpoint cleanly."""
-    proc = subprocess.Popen(cmd, env=env)
+def launch(cmd: list[str], env: dict, owner=None) -> int:
+    """Run the child; the parent ignores Ctrl-C meanwhile so the child can checkpoint cleanly. The
+    child dies with envkit's process and holds the owner lock with it (spawn_child)."""
+    proc = spawn_child(cmd, env, owner)
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         return proc.wait()
     finally:
         signal.signal(signal.SIGINT, old)
+        release_child(proc)
 
 
 def absolutise_paths(cfg: Config) -> None:

@@ -11,7 +11,7 @@ AUTO = "auto"
 
 @dataclass(frozen=True)
 class Field:
-    kind: str  # int | int_auto (auto|int) | float | str | bool | list | dict | compile (auto|bool)
+    kind: str  # int | int_auto (auto|int) | float | str | name (a folder name) | bool | list | dict | compile (auto|bool)
     default: Any = None
     choices: tuple | None = None
     min: float | None = None
@@ -28,7 +28,7 @@ TRACKERS = ("tensorboard", "wandb")
 
 SCHEMA: dict[str, dict[str, Field]] = {
     "experiment": {
-        "name": F("str", "experiment", help="runs/<name>/<run-id>/"),
+        "name": F("name", "experiment", help="runs/<name>/<run-id>/ (one folder name: not '.', '..', empty or holding '/')"),
         "output_dir": F("str", "runs", help="folder holding <name>/<run-id>/"),
         "seed": F("int", 1337, min=0, help="seeds python, torch (all devices) and the data order"),
         "tags": F("list", []),

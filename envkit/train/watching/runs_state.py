@@ -1,7 +1,13 @@
 """What a run folder says about its run, read from its files (no torch): summary.json (finished),
-else heartbeat.json: "running" while it is fresh and its pid lives, "stalled" when it is older
-than STALL_SECONDS, "dead" when the pid is gone (on this host) without a summary. Used by
-`envkit runs`, `envkit monitor` and `envkit plot`."""
+else heartbeat.json: "running" while it is fresh and its process lives, "stalled" when it is older
+than STALL_SECONDS. Whether anything still runs in the folder is asked of its owner lock
+(RUN/.owner.lock, fsutil.take_owner_lock: the kernel releases it when its holders die), not of a
+PID that may have been given to another program: "orphaned" while a process still holds it but the
+supervisor that took it (envkit run/exec/sweep) is gone, "killed" once nothing holds it and no
+summary was written; whoever notices that (`envkit runs`, `monitor`, `stop`, `run`) writes the
+summary.json, marked as written after the fact. A folder without an owner lock (from an older
+envkit) is judged by its heartbeat's PID: "dead" when it is gone. Used by `envkit runs`,
+`envkit monitor` and `envkit plot`."""
 
 from __future__ import annotations
 
@@ -42,7 +48,54 @@ def pid_alive(pid) -> bool | None:
     return True
 
 
-def run_state(run_dir: Path, now: float | None = None) -> dict:
+def _final(summary: dict | None, beat: dict) -> bool:
+    """summary.json speaks for the run (not an older one's, left before a resume wrote a new heartbeat)."""
+    return bool(summary) and (not beat or summary.get("updated_at", 0) >= beat.get("updated_at", 0) - 1)
+
+
+def _owner_alive(run_dir: Path) -> bool:
+    from envkit.fsutil import read_owner, same_process
+
+    owner = read_owner(run_dir)
+    return same_process(owner.get("pid"), owner.get("start_time"))
+
+
+def owner_lock_state(run_dir: Path) -> str | None:
+    from envkit.fsutil import owner_lock_state as state
+
+    return state(run_dir)
+
+
+def notice_killed(run_dir: Path, noticed_by: str) -> dict | None:
+    """The folder's owner is gone and left no summary: write summary.json, status "killed", marked as
+    written after the fact (by whom, when, and the last sign of life). Done while holding the owner
+    lock, so a run starting in the folder meanwhile is not mislabelled. None when the lock is held."""
+    from envkit.fsutil import atomic_write_text, owner_lock_if_free, read_owner
+
+    with owner_lock_if_free(run_dir) as free:
+        if not free:
+            return None
+        beat = _read(run_dir / "heartbeat.json") or {}
+        summary = _read(run_dir / "summary.json")
+        if _final(summary, beat):
+            return summary  # written meanwhile by the run itself
+        rows = [r for r in read_metrics(run_dir) if isinstance(r, dict)]
+        steps = [r["step"] for r in rows if isinstance(r.get("step"), int) and "loss" in r]
+        losses = [r["loss"] for r in rows if isinstance(r.get("loss"), (int, float))]
+        config = _read(run_dir / "config.json") or {}
+        owner = read_owner(run_dir)
+        now = time.time()
+        out = {"kind": config.get("kind", "train"), "status": "killed", "written_after_the_fact": True,
+               "noticed_by": noticed_by, "noticed_at": now, "updated_at": now,
+               "last_heartbeat_at": beat.get("updated_at"), "owner_pid": owner.get("pid"), "owner_command": owner.get("command"),
+               "steps": steps[-1] if steps else beat.get("step"), "max_steps": beat.get("max_steps"),
+               "final_loss": losses[-1] if losses else None, "hints": [],
+               "reason": "its supervisor died without a word (SIGKILL, a crash, the machine lost power); nothing runs in the folder"}
+        atomic_write_text(run_dir / "summary.json", json.dumps(out, indent=2) + "\n")
+        return out
+
+
+def run_state(run_dir: Path, now: float | None = None, noticed_by: str = "envkit runs") -> dict:
     """{status, step, max_steps, loss, best_val_loss, eta_seconds, age_seconds, ...} of one run."""
     now = now or time.time()
     beat = _read(run_dir / "heartbeat.json") or {}
@@ -55,19 +108,25 @@ def run_state(run_dir: Path, now: float | None = None) -> dict:
     if isinstance(beat.get("last_output_at"), (int, float)):  # exec runs: when the command last printed or logged
         out["quiet_seconds"] = now - max(beat["last_output_at"], beat.get("last_metric_at") or 0)
     rows = read_metrics(run_dir)
+    same_host = beat.get("host") in (None, os.uname().nodename if hasattr(os, "uname") else None)
+    lock = owner_lock_state(run_dir) if same_host else None
+    if lock == "held" and summary and summary.get("status") == "killed":
+        summary = None  # a killed run being resumed: its new owner speaks, not the old summary
+    elif lock == "free" and not _final(summary, beat):
+        summary = notice_killed(run_dir, noticed_by) or summary
     _device_state(out, run_dir, rows, beat, summary)
-    if summary and (not beat or summary.get("updated_at", 0) >= beat.get("updated_at", 0) - 1):
+    if _final(summary, beat):
         out.update(status=summary.get("status"), step=summary.get("steps"), max_steps=summary.get("max_steps"),
                    loss=summary.get("final_loss"), best_val_loss=summary.get("best_val_loss"), accuracy=summary.get("accuracy"),
                    tokens_per_second=summary.get("tokens_per_second"), samples_per_second=summary.get("samples_per_second"),
                    epochs=summary.get("epochs"))
         return out
-    if not beat:
-        out["status"] = "new"
+    if lock == "held" and not _owner_alive(run_dir):
+        out["status"] = "orphaned"  # the supervisor is gone, its command still runs (and holds the folder)
+    elif not beat:
+        out["status"] = "running" if lock == "held" else "new"
         return out
-    same_host = beat.get("host") in (None, os.uname().nodename if hasattr(os, "uname") else None)
-    alive = pid_alive(beat.get("pid")) if same_host else None
-    if alive is False:
+    elif lock is None and (pid_alive(beat.get("pid")) if same_host else None) is False:
         out["status"] = "dead"
     elif age is not None and age > STALL_SECONDS:
         out["status"] = "stalled"

@@ -1,0 +1,255 @@
+"""One owner per run folder beyond `envkit run`, no orphans, and what `envkit runs`/`stop` say after
+a supervisor died: `kill -9` of `envkit exec` or `envkit sweep` leaves none of their processes; a
+second sweep skips the run the first trains; a folder whose supervisor died is `orphaned` while its
+command still lives and `killed` (with a summary.json written after the fact) once nothing runs;
+`envkit stop` sends nothing to a process that merely has the recorded PID. Real processes, polled
+with generous deadlines (no timing assertions)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import envkit
+
+PYBIN = str(Path(sys.executable).parent)
+
+# The user's script: writes its pid and its own child's pid (same process group), then sits quietly
+# (it prints nothing: the old supervisor's death only reached a command when it next printed).
+QUIET = """\
+import os, pathlib, signal, subprocess, sys, time
+if "ignore-term" in sys.argv:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+kid = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+pathlib.Path("pids.txt").write_text(f"{os.getpid()} {kid.pid}")
+time.sleep(600)
+"""
+
+SWEEP = """\
+experiment: {name: sw, output_dir: runs, seed: 0}
+model: {type: mlp, hidden: 8, depth: 1}
+dataset: {type: synthetic, task: teacher, num_samples: 64}
+training: {max_steps: 10000000, batch_size: 8}
+eval: {every_steps: 0}
+checkpoint: {every_steps: 50, keep_last: 2}
+logging: {every_steps: 10, heartbeat_seconds: 0.2, device_seconds: 0}
+device: {type: cpu}
+sweep:
+  grid:
+    experiment.seed: [0, 1]
+"""
+
+
+def _env(tmp_path: Path) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTORCH_", "ENVKIT_")) and k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    env.update(PYTHONUNBUFFERED="1", ENVKIT_HOME=str(tmp_path / "no-managed-env"), ENVKIT_CACHE_DIR=str(tmp_path / "cache"),
+               ENVKIT_CONFIG_DIR=str(tmp_path / "no-user-profiles"), PATH=PYBIN + os.pathsep + os.environ.get("PATH", ""))
+    return env
+
+
+def _wait_for(predicate, seconds=120.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for its parent to read it counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _pids(tmp_path: Path) -> list[int] | None:
+    try:
+        return [int(x) for x in (tmp_path / "pids.txt").read_text().split()]
+    except (OSError, ValueError):
+        return None
+
+
+def _start_exec(tmp_path: Path, *args: str) -> subprocess.Popen:
+    (tmp_path / "quiet.py").write_text(QUIET)
+    return subprocess.Popen([sys.executable, "-m", "envkit", "exec", "--profile", "cpu", *args, "--", "python", "quiet.py",
+                             *(["ignore-term"] if "--grace" in args else [])],
+                            cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _runs(tmp_path: Path) -> list[dict]:
+    r = envkit("runs", "--json", cwd=tmp_path, env={"ENVKIT_HOME": str(tmp_path / "no-managed-env")})
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def _kill_all(pids) -> None:
+    for pid in pids or []:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def test_sigkill_of_exec_leaves_no_user_process_and_runs_says_killed(tmp_path):
+    sup = _start_exec(tmp_path)
+    pids = None
+    try:
+        assert _wait_for(lambda: _pids(tmp_path) is not None)
+        pids = _pids(tmp_path)
+        assert all(_alive(p) for p in pids)
+        sup.send_signal(signal.SIGKILL)
+        sup.wait(timeout=60)
+        assert _wait_for(lambda: not any(_alive(p) for p in pids), seconds=120), f"{pids} outlived envkit exec"
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+        _kill_all(pids)
+    run = next((tmp_path / "runs" / "quiet").iterdir())
+    states = _runs(tmp_path)
+    assert [s["status"] for s in states] == ["killed"]
+    summary = json.loads((run / "summary.json").read_text())  # written by `envkit runs`, which noticed
+    assert summary["status"] == "killed" and summary["written_after_the_fact"] is True and summary["noticed_by"] == "envkit runs"
+
+
+def test_runs_says_orphaned_while_the_command_outlives_its_supervisor(tmp_path):
+    """The command ignores SIGTERM: after `kill -9` of envkit exec it lives on (holding the run folder)
+    until the --grace seconds end in SIGKILL; meanwhile `envkit runs` says orphaned, then killed."""
+    sup = _start_exec(tmp_path, "--grace", "20")
+    pids = None
+    try:
+        assert _wait_for(lambda: _pids(tmp_path) is not None)
+        pids = _pids(tmp_path)
+        sup.send_signal(signal.SIGKILL)
+        sup.wait(timeout=60)
+        assert _alive(pids[0])
+        assert [s["status"] for s in _runs(tmp_path)] == ["orphaned"]
+        assert _wait_for(lambda: not any(_alive(p) for p in pids), seconds=120), f"{pids} outlived the grace period"
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+        _kill_all(pids)
+    assert [s["status"] for s in _runs(tmp_path)] == ["killed"]
+
+
+def test_stop_sends_nothing_to_a_process_that_now_has_the_recorded_pid(tmp_path):
+    sup = _start_exec(tmp_path)
+    pids = sleeper = None
+    try:
+        assert _wait_for(lambda: _pids(tmp_path) is not None)
+        pids = _pids(tmp_path)
+        sup.send_signal(signal.SIGKILL)
+        sup.wait(timeout=60)
+        assert _wait_for(lambda: not any(_alive(p) for p in pids), seconds=120)
+        run = next((tmp_path / "runs" / "quiet").iterdir())
+        # the PID the run recorded now belongs to an unrelated program (PID reuse, simulated)
+        sleeper = subprocess.Popen(["sleep", "300"])
+        for name in ("heartbeat.json", ".owner.lock"):
+            data = json.loads((run / name).read_text())
+            data["pid"] = sleeper.pid
+            (run / name).write_text(json.dumps(data))
+        r = envkit("stop", str(run), "--grace", "5", cwd=tmp_path)
+        assert r.returncode == 1, r.stderr
+        errors = [line for line in r.stderr.splitlines() if line.startswith("envkit: error")]
+        assert len(errors) == 1 and "Traceback" not in r.stderr, r.stderr
+        assert f"PID {sleeper.pid} is now another program: nothing sent" in errors[0], errors[0]
+        time.sleep(1.0)  # anything sent would have landed
+        assert sleeper.poll() is None and _alive(sleeper.pid)
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+        _kill_all(pids)
+        if sleeper is not None:
+            sleeper.kill()
+            sleeper.wait()
+
+
+def _trainer(run: Path) -> int | None:
+    try:
+        beat = json.loads((run / "heartbeat.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return beat.get("pid") if isinstance(beat.get("step"), int) and beat["step"] > 0 else None
+
+
+def test_a_second_sweep_skips_the_run_in_training_and_sigkill_leaves_no_trainer(tmp_path):
+    (tmp_path / "train.yaml").write_text(SWEEP)
+    env = _env(tmp_path)
+    first = subprocess.Popen([sys.executable, "-m", "envkit", "sweep", "train.yaml", "--profile", "cpu"], cwd=tmp_path, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    trainer = None
+    try:
+        run0 = tmp_path / "runs" / "sw" / "seed-0"
+        assert _wait_for(lambda: _trainer(run0) is not None), sorted(str(p) for p in tmp_path.rglob("*"))[:40]
+        trainer = _trainer(run0)
+        # a second sweep of the same grid: skips the run the first one trains (says so), trains the
+        # other one until --stop-after, and leaves the first one's folder alone
+        second = envkit("sweep", "train.yaml", "--profile", "cpu", "--stop-after", "20", cwd=tmp_path, timeout=300,
+                        env={"ENVKIT_HOME": str(tmp_path / "no-managed-env")})
+        assert second.returncode == 1, second.stderr[-2000:]
+        skipped = [line for line in second.stdout.splitlines() if line.startswith("skip") and "seed-0" in line]
+        assert len(skipped) == 1 and f"PID {first.pid}" in skipped[0], second.stdout
+        assert "in use" in skipped[0] and "envkit sweep" in skipped[0], skipped[0]
+        assert _alive(trainer) and first.poll() is None
+
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=60)
+        assert _wait_for(lambda: not _alive(trainer), seconds=120), f"trainer {trainer} outlived envkit sweep"
+    finally:
+        if first.poll() is None:
+            first.kill()
+        _kill_all([trainer] if trainer else [])
+    steps = [json.loads(line)["step"] for line in (run0 / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
+    assert len(steps) == len(set(steps))  # one writer: no step twice
+
+
+# Where prctl(PR_SET_PDEATHSIG) does not exist (macOS) the pipe is all there is: the same kills with
+# spawn.die_with_parent returning None, as it does there.
+NO_PRCTL = "from envkit.train.run import spawn; spawn.die_with_parent = lambda *a, **k: None\n"
+
+
+def test_without_pdeathsig_the_exec_guard_still_ends_the_commands_group(tmp_path):
+    (tmp_path / "quiet.py").write_text(QUIET)
+    code = NO_PRCTL + "import sys; from envkit.cli import main; main(sys.argv[1:])"
+    sup = subprocess.Popen([sys.executable, "-c", code, "exec", "--profile", "cpu", "--", "python", "quiet.py"], cwd=tmp_path,
+                           env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pids = None
+    try:
+        assert _wait_for(lambda: _pids(tmp_path) is not None)
+        pids = _pids(tmp_path)
+        sup.send_signal(signal.SIGKILL)
+        sup.wait(timeout=60)
+        assert _wait_for(lambda: not any(_alive(p) for p in pids), seconds=120), f"{pids} outlived envkit exec"
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+        _kill_all(pids)
+
+
+def test_without_pdeathsig_a_trainer_still_stops_when_its_supervisor_dies(tmp_path):
+    """spawn_child's pipe and the trainer's watcher thread (envkit/train/run/parent_watch.py)."""
+    child = ("import os, time\nfrom envkit.train.run.parent_watch import watch_parent\nwatch_parent()\n"
+             "open('child.pid', 'w').write(str(os.getpid()))\ntime.sleep(600)\n")
+    code = NO_PRCTL + f"import os, sys, time\nspawn.spawn_child([sys.executable, '-c', {child!r}], dict(os.environ))\ntime.sleep(600)\n"
+    sup = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=_env(tmp_path))
+    pid = None
+    try:
+        assert _wait_for(lambda: (tmp_path / "child.pid").is_file() and (tmp_path / "child.pid").read_text().isdigit())
+        pid = int((tmp_path / "child.pid").read_text())
+        time.sleep(0.5)
+        assert _alive(pid)  # alive while its supervisor is
+        sup.send_signal(signal.SIGKILL)
+        sup.wait(timeout=60)
+        assert _wait_for(lambda: not _alive(pid), seconds=120), f"trainer {pid} outlived its supervisor"
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+        _kill_all([pid] if pid else [])
