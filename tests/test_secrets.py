@@ -180,14 +180,16 @@ def test_doctor_record_and_json_strip_any_password(tmp_path, key):
 
 
 def test_lock_and_state_strip_any_password(tmp_path):
-    from envkit.install.managed import write_state
+    from envkit.install.setup.managed import write_state
 
     urls = [f"https://bob:{pw}@mirror.invalid/simple" for pw in ODD.values()]
-    lock = lockfile.Lock(platform={"system": "Linux"}, profile={"name": "cpu"}, source={"torch": "stable", "index_urls": urls},
-                         env={"HTTPS_PROXY": f"http://u:{ODD['all']}@proxy.invalid:3128"},
-                         packages=[{"name": "torch", "version": "2.13.0", "url": f"https://bob:{ODD['all']}@mirror.invalid/t.whl"}])
-    lockfile.write(tmp_path / "envkit.lock", lock)
-    assert lockfile.read(tmp_path / "envkit.lock").index_urls == ["https://mirror.invalid/simple"] * len(urls)
+    lock = single.doc(platform={"system": "Linux"}, profile={"name": "cpu"}, source={"torch": "stable", "index_urls": urls},
+                      env={"HTTPS_PROXY": f"http://u:{ODD['all']}@proxy.invalid:3128"},
+                      entries=[{"name": "torch", "version": "2.13.0", "sha256": "0" * 64,
+                                "url": f"https://bob:{ODD['all']}@mirror.invalid/torch-2.13.0-py3-none-any.whl"}],
+                      envkit_version="0.1.0")
+    record.write(tmp_path / "envkit.lock", lock)
+    assert read(tmp_path / "envkit.lock").index_urls == ["https://mirror.invalid/simple"]  # every password gone, one index left
     write_state(tmp_path / "env", index_url=urls[-1], index_urls=urls)
     no_sekret(files=[tmp_path / "envkit.lock", *(tmp_path / "env").iterdir()])
 
