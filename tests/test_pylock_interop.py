@@ -61,17 +61,14 @@ def envs(srv, tmp: Path) -> dict:
 
 def write_lock(how: str, srv, tmp: Path, umask: int = 0o022) -> Path:
     """pylock.toml in `tmp`, written by `envkit lock` or converted from the envkit.lock of a setup."""
-    if how == "envkit lock":
-        r = run("lock", "--target", "linux-x86_64-cpu", "--torch", "2.13.0", "--index-url", f"{srv.base}/pypi/simple",
-                cwd=tmp, env=envs(srv, tmp), umask=umask)
+    steps = {"envkit lock": [("lock", "--target", "linux-x86_64-cpu", "--torch", "2.13.0", "--index-url",
+                              f"{srv.base}/pypi/simple")],
+             "envkit lock --from envkit.lock": [("setup", "--yes", "--no-selftest", "--installer", "pip", "--torch", "2.13.0",
+                                                 "--index-url", srv.url("json"), "--venv", str(tmp / "setup-venv")),
+                                                ("lock", "--from", "envkit.lock")]}[how]
+    for args in steps:
+        r = run(*args, cwd=tmp, env=envs(srv, tmp), umask=umask)
         assert r.returncode == 0, r.stdout + r.stderr
-        return tmp / "pylock.toml"
-    venv = tmp / "setup-venv"
-    r = run("setup", "--yes", "--no-selftest", "--installer", "pip", "--torch", "2.13.0", "--index-url", srv.url("json"),
-            "--venv", str(venv), cwd=tmp, env=envs(srv, tmp), umask=umask)
-    assert r.returncode == 0, r.stdout + r.stderr
-    r = run("lock", "--from", "envkit.lock", cwd=tmp, env=envs(srv, tmp), umask=umask)
-    assert r.returncode == 0, r.stdout + r.stderr
     return tmp / "pylock.toml"
 
 
