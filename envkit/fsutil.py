@@ -1,4 +1,10 @@
-"""Atomic writes: a file is either the old one or the whole new one, never half of each."""
+"""Atomic writes: a file is either the old one or the whole new one, never half of each.
+
+Modes: a file is created as open() creates it, 0666 less the umask (0644 under the usual 022), so
+the locks (pylock.toml, envkit.lock), env scripts, run folders and reports can be read by a CI
+runner or a colleague; mkstemp's own 0600 is never left on them. None of envkit's files holds a
+secret (credentials are stripped or redacted before anything is written), so none is private; a
+file that ever must be passes mode=0o600."""
 
 from __future__ import annotations
 
@@ -20,13 +26,26 @@ def atomic_writer(path: Path, mode: int | None = None):
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
+        os.chmod(tmp, shared_mode() if mode is None else mode)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def shared_mode() -> int:
+    """0666 less this process's umask: the mode open() would give a new file."""
+    try:  # Linux 4.7+ reports it without changing it
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    umask = os.umask(0o022)  # elsewhere the only way to read it is to set it, and put it back at once
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def atomic_write_bytes(path: Path, data: bytes, mode: int | None = None) -> None:

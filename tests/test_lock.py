@@ -73,6 +73,13 @@ def test_drift_compare():
     assert d["added"] == {"requests": "2.0"} and d["removed"] == {"numpy": "2.2.6"} and len(d["lines"]) == 3
 
 
+def test_drift_counts_setuptools_when_the_lock_holds_it():
+    """torch requires setuptools, so a lock holds it: another version installed is drift; pip, which
+    no lock holds, is not."""
+    d = compare({"torch": "2.13.0+cpu", "setuptools": "80.9.0"}, {"torch": "2.13.0+cpu", "setuptools": "65.5.0", "pip": "24"})
+    assert d["changed_versions"] == {"setuptools": {"lock": "80.9.0", "installed": "65.5.0"}} and d["added"] == {}
+
+
 def test_drift_report_reads_the_whole_installed_set_of_the_checked_interpreter(tmp_path):
     record.write(tmp_path / "l.lock", _doc())
     facts = SimpleNamespace(python=SimpleNamespace(executable=sys.executable, version="3.11.0", machine="x86_64", implementation="CPython"),

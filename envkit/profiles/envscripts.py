@@ -239,8 +239,8 @@ def write_env_scripts(directory: Path, profile, venv: Path | None, force: bool) 
     for name, text in rendered.items():
         path = directory / name
         if not (path.exists() and path.read_bytes() == text.encode()):
-            atomic_write_text(path, text, mode=0o644)
+            atomic_write_text(path, text)
         written.append(path)
     new_manifest = {"profile": profile.name, "files": {name: _sha(text) for name, text in rendered.items()}}
-    atomic_write_text(directory / MANIFEST, json.dumps(new_manifest, indent=2) + "\n", mode=0o644)
+    atomic_write_text(directory / MANIFEST, json.dumps(new_manifest, indent=2) + "\n")
     return written

@@ -52,8 +52,19 @@ if "--dists" in sys.argv:
         except Exception:
             pass
         if key not in dists:
-            dists[key] = {"name": name, "version": d.version, "path": str(path) if path else None, "editable": editable}
+            dists[key] = {"name": name, "version": d.version, "path": str(path) if path else None, "editable": editable,
+                          "requires": list(d.requires or [])}
     out["dists"] = dists
+    impl = sys.implementation
+    iver = "{0.major}.{0.minor}.{0.micro}".format(impl.version)
+    if impl.version.releaselevel != "final":
+        iver += impl.version.releaselevel[0] + str(impl.version.serial)
+    out["markers"] = {"implementation_name": impl.name, "implementation_version": iver, "os_name": os.name,
+                      "platform_machine": platform.machine(), "platform_release": platform.release(),
+                      "platform_system": platform.system(), "platform_version": platform.version(),
+                      "python_full_version": platform.python_version(),
+                      "platform_python_implementation": platform.python_implementation(),
+                      "python_version": ".".join(platform.python_version_tuple()[:2]), "sys_platform": sys.platform}
 print("ENVKIT_PROBE " + json.dumps(out))
 """
 
@@ -71,7 +82,8 @@ class Interpreter:
     platform: str = ""
     tags: list[str] = field(default_factory=list)
     tags_from: str = ""  # "packaging", "pip", "computed", "assumed"
-    dists: dict[str, dict] = field(default_factory=dict)  # canonical name -> {name, version, path, editable}
+    dists: dict[str, dict] = field(default_factory=dict)  # canonical name -> {name, version, path, editable, requires}
+    markers: dict[str, str] = field(default_factory=dict)  # PEP 508 marker environment (with --dists)
     in_venv: bool = False
     prefix: str = ""
 
@@ -101,7 +113,7 @@ def probe(python: str, *, dists: bool = True, timeout: float = 60) -> Interprete
     data = json.loads(line[len("ENVKIT_PROBE "):])
     t = Interpreter(python=python, version=data["version"], implementation=data["implementation"], machine=data["machine"],
                platform=data["platform"], dists=data.get("dists") or {}, in_venv=bool(data.get("in_venv")),
-               prefix=data.get("prefix") or "")
+               prefix=data.get("prefix") or "", markers=data.get("markers") or {})
     if data.get("tags"):
         t.tags, t.tags_from = data["tags"], data["tags_from"]
     else:  # a venv without pip or packaging: compute the tags here from the values it reported

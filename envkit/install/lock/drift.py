@@ -11,9 +11,9 @@ from envkit.install.act.interp import BOOTSTRAP
 
 
 def compare(want: dict[str, str], have: dict[str, str]) -> dict:
-    """The lock's versions (`want`) against the installed ones, pip and its kin left out. Pure."""
-    want = {k: v for k, v in want.items() if k not in BOOTSTRAP}
-    have = {k: v for k, v in have.items() if k not in BOOTSTRAP}
+    """The lock's versions (`want`) against the installed ones, pip and its kin left out unless the
+    lock holds them (torch requires setuptools: a lock has it, and then its version counts). Pure."""
+    have = {k: v for k, v in have.items() if k not in BOOTSTRAP or k in want}
     added = {k: have[k] for k in sorted(set(have) - set(want))}
     removed = {k: want[k] for k in sorted(set(want) - set(have))}
     changed = {k: {"lock": want[k], "installed": have[k]} for k in sorted(set(want) & set(have)) if want[k] != have[k]}

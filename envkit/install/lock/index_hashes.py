@@ -17,7 +17,6 @@ def index_hashes(venv_python: str, picked: list, deps_index: str | None = None,
     only where the installed distribution carries the same wheel tags as the file it names."""
     from envkit.install.index import pages
     from envkit.install.act import interp
-    from envkit.install.act.interp import BOOTSTRAP
 
     dists = interp.probe(venv_python).dists
     out = {}
@@ -43,7 +42,7 @@ def index_hashes(venv_python: str, picked: list, deps_index: str | None = None,
     if deps_index:
         before = before or {}
         for name, d in dists.items():
-            if name in out or name in BOOTSTRAP or d.get("editable") or before.get(name) == d.get("version"):
+            if name in out or d.get("editable") or before.get(name) == d.get("version"):
                 continue
             try:
                 cands = pages.fetch(deps_index, name)

@@ -50,14 +50,44 @@ def hashes_from_report(report_path: Path | None) -> dict[str, dict]:
     return out
 
 
+def required_bootstrap(dists: dict[str, dict], markers: dict[str, str]) -> set[str]:
+    """The bootstrap packages (pip, setuptools, wheel) that the installed set needs: reached from any
+    other distribution through its Requires-Dist lines that hold here (markers evaluated in the
+    interpreter's environment, no extras). torch requires setuptools: left out, pip 26.1+ refuses
+    the lock as incomplete. Those nothing requires came with the venv and stay out. Pure."""
+    from packaging.markers import InvalidMarker, UndefinedComparison, UndefinedEnvironmentName
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    seen: set[str] = set()
+    todo = [k for k in dists if k not in BOOTSTRAP]
+    while todo:
+        key = todo.pop()
+        if key in seen:
+            continue
+        seen.add(key)
+        for line in dists.get(key, {}).get("requires") or []:
+            try:
+                req = Requirement(line)
+                if req.marker is not None and not req.marker.evaluate({**markers, "extra": ""}):
+                    continue
+            except (InvalidRequirement, InvalidMarker, UndefinedComparison, UndefinedEnvironmentName):
+                continue
+            dep = canonicalize_name(req.name)
+            if dep in dists and dep not in seen:
+                todo.append(dep)
+    return seen & BOOTSTRAP
+
+
 def build(interpreter: Interpreter, *, platform: dict, profile: dict, source: dict, env: dict[str, str],
           report: dict[str, dict], previous: LockFile | None, cached: dict[str, str], envkit_version: str) -> dict:
     """The lock of what `interpreter` holds now. Hashes come from this run's report, or from the
     previous lock for packages this run did not touch (the same version)."""
     prev = {single.canon(p.name): p for p in (previous.picks() if previous is not None and previous.single else [])}
     entries = []
+    needed = required_bootstrap(interpreter.dists, interpreter.markers)
     for key, d in sorted(interpreter.dists.items()):
-        if key in BOOTSTRAP or d.get("editable"):
+        if (key in BOOTSTRAP and key not in needed) or d.get("editable"):
             continue
         e = {"name": d["name"], "version": d["version"]}
         r, old = report.get(key), prev.get(key)
