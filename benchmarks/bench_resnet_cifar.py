@@ -102,8 +102,9 @@ class CropFlip(torch.utils.data.Dataset):
         return (x.float() / 255.0 - self.mean) / self.std, self.labels[i]
 
 
-def run_plain(cfg, args) -> tuple[list[float], float]:
-    T, D = cfg.values["training"], cfg.values["dataset"]
+def _setup(cfg, args):
+    """What both plain loops start with: TF32 and cuDNN autotuning on CUDA, the seed, and the
+    training set's bytes read the way envkit reads them."""
     torch._dynamo.reset()
     t_start = time.perf_counter()
     device = torch.device(args.device)
@@ -113,11 +114,16 @@ def run_plain(cfg, args) -> tuple[list[float], float]:
         torch.backends.cudnn.allow_tf32 = True
         torch.backends.cudnn.benchmark = True
     torch.manual_seed(cfg.values["experiment"]["seed"])
-    folder = Path(D["path"])
+    folder = Path(cfg.values["dataset"]["path"])
     raw = b"".join((folder / f"data_batch_{i}.bin").read_bytes() for i in range(1, 6))
     table = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(-1, 3073)
     pixels, labels = table[:, 1:].reshape(-1, 3, 32, 32).clone(), table[:, 0].long()
-    mean, std = channel_stats(pixels)
+    return cfg.values["training"], device, cuda, pixels, labels, t_start
+
+
+def _model(cfg, args, device, cuda):
+    """(model, optimizer, compiled forward + loss, autocast) as a careful engineer writes them."""
+    T = cfg.values["training"]
     width = cfg.values["model"]["width"] if args.quick else 64
     model, _ = build_resnet(18, 10, 3, "cifar", width)  # the definition envkit trains (torchvision where it loads)
     model = model.to(device, memory_format=torch.channels_last)
@@ -131,6 +137,13 @@ def run_plain(cfg, args) -> tuple[list[float], float]:
 
     step_fn = torch.compile(forward_loss, **compile_kwargs(args.compile_mode)) if (cuda and not args.quick) else forward_loss
     ctx = torch.autocast(device.type, dtype=torch.bfloat16) if cuda else torch.autocast(device.type, enabled=False)
+    return model, opt, step_fn, ctx
+
+
+def run_plain(cfg, args) -> tuple[list[float], float]:
+    T, device, cuda, pixels, labels, t_start = _setup(cfg, args)
+    mean, std = channel_stats(pixels)
+    model, opt, step_fn, ctx = _model(cfg, args, device, cuda)
     loader = torch.utils.data.DataLoader(
         CropFlip(pixels, labels, mean, std), batch_size=T["batch_size"], shuffle=True, drop_last=True,
         num_workers=args.workers, pin_memory=cuda, persistent_workers=args.workers > 0,
@@ -164,35 +177,10 @@ def run_resident(cfg, args) -> tuple[list[float], float]:
     on the device as uint8, padded once; each batch gathered, cropped, flipped and normalised there
     with random draws made on the device; forward + loss compiled (--compile-mode: reduce-overhead
     adds CUDA graphs); fused SGD; the batch order a permutation drawn on the device each epoch."""
-    T, D = cfg.values["training"], cfg.values["dataset"]
-    torch._dynamo.reset()
-    t_start = time.perf_counter()
-    device = torch.device(args.device)
-    cuda = device.type == "cuda"
-    if cuda:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-        torch.backends.cudnn.benchmark = True
-    torch.manual_seed(cfg.values["experiment"]["seed"])
-    folder = Path(D["path"])
-    raw = b"".join((folder / f"data_batch_{i}.bin").read_bytes() for i in range(1, 6))
-    table = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(-1, 3073)
-    pixels, labels = table[:, 1:].reshape(-1, 3, 32, 32).clone(), table[:, 0].long()
+    T, device, cuda, pixels, labels, t_start = _setup(cfg, args)
     mean, std = (t.to(device).view(1, 3, 1, 1) for t in channel_stats(pixels))
     padded, labels = F.pad(pixels, (4, 4, 4, 4)).to(device), labels.to(device)  # (N, 3, 40, 40) uint8
-    width = cfg.values["model"]["width"] if args.quick else 64
-    model, _ = build_resnet(18, 10, 3, "cifar", width)  # the definition envkit trains (torchvision where it loads)
-    model = model.to(device, memory_format=torch.channels_last)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.SGD([{"params": decay, "weight_decay": T["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
-                          lr=T["lr"], momentum=T["momentum"], nesterov=T["nesterov"], **({"fused": True} if cuda else {}))
-
-    def forward_loss(x, y):
-        return F.cross_entropy(model(x), y)
-
-    step_fn = torch.compile(forward_loss, **compile_kwargs(args.compile_mode)) if (cuda and not args.quick) else forward_loss
-    ctx = torch.autocast(device.type, dtype=torch.bfloat16) if cuda else torch.autocast(device.type, enabled=False)
+    model, opt, step_fn, ctx = _model(cfg, args, device, cuda)
     b, n = T["batch_size"], len(labels)
     ar = torch.arange(32, device=device)
     channel = torch.arange(3, device=device).view(1, 3, 1, 1)
