@@ -65,6 +65,6 @@ def test_summary_fields_come_from_the_run(tmp_path):
     assert (summary["device"], summary["device_name"], summary["precision"], summary["compile"]) == ("cpu", "cpu", "fp32", "off")
     assert summary["final_loss"] == pytest.approx(losses[-1], abs=1e-6) and summary["final_val_loss"] == vals[-1] and summary["best_val_loss"] == min(vals)
     assert summary["micro_batch"] == 8 and summary["grad_accum"] == 1 and summary["rollbacks"] == 0
-    assert summary["parameters"] > 0 and summary["samples_per_second"] > 0 and summary["elapsed_seconds"] > 0
+    assert summary["parameters"] > 0 and summary["samples_per_second"] > 0
     assert 0 <= summary["accuracy"] <= 1 and summary["chance_accuracy"] == 0.1
     assert len(summary["config_hash"]) >= 8 and summary["faults"] == []
