@@ -114,7 +114,7 @@ def exec_(profile_name, name, runs_dir, detach, restarts, restart_delay, stall_t
 
     click.echo(f"envkit: run {run_dir} (profile {xenv.profile})", err=True)
     opts = Options(**{k: v for k, v in options.items() if k in Options.__dataclass_fields__})
-    rc = Supervisor(launched, env, run_dir, opts).run()
+    rc = Supervisor(launched, env, run_dir, opts, console=sys.stderr if as_json else None).run()  # --json: stdout holds the JSON alone
     summary = rundir.read_json(run_dir / "summary.json")
     if as_json:
         click.echo(json.dumps({"run_dir": str(run_dir), **summary}, indent=2, default=str))

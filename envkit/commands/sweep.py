@@ -53,7 +53,7 @@ def sweep(ctx, config, overrides, profile, parallel, stop_after, python, as_json
         say(f"sweep: {len(runs)} runs ({len(runs) - todo} completed, {todo} to run, {parallel} at a time) "
             f"under {runs[0].run_dir.parent if runs else '?'}")
         runner.execute(runs, parallel=parallel, gpus=runner.gpu_count(runs[0].plan.facts) if runs else 0,
-                       stop_after=stop_after, debug=debug, say=say)
+                       stop_after=stop_after, debug=debug, say=say, quiet_stdout=as_json)  # --json: stdout holds the JSON alone
     results = [report.run_result(r.run_dir, r.combo.overrides, r.combo.group, r.state) for r in runs]
     groups = report.groups(results)
     if plot:

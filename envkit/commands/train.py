@@ -149,7 +149,7 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
                                  nproc=nproc_per_node, debug=debug, nodes=nodes,
                                  profile_steps=window)
     click.echo(f"{'resuming' if resuming else 'starting'} run {run_dir}", err=True)
-    rc = launcher.launch(cmd, env, owner)
+    rc = launcher.launch(cmd, env, owner, stdout=sys.stderr if as_json else None)  # --json: stdout holds the JSON alone
     if nodes.node_rank > 0:
         import shutil
 

@@ -64,8 +64,9 @@ def exit_code(returncode: int) -> int:
 
 
 class Supervisor:
-    def __init__(self, argv: list[str], env: dict, run_dir: Path, opts: Options):
+    def __init__(self, argv: list[str], env: dict, run_dir: Path, opts: Options, console=None):
         self.argv, self.env, self.run_dir, self.opts = argv, env, Path(run_dir), opts
+        self.console = console  # where the command's stdout is echoed: sys.stdout, or sys.stderr under --json
         self.proc: subprocess.Popen | None = None
         self.interrupted: int | None = None  # the signal the user sent
         self.fallbacks = FallbackCounter()
@@ -177,7 +178,7 @@ class Supervisor:
         caff = caffeinate_command(proc.pid, platform.system(), self.opts.caffeinate)
         if caff and shutil.which(caff[0]):
             subprocess.Popen(caff, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        readers = [threading.Thread(target=self._pump, args=(proc.stdout, sys.stdout), daemon=True),
+        readers = [threading.Thread(target=self._pump, args=(proc.stdout, self.console or sys.stdout), daemon=True),
                    threading.Thread(target=self._pump, args=(proc.stderr, sys.stderr), daemon=True)]
         for t in readers:
             t.start()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import signal
+import sys
 import subprocess
 import time
 from dataclasses import dataclass
@@ -83,7 +84,7 @@ def _state(p: launcher.Plan, run_dir: Path) -> str:
 
 
 def execute(runs: list[SweepRun], *, parallel: int = 1, gpus: int = 0, stop_after: int | None = None,
-            debug: bool = False, say=print) -> None:
+            debug: bool = False, say=print, quiet_stdout: bool = False) -> None:
     """Run what is not completed, `parallel` at a time. Ctrl-C: the runs checkpoint and stop (they
     share the terminal's signal), no new run starts, and the next `envkit sweep` resumes them."""
     todo = [r for r in runs if r.state != "completed"]
@@ -107,7 +108,7 @@ def execute(runs: list[SweepRun], *, parallel: int = 1, gpus: int = 0, stop_afte
                     continue
                 slot = free_slots.pop(0)
                 try:
-                    active[_start(r, slot, gpus, parallel, stop_after, debug, say, owner)] = (r, slot, owner)
+                    active[_start(r, slot, gpus, parallel, stop_after, debug, say, owner, quiet_stdout)] = (r, slot, owner)
                 except BaseException:
                     owner.close()
                     raise
@@ -146,7 +147,8 @@ def _own(r: SweepRun, say):
         return None
 
 
-def _start(r: SweepRun, slot: int, gpus: int, parallel: int, stop_after, debug: bool, say, owner=None) -> subprocess.Popen:
+def _start(r: SweepRun, slot: int, gpus: int, parallel: int, stop_after, debug: bool, say, owner=None,
+           quiet_stdout: bool = False) -> subprocess.Popen:
     env = launcher.child_environ(r.plan.profile, 1)
     if gpus > 1 and parallel > 1:
         env["CUDA_VISIBLE_DEVICES"] = str(slot % gpus)  # one GPU per run
@@ -160,7 +162,7 @@ def _start(r: SweepRun, slot: int, gpus: int, parallel: int, stop_after, debug: 
             return launcher.spawn_child(cmd, env, owner, stdout=out, stderr=subprocess.STDOUT)
         finally:
             out.close()
-    return launcher.spawn_child(cmd, env, owner)
+    return launcher.spawn_child(cmd, env, owner, **({"stdout": sys.stderr} if quiet_stdout else {}))
 
 
 def gpu_count(facts) -> int:

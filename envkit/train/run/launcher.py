@@ -443,10 +443,11 @@ def omp_threads_per_process(profile, env: dict, nproc: int) -> str:
     return str(max(1, total // nproc))
 
 
-def launch(cmd: list[str], env: dict, owner=None) -> int:
+def launch(cmd: list[str], env: dict, owner=None, stdout=None) -> int:
     """Run the child; the parent ignores Ctrl-C meanwhile so the child can checkpoint cleanly. The
-    child dies with envkit's process and holds the owner lock with it (spawn_child)."""
-    proc = spawn_child(cmd, env, owner)
+    child dies with envkit's process and holds the owner lock with it (spawn_child). `stdout`: where
+    the child's lines go (`--json` sends them to stderr: stdout holds the JSON alone)."""
+    proc = spawn_child(cmd, env, owner, **({"stdout": stdout} if stdout is not None else {}))
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         return proc.wait()
