@@ -44,20 +44,20 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
     on_step(step=, loss=, micro_batch=, per_step=, unit=) returning True stops; split_oom=False
     re-raises an out of memory instead of splitting the micro-batch."""
     run_dir = Path(run_dir)
-    T, L = cfg.values["training"], cfg.values["logging"]
-    tel = Telemetry(run_dir, total_steps=T["max_steps"], unit="", heartbeat_seconds=L["heartbeat_seconds"],
-                    progress=L["progress"], enabled=os.environ.get("RANK", "0") == "0")
+    training, logging = cfg.values["training"], cfg.values["logging"]
+    tel = Telemetry(run_dir, total_steps=training["max_steps"], unit="", heartbeat_seconds=logging["heartbeat_seconds"],
+                    progress=logging["progress"], enabled=os.environ.get("RANK", "0") == "0")
     tr = Trainer.build(cfg, run_dir, torch_settings, tel.log)
-    if T["epochs"]:
-        tel.set_epochs(T["epochs"], T["max_steps"])
-    state = TrainState(micro_batch=T["batch_size"], grad_accum=T["grad_accum"])
-    result = TrainResult(status="running", max_steps=T["max_steps"], epochs=T["epochs"], unit=tr.unit,
+    if training["epochs"]:
+        tel.set_epochs(training["epochs"], training["max_steps"])
+    state = TrainState(micro_batch=training["batch_size"], grad_accum=training["grad_accum"])
+    result = TrainResult(status="running", max_steps=training["max_steps"], epochs=training["epochs"], unit=tr.unit,
                          device=tr.device_type, device_name=tr.device_name, precision=tr.precision, world_size=tr.world,
                          parameters=tr.parameters, config_hash=cfg.config_hash(), flops_per_token=tr.flops_per_token,
                          baseline_loss=tr.data.baseline_loss, chance_accuracy=tr.data.chance_accuracy)
     if resume != "never":
         result.resumed_from = recover.resume(tr, state, resume)
-    guard = NanGuard(T["nan_policy"], T["nan_lr_factor"], T["max_rollbacks"], state.rollbacks)
+    guard = NanGuard(training["nan_policy"], training["nan_lr_factor"], training["max_rollbacks"], state.rollbacks)
     watch = RunWatch(run_dir, cfg.values, tr.device_type, tr.device, tr.log, enabled=tr.master, telemetry=tel, local_devices=tr.world)
     tr.start(state, watch.next_batch)
     result.compile = tr.compile_note
@@ -100,10 +100,10 @@ class _Loop:
 
     def run(self, stop) -> str:
         """Steps until max_steps (completed), --stop-after or on_step (stopped), or a signal (interrupted)."""
-        tr, state, T = self.tr, self.state, self.tr.training
-        while state.step < T["max_steps"]:
+        tr, state, training = self.tr, self.state, self.tr.training
+        while state.step < training["max_steps"]:
             self.profiler.before_step(state.step)
-            lr = lr_at(state.step, T=T) * state.lr_scale  # warm-up, then cosine (train/run/optim.py)
+            lr = lr_at(state.step, T=training) * state.lr_scale  # warm-up, then cosine (train/run/optim.py)
             try:
                 faults.inject_before_step(tr.run_dir, state.step + 1, tr.raw_model, micro_batch=state.micro_batch)  # tests only
                 out = train_step(tr, state, lr)
@@ -111,13 +111,13 @@ class _Loop:
                 recover.split_after_oom(tr, state, exc, split=self.split_oom, metrics=self.tel.metrics)
                 continue
             self.profiler.after_step(state.step)
-            if T["empty_cache_every"] and state.step % T["empty_cache_every"] == 0:
+            if training["empty_cache_every"] and state.step % training["empty_cache_every"] == 0:
                 empty_cache(tr.device_type)
             if self.on_step is not None and self.on_step(step=state.step, loss=out.loss, micro_batch=state.micro_batch,
                                                          per_step=tr.per_step(state), unit=tr.unit):
                 return "stopped"
             signalled = stop is not None and stop.signal is not None
-            if not self.after_step(out, lr, at_end=state.step in (T["max_steps"], self.stop_after) or signalled):
+            if not self.after_step(out, lr, at_end=state.step in (training["max_steps"], self.stop_after) or signalled):
                 continue  # rolled back: the steps since that checkpoint are trained again
             if state.step == self.stop_after:
                 tr.log(f"stopped after step {state.step} (--stop-after); `envkit run` again resumes")
@@ -130,10 +130,10 @@ class _Loop:
     def after_step(self, out: StepOut, lr: float, at_end: bool) -> bool:
         """Log, eval and checkpoint, each when due. These steps sync with the device, so the
         non-finite check happens here, once: False after a rollback."""
-        step, T = self.state.step, self.tr.training
+        step, training = self.state.step, self.tr.training
         every = {name: self.tr.cfg.values[name]["every_steps"] for name in ("logging", "eval", "checkpoint")}
         do_log = step % every["logging"] == 0 or at_end
-        do_eval = bool(every["eval"] and step % every["eval"] == 0) or step == T["max_steps"]
+        do_eval = bool(every["eval"] and step % every["eval"] == 0) or step == training["max_steps"]
         do_save = bool(every["checkpoint"] and step % every["checkpoint"] == 0) or at_end
         if not (do_log or do_eval or do_save):
             return True
@@ -217,11 +217,11 @@ class _StopOnSignal:
 
 
 def _say_start(tr: Trainer, state: TrainState, tel: Telemetry) -> None:
-    T = tr.training
+    training = tr.training
     tel.start(state.step)
     if tr.cfg.declared.get("training.batch_size") == "auto":  # decided by envkit run's probe (train/run/auto_batch.py)
-        tr.log(f"training.batch_size {T['batch_size']} ({tr.cfg.origin.get('training.batch_size', 'auto')})")
-    tr.log(f"training {tr.cfg.values['model']['type']} for {T['max_steps']} steps ({state.micro_batch} x {state.grad_accum} accum x "
+        tr.log(f"training.batch_size {training['batch_size']} ({tr.cfg.origin.get('training.batch_size', 'auto')})")
+    tr.log(f"training {tr.cfg.values['model']['type']} for {training['max_steps']} steps ({state.micro_batch} x {state.grad_accum} accum x "
            f"{tr.world} proc, {tr.precision}, compile {tr.compile_note}) from step {state.step}; run folder {tr.run_dir}")
     tel.heartbeat(step=state.step, loss=None, eta=None, force=True)
 

@@ -120,7 +120,7 @@ class Trainer:
         self.loss_sum = torch.zeros((), dtype=torch.float32, device=self.device)
 
     def _setup_data(self) -> None:
-        T, loader = self.training, self.loader_cfg
+        training, loader = self.training, self.loader_cfg
         self.data = build_data(self.cfg, seed=self.seed)
         for note in self.data.notes:
             self.log(note)
@@ -128,10 +128,10 @@ class Trainer:
         self.data_on_device = on_device.place(self.data, dataset.get("on_device", "auto"), self.device_type, self.device,
                                          bool(dataset.get("augment")), loader["num_workers"], self.log)
         self.pin_memory = loader["pin_memory"] if loader["pin_memory"] != "auto" else self.device_type == "cuda"
-        self.sampler = self._sampler(T["batch_size"])
-        if T["epochs"]:  # max_steps follows the data: the schedule, log, ETA and summary count to it
-            T["max_steps"] = steps_for_epochs(T["epochs"], self.sampler.per_epoch, T["grad_accum"])
-        self.val_batches = val_batches(self.data.val, T["batch_size"], self.cfg.values["eval"]["batches"])
+        self.sampler = self._sampler(training["batch_size"])
+        if training["epochs"]:  # max_steps follows the data: the schedule, log, ETA and summary count to it
+            training["max_steps"] = steps_for_epochs(training["epochs"], self.sampler.per_epoch, training["grad_accum"])
+        self.val_batches = val_batches(self.data.val, training["batch_size"], self.cfg.values["eval"]["batches"])
 
     def _setup_model(self) -> None:
         self.raw_model = build_model(self.cfg, self.data.info, self.device_type).to(self.device)
@@ -156,12 +156,12 @@ class Trainer:
     def start(self, state: TrainState, next_batch) -> None:
         """After resume: the training module (forward + loss, compiled, DDP) and the batch stream
         from the state's position. `next_batch` times the wait for data (watching/watch.py)."""
-        T = self.training
+        training = self.training
         self.loss_module = LossModule(self.raw_model, state.grad_accum)
-        self.model, self.compile_note = maybe_compile(self.loss_module, want_compile(T["compile"], self.device_type),
-                                                      self.log, T["compile_mode"])
+        self.model, self.compile_note = maybe_compile(self.loss_module, want_compile(training["compile"], self.device_type),
+                                                      self.log, training["compile_mode"])
         if self.world > 1:
-            self.model = wrap_ddp(self.model, self.device, self.local_rank, T["ddp_bucket_mb"], T["ddp_comm_dtype"], self.log)
+            self.model = wrap_ddp(self.model, self.device, self.local_rank, training["ddp_bucket_mb"], training["ddp_comm_dtype"], self.log)
         ahead = want_fetch_ahead(self.loader_cfg["fetch_ahead"], self.device_type, self.loader_cfg["num_workers"],
                                  self.cfg.values["dataset"]["type"] in BUILTIN_DATASETS)
         self.sampler = self._sampler(state.micro_batch)
