@@ -140,19 +140,11 @@ def _model(cfg, args, device, cuda):
     return model, opt, step_fn, ctx
 
 
-def run_plain(cfg, args) -> tuple[list[float], float]:
-    T, device, cuda, pixels, labels, t_start = _setup(cfg, args)
-    mean, std = channel_stats(pixels)
-    model, opt, step_fn, ctx = _model(cfg, args, device, cuda)
-    loader = torch.utils.data.DataLoader(
-        CropFlip(pixels, labels, mean, std), batch_size=T["batch_size"], shuffle=True, drop_last=True,
-        num_workers=args.workers, pin_memory=cuda, persistent_workers=args.workers > 0,
-        **({"prefetch_factor": 4} if args.workers > 0 else {}), generator=torch.Generator().manual_seed(0))
+def _timed_steps(batches, step_fn, ctx, opt, args, cuda) -> list[float]:
+    """Seconds per step of each window of --window steps after --skip-steps, each window closed by
+    one sync (as the trainer's logging row)."""
     dts, t0, step = [], None, 0
-    model.train()
-    for x, y in (batch for _ in range(args.epochs) for batch in loader):
-        x = x.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
-        y = y.to(device, non_blocking=True)
+    for x, y in batches:
         if t0 is None:
             t0 = time.perf_counter()
         with ctx:
@@ -162,13 +154,31 @@ def run_plain(cfg, args) -> tuple[list[float], float]:
         opt.zero_grad(set_to_none=True)
         step += 1
         if step % args.window == 0:
-            loss.item()  # the one sync of a window, as the trainer's logging row
+            loss.item()
             if cuda:
                 torch.cuda.synchronize()
             t1 = time.perf_counter()
             if step > args.skip_steps:
                 dts.append((t1 - t0) / args.window)
             t0 = t1
+    return dts
+
+
+def run_plain(cfg, args) -> tuple[list[float], float]:
+    T, device, cuda, pixels, labels, t_start = _setup(cfg, args)
+    mean, std = channel_stats(pixels)
+    model, opt, step_fn, ctx = _model(cfg, args, device, cuda)
+    loader = torch.utils.data.DataLoader(
+        CropFlip(pixels, labels, mean, std), batch_size=T["batch_size"], shuffle=True, drop_last=True,
+        num_workers=args.workers, pin_memory=cuda, persistent_workers=args.workers > 0,
+        **({"prefetch_factor": 4} if args.workers > 0 else {}), generator=torch.Generator().manual_seed(0))
+    model.train()
+
+    def batches():
+        for x, y in (batch for _ in range(args.epochs) for batch in loader):
+            yield x.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last), y.to(device, non_blocking=True)
+
+    dts = _timed_steps(batches(), step_fn, ctx, opt, args, cuda)
     return dts, time.perf_counter() - t_start
 
 
@@ -193,28 +203,15 @@ def run_resident(cfg, args) -> tuple[list[float], float]:
         x = ((x.float() / 255.0 - mean) / std).contiguous(memory_format=torch.channels_last)
         return x, labels[idx]
 
-    dts, t0, step = [], None, 0
     model.train()
-    for _ in range(args.epochs):
-        order = torch.randperm(n, device=device)
-        for s in range(n // b):
-            x, y = batch_of(order[s * b:(s + 1) * b])
-            if t0 is None:
-                t0 = time.perf_counter()
-            with ctx:
-                loss = step_fn(x, y)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            step += 1
-            if step % args.window == 0:
-                loss.item()
-                if cuda:
-                    torch.cuda.synchronize()
-                t1 = time.perf_counter()
-                if step > args.skip_steps:
-                    dts.append((t1 - t0) / args.window)
-                t0 = t1
+
+    def batches():
+        for _ in range(args.epochs):
+            order = torch.randperm(n, device=device)
+            for s in range(n // b):
+                yield batch_of(order[s * b:(s + 1) * b])
+
+    dts = _timed_steps(batches(), step_fn, ctx, opt, args, cuda)
     return dts, time.perf_counter() - t_start
 
 

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from conftest import envkit
+from processes import alive as _alive, wait_for as _wait_for
 
 PYBIN = str(Path(sys.executable).parent)
 
@@ -51,24 +52,6 @@ def _env(tmp_path: Path) -> dict:
     env.update(PYTHONUNBUFFERED="1", ENVKIT_HOME=str(tmp_path / "no-managed-env"), ENVKIT_CACHE_DIR=str(tmp_path / "cache"),
                ENVKIT_CONFIG_DIR=str(tmp_path / "no-user-profiles"), PATH=PYBIN + os.pathsep + os.environ.get("PATH", ""))
     return env
-
-
-def _wait_for(predicate, seconds=120.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
-
-
-def _alive(pid: int) -> bool:
-    """Running (a zombie waiting for its parent to read it counts as gone)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def _pids(tmp_path: Path) -> list[int] | None:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from conftest import envkit
+from processes import alive as _alive, wait_for as _wait_for
 
 LONG = """\
 experiment: {name: own, output_dir: runs, seed: 0}
@@ -24,24 +25,6 @@ checkpoint: {every_steps: 50, keep_last: 2}
 logging: {every_steps: 10, heartbeat_seconds: 0.2, device_seconds: 0}
 device: {type: cpu}
 """
-
-
-def _wait_for(predicate, seconds=120.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
-
-
-def _alive(pid: int) -> bool:
-    """Running (a zombie waiting for its parent to read it counts as gone)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def _env() -> dict:
