@@ -33,6 +33,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tune": ("envkit.commands.tune:tune", "Measure settings within a time budget and write the winner as this machine's profile."),
 }
 
+# Run by envkit's own sbatch script inside a Slurm job; not listed by `envkit --help`.
+HIDDEN: dict[str, str] = {
+    "slurm-batch": "envkit.commands.slurm_job:slurm_batch",
+    "slurm-node": "envkit.commands.slurm_job:slurm_node",
+}
+
 
 class LazyGroup(click.Group):
     """Commands are listed from COMMANDS and imported on first use. Every module named there ships
@@ -42,9 +48,9 @@ class LazyGroup(click.Group):
         return list(COMMANDS)
 
     def get_command(self, ctx, name):
-        if name not in COMMANDS:
+        if name not in COMMANDS and name not in HIDDEN:
             return None
-        module, _, attr = COMMANDS[name][0].partition(":")
+        module, _, attr = (COMMANDS[name][0] if name in COMMANDS else HIDDEN[name]).partition(":")
         return getattr(importlib.import_module(module), attr)
 
     def format_commands(self, ctx, formatter):

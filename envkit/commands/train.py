@@ -11,6 +11,8 @@ import sys
 
 import click
 
+from envkit.slurm.options import slurm_options
+
 from envkit.errors import EnvkitError
 
 def _print_config(cfg, as_json: bool) -> None:
@@ -81,9 +83,10 @@ def validate(config, overrides, profile, replay, as_json):
 @click.option("--rdzv-id", help="Rendezvous id shared by all nodes (default: the run id).")
 @click.option("--profile-steps", "profile_steps", metavar="A:B",
               help="Record optimizer steps A to B with torch.profiler: a Chrome trace (profile_steps_A-B.json) in the run folder.")
+@slurm_options
 @click.pass_context
 def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_config, as_json, selftest, nproc_per_node, python,
-        nnodes, node_rank, rdzv_endpoint, rdzv_backend, rdzv_id, profile_steps):
+        nnodes, node_rank, rdzv_endpoint, rdzv_backend, rdzv_id, profile_steps, **slurm_kw):
     """Train from a train.yaml with the embedded reference trainer.
 
     Writes runs/<experiment>/<run-id>/ (config, environment.json, metrics.jsonl, heartbeat.json,
@@ -91,9 +94,14 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
 
     One process trains in a run folder: while one does, a second `envkit run` that would resume it
     (--resume auto or its --run-id) refuses, naming the PID and how to watch or stop it, rather than
-    starting a new run; the trainer dies with `envkit run`, even on SIGKILL."""
+    starting a new run; the trainer dies with `envkit run`, even on SIGKILL.
+
+    With --slurm the run is submitted to a Slurm cluster instead (sbatch), into the same run
+    folder: it checkpoints before the time limit or a preemption and requeues itself."""
+    from envkit.slurm.options import check as check_slurm, pop_request
     from envkit.train.run import launcher
 
+    slurm = pop_request(slurm_kw)
     debug = bool((ctx.obj or {}).get("debug"))
     window = launcher.parse_profile_steps(profile_steps)
     if run_id is not None:
@@ -103,6 +111,13 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
     launcher.experiment_dir(p.cfg)  # experiment.name is one folder inside the runs folder
     if print_config:
         _print_config(p.cfg, as_json)
+        return
+    if slurm is not None:  # the login node is not the machine that trains: the nodes hold the config against themselves
+        from envkit.slurm.jobs import announce, run_job
+
+        check_slurm(slurm, nnodes=nnodes)
+        announce(run_job(p, p.cfg.source, overrides=overrides, profile=profile, python=python, run_id=run_id, resume=resume,
+                         nproc=nproc_per_node, stop_after=stop_after, req=slurm), as_json)
         return
     warnings = launcher.hold_against_machine(p.cfg, p.facts)
     for w in [*(p.notes or []), *warnings] + ([p.profile_note] if p.profile_note else []):

@@ -29,7 +29,8 @@ from envkit.exec.rundir import read_json, write_json
 from envkit.redact import redact_argv, strip_userinfo
 from envkit.train.watching.cpu_fallback import FallbackCounter
 
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# SIGUSR1: Slurm's warning before a time limit (passed on by envkit's job): the command's to handle
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, *((signal.SIGUSR1,) if hasattr(signal, "SIGUSR1") else ()))
 LAST_LINES = 40
 MAX_DELAY = 300.0
 
@@ -106,7 +107,8 @@ class Supervisor:
             for s, h in previous.items():
                 signal.signal(s, h)
             self.beat.stop()
-        status = ("completed" if rc == 0 else "interrupted" if self.interrupted
+        warned = self.interrupted == getattr(signal, "SIGUSR1", None)  # told to save and stop: not finished, even on exit 0
+        status = ("completed" if rc == 0 and not warned else "interrupted" if self.interrupted
                   else "stalled" if attempts and attempts[-1]["how"] == "stalled" else "failed")
         self._write_summary(status, rc, started, attempts)
         self._log.close()

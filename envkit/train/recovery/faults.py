@@ -18,6 +18,8 @@ Each fires once per run folder (recorded in faults.jsonl), so a restarted or res
 makes every step whose micro-batch is above 16 samples raise the device's out-of-memory error, as
 a device whose memory holds 16 samples would: the trainer splits, bench and tune record "does not
 fit" and search below it (so CI drives those paths on the CPU).
+  ENVKIT_TRAIN_INJECT="sleep=0.05"
+makes every step that much slower, so a test can signal a run mid-training on any machine.
 Needs only torch and the standard library (it runs in the trainer's child process).
 """
 
@@ -33,6 +35,7 @@ ENV_INJECT = "ENVKIT_TRAIN_INJECT"
 ENV_DEVICE = "ENVKIT_TRAIN_DEVICE"  # set by the child for itself after a switch to the CPU
 KINDS = ("oom", "nan", "device", "diskfull")
 OOM_ABOVE = "oom-above"  # oom-above=N: a pretend device memory that holds N samples per micro-batch
+SLEEP = "sleep"  # sleep=SECONDS: added to every step
 EVENTS = "faults.jsonl"
 
 
@@ -74,6 +77,9 @@ def planned() -> list[tuple[str, int]]:
         if part.startswith(OOM_ABOVE + "="):
             oom_above()  # validated there
             continue
+        if part.startswith(SLEEP + "="):
+            step_sleep()  # validated there
+            continue
         if part == "diskfull@start":  # fired by envkit's process as it writes the run's files (train/run/launcher.py)
             continue
         kind, _, at = part.partition("@")
@@ -110,6 +116,19 @@ def oom_above() -> int | None:
     return None
 
 
+def step_sleep() -> float | None:
+    for part in os.environ.get(ENV_INJECT, "").split(","):
+        key, eq, value = part.strip().partition("=")
+        if key == SLEEP and eq:
+            try:
+                return float(value)
+            except ValueError:
+                from envkit.errors import EnvkitError
+
+                raise EnvkitError(f"bad fault {part.strip()!r}", where=ENV_INJECT, fix=f"{SLEEP}=SECONDS, e.g. {SLEEP}=0.05") from None
+    return None
+
+
 def injected_oom(micro_batch: int, limit: int) -> BaseException:
     """The error a device raises when a micro-batch does not fit, with what it asked for (as CUDA
     words it: bench and tune read "Tried to allocate" from real errors too)."""
@@ -125,6 +144,9 @@ def inject_before_step(run_dir: Path, step: int, model, micro_batch: int | None 
         return
     import torch
 
+    pause = step_sleep()
+    if pause:
+        time.sleep(pause)
     limit = oom_above()
     if limit is not None and micro_batch is not None and micro_batch > limit:
         raise injected_oom(micro_batch, limit)

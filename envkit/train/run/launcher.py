@@ -26,7 +26,7 @@ from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_text
 from envkit.train.data.paths import resolve_path
 from envkit.train.run.config import Config, load_config, to_yaml
-from envkit.train.run.spawn import PARENT_FD_ENV, die_with_parent, release_child, spawn_child  # noqa: F401 (sweep, exec)
+from envkit.train.run.spawn import PARENT_FD_ENV, ask_to_checkpoint, die_with_parent, release_child, spawn_child  # noqa: F401 (sweep, exec)
 
 FINISHED = ("completed",)
 
@@ -448,11 +448,16 @@ def launch(cmd: list[str], env: dict, owner=None, stdout=None) -> int:
     child dies with envkit's process and holds the owner lock with it (spawn_child). `stdout`: where
     the child's lines go (`--json` sends them to stderr: stdout holds the JSON alone)."""
     proc = spawn_child(cmd, env, owner, **({"stdout": stdout} if stdout is not None else {}))
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # SIGTERM (envkit stop, a Slurm preemption) and SIGUSR1 (Slurm's warning before a time limit,
+    # passed on by envkit's job script): the trainer checkpoints and stops; this process waits for it.
+    forward = lambda signum, frame: ask_to_checkpoint(proc)  # noqa: E731
+    old = {s: signal.signal(s, h) for s, h in ((signal.SIGINT, signal.SIG_IGN), (signal.SIGTERM, forward),
+                                                (signal.SIGUSR1, forward))}
     try:
         return proc.wait()
     finally:
-        signal.signal(signal.SIGINT, old)
+        for s, h in old.items():
+            signal.signal(s, h)
         release_child(proc)
 
 

@@ -64,7 +64,7 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
     loop = _Loop(tr, state, guard, result, tel, watch, StepProfiler(run_dir, profile_steps, tr.device_type, tr.rank, tr.world, tr.log),
                  stop_after=stop_after, on_step=on_step, split_oom=split_oom, elapsed_mark=time.perf_counter())
     _say_start(tr, state, tel)
-    stop = _StopOnSignal(tr.log) if handle_signals and tr.master else None
+    stop = _StopOnSignal(tr.log if tr.master else (lambda m: None)) if handle_signals else None
     try:
         result.status = loop.run(stop)
     except TrainingStopped as exc:
@@ -116,7 +116,7 @@ class _Loop:
             if self.on_step is not None and self.on_step(step=state.step, loss=out.loss, micro_batch=state.micro_batch,
                                                          per_step=tr.per_step(state), unit=tr.unit):
                 return "stopped"
-            signalled = stop is not None and stop.signal is not None
+            signalled = stop is not None and stop.agreed(tr.world)
             if not self.after_step(out, lr, at_end=state.step in (training["max_steps"], self.stop_after) or signalled):
                 continue  # rolled back: the steps since that checkpoint are trained again
             if state.step == self.stop_after:
@@ -199,17 +199,37 @@ class _Loop:
 
 
 class _StopOnSignal:
-    """SIGINT/SIGTERM: stop after this step with a checkpoint; a second one aborts."""
+    """SIGINT, SIGTERM or SIGUSR1 (what Slurm sends before a time limit, passed on by envkit): stop
+    after this step with a checkpoint; a second one aborts. Every rank listens, and with several
+    processes they agree after each step (an all-reduce of one flag): a signal reaches the ranks at
+    slightly different steps, and a checkpoint needs all of them at the same one."""
+
+    SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGUSR1") if hasattr(signal, n))
 
     def __init__(self, log):
-        self.signal, self.log = None, log
-        self.old = {s: signal.signal(s, self.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        self.signal, self.log, self.group = None, log, None
+        self.old = {s: signal.signal(s, self.on_signal) for s in self.SIGNALS}
 
     def on_signal(self, signum, frame):
         if self.signal:
             raise KeyboardInterrupt
         self.signal = signal.Signals(signum).name
         self.log(f"{self.signal}: stopping after this step with a checkpoint (again to abort)")
+
+    def agreed(self, world: int) -> bool:
+        """One process: whether it was signalled. Several: whether any was. The flag travels on a
+        gloo group (the CPU), so NCCL runs pay no device sync for it: tens of microseconds a step."""
+        if world == 1:
+            return self.signal is not None
+        import torch.distributed as dist
+
+        if self.group is None:
+            self.group = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else dist.group.WORLD
+        flag = torch.tensor([1 if self.signal else 0], dtype=torch.int32)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)
+        if flag.item() and self.signal is None:
+            self.signal = "a signal on another rank"
+        return bool(flag.item())
 
     def restore(self) -> None:
         for s, handler in self.old.items():

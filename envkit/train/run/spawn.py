@@ -9,11 +9,11 @@ import signal
 import subprocess
 
 
-def die_with_parent(sig: int = signal.SIGTERM):
+def die_with_parent(sig: int = signal.SIGTERM, ignore_usr1: bool = False):
     """A preexec_fn: the child gets `sig` when envkit's process dies, however it dies (SIGKILL
     included), so no trainer is left running with parent 1 (Linux prctl(PR_SET_PDEATHSIG), see
-    prctl(2)). SIGTERM: the trainer checkpoints and stops as for `envkit stop`. None where prctl is
-    not there (macOS)."""
+    prctl(2)). SIGTERM: the trainer checkpoints and stops as for `envkit stop`. Where prctl is not
+    there (macOS) the pipe alone does it."""
     import ctypes
     import ctypes.util
 
@@ -21,13 +21,16 @@ def die_with_parent(sig: int = signal.SIGTERM):
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         prctl = libc.prctl
     except (OSError, AttributeError):
-        return None
+        prctl = None
     parent = os.getpid()
 
     def preexec() -> None:
-        prctl(1, int(sig), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
-        if os.getppid() != parent:  # the parent died before the prctl: it would never fire
-            os._exit(1)
+        if prctl is not None:
+            prctl(1, int(sig), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+            if os.getppid() != parent:  # the parent died before the prctl: it would never fire
+                os._exit(1)
+        if ignore_usr1:  # the trainer and torchrun: see ask_to_checkpoint (the trainer sets its own handler)
+            signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
     return preexec
 
@@ -51,7 +54,7 @@ def spawn_child(cmd: list[str], env: dict, owner=None, **popen_kw) -> subprocess
         fds.append(owner.fileno())
     env = {**env, PARENT_FD_ENV: f"{read_end}@{os.getpid()}"}
     try:
-        proc = subprocess.Popen(cmd, env=env, preexec_fn=die_with_parent(), pass_fds=tuple(fds), **popen_kw)
+        proc = subprocess.Popen(cmd, env=env, preexec_fn=die_with_parent(ignore_usr1=True), pass_fds=tuple(fds), **popen_kw)
     except BaseException:
         os.close(write_end)
         raise
@@ -66,3 +69,35 @@ def release_child(proc: subprocess.Popen) -> None:
     if fd is not None:
         proc.envkit_parent_pipe = None
         os.close(fd)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (Linux /proc/PID/task/TID/children; [] where that is missing)."""
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{p}/task/{tid}/children") as fh:
+                    kids = [int(x) for x in fh.read().split()]
+            except (OSError, ValueError):
+                continue
+            found.extend(kids)
+            todo.extend(kids)
+    return found
+
+
+def ask_to_checkpoint(proc: subprocess.Popen) -> None:
+    """Have the trainer stop at the next step with a checkpoint: SIGUSR1 to the trainer and, under
+    torchrun, to each of its workers (torchrun itself ignores SIGUSR1: launch() starts it so,
+    because its default action would end torchrun, and a SIGTERM would make torchrun kill its
+    workers 30 s later whether or not they have saved)."""
+    for pid in [proc.pid, *descendants(proc.pid)]:
+        try:
+            os.kill(pid, signal.SIGUSR1)
+        except (ProcessLookupError, PermissionError):
+            pass
