@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from envkit.errors import EnvkitError
+from envkit.slurm.options import slurm_options
 
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600}
 
@@ -57,9 +58,12 @@ def torchrun_argv(argv: list[str], nproc: int, nodes, python: str, run_dir: Path
 @click.option("--rdzv-backend", default="static", show_default=True, help="torchrun's rendezvous backend.")
 @click.option("--rdzv-id", help="Rendezvous id shared by all nodes.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run folder, pids and (in the foreground) summary.json as JSON.")
+@click.option("--run-dir", "into", hidden=True, type=click.Path(file_okay=False),
+              help="Use this run folder (made by `exec --slurm` at submission) instead of a new one.")
+@slurm_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def exec_(profile_name, name, runs_dir, detach, restarts, restart_delay, stall_timeout, grace, no_caffeinate, no_check,
-          nproc_per_node, nnodes, node_rank, rdzv_endpoint, rdzv_backend, rdzv_id, as_json, command):
+          nproc_per_node, nnodes, node_rank, rdzv_endpoint, rdzv_backend, rdzv_id, as_json, into, command, **slurm_kw):
     """Run your own command inside the managed environment: envkit exec [OPTIONS] -- python train.py ARGS.
 
     The managed venv's bin/ comes first on PATH and the profile's variables are set (one you
@@ -69,8 +73,17 @@ def exec_(profile_name, name, runs_dir, detach, restarts, restart_delay, stall_t
 
     envkit's process owns the run folder while it runs, and the command's whole process group dies
     with it, even on kill -9 (SIGTERM, then SIGKILL after --grace); `envkit runs` then says
-    orphaned while the command lingers, killed once nothing runs."""
+    orphaned while the command lingers, killed once nothing runs.
+
+    With --slurm the command is submitted to a Slurm cluster (sbatch) and runs there under the same
+    profile; Slurm's warning before the time limit reaches it as SIGUSR1 (save and exit: the job
+    requeues and runs it again, in the same run folder)."""
     from envkit.commands.train import _nodes
+    from envkit.slurm.options import check as check_slurm, pop_request
+
+    slurm = pop_request(slurm_kw)
+    if slurm is not None:
+        check_slurm(slurm, nnodes=nnodes, detach=detach)
     from envkit.exec import environment, rundir
     from envkit.install.setup.managed import find_managed
     from envkit.profiles import load_profile
@@ -99,7 +112,14 @@ def exec_(profile_name, name, runs_dir, detach, restarts, restart_delay, stall_t
     options = {"restarts": restarts, "restart_delay": restart_delay, "stall_timeout": stall, "grace": grace,
                "caffeinate": not no_caffeinate, "nproc_per_node": nproc_per_node, "nnodes": nodes.nnodes, "node_rank": nodes.node_rank}
     # Every check is done: only now is a run folder made.
-    run_dir = rundir.new_run_dir(Path(runs_dir), name if name is not None else rundir.run_name(argv))
+    if slurm is not None:
+        _submit(slurm, argv, profile_name, Path(runs_dir), name if name is not None else rundir.run_name(argv), nproc_per_node,
+                profile, restarts, restart_delay, stall_timeout, grace, no_check, as_json)
+        return
+    if into is not None:
+        run_dir = _given_run_dir(Path(into), nodes.node_rank)
+    else:
+        run_dir = rundir.new_run_dir(Path(runs_dir), name if name is not None else rundir.run_name(argv))
     launched = argv
     if distributed:
         python = resolved if re.match(r"^python[\d.]*$", Path(argv[0]).name) else str(managed.python if managed else sys.executable)
@@ -121,6 +141,31 @@ def exec_(profile_name, name, runs_dir, detach, restarts, restart_delay, stall_t
     else:
         click.echo(f"envkit: run {run_dir}: {summary.get('status')} (exit code {rc})", err=True)
     sys.exit(rc)
+
+
+def _given_run_dir(run_dir: Path, node_rank: int) -> Path:
+    """--run-dir (inside a Slurm job): node 0 writes the run folder; another node keeps its own
+    records in a private folder, as `envkit run` does for its nodes."""
+    import tempfile
+
+    if not run_dir.is_dir():
+        raise EnvkitError(f"run folder {run_dir} does not exist", where="--run-dir", fix="made by `envkit exec --slurm` at submission")
+    return run_dir if node_rank == 0 else Path(tempfile.mkdtemp(prefix=f"envkit-exec-node{node_rank}-"))
+
+
+def _submit(slurm, argv, profile_name, runs_dir: Path, name: str, nproc: int, profile, restarts, restart_delay, stall_timeout,
+            grace, no_check, as_json) -> None:
+    from envkit.exec import rundir
+    from envkit.slurm.jobs import _made, announce, exec_job
+
+    made = _made(runs_dir / name)
+    run_dir = rundir.new_run_dir(runs_dir, name)
+    made = made or [run_dir]
+    options = [*(["--profile", profile_name] if profile_name else []), "--restart-on-failure", str(restarts),
+               "--restart-delay", str(restart_delay), *(["--stall-timeout", stall_timeout] if stall_timeout else []),
+               "--grace", str(grace), *(["--no-check"] if no_check else [])]
+    device = str((getattr(profile, "train", None) or {}).get("device", "")) if profile is not None else ""
+    announce(exec_job(run_dir.resolve(), command=argv, options=options, nproc=nproc, device=device, req=slurm, made=made), as_json)
 
 
 def _versions(resolved: str, managed, no_check: bool) -> dict:
@@ -164,12 +209,20 @@ def _detach(run_dir: Path, launched: list[str], env: dict, as_json: bool) -> Non
 def stop(run, grace):
     """Stop a running run (default: the newest under ./runs): SIGINT, SIGTERM after --grace seconds.
 
+    A run that a Slurm job trains is asked to checkpoint (SIGUSR1 through the job), not requeued,
+    and cancelled with scancel after --grace seconds if it has not ended by then.
+
     Signals only the run's own process: its run folder's owner lock is held and the PID (with its
     start time, for exec runs) is the one envkit recorded. Otherwise nothing is sent, one line says
     why (the PID may now be another program), exit 1."""
     from envkit.exec import detach
+    from envkit.slurm.cancel import stop_job
     from envkit.train.watching.runs_state import resolve_run
 
-    run_dir = resolve_run(run)
+    run_dir = Path(run) if run and (Path(run) / "slurm" / "job.json").is_file() else resolve_run(run)
+    how = stop_job(run_dir, grace, say=lambda m: click.echo(m, err=True))  # a run a Slurm job trains: through Slurm
+    if how is not None:
+        click.echo(f"{run_dir}: {how}")
+        return
     how = detach.stop(run_dir, grace, say=lambda m: click.echo(m, err=True))
     click.echo(f"{run_dir}: {how}")

@@ -32,6 +32,9 @@ def runs(root, as_json):
     rows = [(s["experiment"], s["run"], s["status"] or "?", _progress(s),
              _fmt(s.get("loss")), _fmt(s.get("best_val_loss")), _fmt(s.get("accuracy"), ".3f"),
              "-" if s.get("avg_device_util_pct") is None else f"{s['avg_device_util_pct']:.0f}%") for s in states]
+    if any(s.get("slurm") for s in states):  # the job id and Slurm's word on it, beside envkit's
+        header = (*header, "slurm job")
+        rows = [(*r, _job(s.get("slurm"))) for r, s in zip(rows, states)]
     if is_tty():
         from rich.table import Table
 
@@ -43,6 +46,12 @@ def runs(root, as_json):
         widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
         for r in (header, *rows):
             click.echo("  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip())
+
+
+def _job(slurm: dict | None) -> str:
+    if not slurm:
+        return "-"
+    return f"{slurm['job_id']} {(slurm.get('state') or '?').lower()}" + (f" (requeued {slurm['restarts']}x)" if slurm.get("restarts") else "")
 
 
 def _progress(s: dict) -> str:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import click
 
+from envkit.slurm.options import slurm_options
+
 
 
 
@@ -27,8 +29,9 @@ import click
 @click.option("--report-only", is_flag=True, help="Train nothing: show the table of what the runs have so far.")
 @click.option("--max-runs", type=click.IntRange(min=1), default=10_000, show_default=True,
               help="Refuse a grid of more runs than this (counted before anything is expanded or run).")
+@slurm_options
 @click.pass_context
-def sweep(ctx, config, overrides, profile, parallel, stop_after, python, as_json, plot, report_only, max_runs):
+def sweep(ctx, config, overrides, profile, parallel, stop_after, python, as_json, plot, report_only, max_runs, **slurm_kw):
     """Train every combination of CONFIG's sweep.grid and compare them.
 
     \b
@@ -40,12 +43,31 @@ def sweep(ctx, config, overrides, profile, parallel, stop_after, python, as_json
     Each combination is runs/<experiment>/<key-value_...>/, an ordinary run folder (`envkit runs`,
     `monitor`, `plot` read it). A run another process trains (a second sweep of the same grid, an
     `envkit run`) is skipped with one line naming that process, never trained twice at once. Exit 0
-    all completed, 1 a run failed, stopped or was skipped, 2 bad config."""
+    all completed, 1 a run failed, stopped or was skipped, 2 bad config.
+
+    With --slurm the combinations not yet completed are submitted as one Slurm array job (one task
+    each, --parallel N at a time); `envkit sweep` without --slurm then shows the same table."""
+    from envkit.slurm.options import check as check_slurm, pop_request
     from envkit.sweep import report, runner
+
+    slurm = pop_request(slurm_kw)
 
     debug = bool((ctx.obj or {}).get("debug"))
     say = (lambda m: click.echo(m, err=True)) if as_json else click.echo
-    runs = runner.prepare(config, overrides=overrides, profile_name=profile, python=python, max_runs=max_runs)
+    runs = runner.prepare(config, overrides=overrides, profile_name=profile, python=python, max_runs=max_runs,
+                          hold=slurm is None)  # the login node is not the machine that trains
+    if slurm is not None and not report_only:
+        from envkit.slurm.jobs import announce, sweep_job
+
+        check_slurm(slurm)
+        given = ctx.get_parameter_source("parallel").name != "DEFAULT"
+        record = sweep_job(runs, config, overrides=overrides, profile=profile, python=python, parallel=parallel if given else None,
+                           stop_after=stop_after, req=slurm)
+        if record is None:
+            say(f"sweep: all {len(runs)} runs completed: nothing to submit")
+        else:
+            announce(record, as_json)
+        return
     if not report_only:
         if runs and runs[0].plan.managed is None and not python:
             say(f"note: no `envkit setup` environment here: training with {sys.executable}")

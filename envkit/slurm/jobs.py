@@ -62,11 +62,12 @@ def run_job(p, config: str, *, overrides, profile, python, run_id, resume, nproc
                   made=_made(run_dir))
 
 
-def exec_job(run_dir: Path, *, command: list[str], options: list[str], nproc: int, device: str, req: SlurmRequest) -> dict:
+def exec_job(run_dir: Path, *, command: list[str], options: list[str], nproc: int, device: str, req: SlurmRequest,
+             made: list[Path]) -> dict:
     need_sbatch()
     argv = ["exec", "--run-dir", str(run_dir), "--nproc-per-node", str(nproc), *options, "--", *command]
     return submit(kind="exec", req=req, folder=run_dir / "slurm", tasks=[{"run_dir": str(run_dir), "argv": argv}],
-                  command=_shown(), job_name=f"envkit-{run_dir.parent.name}", gpus=gpus_for(device, nproc, req), made=_made(run_dir))
+                  command=_shown(), job_name=f"envkit-{run_dir.parent.name}", gpus=gpus_for(device, nproc, req), made=made)
 
 
 def sweep_job(runs, config: str, *, overrides, profile, python, parallel: int | None, stop_after, req: SlurmRequest) -> dict | None:

@@ -36,7 +36,7 @@ class SweepRun:
 
 
 def prepare(config: str, overrides=(), profile_name: str | None = None, python: str | None = None,
-            max_runs: int = MAX_RUNS) -> list[SweepRun]:
+            max_runs: int = MAX_RUNS, hold: bool = True) -> list[SweepRun]:
     """Every combination resolved and placed, before anything runs (a bad value stops it all here)."""
     base = launcher.plan(config, overrides=overrides, profile_name=profile_name, python=python)
     combos = expand(base.cfg.values["sweep"]["grid"], config, max_runs)
@@ -49,7 +49,8 @@ def prepare(config: str, overrides=(), profile_name: str | None = None, python: 
         exp = launcher.experiment_dir(p.cfg)
         run_dir = check_inside(exp, exp / check_name(combo.run_id, f"{config}: sweep.grid", "run name"), f"{config}: sweep.grid")
         runs.append(SweepRun(combo, p, run_dir, _state(p, run_dir)))
-    _hold_each_against_machine(runs, base, config)
+    if hold:
+        _hold_each_against_machine(runs, base, config)
     return runs
 
 

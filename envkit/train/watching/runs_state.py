@@ -108,11 +108,20 @@ def run_state(run_dir: Path, now: float | None = None, noticed_by: str = "envkit
     if isinstance(beat.get("last_output_at"), (int, float)):  # exec runs: when the command last printed or logged
         out["quiet_seconds"] = now - max(beat["last_output_at"], beat.get("last_metric_at") or 0)
     rows = read_metrics(run_dir)
+    from envkit.slurm.query import ACTIVE, slurm_fields
+
+    slurm = slurm_fields(run_dir)
+    if slurm is not None:
+        out["slurm"] = slurm
+    queued = bool(slurm) and slurm["state"] in ACTIVE and slurm["state"] != "RUNNING"
     same_host = beat.get("host") in (None, os.uname().nodename if hasattr(os, "uname") else None)
     lock = owner_lock_state(run_dir) if same_host else None
+    if queued and lock != "held" and not (summary and summary.get("status") in ("completed",)):
+        out["status"] = "queued"  # waiting for Slurm (submitted, or requeued after a checkpoint): nobody was killed
+        return out
     if lock == "held" and summary and summary.get("status") == "killed":
         summary = None  # a killed run being resumed: its new owner speaks, not the old summary
-    elif lock == "free" and not _final(summary, beat):
+    elif lock == "free" and not _final(summary, beat) and not (slurm and slurm["state"] in ACTIVE):
         summary = notice_killed(run_dir, noticed_by) or summary
     _device_state(out, run_dir, rows, beat, summary)
     if _final(summary, beat):
@@ -180,9 +189,10 @@ def find_runs(root: Path) -> list[Path]:
     root = Path(root)
     if (root / "config.json").is_file():
         return [root]
-    found = [p.parent for p in root.glob("*/*/config.json")] + [p.parent for p in root.glob("*/config.json")]
+    marks = ("config.json", "slurm/job.json")  # a run submitted to Slurm has only its job until a node starts it
+    found = [p.parents[len(m.split("/")) - 1] for m in marks for p in [*root.glob(f"*/*/{m}"), *root.glob(f"*/{m}")]]
     if (root / "runs").is_dir() and not found:
-        found = [p.parent for p in (root / "runs").glob("*/*/config.json")]
+        found = [p.parents[len(m.split("/")) - 1] for m in marks for p in (root / "runs").glob(f"*/*/{m}")]
     return sorted(set(found), key=lambda p: p.stat().st_mtime, reverse=True)
 
 
