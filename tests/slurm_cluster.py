@@ -19,6 +19,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -61,6 +62,8 @@ def _sbin(name: str) -> str:
 class SlurmCluster:
     def __init__(self, folder: Path, nodes: int = 1, cpus: int | None = None):
         self.dir = Path(folder) / "slurm"
+        # Unix sockets (munge's, slurmstepd's in the spool folder) must have paths under 108 bytes
+        self.short = Path(tempfile.mkdtemp(prefix="eks-", dir="/tmp"))
         self.nodes = nodes
         self.cpus = cpus or max(2, os.cpu_count() or 2)
         tag = f"{os.getpid() % 10000}{int(time.time() * 1000) % 1000}"
@@ -82,8 +85,10 @@ class SlurmCluster:
 
     def _write_conf(self) -> None:
         d = self.dir
-        for sub in ("state", "log", *(f"spool-{n}" for n in self.names)):
+        for sub in ("state", "log"):
             (d / sub).mkdir(parents=True, exist_ok=True)
+        for n in self.names:
+            (self.short / f"spool-{n}").mkdir(parents=True, exist_ok=True)
         host = socket.gethostname()
         nodes = "\n".join(f"NodeName={n} NodeAddr={self.node_addr(i)} NodeHostname={n} CPUs={self.cpus} Sockets=1 CoresPerSocket={self.cpus} ThreadsPerCore=1 State=UNKNOWN"
                           for i, n in enumerate(self.names))
@@ -95,7 +100,7 @@ SlurmdPort={_free_port()}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket={d / "munge.sock"}
+AuthInfo=socket={self.short / "munge.sock"}
 CryptoType=crypto/munge
 MpiDefault=none
 ProctrackType=proctrack/linuxproc
@@ -103,7 +108,7 @@ TaskPlugin=task/none
 SlurmdParameters=config_overrides
 ReturnToService=2
 StateSaveLocation={d / "state"}
-SlurmdSpoolDir={d}/spool-%n
+SlurmdSpoolDir={self.short}/spool-%n
 SlurmctldPidFile={d / "slurmctld.pid"}
 SlurmdPidFile={d}/slurmd-%n.pid
 SlurmctldLogFile={d / "log" / "slurmctld.log"}
@@ -154,10 +159,10 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         if self.netns:
             self._netns()
         d = self.dir
-        self._start([_sbin("munged"), "-F", "--force", f"--socket={d / 'munge.sock'}", f"--key-file={MUNGE_KEY}",
+        self._start([_sbin("munged"), "-F", "--force", f"--socket={self.short / 'munge.sock'}", f"--key-file={MUNGE_KEY}",
                      f"--pid-file={d / 'munged.pid'}", f"--log-file={d / 'log' / 'munged.log'}",
                      f"--seed-file={d / 'munged.seed'}"], "munged")
-        self._wait(lambda: (d / "munge.sock").exists(), 15, "munged did not start")
+        self._wait(lambda: (self.short / "munge.sock").exists(), 15, "munged did not start")
         self.start_ctld()
         for i, n in enumerate(self.names):
             self._start([_sbin("slurmd"), "-D", "-N", n, "-f", str(self.conf)], f"slurmd-{n}", self.netns[i] if self.netns else None)
@@ -219,6 +224,8 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             j = self.job(job_id)
             if j.get("JobState") in states:
                 return j
+            if "launch_failed" in j.get("Reason", ""):  # Slurm holds it: it would wait forever
+                raise RuntimeError(f"job {job_id} could not start: {j.get('Reason')} (logs in {self.dir / 'log'})")
             time.sleep(0.5)
         raise TimeoutError(f"job {job_id} not in {states} within {timeout:.0f} s: {self.job(job_id)}")
 
@@ -242,6 +249,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         if self.netns:
             subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+        shutil.rmtree(self.short, ignore_errors=True)
         self.procs.clear()
 
     def __enter__(self) -> "SlurmCluster":

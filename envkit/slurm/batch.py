@@ -70,7 +70,7 @@ def main(record_path: str, srun: list[str]) -> int:
         got.append(name)
         say(f"{name}: asking every node to checkpoint at the next step")
         try:
-            proc.send_signal(signal.SIGUSR1)  # srun forwards it to each node's task
+            proc.send_signal(signal.SIGUSR1)  # srun forwards it to each node's task (one node: the task itself)
         except ProcessLookupError:
             pass
 

@@ -202,7 +202,8 @@ class _StopOnSignal:
     """SIGINT, SIGTERM or SIGUSR1 (what Slurm sends before a time limit, passed on by envkit): stop
     after this step with a checkpoint; a second one aborts. Every rank listens, and with several
     processes they agree after each step (an all-reduce of one flag): a signal reaches the ranks at
-    slightly different steps, and a checkpoint needs all of them at the same one."""
+    slightly different steps, and a checkpoint needs all of them at the same one. Only a second
+    Ctrl-C aborts: a preempted Slurm job delivers SIGTERM to each process and envkit's SIGUSR1 too."""
 
     SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGUSR1") if hasattr(signal, n))
 
@@ -211,10 +212,12 @@ class _StopOnSignal:
         self.old = {s: signal.signal(s, self.on_signal) for s in self.SIGNALS}
 
     def on_signal(self, signum, frame):
-        if self.signal:
+        if self.signal and signum == signal.SIGINT:
             raise KeyboardInterrupt
+        if self.signal:
+            return
         self.signal = signal.Signals(signum).name
-        self.log(f"{self.signal}: stopping after this step with a checkpoint (again to abort)")
+        self.log(f"{self.signal}: stopping after this step with a checkpoint (Ctrl-C again to abort)")
 
     def agreed(self, world: int) -> bool:
         """One process: whether it was signalled. Several: whether any was. The flag travels on a
