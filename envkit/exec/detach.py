@@ -106,7 +106,7 @@ def _lock_holder(run_dir: Path, lock: str | None, pid, say) -> tuple[int, object
             f"(PID {holder}, its start time checked)")
         return holder, lambda s: os.kill(holder, s)
     raise NothingSent(f"{run_dir} is in use (its owner lock is held), but neither heartbeat.json (PID {pid}) nor the lock file "
-                      f"(PID {holder}) records the start time of a live process, so the holder cannot be told from a program "
+                      f"({f'PID {holder}' if holder else 'no PID'}) records the start time of a live process, so the holder cannot be told from a program "
                       "given that PID since: nothing sent",
                       fix=f"find the holder with `fuser {run_dir / OWNER_LOCK}` (macOS: `lsof {run_dir / OWNER_LOCK}`) and stop it yourself")
 
