@@ -1,4 +1,4 @@
-"""CIFAR-10/100 binary readers, bad files, label noise, augmentation, ImageFolder's missing extra and
+"""CIFAR-10/100 binary readers, bad files, label noise, augmentation, ImageFolder without Pillow and
 `envkit init cifar10`. The folders are written by tests/cifar_fixture.py from the published format,
 so what the reader returns is checked against bytes the test chose, not against envkit."""
 
@@ -161,22 +161,49 @@ def test_a_missing_batch_file_is_named(tmp_path):
     assert "data_batch_5.bin is missing" in line
 
 
-def test_imagefolder_without_a_working_torchvision_names_the_extra(tmp_path, monkeypatch):
+def test_imagefolder_without_pillow_names_it(tmp_path, monkeypatch):
+    """ImageFolder reads images with Pillow alone (torchvision need not load beside this torch)."""
     import builtins
 
     real_import = builtins.__import__
 
-    def no_torchvision(name, *args, **kwargs):
-        if name == "torchvision" or name.startswith("torchvision."):
-            raise ImportError("No module named 'torchvision'")
+    def no_pillow(name, *args, **kwargs):
+        if name == "PIL" or name.startswith("PIL.") or name.startswith("torchvision"):
+            raise ImportError(f"No module named {name!r}")
         return real_import(name, *args, **kwargs)
 
-    monkeypatch.setattr(builtins, "__import__", no_torchvision)
+    monkeypatch.setattr(builtins, "__import__", no_pillow)
     (tmp_path / "train" / "cat").mkdir(parents=True)
     cfg = load_config(None, data={"dataset": {"type": "imagefolder", "path": str(tmp_path)}, "model": {"type": "resnet18"}})
     with pytest.raises(EnvkitError) as e:
         build_data(cfg, seed=0)
-    assert "torchvision" in str(e.value) and "envkit[vision]" in (e.value.fix or "")
+    assert "Pillow" in str(e.value) and "pip install pillow" in (e.value.fix or "")
+
+
+def test_imagefolder_reads_every_image_with_its_class_label(tmp_path):
+    """Class folders in name order, files in sorted order (a nested folder too, other files left
+    out), each image decoded, centre-cropped, resized and normalised with ImageNet's statistics."""
+    from PIL import Image
+
+    colours = {"cat": (255, 0, 0), "dog": (0, 0, 255)}
+    for split in ("train", "val"):
+        for name, colour in colours.items():
+            (tmp_path / split / name / "more").mkdir(parents=True)
+            Image.new("RGB", (12, 16), colour).save(tmp_path / split / name / "b.png")
+            Image.new("RGB", (20, 10), colour).save(tmp_path / split / name / "more" / "a.jpg", quality=100)
+            (tmp_path / split / name / "notes.txt").write_text("not an image")
+    cfg = load_config(None, data={"dataset": {"type": "imagefolder", "path": str(tmp_path), "image_size": 8, "augment": False},
+                                  "model": {"type": "resnet18"}})
+    data = build_data(cfg, seed=0)
+    assert (len(data.train), len(data.val), data.info["num_classes"]) == (4, 4, 2)
+    assert [data.train.samples[i][0][len(str(tmp_path)) + 1:] for i in range(4)] == [
+        "train/cat/b.png", "train/cat/more/a.jpg", "train/dog/b.png", "train/dog/more/a.jpg"]
+    mean, std = torch.tensor((0.485, 0.456, 0.406)), torch.tensor((0.229, 0.224, 0.225))
+    for i, (want_label, colour) in enumerate([(0, "cat"), (0, "cat"), (1, "dog"), (1, "dog")]):
+        x, y = data.train[i]
+        assert x.shape == (3, 8, 8) and int(y) == want_label
+        want = (torch.tensor(colours[colour], dtype=torch.float32) / 255 - mean) / std
+        assert torch.allclose(x.mean(dim=(1, 2)), want, atol=0.05), (i, x.mean(dim=(1, 2)), want)
 
 
 def test_init_cifar10_writes_a_config_that_validates(tmp_path):

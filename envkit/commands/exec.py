@@ -212,9 +212,10 @@ def stop(run, grace):
     A run that a Slurm job trains is asked to checkpoint (SIGUSR1 through the job), not requeued,
     and cancelled with scancel after --grace seconds if it has not ended by then.
 
-    Signals only the run's own process: its run folder's owner lock is held and the PID (with its
-    start time, for exec runs) is the one envkit recorded. Otherwise nothing is sent, one line says
-    why (the PID may now be another program), exit 1."""
+    Signals only the run's own process: the PID heartbeat.json records, with its start time, in a
+    folder whose owner lock is not free. A heartbeat without a start time (an older run, another
+    tool): the owner lock's holder, when the lock file names it with its start time. Otherwise
+    nothing is sent, one line says why (the PID may now be another program), exit 1."""
     from envkit.exec import detach
     from envkit.slurm.cancel import stop_job
     from envkit.train.watching.runs_state import resolve_run

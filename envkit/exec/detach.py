@@ -67,30 +67,48 @@ class NothingSent(EnvkitError):
     exit_code = 1
 
 
-def _target(run_dir: Path, beat: dict) -> tuple[int, object] | None:
+def _target(run_dir: Path, beat: dict, say=print) -> tuple[int, object] | None:
     """(pid, how to signal it) of the run's own live process, checked to be the one envkit started:
-    the run folder's owner lock is held (by the supervisor and its command: the kernel frees it when
-    they die) and the PID is alive, or, in a folder without an owner lock, its recorded start time
-    matches the live process's. None when no such process lives."""
+    the PID with the start time heartbeat.json records (exec runs record their command's too), in a
+    folder whose owner lock is not free (the kernel frees it when the run's processes die). None
+    when no such process lives; NothingSent when one may, but cannot be told from a program that
+    was given its PID since."""
     from envkit.fsutil import owner_lock_state, same_process
 
     lock = owner_lock_state(run_dir)
     supervisor, child = beat.get("pid"), beat.get("child_pid")
     if lock == "free":
         return None  # nothing of envkit runs in the folder, whatever holds those PIDs now
-    if lock == "held":
-        ok_sup, ok_child = pid_alive(supervisor), pid_alive(child)
-        if beat.get("pid_start") is not None:  # exec runs record both start times: check them too
-            ok_sup = ok_sup and same_process(supervisor, beat["pid_start"])
-            ok_child = ok_child and same_process(child, beat.get("child_start"))
-    else:
-        ok_sup = same_process(supervisor, beat.get("pid_start"))
-        ok_child = same_process(child, beat.get("child_start"))
-    if ok_sup:
+    if beat.get("pid_start") is None:  # an older run, or another tool's heartbeat: the PID alone proves nothing
+        return _lock_holder(run_dir, lock, supervisor, say)
+    if same_process(supervisor, beat["pid_start"]):
         return supervisor, lambda s: os.kill(supervisor, s)
-    if ok_child:  # envkit's process is gone (killed -9): signal the command's group directly
+    if same_process(child, beat.get("child_start")):  # envkit's process is gone (killed -9): signal the command's group directly
         return child, lambda s: os.killpg(child, s)
     return None
+
+
+def _lock_holder(run_dir: Path, lock: str | None, pid, say) -> tuple[int, object] | None:
+    """For a heartbeat without a start time: the process holding the folder's owner lock, when the lock
+    file names it with a start time that a live process has (take_owner_lock records both)."""
+    from envkit.fsutil import OWNER_LOCK, read_owner, same_process
+
+    if lock is None:  # no lock either (an envkit before it): a live PID may be the trainer or any program
+        if pid_alive(pid):
+            raise NothingSent(f"cannot tell whether PID {pid} still runs {run_dir}: its heartbeat.json records no start time "
+                              "and the folder has no owner lock: nothing sent",
+                              fix=f"if `ps -p {pid} -o args` shows its trainer, stop it with `kill -INT {pid}`")
+        return None
+    owner = read_owner(run_dir)
+    holder = owner.get("pid")
+    if same_process(holder, owner.get("start_time")):
+        say(f"heartbeat.json records no start time for PID {pid}: stopping the owner lock's holder, {owner.get('command', 'a process')} "
+            f"(PID {holder}, its start time checked)")
+        return holder, lambda s: os.kill(holder, s)
+    raise NothingSent(f"{run_dir} is in use (its owner lock is held), but neither heartbeat.json (PID {pid}) nor the lock file "
+                      f"({f'PID {holder}' if holder else 'no PID'}) records the start time of a live process, so the holder cannot be told from a program "
+                      "given that PID since: nothing sent",
+                      fix=f"find the holder with `fuser {run_dir / OWNER_LOCK}` (macOS: `lsof {run_dir / OWNER_LOCK}`) and stop it yourself")
 
 
 def stop(run_dir: Path, grace: float, say=print) -> str:
@@ -103,7 +121,7 @@ def stop(run_dir: Path, grace: float, say=print) -> str:
     beat = read_json(run_dir / "heartbeat.json")
     if summary.get("status") and summary.get("updated_at", 0) >= beat.get("updated_at", 0) - 1:
         return f"already {summary['status']}"
-    found = _target(run_dir, beat)
+    found = _target(run_dir, beat, say)
     if found is None:
         if owner_lock_state(run_dir) == "free":
             notice_killed(run_dir, "envkit stop")

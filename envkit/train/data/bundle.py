@@ -23,7 +23,8 @@ class DataBundle:
     chance_accuracy: float | None = None
     tokens_per_sample: int = 1  # lm: block_size
     scorer: Callable | None = None  # scorer(model, device, autocast) -> {"accuracy": ...}
-    check_batch: Callable | None = None  # check_batch((x, y)) -> (x, y), in the trainer's process; raises EnvkitError
+    check_batch: Callable | None = None  # check_batch(the DataLoader's batch) -> (x, y), in the trainer's process; raises EnvkitError
+    skipped: object | None = None  # bad_files.SkippedFiles: unreadable files skipped (dataset.on_bad_file: skip), for summary.json
     notes: list[str] = field(default_factory=list)
 
 

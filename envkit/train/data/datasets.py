@@ -1,6 +1,6 @@
 """Datasets: synthetic (arithmetic for gpt, a known teacher for mlp, class images for cnn), text
 (file or folder, char or byte level), npz, tokens (nanoGPT's train.bin/val.bin: envkit/train/data/tokens.py),
-cifar10/cifar100 (binary folders: data/cifar.py), imagefolder (torchvision: data/imagefolder.py), or a user factory. Nothing downloads.
+cifar10/cifar100 (binary folders: data/cifar.py), imagefolder (Pillow: data/imagefolder.py), or a user factory. Nothing downloads.
 
 Every dataset is map-style and every batch order comes from `ResumableBatchSampler`, a pure
 function of (seed, batches consumed): the data position in a checkpoint is one integer, and a

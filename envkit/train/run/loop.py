@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from envkit.train.data.bad_files import UnreadableFile
 from envkit.train.recovery import faults
 from envkit.train.recovery.guards import NanGuard, TrainingStopped
 from envkit.train.run import checkpoint as ckpt
@@ -71,6 +72,10 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
         tr.log(f"error: {exc}")
         _finish(tr, state, result, tel, watch, exc.status, error=str(exc))
         raise
+    except UnreadableFile as exc:  # dataset.on_bad_file: stop (in a worker or here): one line naming the file
+        tr.log(f"error: {exc}")
+        _finish(tr, state, result, tel, watch, "failed", error=str(exc))
+        raise TrainingStopped(str(exc)) from exc
     except BaseException as exc:
         status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
         _finish(tr, state, result, tel, watch, status, error=f"{type(exc).__name__}: {exc}")
@@ -259,6 +264,10 @@ def _finish(tr: Trainer, state: TrainState, result: TrainResult, tel: Telemetry,
     if result.unit == "tokens":
         result.mfu = compute_mfu(result.flops_per_token, result.per_second, result.device_name, result.world_size)
     result.watch = watch.finish()
+    if tr.data.skipped is not None:
+        result.skipped_files = tr.data.skipped.summary()
+        if tr.data.skipped.count:
+            tel.log(tr.data.skipped.line())  # once, at the end: the count is whole only then
     if tel.enabled:
         write_json(tr.run_dir / "summary.json", result.summary())
         tel.heartbeat(step=state.step, loss=result.final_loss, eta=None, status=status, force=True)

@@ -44,8 +44,12 @@ SCHEMA: dict[str, dict[str, Field]] = {
                        help="cifar/npz/synthetic teacher: hold the training and validation sets on the training device and build "
                             "each batch there (gather, crop, flip, normalise as batched tensor operations; no DataLoader workers). "
                             "auto: where the sets fit in a quarter of the device's free memory"),
-        "augment": F("bool", True, help="cifar/imagefolder: random crop (padding 4) and horizontal flip of training images"),
+        "augment": F("bool", True, help="training images: random crop (padding 4) and horizontal flip (cifar), random resized crop and flip (imagefolder)"),
         "label_noise": F("float", 0.0, min=0, max=1, help="cifar/imagefolder: fraction of training labels flipped to another class (seeded)"),
+        "on_bad_file": F("str", "stop", choices=("stop", "skip"),
+                         help="imagefolder: an image file that does not decode (truncated, corrupt). stop: the run ends with one "
+                              "line naming the file; skip: the next readable image takes its place, and train.log and "
+                              "summary.json (skipped_files) give the count and the first paths"),
         "dtype": F("str", "uint16", choices=("uint16", "uint32"), help="tokens: the .bin files' integer type (uint32 above 65,535 tokens)"),
         "vocab_size": F("int", None, nullable=True, min=2, help="tokens: vocabulary size (default: DIR/meta.json's vocab_size)"),
         "level": F("str", "char", choices=("char", "byte"), help="text tokenisation"),
@@ -158,7 +162,7 @@ DATASET_KEYS = {
     "tokens": {"type", "path", "dtype", "vocab_size"},
     "cifar10": {"type", "path", "augment", "label_noise", "on_device"},
     "cifar100": {"type", "path", "augment", "label_noise", "labels", "on_device"},
-    "imagefolder": {"type", "path", "augment", "label_noise", "image_size"},
+    "imagefolder": {"type", "path", "augment", "label_noise", "image_size", "on_bad_file"},
 }
 SYNTHETIC_TASKS = {"arithmetic": "gpt", "teacher": "mlp", "images": "cnn"}
 
@@ -189,4 +193,7 @@ HASH_EXCLUDED_KEYS = {"experiment.name", "experiment.output_dir", "experiment.ta
                       "training.memory_fraction", "training.batch_size_max",  # only how batch_size auto is decided
                       "dataloader.pin_memory", "dataloader.persistent_workers", "dataloader.prefetch_factor",
                       "dataloader.fetch_ahead",
-                      "dataset.on_device"}  # the same batches, built on the device: a run may resume with it switched
+                      "dataset.on_device",  # the same batches, built on the device: a run may resume with it switched
+                      # stop ends a run at the first bad file, so whatever it trained is what skip trains up to there:
+                      # a run stopped by one resumes with skip (the fix its error line gives)
+                      "dataset.on_bad_file"}

@@ -120,6 +120,7 @@ class TrainResult:
     grad_accum: int | None = None
     faults: list = field(default_factory=list)
     error: str | None = None
+    skipped_files: dict | None = None  # {"count", "paths"}: unreadable files skipped (dataset.on_bad_file: skip)
     watch: dict = field(default_factory=dict)  # device and data-wait figures (watching/watch.py)
 
     @property
@@ -144,5 +145,7 @@ class TrainResult:
         out.update(micro_batch=self.micro_batch, grad_accum=self.grad_accum, faults=self.faults)
         if self.error:
             out["error"] = self.error
+        if self.skipped_files is not None:
+            out["skipped_files"] = self.skipped_files
         out.update(self.watch)
         return out

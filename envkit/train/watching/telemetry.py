@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from envkit.fsutil import atomic_write_text
+from envkit.fsutil import atomic_write_text, process_start_time
 from envkit.redact import strip_userinfo
 
 
@@ -42,6 +42,8 @@ class Telemetry:
         self.epochs, self.epoch = None, None  # with training.epochs: the goal and the latest logged position
         self.heartbeat_seconds = heartbeat_seconds
         self._last_beat = 0.0
+        # with the pid, for `envkit stop`: a PID alone may have been given to another program since
+        self._pid_start = process_start_time(os.getpid()) if enabled else None
         self.extra_fields = None  # a callable adding fields to every heartbeat (the device sample, hints)
         self.sinks: list = []  # callables receiving every metrics row (trackers)
         self._log = open(self.dir / "train.log", "a", buffering=1, encoding="utf-8") if enabled else None
@@ -130,6 +132,7 @@ class Telemetry:
         self._last_beat = now
         write_json(self.dir / "heartbeat.json", {"status": status, "step": step, "max_steps": self.total, "loss": loss,
                                                  "eta_seconds": None if eta is None else round(eta, 1), "pid": os.getpid(),
+                                                 "pid_start": self._pid_start,
                                                  "host": os.uname().nodename if hasattr(os, "uname") else None,
                                                  "updated_at": now, **(self.extra_fields() if self.extra_fields else {}),
                                                  **({"epoch": self.epoch, "epochs": self.epochs} if self.epochs else {}),
