@@ -43,14 +43,15 @@ def _planted_agent(n: int, name: str, device_type: str) -> str:
 
 def test_rocminfo_keeps_gpu_agents_only():
     text = load_snapshot("linux_rocm_rx7900xtx")["commands"]["rocminfo"]
-    assert ap.parse_rocminfo(text) == [{"name": "Radeon RX 7900 XTX", "arch": "gfx1100"}]  # the Ryzen CPU agent is not a GPU
+    # the Ryzen CPU agent is not a GPU; the trimmed output holds no pool sections, so no memory size
+    assert ap.parse_rocminfo(text) == [{"name": "Radeon RX 7900 XTX", "arch": "gfx1100", "memory_bytes": None}]
     # Each of the parser's two filters on its own: an agent that is no GPU though its Name reads like a
     # gfx target (kept without the Device Type filter), and a GPU agent whose Name is no gfx target
     # (without the gfx filter it has no architecture to report). Both planted beside the recorded agents.
     planted = text.replace("*** Done ***", _planted_agent(3, "gfx1150", "DSP") + _planted_agent(4, "AMD Radeon Graphics", "GPU")
                            + "*** Done ***")
     assert planted.count("Agent ") == 4
-    assert ap.parse_rocminfo(planted) == [{"name": "Radeon RX 7900 XTX", "arch": "gfx1100"}]
+    assert ap.parse_rocminfo(planted) == [{"name": "Radeon RX 7900 XTX", "arch": "gfx1100", "memory_bytes": None}]
     assert ap.parse_rocminfo("ROCk module is NOT loaded, possibly no GPU devices\n") == []
     assert ap.parse_rocm_version("6.4.1-83\n") == "6.4.1" and ap.parse_rocm_version(None) is None
 
@@ -66,13 +67,13 @@ def test_amd_smi_static_gives_name_target_and_driver():
 def test_intel_tools_and_lspci():
     snap = load_snapshot("linux_xpu_arc_a770")
     assert ap.parse_xpu_smi_discovery(snap["commands"]["xpu-smi discovery"]) == [
-        {"name": "Intel(R) Arc(TM) A770 Graphics", "arch": "0x56a0", "driver": "17013219"}]
+        {"name": "Intel(R) Arc(TM) A770 Graphics", "device_id": "0x56a0", "driver": "17013219"}]
     sycl = ap.parse_sycl_ls(snap["commands"]["sycl-ls"])
     assert [g["name"] for g in sycl] == ["Intel(R) Arc(TM) A770 Graphics"]  # the OpenCL CPU line is not a GPU
     lspci = ("00:02.0 VGA compatible controller [0300]: Intel Corporation AlderLake-S GT1 [8086:4680] (rev 0c)\n"
              "03:00.0 VGA compatible controller [0300]: Advanced Micro Devices, Inc. [AMD/ATI] Navi 31 [Radeon RX 7900 XT/7900 XTX] [1002:744c] (rev c8)\n"
              "01:00.0 VGA compatible controller [0300]: NVIDIA Corporation GA102 [GeForce RTX 3090] [10de:2204] (rev a1)\n")
-    assert [(g["vendor"], g["arch"]) for g in ap.parse_lspci(lspci)] == [("intel", "0x4680"), ("amd", "0x744c")]
+    assert [(g["vendor"], g["device_id"]) for g in ap.parse_lspci(lspci)] == [("intel", "0x4680"), ("amd", "0x744c")]
 
 
 # --------------------------------------------------------------------------- doctor
@@ -167,7 +168,7 @@ def test_rocm_pick_for_a_target_newer_releases_dropped():
     from envkit.facts.model import Facts, GPUInfo, OSInfo, PythonInfo, ChipInfo
 
     facts = Facts(os=OSInfo("Linux"), python=PythonInfo(), chip=ChipInfo(),
-                  other_gpus=[GPUInfo(name="AMD Radeon VII", vendor="amd", arch="gfx906:sramecc+:xnack-")])
+                  gpus=[GPUInfo(name="AMD Radeon VII", vendor="amd", arch="gfx906:sramecc+:xnack-")])
     stable = accel.pick(facts, None, "stable")  # rocm7 builds dropped gfx906: the newest line that holds it
     assert stable.limit == "<2.10" and stable.backend == "rocm6.4"
     with pytest.raises(NoBuildError) as exc:

@@ -56,8 +56,8 @@ def test_bench_on_cpu_runs_cpu_rungs_skips_device_rungs_saves_and_plots(tmp_path
     assert prof["status"] in ("ok", "flagged") and prof["loss"] == pytest.approx(base["loss"], rel=1e-3)  # same steps, same seed
     assert base["steps"] >= 3 and base["micro_batch"] == data["batch_size"] and not base["did_not_fit"]
     assert rungs["cpu + compile"]["status"] == "skip" and "--no-compile" in rungs["cpu + compile"]["reason"]
-    cuda = [r for r in data["rungs"] if r["name"].startswith("cuda")]
-    assert len(cuda) == 5 and all(r["status"] == "skip" and r["check"] == "cuda" and r["reason"] for r in cuda)
+    cuda = [r for r in data["rungs"] if r["name"].startswith("cuda")]  # fp32, bf16, compile, profile: no channels_last for an mlp
+    assert len(cuda) == 4 and all(r["status"] == "skip" and r["check"] == "cuda" and r["reason"] for r in cuda)
     assert json.loads(out.read_text())["rungs"] == data["rungs"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -95,10 +95,123 @@ def test_bench_budget_bounds_the_whole_ladder(tmp_path):
 
 
 def test_bench_plain_output_names_the_doctor_check(tmp_path):
-    res = envkit("bench", *FAST, "--no-compile", "--output", str(tmp_path / "b.json"), cwd=tmp_path, timeout=300)
+    res = envkit("bench", *FAST, "--no-compile", "--output", str(tmp_path / "b.json"), cwd=tmp_path, timeout=300,
+                 env={"COLUMNS": "80"})
     assert res.returncode == 0, res.stderr[-2000:]
     assert "[ok] cpu fp32:" in res.stdout and "(doctor check 'cuda')" in res.stdout
     assert "[skip] cuda fp32:" in res.stdout
+    lines = res.stdout.splitlines()
+    assert [line for line in lines if len(line) > 80] == []  # plain lines are wrapped to $COLUMNS too
+    saved = json.loads((tmp_path / "b.json").read_text())
+    for r in (r for r in saved["rungs"] if r["status"] == "skip"):
+        assert [line for line in lines if line.startswith(f"[skip] {r['name']}:")] == [
+            f"[skip] {r['name']}: {SHORT[r['check']] if r['check'] else r['reason']}" + (f" (doctor check '{r['check']}')" if r["check"] else "")]
+
+
+# --------------------------------------------------------------------------- the ladder on an 80-column terminal
+
+SHORT = {"cuda": "no usable cuda here"}  # what a skip for want of the device says in one line
+
+
+def envkit_on_a_terminal(*args: str, cwd, columns: int = 80, timeout: float = 300) -> tuple[list[str], int]:
+    """`python -m envkit ARGS` with stdout on a pseudo-terminal of `columns` columns (rich output, as
+    a user sees it), $COLUMNS set the same; the screen's lines with colours and cursor moves taken out."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTORCH_", "ENVKIT_"))}
+    env.update(COLUMNS=str(columns), PYTHONUNBUFFERED="1", ENVKIT_CONFIG_DIR=str(Path(cwd) / "config"))
+    with open(Path(cwd) / "stderr.txt", "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "envkit", *args], stdin=slave, stdout=slave, stderr=err,
+                                cwd=cwd, env=env, close_fds=True)
+    os.close(slave)
+    out, deadline = b"", time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+        elif proc.poll() is not None:
+            break
+    if proc.poll() is None:  # past the timeout
+        proc.kill()
+    rc = proc.wait()
+    os.close(master)
+    screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07", "", out.decode(errors="replace")).replace("\r", "")
+    return screen.splitlines(), rc
+
+
+@pytest.fixture(scope="module")
+def gpt_on_80_columns(tmp_path_factory):
+    """`envkit bench --model gpt` on an 80-column terminal, quick: half-second windows, no compile."""
+    d = tmp_path_factory.mktemp("bench80")
+    lines, rc = envkit_on_a_terminal("bench", "--model", "gpt", "--seconds", "0.5", "--no-compile",
+                                     "--output", str(d / "b.json"), cwd=d)
+    assert rc == 0, (d / "stderr.txt").read_text()[-2000:]
+    return lines, json.loads((d / "b.json").read_text())
+
+
+def test_bench_on_an_80_column_terminal_keeps_every_line_within_80_columns(gpt_on_80_columns):
+    lines, saved = gpt_on_80_columns
+    assert [r["name"] for r in saved["rungs"] if r["status"] == "ok"] == ["cpu fp32", "cpu + profile"]
+    assert [line for line in lines if len(line) > 80] == []
+    assert len(lines) < 30  # the gpt's eight rungs, a footer and notes: no reason folded down a narrow column
+
+
+@pytest.mark.skipif(has_cuda(), reason="the cuda rungs run on a CUDA machine")
+def test_bench_on_an_80_column_terminal_says_each_skipped_rung_in_one_line(gpt_on_80_columns):
+    lines, saved = gpt_on_80_columns
+    skipped = [r for r in saved["rungs"] if r["status"] == "skip"]
+    assert {r["name"] for r in skipped} == {"cpu + compile", "cuda fp32", "cuda + bf16", "cuda + compile", "cuda + profile"}
+    for r in skipped:
+        said = [line for line in lines if f"{r['name']}:" in line]
+        short = f"{SHORT[r['check']]} (doctor check '{r['check']}')" if r["check"] else r["reason"]
+        assert said == [f"skip {r['name']}: {short}"]
+    # the reason in full is the saved report's (and --json's), not the screen's
+    assert "nvidia-smi absent or empty" in saved["rungs"][3]["reason"] and not any("nvidia-smi" in line for line in lines)
+
+
+def test_bench_lists_no_channels_last_rung_for_the_gpt(gpt_on_80_columns):
+    lines, saved = gpt_on_80_columns
+    assert [r["name"] for r in saved["rungs"] if "channels" in r["name"]] == []
+    assert [line for line in lines if "channels" in line] == []
+
+
+def test_bench_footer_says_how_long_each_rung_is_timed(gpt_on_80_columns):
+    lines, saved = gpt_on_80_columns
+    text = " ".join(line.strip() for line in lines)
+    m = re.search(r"each cpu rung timed for (\S+) s after its warm-up, the median of (\d+) windows", text)
+    assert m is not None, text
+    assert (float(m.group(1)), int(m.group(2))) == (0.5, 3)  # --seconds 0.5; three windows
+    assert (saved["seconds_per_rung"], saved["windows"]) == (0.5, 3)
+
+
+@pytest.mark.skipif(has_cuda(), reason="the cuda rungs run on a CUDA machine")
+def test_bench_json_holds_the_full_reasons_and_only_the_rungs_of_the_model(tmp_path):
+    """A budget of one second measures nothing (no child starts with less than 3 s left): the ladder
+    and its reasons, quickly. The cuda rungs carry doctor's own message in full."""
+    doctor = json.loads(envkit("doctor", "--json", cwd=tmp_path).stdout)
+    cuda_check = next(c for c in doctor["checks"] if c["id"] == "cuda")
+    for model, has_channels_last in (("gpt", False), ("cnn", True)):
+        res = envkit("bench", "--model", model, "--budget", "1s", "--json", "--output", str(tmp_path / f"{model}.json"),
+                     cwd=tmp_path, timeout=120, env={"COLUMNS": "80"})
+        assert res.returncode == 0, res.stderr[-2000:]
+        data = json.loads(res.stdout)
+        rungs = {r["name"]: r for r in data["rungs"]}
+        assert ("cuda + channels last" in rungs) is has_channels_last
+        cuda = [r for r in data["rungs"] if r["name"].startswith("cuda")]
+        assert cuda and all((r["status"], r["check"], r["reason"]) == ("skip", "cuda", cuda_check["message"]) for r in cuda)
+        assert rungs["cpu fp32"]["reason"] == "the budget of 1 s (--budget) ran out before this rung"
 
 
 def test_bench_refuses_a_device_this_machine_lacks(tmp_path):

@@ -43,7 +43,7 @@ def template_path(model: str) -> Path:
 
 def load_context(model: str | None, config_path: str | None, profile_name: str | None, python: str | None,
                  device: str = "auto") -> BenchContext:
-    from envkit.checks import best_device, run_checks
+    from envkit.checks import run_checks, trainer_device
     from envkit.checks.recommend import recommend_profile, shipped_recommendation
     from envkit.facts import gather
     from envkit.install.setup.managed import find_managed
@@ -64,7 +64,7 @@ def load_context(model: str | None, config_path: str | None, profile_name: str |
     if profile_name is None:
         profile_name = managed.profile if managed and managed.profile else recommend_profile(facts)[0]
     profile = load_profile(profile_name, facts=facts)
-    target = best_device(facts) if device == "auto" else device
+    target = trainer_device(facts) if device == "auto" else device
     if target in ("cuda", "mps") and checks.get(target) is not None and checks[target].status != "pass":
         c = checks[target]
         raise EnvkitError(f"--device {target} cannot run here: {c.message} (doctor check '{target}')", where="--device",

@@ -35,8 +35,9 @@ class Rung:
     name: str
     device: str
     settings: dict = field(default_factory=dict)  # precision, compile, profile, channels_last
-    skip: str | None = None  # why it cannot run here
+    skip: str | None = None  # why it cannot run here (in full: --json and the saved report)
     check: str | None = None  # the doctor check the skip comes from
+    short: str = ""  # the skip in a few words, for one line of the table
     baseline: bool = False
     adds: dict = field(default_factory=dict)
 
@@ -70,13 +71,13 @@ def low_precision(device: str, facts, checks: dict) -> tuple[str | None, str]:
 
 def fast_path(device: str, model: str) -> tuple[dict, str, str | None]:
     """(settings, label, reason it does not apply) for the last rung: channels_last for the cnn on
-    CUDA and MPS. Fused AdamW is no rung of its own: the trainer's step uses it on CUDA, so every
-    CUDA rung has it (a rung measures what `envkit run` does)."""
+    CUDA and MPS (a memory layout of 4-d image tensors: a conv net's; the gpt and the mlp have none,
+    so their ladders have no such rung). Fused AdamW is no rung of its own: the trainer's step uses
+    it on CUDA, so every CUDA rung has it (a rung measures what `envkit run` does)."""
     if model == "cnn" and device in ("cuda", "mps"):
         return {"channels_last": True}, "channels last", None
     why = "applies to the cnn model only" if device in ("cuda", "mps") else f"applies to the cnn on CUDA and MPS, not {device}"
-    extra = "; fused AdamW is in every CUDA rung (the trainer's own step)" if device == "cuda" else ""
-    return {}, "channels last", f"channels_last {why}: nothing to add{extra}"
+    return {}, "channels last", f"channels_last {why}: nothing to add"
 
 
 def build_ladder(facts, checks: dict, target: str, model: str, *, no_compile: bool = False) -> list[Rung]:
@@ -90,6 +91,8 @@ def build_ladder(facts, checks: dict, target: str, model: str, *, no_compile: bo
     for row in LADDER:
         if row.get("target_only") and row["target_only"] != target:
             continue
+        if row.get("needs") == "fast" and fast_why:
+            continue  # a rung that does not apply to this model is not listed
         name = row["name"].format(dev=dev, low=low or "bf16", fast=fast_label)
         device = "cpu" if row["on"] == "cpu" else dev
         adds = dict(row.get("adds", {}))
@@ -101,17 +104,15 @@ def build_ladder(facts, checks: dict, target: str, model: str, *, no_compile: bo
         need = (row.get("needs") or "").format(dev=dev)
         if row["on"] == "device" and not dev_usable:
             c = checks.get(dev)
-            rung.skip, rung.check = (c.message if c else f"no {dev} here"), dev
+            rung.skip, rung.check, rung.short = (c.message if c else f"no {dev} here"), dev, f"no usable {dev} here"
             if target != dev and c is not None and c.status == "pass":
-                rung.skip = f"--device {target} was chosen"
+                rung.skip = rung.short = f"--device {target} was chosen"
         elif need == "bf16" and low is None:
-            rung.skip, rung.check = low_why, "bf16"
+            rung.skip, rung.check, rung.short = low_why, "bf16", f"no bf16 or fp16 on {dev}"
         elif need == "compile" and no_compile:
-            rung.skip = "--no-compile"
+            rung.skip = rung.short = "--no-compile"
         elif need == "compile" and checks.get("compile") is not None and checks["compile"].status != "pass":
-            rung.skip, rung.check = checks["compile"].message, "compile"
-        elif need == "fast" and fast_why:
-            rung.skip = fast_why
+            rung.skip, rung.check, rung.short = checks["compile"].message, "compile", "torch.compile unavailable"
         if rung.skip is None:
             state[row["on"]] = dict(rung.settings)
         rungs.append(rung)

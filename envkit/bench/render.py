@@ -20,45 +20,106 @@ def _why(r) -> str:
     return text
 
 
+def _short(r) -> str:
+    """A skipped rung's reason in a few words, with the doctor check it comes from: one line. The
+    full reason is in --json and the saved report."""
+    text = r.short or r.reason or "skipped"
+    return text + (f" (doctor check '{r.check}')" if r.check else "")
+
+
+def width() -> int:
+    """The terminal's columns ($COLUMNS where set, 80 where nothing says)."""
+    import shutil
+
+    return max(40, shutil.get_terminal_size((80, 24)).columns)
+
+
+def _crop(line: str, cols: int) -> str:
+    return line if len(line) <= cols else line[: cols - 1] + "\u2026"
+
+
+def _wrap(text: str, cols: int, indent: str = "") -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, cols, initial_indent=indent, subsequent_indent=indent or "  ",
+                         break_on_hyphens=False, break_long_words=True) or [indent]
+
+
 def header(report) -> str:
     return (f"envkit bench  model {report.model}, device {report.device}, batch {report.batch_size}, "
             f"profile {report.profile or 'none'}, torch {report.torch or '?'}")
 
 
 def render_plain(report, echo) -> None:
-    echo(header(report))
+    cols = width()
+    for line in _wrap(header(report), cols):
+        echo(line)
     for r in report.rungs:
-        if r.status in ("skip",) or r.per_second is None:
-            echo(f"[{r.status}] {r.name}: {_why(r)}")
+        if r.status == "skip":
+            echo(_crop(f"[skip] {r.name}: {_short(r)}", cols))
             continue
-        echo(f"[{r.status}] {r.name}: {r.per_second:,.0f} {report.unit}/s, x{_num(r.speedup, '.2f')}, "
-             f"peak {_num(r.peak_memory_mb, ',.0f')} MB, loss {_num(r.loss, '.4f')}" + (f"; {_why(r)}" if r.reason else ""))
-    _footer(report, echo)
+        if r.per_second is None:
+            for line in _wrap(f"[{r.status}] {r.name}: {_why(r)}", cols):
+                echo(line)
+            continue
+        echo(_crop(f"[{r.status}] {r.name}: {r.per_second:,.0f} {report.unit}/s, x{_num(r.speedup, '.2f')}, "
+                   f"peak {_num(r.peak_memory_mb, ',.0f')} MB, loss {_num(r.loss, '.4f')}", cols))
+        if r.reason:
+            for line in _wrap(_why(r), cols, indent="       "):
+                echo(line)
+    _footer(report, lambda text: [echo(line) for line in _wrap(text, cols)])
 
 
-def _footer(report, echo) -> None:
+def footer_text(report) -> str:
     ref = next((r.name for r in report.rungs if r.speedup == 1.0), "cpu fp32")
-    echo(f"speed-up over {ref}; loss of step 2 from the same seed (flagged beyond {100 * LOSS_TOLERANCE:.0f}% apart); "
-         f"each rung timed for seconds after its warm-up, median of windows; {report.elapsed_s:.0f} s in all")
+    timed = (f"each {report.device} rung timed for {report.seconds_per_rung:g} s after its warm-up, "
+             f"the median of {report.windows} windows")
+    if report.baseline_steps:
+        timed += f" (the CPU baseline: {report.baseline_steps} steps at most)"
+    return (f"speed-up over {ref}; loss of step 2 from the same seed (flagged beyond {100 * LOSS_TOLERANCE:.0f}% apart); "
+            f"{timed}; {report.elapsed_s:.0f} s in all")
+
+
+def _footer(report, say) -> None:
+    say(footer_text(report))
+    if any(r.status == "skip" for r in report.rungs):
+        say("skipped rungs in short: their full reasons are in --json" + (" and the saved report" if report.saved else ""))
     for n in report.notes:
-        echo(f"note: {n}")
+        say(f"note: {n}")
     if report.saved:
-        echo(f"saved {report.saved}")
+        say(f"saved {report.saved}")
 
 
 def render_rich(report, console) -> None:
+    """The measured rungs as a table that fits the terminal, a line under it for each reason they
+    carry, then one cropped line per skipped rung."""
+    from rich import box
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=header(report), title_justify="left")
-    for col, just in (("rung", "left"), ("status", "left"), (f"{report.unit}/s", "right"), ("speed-up", "right"),
-                      ("peak MB", "right"), ("loss", "right"), ("reason", "left")):
-        table.add_column(col, justify=just, overflow="fold")
+    console.print(Text(header(report), style="bold"))
+    ran = [r for r in report.rungs if r.status != "skip"]
+    if ran:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+        for col, just in (("rung", "left"), ("status", "left"), (f"{report.unit}/s", "right"), ("speed-up", "right"),
+                          ("peak MB", "right"), ("loss", "right")):
+            table.add_column(col, justify=just, no_wrap=col == "rung")
+        for r in ran:
+            table.add_row(r.name, Text(r.status, style=STATUS_STYLE.get(r.status, "")),
+                          _num(r.per_second, ",.0f"), "-" if r.speedup is None else f"x{r.speedup:.2f}",
+                          _num(r.peak_memory_mb, ",.0f"), _num(r.loss, ".4f"))
+        console.print(table)
+        for r in ran:
+            if r.reason:
+                line = Text(f"{r.name}: ", style="bold")
+                line.append(_why(r))
+                console.print(line)
     for r in report.rungs:
-        table.add_row(r.name, Text(r.status, style=STATUS_STYLE.get(r.status, "")),
-                      _num(r.per_second, ",.0f"), "-" if r.speedup is None else f"x{r.speedup:.2f}",
-                      _num(r.peak_memory_mb, ",.0f"), _num(r.loss, ".4f"), _why(r))
-    console.print(table)
+        if r.status == "skip":
+            line = Text("skip ", style=STATUS_STYLE["skip"])
+            line.append(f"{r.name}: ", style="bold")
+            line.append(_short(r), style="dim")
+            console.print(line, no_wrap=True, overflow="ellipsis")
     _footer(report, lambda s: console.print(Text(s, style="dim")))
 
 

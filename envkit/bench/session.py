@@ -27,6 +27,9 @@ class BenchReport:
     saved: str | None = None
     interrupted: bool = False
     elapsed_s: float = 0.0
+    seconds_per_rung: float = 0.0  # what each rung on the training device is timed for, after its warm-up
+    windows: int = 3  # ... in this many windows, the median counting
+    baseline_steps: int | None = None  # the CPU baseline of a GPU ladder: at most this many timed steps
 
     def to_dict(self) -> dict:
         keys = ("name", "status", "per_second", "speedup", "peak_memory_mb", "loss", "reason", "micro_batch", "grad_accum",
@@ -35,7 +38,8 @@ class BenchReport:
                 "rungs": [{**{k: getattr(r, k) for k in keys}, "check": r.check} for r in self.rungs],
                 "unit": self.unit, "profile": self.profile, "torch": self.torch, "batch_size": self.batch_size,
                 "loss_tolerance": LOSS_TOLERANCE, "notes": self.notes, "saved": self.saved, "interrupted": self.interrupted,
-                "elapsed_s": self.elapsed_s}
+                "elapsed_s": self.elapsed_s, "seconds_per_rung": self.seconds_per_rung, "windows": self.windows,
+                "baseline_steps": self.baseline_steps}
 
 
 # How long a rung is measured (seconds after its warm-up) unless --seconds says otherwise, and the
@@ -106,9 +110,14 @@ def run_bench(ctx: BenchContext, *, no_compile: bool = False, seconds: float | N
     CPU rung is skipped and the first device rung is the reference for speed-ups and losses."""
     t0 = time.monotonic()
     rungs = build_ladder(ctx.facts, ctx.checks, ctx.target, ctx.model, no_compile=no_compile)
+    timing = measurement_for(Rung("", ctx.target), ctx.target, seconds)  # a rung on the training device
     report = BenchReport(ctx.target, ctx.model, [], profile=getattr(ctx.profile, "name", None),
                          torch=getattr(ctx.facts.torch, "version", None),
-                         batch_size=int(ctx.config.values["training"]["batch_size"]))
+                         batch_size=int(ctx.config.values["training"]["batch_size"]),
+                         seconds_per_rung=timing["seconds"], windows=timing["windows"],
+                         baseline_steps=BASELINE_CAP["max_steps"] if ctx.target != "cpu" and baseline == "cpu" else None)
+    if ctx.target == "cuda":
+        report.notes.append("fused AdamW is in every CUDA rung (the trainer's own step), no rung of its own")
     ref = None
     base_env = ctx.plain_env()
     results: dict[int, RunResult] = {}
@@ -116,11 +125,13 @@ def run_bench(ctx: BenchContext, *, no_compile: bool = False, seconds: float | N
         rung = rungs[i]
         left = budget_s - (time.monotonic() - t0)
         if rung.skip:
-            result = RunResult(rung.name, "skip", reason=rung.skip, check=rung.check)
+            result = RunResult(rung.name, "skip", reason=rung.skip, check=rung.check, short=rung.short)
         elif rung.baseline and baseline == "device" and ctx.target != "cpu":
-            result = RunResult(rung.name, "skip", reason="--baseline device: speed-ups are over the first device rung")
+            result = RunResult(rung.name, "skip", reason="--baseline device: speed-ups are over the first device rung",
+                               short="--baseline device")
         elif left < MIN_LEFT_S:
-            result = RunResult(rung.name, "skip", reason=f"the budget of {budget_s:.0f} s (--budget) ran out before this rung")
+            result = RunResult(rung.name, "skip", reason=f"the budget of {budget_s:.0f} s (--budget) ran out before this rung",
+                               short="the --budget ran out")
         else:
             spec = spec_for(ctx, rung, seconds=seconds)
             if on_start:
@@ -133,6 +144,7 @@ def run_bench(ctx: BenchContext, *, no_compile: bool = False, seconds: float | N
                 break
             if result.status == "fail" and result.reason.startswith("did not finish within"):
                 result.status, result.reason = "skip", f"the budget of {budget_s:.0f} s (--budget) ran out during this rung"
+                result.short = "the --budget ran out"
             result.reason = "; ".join(x for x in (fit_note(result), result.reason if result.status != "ok" else "") if x)
             if result.status == "ok" and spec.max_steps:
                 result.reason = "; ".join(x for x in (f"capped: {result.steps} timed step{'s' if result.steps != 1 else ''} "

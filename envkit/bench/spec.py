@@ -47,8 +47,9 @@ class RunResult:
     unit: str = "samples"
     peak_memory_mb: float | None = None
     loss: float | None = None  # the loss of step 2: the same steps from the same seed (bench/child.py LOSS_STEP)
-    reason: str = ""
+    reason: str = ""  # in full: --json and the saved report
     check: str | None = None  # the doctor check a skip comes from
+    short: str = ""  # a skip's reason in a few words: its one line on the terminal
     steps: int = 0  # timed steps
     micro_batch: int | None = None  # what it ran at (smaller than asked when the asked one did not fit)
     grad_accum: int | None = None

@@ -7,6 +7,6 @@
     report.py        doctor's diagnosis: the checks grouped, summarised and rendered
 """
 
-from envkit.checks.machine import ALL_CHECKS, Check, best_device, exit_code, run_checks
+from envkit.checks.machine import ALL_CHECKS, Check, best_device, exit_code, run_checks, trainer_device
 
-__all__ = ["ALL_CHECKS", "Check", "best_device", "exit_code", "run_checks"]
+__all__ = ["ALL_CHECKS", "Check", "best_device", "exit_code", "run_checks", "trainer_device"]

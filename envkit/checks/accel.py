@@ -72,6 +72,11 @@ def rocm_usable(facts: Facts) -> bool:
         return False
 
 
+def xpu_usable(facts: Facts) -> bool:
+    """Whether an Intel GPU here is one PyTorch's XPU build supports."""
+    return any(xpu_supported(g) for g in facts.intel_gpus)
+
+
 def xpu_supported(gpu: GPUInfo) -> bool:
     return any(word.lower() in gpu.name.lower() for word in table()["xpu"]["supported"])
 
@@ -143,11 +148,12 @@ def _pick_xpu(gpu: GPUInfo, line: str | None) -> Pick:
 
 
 def describe(facts: Facts) -> str | None:
-    """"AMD Radeon RX 7900 XTX (gfx1100), ROCm 6.4.1" for machine labels and doctor."""
+    """"AMD Radeon RX 7900 XTX (gfx1100), ROCm 6.4.1", "4 x AMD Instinct MI300X (gfx942)" for doctor."""
     if not facts.other_gpus:
         return None
     g = facts.other_gpus[0]
-    bits = [g.name + (f" ({g.arch})" if g.arch and g.vendor == "amd" else "")]
+    n = sum(1 for o in facts.other_gpus if (o.vendor, o.name) == (g.vendor, g.name))
+    bits = [(f"{n} x " if n > 1 else "") + g.name + (f" ({g.arch})" if g.arch and g.vendor == "amd" else "")]
     if g.vendor == "amd" and facts.rocm_version:
         bits.append(f"ROCm {facts.rocm_version}")
     if g.vendor == "intel" and g.driver:

@@ -34,13 +34,46 @@ class Check:
 
 
 def best_device(facts: Facts) -> str:
-    """The device training should use on this machine: mps, cuda or cpu."""
+    """The device that trains on this machine, as torch names it: mps, cuda (an NVIDIA GPU, or an
+    AMD GPU under ROCm, which torch.cuda answers for), xpu (an Intel GPU under the XPU build) or cpu."""
     if facts.is_apple_silicon:
         return "mps"
     rt = facts.runtime or {}
-    if facts.gpus or rt.get("cuda_available") or accel.rocm_usable(facts):  # ROCm torch answers as "cuda"
+    if facts.nvidia_gpus or rt.get("cuda_available") or accel.rocm_usable(facts):
         return "cuda"
+    if rt.get("xpu_available") or accel.xpu_usable(facts):
+        return "xpu"
     return "cpu"
+
+
+def trainer_device(facts: Facts) -> str:
+    """The device envkit's own trainer uses (cuda, mps or cpu): it has no xpu device, so on an Intel
+    GPU `envkit run` trains on the CPU (profiles/xpu.toml)."""
+    device = best_device(facts)
+    return device if device in ("cuda", "mps") else "cpu"
+
+
+def _rocm(facts: Facts) -> bool:
+    """torch.cuda speaks of AMD GPUs here: ROCm torch ran, or AMD GPUs and no NVIDIA one."""
+    rt = facts.runtime or {}
+    return bool(rt.get("hip_version")) or (bool(facts.amd_gpus) and not facts.nvidia_gpus)
+
+
+def device_gpus(facts: Facts) -> list:
+    """The GPUs best_device() trains on."""
+    device = best_device(facts)
+    if device == "cuda":
+        return facts.amd_gpus if _rocm(facts) else facts.nvidia_gpus
+    return facts.intel_gpus if device == "xpu" else []
+
+
+def device_label(facts: Facts) -> str:
+    """"4 x AMD Instinct MI300X (gfx942)": the GPUs that train, as a verdict names them."""
+    from envkit.facts.collect import gpu_groups
+
+    groups = gpu_groups(device_gpus(facts))
+    return ", ".join(f"{f'{n} x ' if n > 1 else ''}{name}" + (f" ({arch})" if arch else "")
+                     for (name, _mem, arch), n in groups) or {"cuda": "the CUDA GPU", "xpu": "the Intel GPU"}.get(best_device(facts), "the CPU")
 
 
 def _gate_note(facts: Facts) -> str:
@@ -154,10 +187,12 @@ def check_mps(facts: Facts) -> Check:
 
 def check_cuda(facts: Facts) -> Check:
     rt = facts.runtime or {}
-    if not facts.gpus and not rt.get("cuda_available"):
+    if _rocm(facts):
+        return Check("cuda", SKIP, "no NVIDIA GPU found: torch.cuda speaks of the AMD GPU under ROCm (see rocm-xpu)", group="Devices")
+    if not facts.nvidia_gpus and not rt.get("cuda_available"):
         return Check("cuda", SKIP, "no NVIDIA GPU found (nvidia-smi absent or empty)", group="Devices")
-    gpu = facts.gpus[0] if facts.gpus else None
-    names = ", ".join(sorted({g.name for g in facts.gpus})) or "an NVIDIA GPU"
+    gpu = facts.nvidia_gpus[0] if facts.nvidia_gpus else None
+    names = ", ".join(sorted({g.name for g in facts.nvidia_gpus})) or "an NVIDIA GPU"
     t = facts.torch
     if not t.version:
         return Check("cuda", SKIP, f"{names} found; torch is not installed (see the torch check)", group="Devices")
@@ -174,7 +209,7 @@ def check_cuda(facts: Facts) -> Check:
     arch = _arch_check(facts, rt)
     if arch:
         return arch
-    for g in facts.gpus:
+    for g in facts.nvidia_gpus:
         problem = capability_problem(g.compute_capability, cuda)
         if problem:
             return Check("cuda", FAIL, f"{g.name} (sm_{g.compute_capability.replace('.', '')}) cannot run this CUDA {cuda} build: {problem}",
@@ -196,7 +231,7 @@ def _arch_check(facts: Facts, rt: dict) -> Check | None:
     t = facts.torch
     arch_list = rt.get("arch_list") if rt.get("ok") else None
     build = builds.build_of(t.version, t.local)
-    for g in facts.gpus:
+    for g in facts.nvidia_gpus:
         sm = builds.sm_name(g.compute_capability)
         if arch_list is not None:
             have, ptx = builds.parse_arch_list(arch_list)
@@ -247,24 +282,66 @@ def check_bf16(facts: Facts) -> Check:
         if facts.chip.family in g["emulated_families"]:
             return Check("bf16", PASS, f"bf16 works but is emulated on {facts.chip.family}: no speed-up over fp32 (the {facts.chip.family.lower()} profiles train in fp32)", group="Devices", source=g["source"])
         return Check("bf16", PASS, f"bf16 supported on MPS (macOS {macos}, torch {t.base_version})" + _gate_note(facts), group="Devices")
-    if device == "cuda" and not facts.gpus and facts.amd_gpus:
-        return Check("bf16", SKIP, "ROCm: torch.cuda.is_bf16_supported() answers True on every AMD GPU and envkit has no per-gfx table; "
-                     "training.precision auto lets the trainer decide", group="Devices")
+    if device == "cuda" and _rocm(facts):
+        return _bf16_amd(facts)
+    if device == "xpu":
+        return _bf16_xpu(facts)
     if device == "cuda":
         g = gates()["bf16"]["cuda"]
         # Compute capability first: is_bf16_supported() also answers True where bf16 is only
         # emulated (T4, V100), which trains slower than fp16 (gates.toml [bf16.cuda]).
-        ccs = [V(gpu.compute_capability) for gpu in facts.gpus if gpu.compute_capability]
+        ccs = [V(gpu.compute_capability) for gpu in facts.nvidia_gpus if gpu.compute_capability]
         if ccs and min(ccs) < V(g["min_compute_capability"]):
             said = " (torch.cuda.is_bf16_supported() says True: it counts emulation)" if rt.get("ok") and rt.get("cuda_bf16") else ""
             return Check("bf16", WARN, f"compute capability {min(ccs)} < {g['min_compute_capability']}: no bf16 tensor cores, bf16 is emulated{said}",
                          "train with precision fp16 (GradScaler is used on CUDA)", "Devices", g["source"])
         if rt.get("ok") and "cuda_bf16" in rt:
             if rt["cuda_bf16"]:
-                return Check("bf16", PASS, "bf16 supported on CUDA (torch.cuda.is_bf16_supported())", group="Devices")
-            return Check("bf16", WARN, "this GPU has no bf16 support", "train with precision fp16 (GradScaler is used on CUDA)", "Devices", g["source"])
-        return Check("bf16", PASS, "bf16 supported (compute capability 8.0+)" + _gate_note(facts), group="Devices")
+                return Check("bf16", PASS, f"bf16 supported on {device_label(facts)} (torch.cuda.is_bf16_supported())", group="Devices")
+            return Check("bf16", WARN, f"{device_label(facts)} has no bf16 support", "train with precision fp16 (GradScaler is used on CUDA)", "Devices", g["source"])
+        return Check("bf16", PASS, f"bf16 supported on {device_label(facts)} (compute capability 8.0+)" + _gate_note(facts), group="Devices")
     return Check("bf16", SKIP, "CPU training uses fp32 by default", group="Devices")
+
+
+def _not_the_gpu_build(facts: Facts) -> str | None:
+    """Why the installed torch cannot reach this machine's AMD or Intel GPU, or None."""
+    t, rt = facts.torch, facts.runtime or {}
+    if best_device(facts) == "xpu":
+        ok = (t.local or "") == "xpu" or rt.get("xpu_available")
+        return None if ok else f"torch {t.version} is not the XPU build, so {device_label(facts)} sits unused (see rocm-xpu)"
+    ok = (t.local or "").startswith("rocm") or rt.get("hip_version")
+    return None if ok else f"torch {t.version} is not a ROCm build, so {device_label(facts)} sits unused (see rocm-xpu)"
+
+
+def _bf16_amd(facts: Facts) -> Check:
+    why = _not_the_gpu_build(facts)
+    if why:
+        return Check("bf16", SKIP, why, group="Devices")
+    g = accel.table()["bf16"]["amd"]
+    gpus = device_gpus(facts)
+    gfx = sorted({(gpu.arch or "").split(":")[0] for gpu in gpus})
+    if gfx and all(x in g["gfx"] for x in gfx):
+        return Check("bf16", PASS, f"bf16 supported on {device_label(facts)}: bf16 matrix cores (ROCm)", group="Devices", source=g["source"])
+    return Check("bf16", SKIP, f"{device_label(facts)}: envkit's table holds no bf16 entry for this gfx target, and "
+                 "torch.cuda.is_bf16_supported() answers True on every ROCm GPU; training.precision auto lets the trainer decide",
+                 group="Devices", source=g["source"])
+
+
+def _bf16_xpu(facts: Facts) -> Check:
+    why = _not_the_gpu_build(facts)
+    if why:
+        return Check("bf16", SKIP, why, group="Devices")
+    rt = facts.runtime or {}
+    g = accel.table()["bf16"]["xpu"]
+    if rt.get("ok") and rt.get("xpu_bf16") is False:
+        return Check("bf16", WARN, f"{device_label(facts)}: torch.xpu.is_bf16_supported() is False", "train with precision fp32",
+                     "Devices", g["source"])
+    arches = {gpu.arch for gpu in device_gpus(facts)}
+    if arches and arches <= set(g["arch"]):
+        return Check("bf16", PASS, f"bf16 supported on {device_label(facts)}: bf16 XMX engines (XPU)" + _gate_note(facts),
+                     group="Devices", source=g["source"])
+    return Check("bf16", SKIP, f"{device_label(facts)}: envkit does not know this Intel GPU's bf16 support; "
+                 "torch.xpu.is_bf16_supported() tells", group="Devices", source=g["source"])
 
 
 def check_compile(facts: Facts) -> Check:
@@ -282,14 +359,25 @@ def check_compile(facts: Facts) -> Check:
             return Check("compile", WARN, f"torch.compile on MPS is usable from torch {g['torch']} on macOS {g['macos']}+ (here torch {t.base_version}, macOS {facts.os.version or '?'}); training runs eager",
                          "`envkit setup --torch stable` (and macOS 14+) to enable it; meanwhile training.compile: false", "Devices", g["source"])
         return Check("compile", PASS, f"torch.compile usable on MPS (torch {t.base_version})", group="Devices", source=g["source"])
+    if device == "xpu" or (device == "cuda" and _rocm(facts)):
+        why = _not_the_gpu_build(facts)
+        if why:
+            return Check("compile", SKIP, why, group="Devices")
+    if device == "xpu":
+        g = accel.table()["compile"]["xpu"]
+        if tv < V(g["torch"]):
+            return Check("compile", WARN, f"torch.compile on {device_label(facts)} (XPU) needs torch {g['torch']}+ (installed {t.base_version}); training runs eager",
+                         "`envkit setup --torch stable`", "Devices", g["source"])
+        return Check("compile", PASS, f"torch.compile available on {device_label(facts)}, XPU (torch {t.base_version})", group="Devices", source=g["source"])
     if device == "cuda":
         g = gates()["compile"]["cuda"]
-        ccs = [V(gpu.compute_capability) for gpu in facts.gpus if gpu.compute_capability]
+        ccs = [V(gpu.compute_capability) for gpu in facts.nvidia_gpus if gpu.compute_capability]
         if ccs and min(ccs) < V(g["min_compute_capability"]):
             return Check("compile", WARN, f"Triton needs compute capability {g['min_compute_capability']}+; torch.compile falls back", "training.compile: false", "Devices", g["source"])
     if tv < V("2.0"):
         return Check("compile", WARN, f"torch.compile needs torch 2.0+ (installed {t.base_version})", "`envkit setup --torch stable`", "Devices")
-    return Check("compile", PASS, f"torch.compile available on {device.upper() if device != 'cpu' else 'CPU'} (torch {t.base_version})", group="Devices")
+    where = "the CPU" if device == "cpu" else f"{device_label(facts)}, {'ROCm' if _rocm(facts) else 'CUDA'}"
+    return Check("compile", PASS, f"torch.compile available on {where} (torch {t.base_version})", group="Devices")
 
 
 def check_pairing(facts: Facts) -> Check:

@@ -65,9 +65,9 @@ def shipped_recommendation(facts: Facts) -> tuple[str, str | None]:
             return apple_profile(facts.chip.family, facts.chip.tier)
         return "apple-silicon", "could not tell which Apple chip this is: using the generic apple-silicon profile"
     rt = facts.runtime or {}
-    if facts.gpus or rt.get("cuda_available"):
+    if facts.nvidia_gpus or (rt.get("cuda_available") and not rt.get("hip_version")):  # ROCm torch answers torch.cuda too
         ccs = []
-        for g in facts.gpus:
+        for g in facts.nvidia_gpus:
             try:
                 ccs.append(float(g.compute_capability))
             except (TypeError, ValueError):

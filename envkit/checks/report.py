@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from envkit.checks.machine import Check, exit_code, run_checks
+from envkit.checks.machine import Check, best_device, exit_code, run_checks
 from envkit.console import MARKS, PLAIN
 from envkit.facts import Facts, machine_label
 from envkit.checks.recommend import recommend_profile
@@ -34,8 +34,11 @@ class Diagnosis:
                      "perf_cores": f.chip.perf_cores, "efficiency_cores": f.chip.efficiency_cores,
                      "cores": f.chip.cores, "gpu_cores": f.chip.gpu_cores, "arm64_hardware": f.chip.arm64_hardware},
             "memory_bytes": f.memory_bytes,
-            "gpus": [{"name": g.name, "memory_bytes": g.memory_bytes, "driver": g.driver,
-                      "compute_capability": g.compute_capability} for g in f.gpus],
+            "gpus": [{"vendor": g.vendor, "name": g.name, "arch": g.arch, "memory_bytes": g.memory_bytes,
+                      "driver": g.driver, "compute_capability": g.compute_capability, "device_id": g.device_id}
+                     for g in f.gpus],
+            "gpu_count": len(f.gpus),
+            "rocm_version": f.rocm_version,
             "torch": {"version": f.torch.version, "channel": f.torch.channel, "local": f.torch.local,
                       "cuda": f.torch.cuda},
             "packages": f.packages,
@@ -43,7 +46,8 @@ class Diagnosis:
             "runtime": f.runtime,
             "source": f.source,
         }
-        out = {"facts": facts, "checks": [c.to_dict() for c in self.checks], "profile": self.profile}
+        out = {"facts": facts, "checks": [c.to_dict() for c in self.checks], "device": best_device(f),
+               "profile": self.profile}
         if self.profile_warning:
             out["profile_warning"] = self.profile_warning
         return out

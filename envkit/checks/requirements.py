@@ -79,7 +79,7 @@ def found_version(req: Requirement, facts: Facts) -> str | None:
     if n == "macos":
         return facts.os.version if facts.is_macos else None
     if n == "driver":
-        return facts.gpus[0].driver if facts.gpus else None
+        return facts.nvidia_gpus[0].driver if facts.nvidia_gpus else None
     if n == "cuda":
         return facts.torch.cuda
     if n == "torch":

@@ -1,5 +1,5 @@
 """`envkit bench`: the optimization ladder (CPU fp32 baseline, the device, bf16/fp16, compile, the
-profile's settings, channels_last), each rung a fresh child process that trains with the trainer's own
+profile's settings, channels_last for the cnn), each rung a fresh child process that trains with the trainer's own
 step (envkit/bench/child.py), timed for a few seconds after warm-up, the whole ladder within --budget."""
 
 from __future__ import annotations

@@ -11,8 +11,9 @@ AMD_VENDOR, INTEL_VENDOR = "1002", "8086"
 
 
 def parse_rocminfo(text: str | None) -> list[dict]:
-    """`rocminfo`: one dict per GPU agent, {"name": marketing name, "arch": "gfx1100"}. CPU
-    agents (an APU's CPU side included) are skipped."""
+    """`rocminfo`: one dict per GPU agent, {"name": marketing name, "arch": "gfx942", "memory_bytes":
+    the size of its first GLOBAL pool (the VRAM: 201310208 KB on an MI300X, the 206141652992 bytes
+    `rocm-smi --showmeminfo vram` prints)}. CPU agents (an APU's CPU side included) are skipped."""
     gpus = []
     for block in re.split(r"\n\s*\*{5,}\s*\n\s*Agent \d+\s*\n\s*\*{5,}\s*\n", "\n" + (text or "")):
         fields = {}
@@ -25,8 +26,16 @@ def parse_rocminfo(text: str | None) -> list[dict]:
         arch = re.match(r"gfx[0-9a-f]+", fields.get("Name", ""))
         if not arch:
             continue
-        gpus.append({"name": fields.get("Marketing Name") or arch.group(0), "arch": arch.group(0)})
+        gpus.append({"name": fields.get("Marketing Name") or arch.group(0), "arch": arch.group(0),
+                     "memory_bytes": _rocminfo_vram(block)})
     return gpus
+
+
+def _rocminfo_vram(block: str) -> int | None:
+    """The size of the agent's first GLOBAL pool ("Segment: GLOBAL; FLAGS: COARSE GRAINED" then
+    "Size: 201310208(0xbffc000) KB"): the device memory."""
+    m = re.search(r"^\s+Segment:\s+GLOBAL\b[^\n]*\n\s+Size:\s+(\d+)\S*\s+KB", block, re.M)
+    return int(m.group(1)) * 1024 if m else None
 
 
 def parse_amd_smi_static(text: str | None) -> list[dict]:
@@ -64,19 +73,21 @@ def parse_rocm_version(text: str | None) -> str | None:
 
 
 def parse_xpu_smi_discovery(text: str | None) -> list[dict]:
-    """`xpu-smi discovery`: one dict per device, {"name", "arch": PCI device id, "driver"}."""
+    """`xpu-smi discovery`: one dict per device, {"name", "device_id": PCI device id, "driver"}. The
+    summary table (Aurora's, a "Device Name:" per row) names the device only; `discovery -d N` adds
+    the PCI device id and the driver."""
     gpus, cur = [], None
     for line in (text or "").splitlines():
         m = re.search(r"Device Name:\s*(.+?)\s*\|?\s*$", line)
         if m:
-            cur = {"name": m.group(1).strip(" |"), "arch": None, "driver": None}
+            cur = {"name": m.group(1).strip(" |"), "device_id": None, "driver": None}
             gpus.append(cur)
             continue
         if cur is None:
             continue
         m = re.search(r"PCI Device ID:\s*(0x[0-9a-fA-F]+)", line)
         if m:
-            cur["arch"] = m.group(1).lower()
+            cur["device_id"] = m.group(1).lower()
         m = re.search(r"Driver Version:\s*([\w.\-]+)", line)
         if m:
             cur["driver"] = m.group(1)
@@ -84,8 +95,9 @@ def parse_xpu_smi_discovery(text: str | None) -> list[dict]:
 
 
 def parse_sycl_ls(text: str | None) -> list[dict]:
-    """`sycl-ls`: the Level Zero GPU lines ("[level_zero:gpu][level_zero:0] Intel(R) ..., Intel(R)
-    Arc(TM) A770 Graphics 12.55.8 [1.3.29735]"), the ones PyTorch's XPU backend uses."""
+    """`sycl-ls`: the Level Zero GPU lines ("[level_zero:gpu][level_zero:0] Intel(R) Level-Zero, Intel(R)
+    Data Center GPU Max 1550 1.3 [1.3.29735]"), the devices PyTorch's XPU backend uses. The name is
+    what follows the platform, less the backend version ("1.3", "12.55.8") and the driver ([...])."""
     gpus = []
     for line in (text or "").splitlines():
         m = re.match(r"\s*\[(?:ext_oneapi_)?level_zero:gpu\]\S*\s+(.*)$", line)
@@ -93,14 +105,14 @@ def parse_sycl_ls(text: str | None) -> list[dict]:
             continue
         rest = m.group(1)
         name = rest.split(", ", 1)[1] if ", " in rest else rest
-        name = re.sub(r"\s+\d+\.\d+\.\d+\s*(\[[^\]]*\])?\s*$", "", name).strip()
-        driver = re.search(r"\[([\d.]+)\]\s*$", rest)
-        gpus.append({"name": name, "arch": None, "driver": driver.group(1) if driver else None})
+        name = re.sub(r"\s+\d+(?:\.\d+)+\s*(\[[^\]]*\])?\s*$", "", name).strip()
+        driver = re.search(r"\[([\d.+]+)\]\s*$", rest)
+        gpus.append({"name": name, "device_id": None, "driver": driver.group(1) if driver else None})
     return gpus
 
 
 def parse_lspci(text: str | None) -> list[dict]:
-    """`lspci -nn`: display controllers of AMD and Intel, {"vendor", "name", "arch": device id}.
+    """`lspci -nn`: display controllers of AMD and Intel, {"vendor", "name", "device_id"}.
     The last resort where no GPU tool is installed: it names the card, not what it can run."""
     out = []
     for line in (text or "").splitlines():
@@ -111,5 +123,5 @@ def parse_lspci(text: str | None) -> list[dict]:
             continue
         desc = line.split(": ", 1)[1] if ": " in line else line
         desc = re.sub(r"\s*\[[0-9a-f]{4}:[0-9a-f]{4}\].*$", "", desc).strip()
-        out.append({"vendor": "amd" if ids.group(1) == AMD_VENDOR else "intel", "name": desc, "arch": "0x" + ids.group(2)})
+        out.append({"vendor": "amd" if ids.group(1) == AMD_VENDOR else "intel", "name": desc, "device_id": "0x" + ids.group(2)})
     return out

@@ -29,6 +29,7 @@ def collect(runner: Runner, *, runtime: bool = True, gpu_detail: bool = True, so
         executable=py.get("executable"), in_venv=py.get("in_venv"),
     )
     system = runner.system
+    rocm_version = None
     if system == "Darwin":
         os_info, chip, memory = _macos(runner, gpu_detail)
         gpus: list[GPUInfo] = []
@@ -36,11 +37,10 @@ def collect(runner: Runner, *, runtime: bool = True, gpu_detail: bool = True, so
         os_info, chip, memory = _linux(runner)
         gpus = _nvidia(runner)
         other_gpus, rocm_version = _amd_intel(runner, skip=bool(gpus))
+        gpus += other_gpus
     else:
         os_info, chip, memory, gpus = OSInfo(system=system or "unknown"), ChipInfo(), None, _nvidia(runner)
 
-    if system != "Linux":
-        other_gpus, rocm_version = [], None
     if system == "Darwin" and python.machine == "arm64" and chip.arm64_hardware is None:
         chip.arm64_hardware = True  # an arm64 process runs only on arm64 hardware
         chip.vendor = chip.vendor or "apple"
@@ -64,7 +64,7 @@ def collect(runner: Runner, *, runtime: bool = True, gpu_detail: bool = True, so
             torch.cuda = parse.torch_version_info(rt["torch_version"])["cuda"]
         elif system == "Linux":
             torch.cuda = parse.cuda_from_requirements(interp.get("torch_cuda_requires") or [])
-    facts = Facts(os=os_info, python=python, chip=chip, memory_bytes=memory, gpus=gpus, other_gpus=other_gpus,
+    facts = Facts(os=os_info, python=python, chip=chip, memory_bytes=memory, gpus=gpus,
                   rocm_version=rocm_version, torch=torch,
                   packages=packages, env=runner.environ(), openmp_libs=list(interp.get("openmp_libs") or []),
                   runtime=rt, source=source)
@@ -135,7 +135,7 @@ def _nvidia(runner: Runner) -> list[GPUInfo]:
     res = runner.run(NVIDIA_SMI, timeout=15)
     rows = parse.parse_nvidia_smi(res.stdout) if res is not None and res.ok else []
     gpus = [GPUInfo(name=r["name"], memory_bytes=r["memory_bytes"], driver=r["driver"],
-                    compute_capability=r["compute_capability"]) for r in rows]
+                    compute_capability=r["compute_capability"], arch=sm_arch(r["compute_capability"])) for r in rows]
     if gpus and any(g.driver is None for g in gpus):
         driver = parse.parse_nvidia_proc_version(runner.read("/proc/driver/nvidia/version"))
         for g in gpus:
@@ -144,9 +144,9 @@ def _nvidia(runner: Runner) -> list[GPUInfo]:
 
 
 def _amd_intel(runner: Runner, skip: bool) -> tuple[list[GPUInfo], str | None]:
-    """AMD GPUs from rocminfo, Intel GPUs from xpu-smi, else sycl-ls; lspci names either where
-    no GPU tool is installed. Skipped on an NVIDIA machine (one accelerator kind per machine is
-    what setup plans for; nvidia-smi answered first)."""
+    """AMD GPUs from amd-smi, else rocminfo; Intel GPUs from xpu-smi, else sycl-ls; lspci names
+    either where no GPU tool is installed. Skipped on an NVIDIA machine (one accelerator kind per
+    machine is what setup plans for; nvidia-smi answered first)."""
     if skip:
         return [], None
     from envkit.facts import accel_parse as ap
@@ -155,27 +155,67 @@ def _amd_intel(runner: Runner, skip: bool) -> tuple[list[GPUInfo], str | None]:
     amd = [GPUInfo(name=g["name"] or g["arch"], vendor="amd", arch=g["arch"], driver=g["driver"])
            for g in ap.parse_amd_smi_static(_out(runner, ["amd-smi", "static", "--asic", "--driver"], timeout=20))]
     if not amd:
-        amd = [GPUInfo(name=g["name"], vendor="amd", arch=g["arch"]) for g in ap.parse_rocminfo(_out(runner, ["rocminfo"], timeout=20))]
+        amd = [GPUInfo(name=g["name"], vendor="amd", arch=g["arch"], memory_bytes=g["memory_bytes"])
+               for g in ap.parse_rocminfo(_out(runner, ["rocminfo"], timeout=20))]
     rocm = ap.parse_rocm_version(runner.read("/opt/rocm/.info/version"))
-    intel = [GPUInfo(name=g["name"], vendor="intel", arch=g["arch"], driver=g["driver"])
+    intel = [GPUInfo(name=g["name"], vendor="intel", device_id=g["device_id"], driver=g["driver"])
              for g in ap.parse_xpu_smi_discovery(_out(runner, ["xpu-smi", "discovery"], timeout=20))]
     if not intel:
         intel = [GPUInfo(name=g["name"], vendor="intel", driver=g["driver"])
                  for g in ap.parse_sycl_ls(_out(runner, ["sycl-ls"], timeout=20))]
     if not amd and not intel:
         for g in ap.parse_lspci(_out(runner, ["lspci", "-nn"])):
-            (amd if g["vendor"] == "amd" else intel).append(GPUInfo(name=g["name"], vendor=g["vendor"], arch=g["arch"] if g["vendor"] == "intel" else None))
+            if g["vendor"] == "amd":  # the PCI id of an AMD card says nothing of its gfx target
+                amd.append(GPUInfo(name=g["name"], vendor="amd"))
+            else:
+                intel.append(GPUInfo(name=g["name"], vendor="intel", device_id=g["device_id"]))
+    for g in intel:
+        g.arch = intel_arch(g.name, g.device_id)
     return amd + intel, rocm
 
 
+def sm_arch(compute_capability: str | None) -> str | None:
+    """"9.0" -> "sm_90", the name CUDA builds (torch.cuda.get_arch_list()) give the architecture."""
+    m = re.fullmatch(r"(\d+)\.(\d+)", compute_capability or "")
+    return f"sm_{m.group(1)}{m.group(2)}" if m else None
+
+
+def intel_arch(name: str | None, device_id: str | None) -> str | None:
+    """"pvc" for a Data Center GPU Max (by PCI device id, else by name): accelerators.toml [xpu.arch]."""
+    arches = load_toml(data_file("accelerators.toml"))["xpu"].get("arch", {})
+    for arch, row in arches.items():
+        if device_id and device_id.lower() in row.get("device_ids", []):
+            return arch
+    for arch, row in arches.items():
+        if name and any(word.lower() in name.lower() for word in row.get("names", [])):
+            return arch
+    return None
+
+
 def _merge_runtime_gpus(facts: Facts) -> None:
-    """Where nvidia-smi is missing (containers often lack it) torch's own view fills the list."""
+    """Torch's own view of its devices: where the tools are missing (containers often lack
+    nvidia-smi and rocminfo) it fills the list; where they answered, it adds what they left out
+    (the memory amd-smi does not print, the Intel GPU's memory). Under ROCm, torch.cuda lists AMD
+    GPUs (hip_version set): they are AMD's, never NVIDIA's."""
     rt = facts.runtime or {}
-    if facts.gpus or not rt.get("ok") or not rt.get("devices"):
+    if not rt.get("ok"):
         return
-    for dev in rt["devices"]:
-        facts.gpus.append(GPUInfo(name=dev.get("name", "unknown"), memory_bytes=dev.get("memory_bytes"),
-                                  compute_capability=dev.get("capability")))
+    rocm = bool(rt.get("hip_version"))
+    for vendor, devices in (("amd" if rocm else "nvidia", rt.get("devices") or []), ("intel", rt.get("xpu_devices") or [])):
+        if not devices:
+            continue
+        known = [g for g in facts.gpus if g.vendor == vendor]
+        if not known:
+            for dev in devices:
+                gfx = (dev.get("gcn_arch") or "").split(":")[0] or None
+                facts.gpus.append(GPUInfo(
+                    name=dev.get("name", "unknown"), vendor=vendor, memory_bytes=dev.get("memory_bytes"),
+                    compute_capability=dev.get("capability") if vendor == "nvidia" else None,
+                    arch=sm_arch(dev.get("capability")) if vendor == "nvidia" else gfx if vendor == "amd"
+                    else intel_arch(dev.get("name"), dev.get("device_id"))))
+        elif len(known) == len(devices):
+            for g, dev in zip(known, devices):
+                g.memory_bytes = g.memory_bytes or dev.get("memory_bytes")
 
 
 def _out(runner: Runner, argv: list[str], timeout: float = 10.0) -> str | None:
@@ -203,10 +243,17 @@ def machine_label(facts: Facts) -> str:
         bits.append(f"{facts.memory_bytes / 2**30:.0f} GB")
     if bits:
         parts.append("(" + ", ".join(bits) + ")")
-    for g in facts.gpus:
-        mem = f" {g.memory_bytes / 2**30:.0f} GB" if g.memory_bytes else ""
-        parts.append(f"+ {g.name}{mem}")
-    for g in facts.other_gpus:
-        parts.append(f"+ {g.name}" + (f" ({g.arch})" if g.vendor == "amd" and g.arch else ""))
+    for (name, memory, arch), count in gpu_groups(facts.gpus):
+        mem = f" {memory / 2**30:.0f} GB" if memory else ""
+        parts.append(f"+ {f'{count} x ' if count > 1 else ''}{name}{mem}" + (f" ({arch})" if arch and arch.startswith("gfx") else ""))
     os_name = f"{facts.os.name or facts.os.system} {facts.os.version or ''}".strip()
     return " ".join(parts) + (", " if parts else "") + os_name
+
+
+def gpu_groups(gpus: list[GPUInfo]) -> list[tuple[tuple[str, int | None, str | None], int]]:
+    """Identical GPUs counted once, in order: [(("AMD Instinct MI300X", 206141652992, "gfx942"), 4)]."""
+    counts: dict[tuple[str, int | None, str | None], int] = {}
+    for g in gpus:
+        key = (g.name, g.memory_bytes, g.arch)
+        counts[key] = counts.get(key, 0) + 1
+    return list(counts.items())

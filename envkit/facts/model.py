@@ -46,11 +46,12 @@ class ChipInfo:
 @dataclass
 class GPUInfo:
     name: str
-    vendor: str = "nvidia"
+    vendor: str = "nvidia"  # nvidia, amd, intel
     memory_bytes: int | None = None
     driver: str | None = None
-    compute_capability: str | None = None  # "9.0"
-    arch: str | None = None  # AMD: the gfx target ("gfx1100"); Intel: the PCI device id ("0x56a0")
+    compute_capability: str | None = None  # NVIDIA: "9.0"
+    arch: str | None = None  # what the builds are compiled for: "sm_90", "gfx942", "pvc" (torch.xpu.get_arch_list())
+    device_id: str | None = None  # PCI device id where a tool printed it ("0x0bd5")
 
 
 @dataclass
@@ -68,8 +69,7 @@ class Facts:
     python: PythonInfo
     chip: ChipInfo
     memory_bytes: int | None = None
-    gpus: list[GPUInfo] = field(default_factory=list)  # NVIDIA (CUDA) GPUs
-    other_gpus: list[GPUInfo] = field(default_factory=list)  # AMD (ROCm) and Intel (XPU) GPUs
+    gpus: list[GPUInfo] = field(default_factory=list)  # every GPU: NVIDIA first, then AMD (ROCm), Intel (XPU)
     rocm_version: str | None = None  # /opt/rocm/.info/version, where ROCm is installed
     torch: TorchInfo = field(default_factory=TorchInfo)
     packages: dict[str, str | None] = field(default_factory=dict)
@@ -87,12 +87,22 @@ class Facts:
         return self.is_macos and (self.chip.vendor == "apple" or bool(self.chip.arm64_hardware))
 
     @property
+    def nvidia_gpus(self) -> list[GPUInfo]:
+        """The GPUs CUDA builds and nvidia-smi speak of."""
+        return [g for g in self.gpus if g.vendor == "nvidia"]
+
+    @property
+    def other_gpus(self) -> list[GPUInfo]:
+        """AMD (ROCm) and Intel (XPU) GPUs."""
+        return [g for g in self.gpus if g.vendor != "nvidia"]
+
+    @property
     def amd_gpus(self) -> list[GPUInfo]:
-        return [g for g in self.other_gpus if g.vendor == "amd"]
+        return [g for g in self.gpus if g.vendor == "amd"]
 
     @property
     def intel_gpus(self) -> list[GPUInfo]:
-        return [g for g in self.other_gpus if g.vendor == "intel"]
+        return [g for g in self.gpus if g.vendor == "intel"]
 
     @property
     def memory_gb(self) -> float | None:

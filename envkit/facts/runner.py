@@ -48,8 +48,10 @@ out["device_count"] = torch.cuda.device_count() if out["cuda_available"] else 0
 out["devices"] = []
 for i in range(out["device_count"]):
     p = torch.cuda.get_device_properties(i)
-    out["devices"].append({"name": p.name, "capability": "%d.%d" % (p.major, p.minor),
-                           "memory_bytes": int(p.total_memory)})
+    dev = {"name": p.name, "capability": "%d.%d" % (p.major, p.minor), "memory_bytes": int(p.total_memory)}
+    if getattr(p, "gcnArchName", None):  # ROCm: "gfx942:sramecc+:xnack-"
+        dev["gcn_arch"] = p.gcnArchName
+    out["devices"].append(dev)
 if out["cuda_available"]:
     out["cuda_bf16"] = bool(torch.cuda.is_bf16_supported())
     out["arch_list"] = list(torch.cuda.get_arch_list())
@@ -60,6 +62,16 @@ except Exception:
 out["openmp"] = bool(torch.backends.openmp.is_available())
 xpu = getattr(torch, "xpu", None)
 out["xpu_available"] = bool(xpu is not None and xpu.is_available())
+if out["xpu_available"]:
+    out["xpu_devices"] = []
+    for i in range(xpu.device_count()):
+        p = xpu.get_device_properties(i)
+        out["xpu_devices"].append({"name": p.name, "memory_bytes": int(p.total_memory),
+                                   "device_id": "0x%x" % p.device_id if isinstance(getattr(p, "device_id", None), int) else None})
+    try:
+        out["xpu_bf16"] = bool(xpu.is_bf16_supported())
+    except Exception:
+        pass
 out["num_threads"] = torch.get_num_threads()
 print("ENVKIT_RUNTIME " + json.dumps(out))
 """

@@ -186,7 +186,7 @@ def _actual(key: str, facts) -> str | None:
     if key == "python":
         return facts.python.version
     if key == "compute_capability":
-        ccs = [g.compute_capability for g in facts.gpus if g.compute_capability]
+        ccs = [g.compute_capability for g in facts.nvidia_gpus if g.compute_capability]
         if not ccs:
             return None
         from envkit.checks.gates import V

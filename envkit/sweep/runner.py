@@ -167,4 +167,6 @@ def _start(r: SweepRun, slot: int, gpus: int, parallel: int, stop_after, debug: 
 
 
 def gpu_count(facts) -> int:
-    return len(getattr(facts, "gpus", None) or [])
+    """The GPUs CUDA_VISIBLE_DEVICES hands out: NVIDIA's, or AMD's under ROCm (HIP honours it too);
+    an Intel GPU is not one the trainer uses."""
+    return len([g for g in getattr(facts, "gpus", None) or [] if getattr(g, "vendor", "nvidia") in ("nvidia", "amd")])

@@ -18,7 +18,7 @@ def cuda_choice(facts: Facts, request: Request, channel: str, companions: tuple[
           missing: dict[str, str] | None = None) -> Choice:
     """The newest CUDA build that (a) exists for the requested release or today's nightlies,
     (b) runs on this driver, (c) holds kernels for this GPU (torch_variants.toml)."""
-    gpu = facts.gpus[0]
+    gpu = facts.nvidia_gpus[0]
     desc = f"{gpu.name}, driver {gpu.driver or 'unknown'}, compute capability {gpu.compute_capability or 'unknown'}"
     pinned = spec_pins_minor(request)
     if channel == "nightly":
@@ -81,7 +81,7 @@ def cuda_choice(facts: Facts, request: Request, channel: str, companions: tuple[
 def _build_problem(build: builds.Build, facts: Facts) -> str | None:
     """Why this CUDA build cannot run on this machine's GPUs and driver, or None."""
     need = gates.min_driver_for_cuda(build.cuda)
-    for g in facts.gpus:
+    for g in facts.nvidia_gpus:
         if need and g.driver and gates.V(g.driver) and gates.V(g.driver) < gates.V(need):
             return f"{build.backend} needs NVIDIA driver {need} or newer (this one is {g.driver})"
         if builds.runs_on(build, g.compute_capability) is False:
@@ -91,11 +91,11 @@ def _build_problem(build: builds.Build, facts: Facts) -> str | None:
 
 def _driver_short(build: builds.Build, facts: Facts) -> bool:
     need = gates.min_driver_for_cuda(build.cuda)
-    return any(need and g.driver and gates.V(g.driver) and gates.V(g.driver) < gates.V(need) for g in facts.gpus)
+    return any(need and g.driver and gates.V(g.driver) and gates.V(g.driver) < gates.V(need) for g in facts.nvidia_gpus)
 
 
 def _arch_fits(build: builds.Build, facts: Facts) -> bool:
-    return all(builds.runs_on(build, g.compute_capability) is not False for g in facts.gpus)
+    return all(builds.runs_on(build, g.compute_capability) is not False for g in facts.nvidia_gpus)
 
 
 def _torchaudio_builds(row: dict, channel: str) -> set[str] | None:
@@ -117,7 +117,7 @@ def _newest_row_for_python(facts: Facts) -> dict | None:
 
 def _no_build(what: str, candidates: list, facts: Facts, why_not: list[str], channel: str) -> NoBuildError:
     """One line naming the constraint (the driver, or the GPU's architecture) and the fix."""
-    gpu = facts.gpus[0]
+    gpu = facts.nvidia_gpus[0]
     newest_fit = None
     for row in reversed(builds.releases()):
         if any(_build_problem(b, facts) is None for b in builds.cuda_builds(row)):

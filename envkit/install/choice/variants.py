@@ -25,7 +25,7 @@ def choose(facts: Facts, request: Request, index_override: str | None = None, ov
     channel = request.channel
     if facts.is_macos:
         choice = _macos(facts, request, channel)
-    elif facts.gpus:
+    elif facts.nvidia_gpus:
         choice = cuda_choice(facts, request, channel, tuple(companions), dict(missing or {}))
     elif facts.other_gpus:
         choice = _amd_intel(facts, request, channel)

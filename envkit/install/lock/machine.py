@@ -7,15 +7,20 @@ PLATFORM_KEYS = (("system", "OS"), ("arch", "architecture"), ("python_minor", "P
                  ("implementation", "Python implementation"), ("device", "accelerator"))
 
 
+def nvidia_gpus(facts) -> list:
+    """The NVIDIA GPUs of facts.gpus (which holds every vendor's; a GPU without a vendor is NVIDIA's)."""
+    return [g for g in getattr(facts, "gpus", None) or [] if getattr(g, "vendor", "nvidia") == "nvidia"]
+
+
 def platform_of(facts, device: str | None = None, backend: str | None = None) -> dict:
-    other = list(getattr(facts, "other_gpus", None) or [])  # AMD/Intel GPUs (facts from before them have none)
-    if device == "cuda" and not facts.gpus and any(g.vendor == "amd" for g in other):
+    nvidia = nvidia_gpus(facts)
+    if device == "cuda" and not nvidia and any(getattr(g, "vendor", None) == "amd" for g in facts.gpus):
         device = "rocm"  # torch calls a ROCm GPU "cuda", but a ROCm lock cannot rebuild on an NVIDIA box
     py = facts.python.version or ""
     d = {"system": facts.os.system, "os": facts.os.name, "os_version": facts.os.version, "arch": facts.python.machine,
          "python": py, "python_minor": ".".join(py.split(".")[:2]) if py else None,
          "implementation": (facts.python.implementation or "").lower() or None, "chip": facts.chip.name,
-         "gpus": [g.name for g in list(facts.gpus) + other] or None, "driver": facts.gpus[0].driver if facts.gpus else None,
+         "gpus": [g.name for g in facts.gpus] or None, "driver": nvidia[0].driver if nvidia else None,
          "device": device, "backend": backend}
     return {k: v for k, v in d.items() if v is not None}
 
@@ -36,6 +41,6 @@ def machine_device(facts) -> str:
 
     if facts.is_apple_silicon:
         return "mps"
-    if facts.gpus or accel.rocm_usable(facts):
+    if nvidia_gpus(facts) or accel.rocm_usable(facts):
         return "cuda"
     return "xpu" if any(accel.xpu_supported(g) for g in facts.intel_gpus) else "cpu"

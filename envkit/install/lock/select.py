@@ -42,19 +42,22 @@ def machine_target(targets: dict[str, dict], facts, where: str) -> tuple[str, di
         return next(iter(mine.items()))
     cuda = {n: t for n, t in mine.items() if t.get("device") == "cuda"}
     cpu = {n: t for n, t in mine.items() if t.get("device") == "cpu"}
-    if facts.gpus:
-        driver = gates.V(facts.gpus[0].driver)
+    from envkit.install.lock.machine import nvidia_gpus
+
+    nvidia = nvidia_gpus(facts)
+    if nvidia:
+        driver = gates.V(nvidia[0].driver)
         runs = {n: t for n, t in cuda.items() if driver is None or not t.get("min-driver") or gates.V(t["min-driver"]) <= driver}
         if runs:
             return max(runs.items(), key=lambda kv: int(str(kv[1].get("build", "cu0"))[2:] or 0))
         if cuda:
             need = ", ".join(f"{n} needs driver {t.get('min-driver')}+" for n, t in cuda.items())
-            raise EnvkitError(f"the lock has no CUDA build this machine's driver runs ({need}; this one is {facts.gpus[0].driver}); "
+            raise EnvkitError(f"the lock has no CUDA build this machine's driver runs ({need}; this one is {nvidia[0].driver}); "
                               f"it has {has}", where=where,
                               fix="update the NVIDIA driver, or lock an older build: envkit lock --target linux-x86_64-cu126 ...")
     if cpu:
         return next(iter(cpu.items()))
-    raise EnvkitError(f"the lock has no entry for this machine ({here}, " + ("NVIDIA GPU" if facts.gpus else "no NVIDIA GPU")
+    raise EnvkitError(f"the lock has no entry for this machine ({here}, " + ("NVIDIA GPU" if nvidia else "no NVIDIA GPU")
                       + f"); it has {has}", where=where, fix=fix)
 
 

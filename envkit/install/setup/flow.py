@@ -186,10 +186,10 @@ def load_setup_profile(name: str, facts, lock, say) -> _Profile:
 def _hold_profile_device(profile, facts) -> None:
     """A profile tuned for a device this machine lacks (m3-max on a Linux box) would install and
     configure the wrong thing: refuse before anything changes."""
-    from envkit.checks import best_device
+    from envkit.checks import trainer_device
 
     want = (getattr(profile, "train", None) or {}).get("device", "auto")
-    have = best_device(facts)
+    have = trainer_device(facts)
     if want in ("auto", "cpu", have):
         return
     check = "mps" if want == "mps" else "cuda"

@@ -80,10 +80,10 @@ def plan(config_path: str | None, *, overrides=(), profile_name: str | None = No
 
 def hold_against_machine(cfg: Config, facts) -> list[str]:
     """Refuse a device/precision this machine cannot do, naming the doctor check; returns warnings."""
-    from envkit.checks import best_device, run_checks
+    from envkit.checks import run_checks, trainer_device
 
     checks = {c.id: c for c in run_checks(facts)}
-    best = best_device(facts)
+    best = trainer_device(facts)
     dev = cfg.values["device"]["type"]
     dev_where = _where(cfg, "device.type")
     real = best if dev == "auto" else dev
