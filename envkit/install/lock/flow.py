@@ -70,7 +70,8 @@ def run_lock(opts: LockOptions, say) -> LockResult:
     if opts.from_lock:
         from envkit.install.lock.convert import convert
 
-        written, targets = convert(Path(opts.from_lock), out, rest_sources(opts.index_url)[0] if opts.index_url else [], say)
+        written, targets = convert(Path(opts.from_lock), out, rest_sources(opts.index_url), say,
+                                   "--index-url" if opts.index_url else "pip's configured sources")
         return LockResult(path=out, written=written, targets=targets)
     request = parse_request(opts.torch)
     companions = parse_with(opts.with_)
@@ -93,12 +94,14 @@ def run_lock(opts: LockOptions, say) -> LockResult:
             raise EnvkitError(f"--target {t.asked} and --target {seen[t.name]} are the same target ({t.name})",
                               where="--target", fix="name each target once")
         seen[t.name] = t.asked
-    families = torch_pick.pick_torch(targets, request, python, channel, rest, companions)
+    families, located = torch_pick.pick_torch(targets, request, python, channel, rest, companions, links)
+    for note in dict.fromkeys(loc.note for loc in located.values() if loc.note):
+        say(f"note: {note}", err=True)
     extras = [] if not opts.numpy else list(DEFAULT_EXTRAS)
     locks = []
     for t in targets:
         say(f"resolving {t.name}: torch {families[t]['torch'].version}", err=True)
-        locks.append(resolve.resolve_target(t, families[t], python, channel, rest, links, extras))
+        locks.append(resolve.resolve_target(t, families[t], python, channel, rest, links, extras, located[t].index))
     for line in differing_versions(locks):
         say(f"note: {line}", err=True)
     doc = grouping.build_pylock(locks, python=python, request=request.text, channel=channel,
