@@ -120,9 +120,11 @@ def convert(path: Path, output: Path, rest: tuple[list[str], list[str]], say, re
         say(f"note: {why} for {names}: found on {rest_label} ({', '.join(elsewhere)})", err=True)
     tl.how = (f"converted from {path.name} (envkit setup on {lock.platform.get('chip') or lock.platform.get('os') or target.platform}"
               f", profile {lock.profile.get('name', '?')}); versions as locked, nothing resolved")
+    from envkit.install.lock.project import read_project
+
     doc = grouping.build_pylock([tl], python=python, request=str(lock.source.get("torch", "")),
                                 channel=str(lock.source.get("channel", "stable")), envkit_version=__version__,
-                                rest_indexes=lock.index_urls)
+                                rest_indexes=lock.index_urls, project=lock.project or read_project(output.absolute().parent))
     info = doc["tool"]["envkit"]["targets"][target.name]
     info["profile"] = lock.profile.get("name") or info["profile"]
     written = grouping.write(output, doc)

@@ -104,8 +104,10 @@ def run_lock(opts: LockOptions, say) -> LockResult:
         locks.append(resolve.resolve_target(t, families[t], python, channel, rest, links, extras, located[t].index))
     for line in differing_versions(locks):
         say(f"note: {line}", err=True)
+    from envkit.install.lock.project import read_project
+
     doc = grouping.build_pylock(locks, python=python, request=request.text, channel=channel,
-                               envkit_version=__version__, rest_indexes=rest)
+                               envkit_version=__version__, rest_indexes=rest, project=read_project(out.absolute().parent))
     path = Path(opts.output)
     written = grouping.write(path, doc)
     return LockResult(path=path, written=written, targets={
