@@ -70,9 +70,9 @@ def look(name: str, sources: list[str]) -> Lookup:
     return out
 
 
-def fell_back_line(primary: str, why: str, what: str, used: list[str]) -> str:
-    """The one line that says a lookup went to pip's sources, and why."""
-    return f"{primary} is unreachable ({why}): {what} from {PIP_SOURCES} ({', '.join(used)})"
+def fell_back_line(primary: str, why: str, what: str, used: list[str], label: str = PIP_SOURCES) -> str:
+    """The one line that says a lookup went to pip's sources (`label`: or --index-url), and why."""
+    return f"{primary} is unreachable ({why}): {what} from {label} ({', '.join(used)})"
 
 
 def tried_text(tried: list[str], unreachable: dict[str, str]) -> str:
@@ -91,9 +91,9 @@ def not_found(what: str, tried: list[str], unreachable: dict[str, str], have: li
     return error(f"{what} is on none of: {tried_text(tried, unreachable)}; {there}", fix=fix)
 
 
-def offline(primary: str, why: str, pip_unreachable: dict[str, str], fix: str) -> EnvkitError:
-    """Nothing answered: the primary index and pip's sources alike (offline?)."""
+def offline(primary: str, why: str, pip_unreachable: dict[str, str], fix: str, label: str = PIP_SOURCES) -> EnvkitError:
+    """Nothing answered: the primary index and pip's sources (`label`: or --index-url) alike (offline?)."""
     text = f"cannot reach the package index {primary}: {why}"
     if pip_unreachable:
-        text += f"; nor {PIP_SOURCES} (" + ", ".join(f"{s}: {w}" for s, w in pip_unreachable.items()) + ")"
+        text += f"; nor {label} (" + ", ".join(f"{s}: {w}" for s, w in pip_unreachable.items()) + ")"
     return EnvkitError(text, fix=fix)

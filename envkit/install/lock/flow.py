@@ -94,7 +94,8 @@ def run_lock(opts: LockOptions, say) -> LockResult:
             raise EnvkitError(f"--target {t.asked} and --target {seen[t.name]} are the same target ({t.name})",
                               where="--target", fix="name each target once")
         seen[t.name] = t.asked
-    families, located = torch_pick.pick_torch(targets, request, python, channel, rest, companions, links)
+    families, located = torch_pick.pick_torch(targets, request, python, channel, rest, companions, links,
+                                              "--index-url" if opts.index_url else "pip's configured sources")
     for note in dict.fromkeys(loc.note for loc in located.values() if loc.note):
         say(f"note: {note}", err=True)
     extras = [] if not opts.numpy else list(DEFAULT_EXTRAS)

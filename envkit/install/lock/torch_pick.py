@@ -65,7 +65,7 @@ class Located:
     """Where one target's torch is read (index/sources.py: its build's page, else, when that cannot
     be reached, pip's configured sources or --index-url), and the wheels there that fit the target."""
 
-    sources: list[str]  # the group read: torch and its companions come from here
+    group: list[str]  # the sources read: torch and its companions come from here
     fitting: list[pages.Candidate]  # every torch wheel there that fits the target (any version)
     tried: list[str] = field(default_factory=list)
     unreachable: dict[str, str] = field(default_factory=dict)
@@ -74,21 +74,23 @@ class Located:
     @property
     def index(self) -> str:
         """The source the lock names for this target's torch."""
-        return self.sources[0] if self.sources else ""
+        return self.group[0] if self.group else ""
 
 
-def locate(t: Target, request, python: str, channel: str, rest: list[str], links: list[str]) -> Located:
+def locate(t: Target, request, python: str, channel: str, rest: list[str], links: list[str],
+           label: str = sources.PIP_SOURCES) -> Located:
     primary = torch_source(t, channel, rest)
     try:
         cands = _fetch_all(primary, "torch")
     except EnvkitError as exc:
         if channel != "stable" or primary in rest:  # nightlies live on PyTorch's index alone; macOS reads rest already
             raise
-        return _fall_back(t, request, python, rest, links, primary, exc)
+        return _fall_back(t, request, python, rest, links, primary, exc, label)
     return Located([primary], _fitting(cands, t, python), [primary])
 
 
-def _fall_back(t: Target, request, python: str, rest: list[str], links: list[str], primary: str, err: EnvkitError) -> Located:
+def _fall_back(t: Target, request, python: str, rest: list[str], links: list[str], primary: str, err: EnvkitError,
+               label: str) -> Located:
     """The build's page cannot be reached: the lock's other sources, a group at a time (those on
     this disk first), as `envkit setup` does."""
     why = sources.reason(err)
@@ -101,21 +103,23 @@ def _fall_back(t: Target, request, python: str, rest: list[str], links: list[str
         out.fitting += fit
         if any(request.admits(c.version) for c in fit):
             used = [s for s in found.used() if _fitting(found.answered[s], t, python, request)]
-            return Located(group, fit, out.tried, out.unreachable, sources.fell_back_line(primary, why, "torch", used))
+            return Located(group, fit, out.tried, out.unreachable, sources.fell_back_line(primary, why, "torch", used, label))
     if all(s in out.unreachable for s in out.tried):
         raise sources.offline(primary, why, {s: w for s, w in out.unreachable.items() if s != primary},
-                              fix=err.fix or pages.FIX)
+                              fix=err.fix or pages.FIX, label=label)
     return out
 
 
-def pick_torch(targets: list[Target], request, python: str, channel: str, rest: list[str],
-               companions: list[str], links: list[str] = ()) -> tuple[dict[Target, dict[str, pages.Candidate]],
-                                                                       dict[Target, Located]]:
+Families = dict[Target, dict[str, pages.Candidate]]
+
+
+def pick_torch(targets: list[Target], request, python: str, channel: str, rest: list[str], companions: list[str],
+               links: list[str] = (), label: str = sources.PIP_SOURCES) -> tuple[Families, dict[Target, Located]]:
     """({target: {"torch": wheel, "torchvision": wheel, ...}}, {target: where its torch is read}),
     the same public versions everywhere: the newest public torch that every target's build has.
     A version no target has is on none of their sources (exit 2, naming what they have); one that
     some targets lack is one line naming the versions their builds have (exit 1)."""
-    located = {t: locate(t, request, python, channel, rest, list(links)) for t in targets}
+    located = {t: locate(t, request, python, channel, rest, list(links), label) for t in targets}
     fits = {t: [c for c in loc.fitting if request.admits(c.version)] for t, loc in located.items()}
     common = None
     for t, cands in fits.items():
@@ -147,7 +151,7 @@ def _explain_missing(fits, located, request, python) -> None:
     parts = []
     for t in [t for t, cands in fits.items() if not cands]:
         versions = sorted({c.version.public for c in located[t].fitting}, key=Version)
-        src = strip_userinfo(", ".join(located[t].sources or located[t].tried))
+        src = strip_userinfo(", ".join(located[t].group or located[t].tried))
         parts.append(f"{t.name} has no torch {request.text} for Python {python} on {src} "
                      + (f"(its build exists for {', '.join(versions[-8:])})" if versions else "(no torch there at all)"))
     raise MissingBuild("; ".join(parts), where="--target", fix="ask for a --torch that every target has, or drop the target")
@@ -166,8 +170,8 @@ def _pick_companion(out, located: dict[Target, Located], name: str, python: str)
 
     per = {}
     for t, picked in out.items():
-        cands = sources.look(name, located[t].sources).candidates if len(located[t].sources) > 1 \
-            else _fetch_all(located[t].index, name)
+        loc = located[t]  # the build's page (an error there is said), or the group the fallback read
+        cands = _fetch_all(loc.index, name) if loc.note is None else sources.look(name, loc.group).candidates
         torch = picked["torch"]
         per[t] = [c for c in _fitting(cands, t, python)
                   if select_companion([c], name, torch, frozenset(t.tags(python)), python) is not None]
