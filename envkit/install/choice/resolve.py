@@ -181,5 +181,6 @@ def _fallback(choice, request, tags, python_version, companions, pip_python, err
     if all(s in unreachable for s in tried):
         raise sources.offline(choice.index_url, why, {s: w for s, w in unreachable.items() if s != choice.index_url},
                               fix=err.fix or pages.FIX)
+    # not NoMatchingTorch: another CUDA build's page is as unreachable, and pip's sources the same
     raise sources.not_found(f"torch {_want(request, choice)}", tried, unreachable,
-                            _have(everything, request, choice, tags, python_version), fix=NOT_FOUND_FIX, error=NoMatchingTorch)
+                            _have(everything, request, choice, tags, python_version), fix=NOT_FOUND_FIX)

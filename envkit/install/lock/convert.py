@@ -79,6 +79,7 @@ def convert(path: Path, output: Path, rest: tuple[list[str], list[str]], say, re
     from envkit import __version__
     from envkit.install.index import sources
     from envkit.install.lock import grouping
+    from envkit.install.lock.project import read_project
     from envkit.install.lock.read import read
     from envkit.install.lock.resolve import index_url_of
 
@@ -120,8 +121,6 @@ def convert(path: Path, output: Path, rest: tuple[list[str], list[str]], say, re
         say(f"note: {why} for {names}: found on {rest_label} ({', '.join(elsewhere)})", err=True)
     tl.how = (f"converted from {path.name} (envkit setup on {lock.platform.get('chip') or lock.platform.get('os') or target.platform}"
               f", profile {lock.profile.get('name', '?')}); versions as locked, nothing resolved")
-    from envkit.install.lock.project import read_project
-
     doc = grouping.build_pylock([tl], python=python, request=str(lock.source.get("torch", "")),
                                 channel=str(lock.source.get("channel", "stable")), envkit_version=__version__,
                                 rest_indexes=lock.index_urls, project=lock.project or read_project(output.absolute().parent))

@@ -16,7 +16,8 @@ def compare(want: dict[str, str], have: dict[str, str], project: dict | None = N
     lock holds them (torch requires setuptools: a lock has it, and then its version counts). What
     is installed for the lock's project (project.py: its dependencies and the extras installed as
     such) and not in the lock is the project's own, not drift: it is reported as "project". Pure."""
-    own = {k: v for k, v in ((project or {}).get("packages") or {}).items() if k not in want and k in have}
+    own = {k: v for k, v in ((project or {}).get("packages") or {}).items()
+           if k not in want and k in have and k not in BOOTSTRAP}
     have = {k: v for k, v in have.items() if (k not in BOOTSTRAP or k in want) and k not in own}
     added = {k: have[k] for k in sorted(set(have) - set(want))}
     removed = {k: want[k] for k in sorted(set(want) - set(have))}

@@ -56,6 +56,7 @@ def run_lock(opts: LockOptions, say) -> LockResult:
     from envkit import __version__
     from envkit.install.choice.model import parse_request
     from envkit.install.lock import grouping, resolve, torch_pick
+    from envkit.install.lock.project import read_project
     from envkit.install.lock.read import is_pylock, require_pylock
     from envkit.install.lock.targets import parse_target, this_target
     from envkit.install.setup.options import DEFAULT_EXTRAS, parse_with
@@ -105,8 +106,6 @@ def run_lock(opts: LockOptions, say) -> LockResult:
         locks.append(resolve.resolve_target(t, families[t], python, channel, rest, links, extras, located[t].index))
     for line in differing_versions(locks):
         say(f"note: {line}", err=True)
-    from envkit.install.lock.project import read_project
-
     doc = grouping.build_pylock(locks, python=python, request=request.text, channel=channel,
                                envkit_version=__version__, rest_indexes=rest, project=read_project(out.absolute().parent))
     path = Path(opts.output)
