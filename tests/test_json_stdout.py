@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from conftest import ROOT, envkit
 
 QUICK = ["--set", "training.max_steps=6", "--set", "logging.every_steps=2", "--set", "eval.every_steps=6",
@@ -17,11 +19,12 @@ def parse(res) -> dict:
 
 
 def test_run_json_is_json_alone_and_the_progress_goes_to_stderr(tmp_path):
-    res = envkit("run", str(ROOT / "templates" / "train" / "gpt_quick_test.yaml"), "--run-id", "j", "--json", *QUICK,
-                 cwd=tmp_path, timeout=900)
+    res = envkit("run", str(ROOT / "templates" / "train" / "gpt_quick_test.yaml"), "--run-id", "j", "--json", "--selftest",
+                 *QUICK, cwd=tmp_path, timeout=900)
     summary = parse(res)
     assert summary["status"] == "completed" and summary["steps"] == 6
     assert "step 2/6" in res.stderr  # the trainer's lines still reach the user
+    assert "envkit selftest" in res.stderr  # and so does the self-test's report
 
 
 def test_sweep_json_is_json_alone(tmp_path):
@@ -37,6 +40,8 @@ def test_exec_json_is_json_alone_whatever_the_script_prints(tmp_path):
     out = parse(res)
     assert out["status"] == "completed" and out["run_dir"].startswith(str(tmp_path))
     assert "epoch 1 loss 0.5" in res.stderr  # the script's lines still reach the user
+    detached = parse(envkit("exec", "--detach", "--json", "--", "python", "train.py", cwd=tmp_path, timeout=300))
+    assert detached["run_dir"].startswith(str(tmp_path)) and detached["pid"] > 0
 
 
 def test_runs_doctor_check_and_validate_json(tmp_path):
@@ -48,3 +53,66 @@ def test_runs_doctor_check_and_validate_json(tmp_path):
     assert check["ok"] is True and [r["requirement"] for r in check["results"]] == ["python>=3.8"]
     valid = parse(envkit("validate", str(ROOT / "templates" / "train" / "gpt_quick_test.yaml"), "--json", cwd=tmp_path))
     assert valid["config"]["model"]["type"] == "gpt"
+
+
+# ---- every other command that takes --json ---------------------------------------------------------
+
+def test_setup_json_is_json_alone_planning_installing_and_from_a_lock(server, venv, tmp_path):
+    """setup's plan is the one document: the installer's lines, "wrote envkit.lock", the self-test's
+    report and the next step go to stderr; the same for --lock and for the lock and check commands."""
+    common = ("--venv", str(venv), "--index-url", server.url("json"), "--installer", "pip")
+    env = {"ENVKIT_CACHE_DIR": str(tmp_path / "cache")}
+    plan = parse(envkit("setup", *common, "--dry-run", "--json", cwd=tmp_path, env=env))
+    assert plan["versions"] == {"torch": "2.6.0+cpu"} and plan["create_venv"] is False
+    res = envkit("setup", *common, "--yes", "--no-selftest", "--json", cwd=tmp_path, env=env, timeout=240)
+    assert parse(res)["versions"] == {"torch": "2.6.0+cpu"}
+    assert "wrote envkit.lock" in res.stderr and "next: source .envkit/activate" in res.stderr
+    # the self-test runs after the install: the fake torch of the test index fails it (exit 1), and
+    # its report is on stderr, not after the plan on stdout
+    res = envkit("setup", *common, "--torch", "2.5.1", "--yes", "--json", cwd=tmp_path, env=env, timeout=300)
+    assert res.returncode == 1 and "the self-test failed" in res.stderr and "envkit selftest" in res.stderr
+    assert json.loads(res.stdout)["versions"] == {"torch": "2.5.1+cpu"}
+    again = parse(envkit("setup", "--venv", str(venv), "--lock", "envkit.lock", "--dry-run", "--json", cwd=tmp_path, env=env))
+    assert again["versions"]["torch"] == "2.5.1+cpu" and again["nothing_to_do"] is True
+    drift = parse(envkit("check", "--lock", "envkit.lock", "--python", str(venv / "bin/python"), "--require", "python>=3.8",
+                         "--json", cwd=tmp_path))["drift"]
+    assert drift["changed"] is False
+    locked = parse(envkit("lock", "--from", "envkit.lock", "--json", cwd=tmp_path, env=env))
+    assert [t["torch"] for t in locked["targets"].values()] == ["2.5.1+cpu"] and (tmp_path / "pylock.toml").is_file()
+
+
+def test_lock_json_is_json_alone_while_it_resolves(tmp_path):
+    """`envkit lock` says "resolving ..." and its notes on stderr."""
+    import pylock_wheels
+    from localindex import LocalIndex
+
+    pytest.importorskip("packaging.pylock")
+    with LocalIndex(pylock_wheels.build(tmp_path / "wheels")) as srv:
+        res = envkit("lock", "--target", "this", "--target", "macos-arm64", "--torch", "2.13.0", "--index-url",
+                     f"{srv.base}/pypi/simple", "--json", cwd=tmp_path, timeout=300,
+                     env={"ENVKIT_PYTORCH_INDEX": f"{srv.base}/whl", "UV_CACHE_DIR": str(tmp_path / "uv-cache"),
+                          "ENVKIT_CACHE_DIR": str(tmp_path / "cache")})
+    out = parse(res)
+    assert {t["torch"] for t in out["targets"].values()} == {"2.13.0+cpu", "2.13.0"} and "resolving" in res.stderr
+
+
+def test_bench_tune_and_selftest_json(tmp_path):
+    """The smallest runs: a plain MLP, half a second per rung or candidate, no compile."""
+    bench = parse(envkit("bench", "--model", "mlp", "--device", "cpu", "--seconds", "0.5", "--budget", "90s", "--no-compile",
+                         "--json", cwd=tmp_path, timeout=300))
+    assert bench["model"] and bench["rungs"] and all(r["status"] in ("ok", "skip") for r in bench["rungs"])
+    tune = parse(envkit("tune", "--model", "mlp", "--seconds", "0.5", "--budget", "20s", "--dry-run", "--json",
+                        cwd=tmp_path, timeout=300))
+    assert tune["path"] is None and tune["settings"]  # a dry run writes nothing
+    selftest = parse(envkit("selftest", "--quick", "--json", cwd=tmp_path, timeout=300))
+    assert selftest["ok"] is True and selftest["quick"] is True
+
+
+def test_profile_monitor_and_print_config_json(tmp_path):
+    assert {p["name"] for p in parse(envkit("profile", "list", "--json", cwd=tmp_path))["profiles"]} >= {"cpu", "m3-max"}
+    assert parse(envkit("profile", "show", "cpu", "--json", cwd=tmp_path))["name"] == "cpu"
+    assert parse(envkit("profile", "diff", "cpu", "cuda", "--json", cwd=tmp_path))
+    config = str(ROOT / "templates" / "train" / "gpt_quick_test.yaml")
+    assert parse(envkit("run", config, "--print-config", "--json", *QUICK, cwd=tmp_path))["config"]["training"]["max_steps"] == 6
+    envkit("run", config, "--run-id", "m", *QUICK, cwd=tmp_path, timeout=900)
+    assert parse(envkit("monitor", "--json", cwd=tmp_path))["status"] == "completed"

@@ -79,6 +79,10 @@ def check(requires, pyproject, as_json, fmt, replay, python, lock) -> None:
         if drift is not None:
             for line in drift.get("lines", []):
                 click.echo(f"::error title=envkit lock drift::{line}" if fmt == "github" else f"DRIFT {line}")
+            from envkit.install.lock.drift import project_line
+
+            if fmt == "text" and project_line(drift):
+                click.echo(f"note: {project_line(drift)}")
         if fmt == "text":
             failed = sum(1 for r in results if not r.ok)
             click.echo(f"{len(results) - failed}/{len(results)} gates hold" + ("" if ok else ": FAILED"))

@@ -54,7 +54,7 @@ def setup(profile_name, torch_req, with_, no_numpy, venv_opt, python_opt, instal
                         python=python_opt, installer=installer, index_url=index_url, dry_run=dry_run, yes=yes,
                         lock=lock_opt, selftest=not no_selftest, as_json=as_json, replay=replay,
                         tune=tune)
-    ui = _CommandLineUI()
+    ui = _CommandLineUI(as_json)
     installed = run_setup(opts, ui)
     if installed is None:
         return
@@ -112,9 +112,15 @@ def _selftest(venv_python: str, profile, selftest: bool, ui) -> int:
 
 
 class _CommandLineUI:
-    """How setup talks to the person at the terminal (or to a script, with --json)."""
+    """How setup talks to the person at the terminal (or to a script, with --json: then stdout holds
+    the plan as one JSON document, and every other line (notes, the installer's, the self-test's
+    report, the next step) goes to stderr)."""
 
-    say = staticmethod(_say)
+    def __init__(self, as_json: bool = False):
+        self.as_json = as_json
+
+    def say(self, text: str = "", err: bool = False) -> None:
+        _say(text, err=err or self.as_json)
 
     @staticmethod
     def show_json(obj) -> None:
@@ -130,13 +136,10 @@ class _CommandLineUI:
     def show_plan(plan: dict, as_json: bool) -> None:
         _show(plan, as_json)
 
-    @staticmethod
-    def selftest_report(report) -> None:
+    def selftest_report(self, report) -> None:
         from envkit.selftest import render_report
 
-        out = render_report(report)
-        if isinstance(out, str):
-            _say(out)
+        render_report(report, echo=(lambda line: _say(line, err=True)) if self.as_json else None)
 
 
 def _show(plan: dict, as_json: bool) -> None:

@@ -231,9 +231,7 @@ def _selftest(p) -> None:
 
     dev = p.cfg.values["device"]["type"]
     report = run_selftest(python=p.python, device=dev if dev in ("mps", "cuda", "cpu") else "auto", profile=p.cfg.profile, quick=True)
-    out = render_report(report)
-    if out:
-        click.echo(out, err=True)
+    render_report(report, echo=lambda line: click.echo(line, err=True))  # stdout is --json's, or the trainer's
     if not getattr(report, "ok", False):
         raise EnvkitError("the self-test failed on this device; not training", where="--selftest",
                           fix="see the report above; `envkit doctor` and `envkit selftest` explain each failure")

@@ -3,6 +3,8 @@
 index/    reading package indexes
   pages.py          PEP 691 JSON / PEP 503 HTML pages, file:// indexes, folders of wheels
   pip_config.py     the sources pip itself is configured with (pip.conf, PIP_* variables)
+  sources.py        the one order setup and lock look in (PyTorch's index, else pip's sources),
+                    and offline, not there and found-elsewhere, each said as such
 choice/   which torch build, and which exact versions of it
   model.py          Request (--torch), Choice (build, index, limits), where each build lives
   variants.py       the build this machine needs (Mac, CPU, AMD/Intel), from its facts
@@ -33,6 +35,7 @@ lock/     both lock formats, envkit.lock (one machine) and pylock.toml (many), P
   fetch.py          a lock's wheels, downloaded and checked against its sizes and sha256s
   install.py        the one install-from-lock flow (`envkit setup --lock`)
   drift.py          the one drift check (`envkit check --lock`)
+  project.py        the project beside a lock, and what an environment holds for it (not drift)
   targets.py        the machines `envkit lock` writes for (platform + build)
   torch_pick.py     one public torch (and companions) for every target
   resolve.py        each target's closure: wheel metadata, uv for the rest

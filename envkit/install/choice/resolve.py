@@ -9,8 +9,8 @@ from packaging.version import Version
 
 from envkit.checks import gates
 from envkit.errors import EnvkitError
-from envkit.install.index import pages, pip_config
-from envkit.install.choice.model import Choice, Request
+from envkit.install.index import pages, sources
+from envkit.install.choice.model import Choice, Request, parse_request
 
 
 class NoMatchingTorch(EnvkitError):
@@ -100,20 +100,26 @@ def _tag_rank(c: pages.Candidate, tags: frozenset) -> int:
     return len(c.tags & tags)
 
 
-def _describe(cands, tags, python_version, request) -> str:
-    fitting = sorted({str(c.version) for c in cands if c.fits(tags, python_version)}, key=Version)
+def _have(cands, request: Request, choice: Choice, tags: frozenset, python_version: str) -> list[str] | str:
+    """What the sources hold that fits this machine (its tags and Python, the build's label), of
+    the request's channel where there is any: the versions worth naming in the error."""
     if not cands:
-        return "it has no torch wheels at all"
+        return "none of them has any torch wheel"
+    fitting = [c for c in cands if not c.yanked and c.fits(tags, python_version)
+               and (choice.local is None or c.version.local == choice.local) and _build_label_fits(c.version.local, choice)]
     if not fitting:
-        return f"none of its {len(cands)} torch wheels fits this Python ({python_version})"
-    return f"wheels for this Python: {', '.join(fitting[-6:])}"
+        return (f"none of their {len(cands)} torch wheels fits this machine (Python {python_version}"
+                + (f", a +{choice.local} build" if choice.local else "") + ")")
+    same_channel = [c for c in fitting if parse_request(request.channel).admits(c.version)] or fitting
+    return sorted({str(c.version) for c in same_channel}, key=Version)
 
 
 def resolve(choice: Choice, request: Request, tags: frozenset, python_version: str, companions: list[str],
             *, explicit_index: bool, pip_python: str, extras: list[str] = ()) -> Resolved:
-    """Read the index. When PyTorch's default index cannot be reached (offline, firewalled) and the
-    user named no index, a stable/pinned request falls back to pip's own configured sources
-    (find-links, mirrors, PyPI) with the same rules: on a CPU-only Linux box only a `+cpu` torch."""
+    """Read the index (index/sources.py says the order). When PyTorch's index cannot be reached
+    (offline, firewalled) and the user named no index, a stable/pinned request falls back to pip's
+    own configured sources (find-links, mirrors, PyPI) with the same rules: on a CPU-only Linux box
+    only a `+cpu` torch. A version on none of them says so, with the versions they have."""
     try:
         cands = pages.fetch(choice.index_url, "torch")
     except EnvkitError as exc:
@@ -122,9 +128,8 @@ def resolve(choice: Choice, request: Request, tags: frozenset, python_version: s
         return _fallback(choice, request, tags, python_version, companions, pip_python, exc, list(extras))
     pick = select(cands, request, choice, tags, python_version)
     if pick is None:
-        raise NoMatchingTorch(f"the index {choice.index_url} has no torch matching {_want(request, choice)}: "
-                          + _describe(cands, tags, python_version, request),
-                          fix="ask for another --torch, or point --index-url at an index that has it")
+        raise sources.not_found(f"torch {_want(request, choice)}", [choice.index_url], {},
+                                _have(cands, request, choice, tags, python_version), fix=NOT_FOUND_FIX, error=NoMatchingTorch)
     res = Resolved(torch=pick, index_url=choice.index_url, sources=[choice.index_url])
     for name in companions:
         comp = select_companion(pages.fetch(choice.index_url, name), name, pick, tags, python_version)
@@ -136,49 +141,46 @@ def resolve(choice: Choice, request: Request, tags: frozenset, python_version: s
     return res
 
 
+NOT_FOUND_FIX = "ask for one of those with --torch, or point --index-url at an index that has it"
+
+
 def _want(request: Request, choice: Choice) -> str:
     bits = [request.text]
     if str(choice.limit):
         bits.append(str(choice.limit))
-    if choice.local:
-        bits.append(f"+{choice.local}")
-    return " ".join(bits)
+    text = " ".join(bits)
+    return text + (f" (a +{choice.local} build)" if choice.local else "")
 
 
 def _fallback(choice, request, tags, python_version, companions, pip_python, err: EnvkitError,
               extras: list[str]) -> Resolved:
-    indexes, links = pip_config.pip_sources(pip_python)
-    local_first = [s for s in links + indexes if "://" not in s or s.startswith("file://")]
-    remote = [s for s in indexes if s not in local_first]
-    for group in (local_first, remote):
-        cands, used = [], []
-        for src in group:
-            try:
-                got = pages.fetch(src, "torch")
-            except EnvkitError:
-                continue
-            if got:
-                used.append(src)
-            cands.extend(got)
-        pick = select(cands, request, choice, tags, python_version)
+    """PyTorch's index cannot be reached: pip's configured sources, a group at a time (the ones on
+    this disk first). Found: one note says so. Not on any that answered: that, with what they have.
+    None answered: offline, and both are named."""
+    why = sources.reason(err)
+    tried, unreachable, everything = [choice.index_url], {choice.index_url: why}, []
+    for group in sources.pip_groups(pip_python):
+        found = sources.look("torch", group)
+        tried += group
+        unreachable.update(found.unreachable)
+        everything += found.candidates
+        pick = select(found.candidates, request, choice, tags, python_version)
         if pick is None:
             continue
-        res = Resolved(torch=pick, index_url=None, sources=used)
+        used = [s for s in found.used() if any(c.version == pick.version for c in found.answered[s])]
+        res = Resolved(torch=pick, index_url=None, sources=found.used())
         for name in companions:
-            comp_cands = []
-            for src in group:
-                try:
-                    comp_cands.extend(pages.fetch(src, name))
-                except EnvkitError:
-                    pass
-            comp = select_companion(comp_cands, name, pick, tags, python_version)
+            comp = select_companion(sources.look(name, group).candidates, name, pick, tags, python_version)
             if comp is None:
                 raise EnvkitError(f"{err.message}; pip's configured sources have torch {pick.version} but no {name} for it",
                                   fix=f"drop {name} from --with, or {err.fix}")
             res.companions[name] = comp
         _add_extras(res, extras, group, tags, python_version)
-        reason = err.message.replace("cannot reach the package index ", "")
-        res.notes.append(f"{choice.index_url} is unreachable ({reason.split(': ', 1)[-1]}): "
-                         f"using pip's configured sources ({', '.join(used)}), which hold torch {pick.version}")
+        res.notes.append(sources.fell_back_line(choice.index_url, why, "torch", used))
         return res
-    raise err
+    if all(s in unreachable for s in tried):
+        raise sources.offline(choice.index_url, why, {s: w for s, w in unreachable.items() if s != choice.index_url},
+                              fix=err.fix or pages.FIX)
+    # not NoMatchingTorch: another CUDA build's page is as unreachable, and pip's sources the same
+    raise sources.not_found(f"torch {_want(request, choice)}", tried, unreachable,
+                            _have(everything, request, choice, tags, python_version), fix=NOT_FOUND_FIX)

@@ -1,7 +1,9 @@
 """`envkit lock --from envkit.lock`: an envkit.lock (one machine, written by `envkit setup`; either
 format, read by read.py) as a pylock.toml with one target. The versions stay exactly as locked;
 each package's wheel is the one the lock recorded, or, where it recorded none, the wheel of that
-exact version on the lock's index (or --index-url) that fits the platform."""
+exact version that fits the platform on the first source that has it, in index/sources.py's
+order: the lock's own index, then --index-url, else pip's configured sources (said in one line).
+A version on none of them is one line naming them and the versions they have (exit 2)."""
 
 from __future__ import annotations
 
@@ -25,27 +27,61 @@ def _target(lock, where: str) -> tuple[Target, str]:
     return Target(platform, build, f"--from {where}"), python
 
 
-def _find(name: str, version: str, sources: list[str], target: Target, python: str):
-    from envkit.install.index import pages
+class _Sources:
+    """The lock's own indexes, then the rest (--index-url, else pip's configured sources, those on
+    this disk first): the order index/sources.py gives. Each page is read once."""
 
-    tags = target.tags(python)
-    order = {t: i for i, t in enumerate(tags)}
-    for src in sources:
-        try:
-            cands = pages.fetch(src, name)
-        except EnvkitError:
-            continue
-        fit = [c for c in cands if str(c.version) == version and c.fits(frozenset(tags), python) and c.sha256]
-        if fit:
-            return src, min(fit, key=lambda c: min(order.get(t, 10**6) for t in c.tags))
-    return None, None
+    def __init__(self, primary: list[str], rest: tuple[list[str], list[str]]):
+        from envkit.install.index import sources
+
+        self.primary = list(primary)
+        self.order = self.primary + [s for g in sources.fallback_groups(*rest) for s in g if s not in self.primary]
+        self.pages: dict[tuple[str, str], list] = {}
+        self.unreachable: dict[str, str] = {}
+
+    def read(self, src: str, name: str) -> list:
+        from envkit.install.index import pages, sources
+
+        if (src, name) not in self.pages:
+            try:
+                self.pages[src, name] = pages.fetch(src, name)
+            except EnvkitError as exc:
+                self.unreachable[src] = sources.reason(exc)
+                self.pages[src, name] = []
+        return self.pages[src, name]
+
+    def find(self, name: str, version: str, target: Target, python: str):
+        """(source, wheel, sha256) of this exact version on the first source that has a wheel of it
+        for the platform, or (None, None, None)."""
+        from envkit.install.lock.index_hashes import local_sha256
+
+        tags = target.tags(python)
+        order = {t: i for i, t in enumerate(tags)}
+        for src in self.order:
+            fit = [c for c in self.read(src, name) if str(c.version) == version and c.fits(frozenset(tags), python)
+                   and (c.sha256 or c.url.startswith("file://"))]
+            if fit:
+                cand = min(fit, key=lambda c: min(order.get(t, 10**6) for t in c.tags))
+                return src, cand, cand.sha256 or local_sha256(cand.url)
+        return None, None, None
+
+    def versions(self, name: str, target: Target, python: str) -> list[str]:
+        from packaging.version import Version
+
+        tags = frozenset(target.tags(python))
+        return sorted({str(c.version) for src in self.order for c in self.read(src, name) if c.fits(tags, python)}, key=Version)
 
 
-def convert(path: Path, output: Path, more_indexes: list[str], say) -> tuple[bool, dict[str, dict]]:
-    """(written, {target: {torch, group, packages}})."""
+def convert(path: Path, output: Path, rest: tuple[list[str], list[str]], say, rest_label: str = "pip's configured sources"
+            ) -> tuple[bool, dict[str, dict]]:
+    """(written, {target: {torch, group, packages}}). `rest`: (indexes, find-links) after the
+    lock's own: --index-url, else pip's configuration."""
     from envkit import __version__
+    from envkit.install.index import sources
     from envkit.install.lock import grouping
+    from envkit.install.lock.project import read_project
     from envkit.install.lock.read import read
+    from envkit.install.lock.resolve import index_url_of
 
     lock = read(path)
     where = str(path)
@@ -55,28 +91,39 @@ def convert(path: Path, output: Path, more_indexes: list[str], say) -> tuple[boo
     if lock.note:
         say(lock.note, err=True)
     target, python = _target(lock, where)
-    sources = lock.index_urls + list(more_indexes)
+    srcs = _Sources(lock.index_urls, rest)
     tl = TargetLock(target=target, torch_index=(lock.index_urls or [""])[0])
-    missing = []
+    missing, elsewhere = [], {}
     for p in lock.picks():
         if p.url and p.sha256:
             tl.packages[p.name] = Locked(p.name, p.version, next(iter(lock.index_urls), ""),
                                          Wheel(p.url, p.sha256, p.size or size_of(p.url), p.filename))
             continue
-        src, cand = _find(p.name, p.version, sources, target, python)
+        src, cand, sha = srcs.find(p.name, p.version, target, python)
         if cand is None:
-            missing.append(f"{p.name} {p.version}")
+            missing.append(p)
             continue
-        tl.packages[p.name] = Locked(p.name, p.version, src, Wheel(cand.url, cand.sha256, cand.size or size_of(cand.url),
-                                                                   cand.filename))
+        if src not in srcs.primary:
+            elsewhere.setdefault(src, []).append(f"{p.name} {p.version}")
+        tl.packages[p.name] = Locked(p.name, p.version, index_url_of(src),
+                                     Wheel(cand.url, sha, cand.size or size_of(cand.url), cand.filename))
     if missing:
-        raise EnvkitError(f"the lock records no wheel URL and sha256 for {', '.join(missing)}, and no index has them",
-                          where=where, fix="pass --index-url with an index that has them, or lock anew with `envkit lock`")
+        what = ", ".join(f"{p.name} {p.version}" for p in missing)
+        have = "; ".join(f"{p.name} {', '.join(srcs.versions(p.name, target, python)[-8:]) or '(no wheel for this platform)'}"
+                         for p in missing)
+        raise EnvkitError(f"{what} {'is' if len(missing) == 1 else 'are'} on none of: "
+                          f"{sources.tried_text(srcs.order, srcs.unreachable) or 'no source (the lock names no index)'}; "
+                          f"they have {have}", where=where,
+                          fix="pin a version that exists in the lock, or pass --index-url with an index that has it")
+    if elsewhere:  # one line: which packages, and where they were found instead
+        names = ", ".join(n for found in elsewhere.values() for n in found)
+        why = f"not on the lock's index ({', '.join(srcs.primary)})" if srcs.primary else "the lock names no index"
+        say(f"note: {why} for {names}: found on {rest_label} ({', '.join(elsewhere)})", err=True)
     tl.how = (f"converted from {path.name} (envkit setup on {lock.platform.get('chip') or lock.platform.get('os') or target.platform}"
               f", profile {lock.profile.get('name', '?')}); versions as locked, nothing resolved")
     doc = grouping.build_pylock([tl], python=python, request=str(lock.source.get("torch", "")),
                                 channel=str(lock.source.get("channel", "stable")), envkit_version=__version__,
-                                rest_indexes=lock.index_urls)
+                                rest_indexes=lock.index_urls, project=lock.project or read_project(output.absolute().parent))
     info = doc["tool"]["envkit"]["targets"][target.name]
     info["profile"] = lock.profile.get("name") or info["profile"]
     written = grouping.write(output, doc)

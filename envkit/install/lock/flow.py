@@ -56,6 +56,7 @@ def run_lock(opts: LockOptions, say) -> LockResult:
     from envkit import __version__
     from envkit.install.choice.model import parse_request
     from envkit.install.lock import grouping, resolve, torch_pick
+    from envkit.install.lock.project import read_project
     from envkit.install.lock.read import is_pylock, require_pylock
     from envkit.install.lock.targets import parse_target, this_target
     from envkit.install.setup.options import DEFAULT_EXTRAS, parse_with
@@ -70,7 +71,8 @@ def run_lock(opts: LockOptions, say) -> LockResult:
     if opts.from_lock:
         from envkit.install.lock.convert import convert
 
-        written, targets = convert(Path(opts.from_lock), out, rest_sources(opts.index_url)[0] if opts.index_url else [], say)
+        written, targets = convert(Path(opts.from_lock), out, rest_sources(opts.index_url), say,
+                                   "--index-url" if opts.index_url else "pip's configured sources")
         return LockResult(path=out, written=written, targets=targets)
     request = parse_request(opts.torch)
     companions = parse_with(opts.with_)
@@ -93,16 +95,19 @@ def run_lock(opts: LockOptions, say) -> LockResult:
             raise EnvkitError(f"--target {t.asked} and --target {seen[t.name]} are the same target ({t.name})",
                               where="--target", fix="name each target once")
         seen[t.name] = t.asked
-    families = torch_pick.pick_torch(targets, request, python, channel, rest, companions)
+    families, located = torch_pick.pick_torch(targets, request, python, channel, rest, companions, links,
+                                              "--index-url" if opts.index_url else "pip's configured sources")
+    for note in dict.fromkeys(loc.note for loc in located.values() if loc.note):
+        say(f"note: {note}", err=True)
     extras = [] if not opts.numpy else list(DEFAULT_EXTRAS)
     locks = []
     for t in targets:
         say(f"resolving {t.name}: torch {families[t]['torch'].version}", err=True)
-        locks.append(resolve.resolve_target(t, families[t], python, channel, rest, links, extras))
+        locks.append(resolve.resolve_target(t, families[t], python, channel, rest, links, extras, located[t].index))
     for line in differing_versions(locks):
         say(f"note: {line}", err=True)
     doc = grouping.build_pylock(locks, python=python, request=request.text, channel=channel,
-                               envkit_version=__version__, rest_indexes=rest)
+                               envkit_version=__version__, rest_indexes=rest, project=read_project(out.absolute().parent))
     path = Path(opts.output)
     written = grouping.write(path, doc)
     return LockResult(path=path, written=written, targets={

@@ -89,8 +89,9 @@ class Grouping:
 
 
 def build_pylock(locks: list[TargetLock], *, python: str, request: str, channel: str, envkit_version: str,
-                 rest_indexes: list[str]) -> dict:
-    """The pylock as a TOML-ready dict (validated by packaging.pylock before it is written)."""
+                 rest_indexes: list[str], project: dict | None = None) -> dict:
+    """The pylock as a TOML-ready dict (validated by packaging.pylock before it is written).
+    `project`: the project beside the lock (lock/project.py), in [tool.envkit.project]."""
     targets = [tl.target for tl in locks]
     grouping = Grouping.of(targets)
     entries: dict[tuple, dict] = {}
@@ -125,6 +126,8 @@ def build_pylock(locks: list[TargetLock], *, python: str, request: str, channel:
         "torch-version": locks[0].packages["torch"].version.split("+")[0] if locks else "",
         "indexes": [strip_userinfo(i) for i in rest_indexes],
         "targets": {tl.target.name: _target_info(tl, grouping) for tl in locks}})}
+    if project:
+        doc["tool"]["envkit"]["project"] = {"name": project["name"], "extras": list(project["extras"])}
     return doc
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from envkit.errors import EnvkitError
-from envkit.install.lock.drift import compare, installed_versions
+from envkit.install.lock.drift import compare, installed, project_line
 from envkit.install.lock.read import LockFile
 from envkit.install.setup.options import venv_python_of
 from envkit.redact import strip_userinfo
@@ -78,13 +78,14 @@ def install_from_lock(lock: LockFile, facts, profile, venv: Path, base_python: s
     say = ui.say
     if lock.note:
         say(lock.note, err=True)
-    installed = {} if create or replay else installed_versions(venv_python)
-    drift = compare(sel.versions, installed)
+    have, project = ({}, None) if create or replay else installed(venv_python, lock)
+    drift = compare(sel.versions, have, project)  # what is installed for the lock's project stays
     extras = sorted(drift["added"])
     cmd, hashed = install_command(venv_python, sel, lock)
     plan = {"from_lock": str(lock.path), "target": sel.target, "group": sel.group, "venv": str(venv), "create_venv": create,
             "profile": profile.name, "versions": sel.versions, "packages": len(sel.picks), "hashes_enforced": hashed,
             "changes": drift["lines"], "nothing_to_do": not create and not drift["changed"],
+            "project": drift.get("project"),
             "wheels": [{"name": p.name, "url": strip_userinfo(p.url or p.path or ""), "size": p.size, "sha256": p.sha256}
                        for p in sel.picks if p.has_file],
             "commands": ([" ".join(venv_command("pip", base_python, str(venv)))] if create else [])
@@ -100,6 +101,8 @@ def install_from_lock(lock: LockFile, facts, profile, venv: Path, base_python: s
             say(f"  {name} {version}")
         for line in drift["lines"]:
             say(f"  change: {line}")
+        if project_line(drift):
+            say(f"  keep: {project_line(drift)}")
         for c in plan["commands"]:
             say(f"  $ {c}")
     if plan["nothing_to_do"]:
@@ -114,20 +117,22 @@ def install_from_lock(lock: LockFile, facts, profile, venv: Path, base_python: s
         req_file = Path(tmp) / "requirements.txt"
         req_file.write_text(requirements(sel, paths, hashed))
         install_with_rollback(venv, venv_python, base_python, "pip", create, cmd + ["-r", str(req_file)], want, sel.device,
-                              say, after=leave_only_locked(venv_python, extras, sel.versions))
+                              say, after=leave_only_locked(venv_python, extras, sel.versions, lock))
     _write_state(root, profile, venv, venv_python, lock, sel.versions.get("torch"), say)
     return True
 
 
-def leave_only_locked(venv_python: str, extras: list[str], locked: dict[str, str]) -> Callable[[], None]:
-    """The step after the install: remove what the lock does not hold, then check that the
-    environment is exactly the lock; a difference fails the install (rolled back)."""
+def leave_only_locked(venv_python: str, extras: list[str], locked: dict[str, str], lock: LockFile | None = None
+                      ) -> Callable[[], None]:
+    """The step after the install: remove what the lock does not hold (what is installed for the
+    lock's project stays), then check that the environment is exactly the lock; a difference fails
+    the install (rolled back)."""
     from envkit.install.act import execute
 
     def after() -> None:
         if extras:
             execute.run_step([venv_python, "-m", "pip", "uninstall", "-y", *extras], "removing packages not in the lock")
-        left = compare(locked, installed_versions(venv_python))
+        left = compare(locked, *installed(venv_python, lock))
         if left["changed"]:
             raise execute.StepFailed("the environment still differs from the lock: " + "; ".join(left["lines"]))
 

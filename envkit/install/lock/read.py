@@ -89,6 +89,12 @@ class LockFile:
         return {str(k): str(v) for k, v in self._table("env").items()}
 
     @property
+    def project(self) -> dict | None:
+        """The project the lock belongs to ([tool.envkit.project]: name, extras), lock/project.py."""
+        p = self._table("project")
+        return {"name": str(p["name"]), "extras": [str(e) for e in p.get("extras") or []]} if p.get("name") else None
+
+    @property
     def index_urls(self) -> list[str]:
         """The indexes the lock names: envkit.lock's source, pylock.toml's [tool.envkit] indexes."""
         return list(dict.fromkeys(list(self.source.get("index_urls") or []) + list(self.tool.get("indexes") or [])))

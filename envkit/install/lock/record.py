@@ -80,7 +80,8 @@ def required_bootstrap(dists: dict[str, dict], markers: dict[str, str]) -> set[s
 
 
 def build(interpreter: Interpreter, *, platform: dict, profile: dict, source: dict, env: dict[str, str],
-          report: dict[str, dict], previous: LockFile | None, cached: dict[str, str], envkit_version: str) -> dict:
+          report: dict[str, dict], previous: LockFile | None, cached: dict[str, str], envkit_version: str,
+          project: dict | None = None) -> dict:
     """The lock of what `interpreter` holds now. Hashes come from this run's report, or from the
     previous lock for packages this run did not touch (the same version)."""
     prev = {single.canon(p.name): p for p in (previous.picks() if previous is not None and previous.single else [])}
@@ -102,4 +103,4 @@ def build(interpreter: Interpreter, *, platform: dict, profile: dict, source: di
             e["cached"] = old.cached
         entries.append({k: v for k, v in e.items() if v})
     return single.doc(platform=platform, profile=profile, source=source, env=dict(env), entries=entries,
-                      envkit_version=envkit_version)
+                      envkit_version=envkit_version, project=project)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.install.index import pages
+from envkit.install.lock.index_hashes import local_sha256
 from envkit.install.lock.model import Locked, TargetLock, Wheel
 from envkit.install.lock.targets import Target, build_index
 from envkit.install.lock.torch_pick import TORCH_FAMILY, torch_source
@@ -188,6 +189,11 @@ def _index_of(name: str, filename: str, indexes: list[str], cache: dict) -> str:
     return indexes[0]
 
 
+def index_url_of(source: str) -> str:
+    """A source as a lock names it: a URL (a folder of wheels, pip's find-links, as its file:// URL)."""
+    return source if not source or "://" in source else Path(source).resolve().as_uri()
+
+
 def size_of(url: str) -> int | None:
     """A file's size where the index gave none (download.pytorch.org's pages): a HEAD request, or
     the file itself."""
@@ -207,19 +213,22 @@ def size_of(url: str) -> int | None:
 # ---- one target, whole ---------------------------------------------------------------------------
 
 def resolve_target(target: Target, family: dict[str, pages.Candidate], python: str, channel: str, rest: list[str],
-                   find_links: list[str], extras: list[str]) -> TargetLock:
+                   find_links: list[str], extras: list[str], torch_index: str | None = None) -> TargetLock:
+    """`torch_index`: where torch_pick found the family (the build's page, or the source pip's
+    configuration gave when that page could not be reached)."""
     env = target.marker_environment(python)
     reqs: list[str] = []
     for cand in family.values():
         reqs += applicable(wheel_requirements(cand), env)
     reqs += list(extras)
     reqs = list(dict.fromkeys(reqs))
-    src = torch_source(target, channel, rest)
+    src = index_url_of(torch_index or torch_source(target, channel, rest))
     extra_index = build_index(target.build, channel) if target.device in ("rocm", "xpu") else None
     out = TargetLock(target=target, torch_index=src)
     for name, cand in family.items():
         out.packages[name] = Locked(name=name, version=str(cand.version), index=src,
-                                    wheel=Wheel(url=cand.url, sha256=cand.sha256 or "", size=cand.size, filename=cand.filename))
+                                    wheel=Wheel(url=cand.url, sha256=cand.sha256 or local_sha256(cand.url) or "", size=cand.size,
+                                                filename=cand.filename))  # a folder's wheels: hashed on disk
     cache: dict = {}
     for p in uv_compile(reqs, target, python, rest, find_links, extra_index):
         if p.name in out.packages:

@@ -12,6 +12,8 @@ profile's environment in [tool.envkit] (installers other than envkit ignore tool
     [tool.envkit.profile]        name, sha256 of its resolved values
     [tool.envkit.source]         torch request, channel, installer, index_urls ([] = pip's sources)
     [tool.envkit.env]            the profile's environment (never names holding TOKEN, KEY, ...)
+    [tool.envkit.project]        name, extras: the pyproject.toml beside the lock (lock/project.py);
+                                 what is installed for it is not drift
 
 A package whose wheel the installer did not report (already in a venv envkit did not fill) is
 pinned by version in `versions-only` (PEP 751 requires a file for every package): envkit installs
@@ -67,9 +69,11 @@ def _wheel_fits(name: str, version: str, url: str) -> bool:
         return False
 
 
-def doc(*, platform: dict, profile: dict, source: dict, env: dict[str, str], entries: list[dict], envkit_version: str) -> dict:
+def doc(*, platform: dict, profile: dict, source: dict, env: dict[str, str], entries: list[dict], envkit_version: str,
+        project: dict | None = None) -> dict:
     """The lock as a TOML-ready dict. `entries`: {name, version, sha256, url, cached} per package,
-    as the installer reported them (sha256 and url may be missing)."""
+    as the installer reported them (sha256 and url may be missing). `project`: the project beside
+    the lock (lock/project.py), recorded in [tool.envkit.project]."""
     packages, versions_only = [], []
     for e in sorted(entries, key=lambda e: canon(e["name"])):
         name, version, url, sha = canon(e["name"]), str(e["version"]), strip_userinfo(e.get("url") or ""), e.get("sha256")
@@ -90,6 +94,8 @@ def doc(*, platform: dict, profile: dict, source: dict, env: dict[str, str], ent
             "profile": redact(profile), "source": redact(source), "env": safe_env(env)}
     if versions_only:
         tool["versions-only"] = versions_only
+    if project:
+        tool["project"] = {"name": project["name"], "extras": list(project["extras"])}
     return {"lock-version": "1.0", "environments": [marker(platform)] if marker(platform) else None,
             "requires-python": f"=={python}.*" if python else None, "created-by": "envkit", "packages": packages,
             "tool": {"envkit": tool}}

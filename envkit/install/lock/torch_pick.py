@@ -4,10 +4,12 @@ whose build lacks that version is one line naming the versions its build has."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from packaging.version import Version
 
 from envkit.errors import EnvkitError
-from envkit.install.index import pages
+from envkit.install.index import pages, sources
 from envkit.install.lock.targets import Target, build_index, known_cuda_builds
 from envkit.redact import strip_userinfo
 
@@ -58,50 +60,118 @@ def expand_cuda(target: Target, request, python: str, channel: str) -> Target:
                        fix="ask for another --torch, or name the build (linux-x86_64-cu130)")
 
 
-def pick_torch(targets: list[Target], request, python: str, channel: str, rest: list[str],
-               companions: list[str]) -> dict[Target, dict[str, pages.Candidate]]:
-    """{target: {"torch": wheel, "torchvision": wheel, ...}}, the same public versions everywhere:
-    the newest public torch that every target's build has. A target whose build lacks it is one
-    line naming the versions that have it."""
-    fits = {t: _fitting(_fetch_all(torch_source(t, channel, rest), "torch"), t, python, request) for t in targets}
+@dataclass
+class Located:
+    """Where one target's torch is read (index/sources.py: its build's page, else, when that cannot
+    be reached, pip's configured sources or --index-url), and the wheels there that fit the target."""
+
+    group: list[str]  # the sources read: torch and its companions come from here
+    fitting: list[pages.Candidate]  # every torch wheel there that fits the target (any version)
+    tried: list[str] = field(default_factory=list)
+    unreachable: dict[str, str] = field(default_factory=dict)
+    note: str | None = None  # the one line that says it fell back, and why
+
+    @property
+    def index(self) -> str:
+        """The source the lock names for this target's torch."""
+        return self.group[0] if self.group else ""
+
+
+def locate(t: Target, request, python: str, channel: str, rest: list[str], links: list[str],
+           label: str = sources.PIP_SOURCES) -> Located:
+    primary = torch_source(t, channel, rest)
+    try:
+        cands = _fetch_all(primary, "torch")
+    except EnvkitError as exc:
+        if channel != "stable" or primary in rest:  # nightlies live on PyTorch's index alone; macOS reads rest already
+            raise
+        return _fall_back(t, request, python, rest, links, primary, exc, label)
+    return Located([primary], _fitting(cands, t, python), [primary])
+
+
+def _fall_back(t: Target, request, python: str, rest: list[str], links: list[str], primary: str, err: EnvkitError,
+               label: str) -> Located:
+    """The build's page cannot be reached: the lock's other sources, a group at a time (those on
+    this disk first), as `envkit setup` does."""
+    why = sources.reason(err)
+    out = Located([], [], [primary], {primary: why})
+    for group in sources.fallback_groups(rest, links):
+        found = sources.look("torch", group)
+        out.tried += group
+        out.unreachable.update(found.unreachable)
+        fit = _fitting(found.candidates, t, python)
+        out.fitting += fit
+        if any(request.admits(c.version) for c in fit):
+            used = [s for s in found.used() if _fitting(found.answered[s], t, python, request)]
+            return Located(group, fit, out.tried, out.unreachable, sources.fell_back_line(primary, why, "torch", used, label))
+    if all(s in out.unreachable for s in out.tried):
+        raise sources.offline(primary, why, {s: w for s, w in out.unreachable.items() if s != primary},
+                              fix=err.fix or pages.FIX, label=label)
+    return out
+
+
+Families = dict[Target, dict[str, pages.Candidate]]
+
+
+def pick_torch(targets: list[Target], request, python: str, channel: str, rest: list[str], companions: list[str],
+               links: list[str] = (), label: str = sources.PIP_SOURCES) -> tuple[Families, dict[Target, Located]]:
+    """({target: {"torch": wheel, "torchvision": wheel, ...}}, {target: where its torch is read}),
+    the same public versions everywhere: the newest public torch that every target's build has.
+    A version no target has is on none of their sources (exit 2, naming what they have); one that
+    some targets lack is one line naming the versions their builds have (exit 1)."""
+    located = {t: locate(t, request, python, channel, rest, list(links), label) for t in targets}
+    fits = {t: [c for c in loc.fitting if request.admits(c.version)] for t, loc in located.items()}
     common = None
     for t, cands in fits.items():
         have = {c.version.public for c in cands}
         common = have if common is None else common & have
     if not common:
-        _explain_missing(fits, request, python, channel, rest)
+        _explain_missing(fits, located, request, python)
     public = max(common, key=Version)
     out: dict[Target, dict[str, pages.Candidate]] = {}
     for t in targets:
         out[t] = {"torch": _best([c for c in fits[t] if c.version.public == public], t, python)}
     for name in companions:
-        _pick_companion(out, name, python, channel, rest)
-    return out
+        _pick_companion(out, located, name, python)
+    return out, located
 
 
-def _explain_missing(fits, request, python, channel, rest) -> None:
-    """One line: the targets that lack the version, and the versions their build exists for."""
-    lacking = [t for t, cands in fits.items() if not cands] or list(fits)
+def _what(request, t: Target) -> str:
+    return f"torch {request.text} (" + (f"a +{t.local_label} build for " if t.local_label else "for ") + f"{t.name})"
+
+
+def _explain_missing(fits, located, request, python) -> None:
+    """One line. No target has the version: it is on none of their sources, with the versions
+    they have. Some lack it: those targets, and the versions their build exists for."""
+    if not any(fits.values()):
+        parts = [sources.not_found(_what(request, t), loc.tried, loc.unreachable, _versions(loc.fitting, request),
+                                   fix="").message for t, loc in located.items()]
+        raise EnvkitError("; ".join(strip_userinfo(p) for p in parts), where="--torch",
+                          fix="ask for one of those with --torch, or point ENVKIT_PYTORCH_INDEX at an index that has it")
     parts = []
-    for t in lacking:
-        versions = _versions_with_build(t, python, channel, rest)
-        src = strip_userinfo(torch_source(t, channel, rest))
+    for t in [t for t, cands in fits.items() if not cands]:
+        versions = sorted({c.version.public for c in located[t].fitting}, key=Version)
+        src = strip_userinfo(", ".join(located[t].group or located[t].tried))
         parts.append(f"{t.name} has no torch {request.text} for Python {python} on {src} "
                      + (f"(its build exists for {', '.join(versions[-8:])})" if versions else "(no torch there at all)"))
     raise MissingBuild("; ".join(parts), where="--target", fix="ask for a --torch that every target has, or drop the target")
 
 
-def _versions_with_build(t: Target, python: str, channel: str, rest: list[str]) -> list[str]:
-    cands = _fitting(_fetch_all(torch_source(t, channel, rest), "torch"), t, python)
-    return sorted({c.version.public for c in cands}, key=Version)
+def _versions(cands, request) -> list[str]:
+    """The versions worth naming: of the request's channel where there are any."""
+    from envkit.install.choice.model import parse_request
+
+    same = [c for c in cands if parse_request(request.channel).admits(c.version)] or cands
+    return sorted({str(c.version) for c in same}, key=Version)
 
 
-def _pick_companion(out, name: str, python: str, channel: str, rest: list[str]) -> None:
+def _pick_companion(out, located: dict[Target, Located], name: str, python: str) -> None:
     from envkit.install.choice.resolve import select_companion
 
     per = {}
     for t, picked in out.items():
-        cands = _fetch_all(torch_source(t, channel, rest), name)
+        loc = located[t]  # the build's page (an error there is said), or the group the fallback read
+        cands = _fetch_all(loc.index, name) if loc.note is None else sources.look(name, loc.group).candidates
         torch = picked["torch"]
         per[t] = [c for c in _fitting(cands, t, python)
                   if select_companion([c], name, torch, frozenset(t.tags(python)), python) is not None]

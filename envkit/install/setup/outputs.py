@@ -20,6 +20,7 @@ def write_outputs(root: Path, venv: Path, venv_python: str, profile, plan, facts
     from envkit.install.act import interp
     from envkit.install.lock import record
     from envkit.install.lock.machine import platform_of
+    from envkit.install.lock.project import read_project
     from envkit.install.lock.read import read
     from envkit.install.lock.single import canon
     from envkit.install.setup.managed import write_state
@@ -40,7 +41,7 @@ def write_outputs(root: Path, venv: Path, venv_python: str, profile, plan, facts
         env=profile.env, report={**{canon(k): v for k, v in (known_hashes or {}).items() if v.get("sha256")},
                                  **record.hashes_from_report(report)},
         previous=previous, cached=cached,
-        envkit_version=__version__)
+        envkit_version=__version__, project=read_project(lock_path.absolute().parent))
     if record.write(lock_path, lock):
         say(f"wrote {lock_path}", err=True)
     state = {"profile": profile.name, "venv": str(venv), "python": venv_python, "torch": python_here.installed.get("torch"),
