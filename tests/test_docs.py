@@ -214,7 +214,9 @@ def test_the_readme_tour_outputs_have_the_shape_the_commands_print(tmp_path):
         r = subprocess.run([sys.executable, "-m", "envkit", *args], cwd=tmp_path, env=env, timeout=120,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         got[name] = (r.returncode, r.stdout)
-    assert {n: rc for n, (rc, _) in got.items()} == {n: 0 for n in TOUR}, got
+    # doctor and check exit 1 on a machine where a check or gate fails: their lines keep their shape
+    allowed = {name: (0, 1) if name in ("doctor", "check") else (0,) for name in TOUR}
+    assert [name for name, (rc, _) in got.items() if rc not in allowed[name]] == [], got
     for name in TOUR:
         wanted = kinds(name, shown[by_name[name]])
         printed = kinds(name, got[name][1].splitlines())
