@@ -110,9 +110,8 @@ def render() -> str:
         "",
         "**Which keys apply.** A `model` or `dataset` key that does not apply to the chosen `type` is an",
         "error, not silently ignored: the *applies to* column lists the built-in types that read it (a",
-        "`package.module:factory` type is not checked). The synthetic",
-        "dataset's tasks go with a model: "
-        + ", ".join(f"`{task}` with `{model}`" for task, model in SYNTHETIC_TASKS.items()) + ".",
+        "`package.module:factory` type is not checked). The synthetic dataset's tasks go with a model:",
+        ", ".join(f"`{task}` with `{model}`" for task, model in SYNTHETIC_TASKS.items()) + ".",
         "",
     ]
     for section, fields in SCHEMA.items():
