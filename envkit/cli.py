@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("envkit.commands.train:run", "Train with the embedded reference trainer from a train.yaml."),
     "validate": ("envkit.commands.train:validate", "Check a train.yaml without running it."),
     "exec": ("envkit.commands.exec:exec_", "Run your own training command in the managed env, with a run folder, heartbeat and restarts."),
-    "stop": ("envkit.commands.exec:stop", "Stop a running `envkit exec` run: SIGINT, then SIGTERM after a grace period."),
+    "stop": ("envkit.commands.exec:stop", "Stop a running run (`envkit run` or `exec`): SIGINT, then SIGTERM after a grace period."),
     "init": ("envkit.commands.init:init", "Write a ready train.yaml from a template."),
     "sweep": ("envkit.commands.sweep:sweep", "Train every combination of a train.yaml's sweep.grid; a table per group."),
     "runs": ("envkit.commands.runs:runs", "A table of training runs with status, steps and best val loss."),

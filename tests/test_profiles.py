@@ -395,9 +395,9 @@ def test_help_does_not_import_torch():
     assert out.stdout.strip().endswith("False"), out.stdout + out.stderr
 
 
-def test_readme_example_profile_works(isolated):
-    text = (ROOT / "README.md").read_text()
-    example = text.split("### The format", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
+def test_docs_example_profile_works(isolated):
+    text = (ROOT / "docs" / "profiles.md").read_text()
+    example = text.split("## The format", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
     write(isolated["work"] / "profiles" / "mine.toml", example)
     r = envkit("env", "--profile", "mine", "--replay", str(SNAPSHOTS / "m3_max_macos14.json"), "--shell", "bash",
                env=isolated["env"], cwd=isolated["work"])

@@ -47,7 +47,7 @@ def test_gpt_quick_test_learns(tmp_path):
     d = exp_dir(tmp_path, "gpt_quick_test") / "r"
     s = summary(d)
     assert s["status"] == "completed" and s["steps"] == s["max_steps"]
-    # the figures README.md states for this template (measured on a 2-core CPU: val loss 1.04, accuracy 1.0)
+    # the figures docs/training.md states for this template (measured on a 2-core CPU: val loss 1.04, accuracy 1.0)
     assert round(s["baseline_loss"], 2) == 2.53 and s["chance_accuracy"] == 1 / 199, s
     assert s["best_val_loss"] < 1.1, s
     assert s["accuracy"] >= 0.95, s

@@ -24,7 +24,7 @@ def _say(text: str = "", err: bool = False) -> None:
 @click.option("--torch", "torch_req", default="stable", show_default=True, metavar="WHAT",
               help="stable, nightly, test (release candidate), a version (2.5.1) or a specifier ('>=2.5,<2.7').")
 @click.option("--with", "with_", default="", metavar="PKGS", help="Also install, paired with torch: torchvision,torchaudio.")
-@click.option("--no-numpy", is_flag=True, help="Do not install numpy beside torch (installed by default: see README).")
+@click.option("--no-numpy", is_flag=True, help="Do not install numpy beside torch (installed by default: see docs/setup.md).")
 @click.option("--venv", "venv_opt", metavar="PATH", help="The venv to create or reuse (default .envkit/venv; 'active' = $VIRTUAL_ENV).")
 @click.option("--python", "python_opt", metavar="PATH", help="The Python that creates the venv (default: the one running envkit).")
 @click.option("--installer", type=click.Choice(["auto", "pip", "uv"]), default="auto", show_default=True,

@@ -9,7 +9,7 @@ with the profile's environment, in child processes under per-probe timeouts (run
 picks the device and the precision and collects the results (results.py); settings.py picks the
 interpreter and the profile. Nothing here imports torch.
 
-Testing hooks (for envkit's own tests, documented in the README):
+Testing hooks (for envkit's own tests, documented in docs/doctor.md):
   ENVKIT_SELFTEST_INJECT="matmul=crash,softmax=hang,layernorm=wrong"  crash|segv|hang|wrong|raise
   ENVKIT_SELFTEST_TIMEOUT_SCALE=0.5      multiply every probe's timeout
   ENVKIT_SELFTEST_TIMEOUTS="softmax=3"   one probe's timeout in seconds
