@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 HIDDEN: dict[str, str] = {
     "slurm-batch": "envkit.commands.slurm_job:slurm_batch",
     "slurm-node": "envkit.commands.slurm_job:slurm_node",
+    "slurm-probe": "envkit.commands.slurm_job:slurm_probe",
 }
 
 

@@ -211,11 +211,32 @@ def test_exec_runs_the_users_script_under_the_profile_and_reports_its_exit_code(
     assert summary["exit_code"] == 3 and row["status"] == "failed" and row["slurm"]["job_id"] == sub["job_id"]
 
 
+def test_doctor_slurm_passes_and_then_names_the_stopped_controller(cluster, tmp_path):
+    r = envkit("doctor", "--slurm", "--json", cwd=tmp_path, env=env_for(cluster))
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = json.loads(r.stdout)
+    assert [c["id"] for c in report["checks"]] == ["slurm-commands", "slurmctld", "partition", "nodes-run-envkit", "rendezvous"]
+    assert all(c["status"] == "pass" for c in report["checks"]) and report["ok"]
+    bad = envkit("doctor", "--slurm", "--partition", "nosuch", cwd=tmp_path, env=env_for(cluster))
+    assert bad.returncode == 1 and "[FAIL] partition: partition 'nosuch' does not exist (partitions: debug)" in bad.stdout
+    cluster.stop_ctld()
+    try:
+        down = envkit("doctor", "--slurm", cwd=tmp_path, env=env_for(cluster))
+    finally:
+        cluster.start_ctld()
+    assert down.returncode == 1 and "[FAIL] slurmctld: the controller does not answer" in down.stdout
+    assert "fix: check SLURM_CONF" in down.stdout and "not ready" in down.stdout
+
+
 @pytest.mark.skipif(missing() is None and missing_netns() is not None, reason=str(missing_netns()))
 def test_two_nodes_meet_and_train_like_one_node(reference, tmp_path):
     """Two slurmd, each in its own network namespace: node names that resolve nowhere, a rendezvous
     at node 0's NodeAddr, gloo on the interface towards it; the losses equal one node's two processes."""
     with SlurmCluster(tmp_path / "two", nodes=2) as c:
+        pre = envkit("doctor", "--slurm", "--nodes", "2", "--json", cwd=tmp_path, env=env_for(c))
+        assert pre.returncode == 0, pre.stdout + pre.stderr
+        rdzv = json.loads(pre.stdout)["checks"][-1]
+        assert rdzv["id"] == "rendezvous" and rdzv["message"].startswith(f"2 nodes reached node 0 at {c.node_addr(0)}:")
         job, run_dir = submit(c, tmp_path, "--nodes", "2", "--nproc-per-node", "1")
         state = c.wait_job(job, timeout=JOB_TIMEOUT)
         out = (run_dir / "slurm" / f"slurm-{job}.out").read_text()

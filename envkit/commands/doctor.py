@@ -15,11 +15,20 @@ from envkit.errors import EnvkitError
 @click.option("--replay", "replay", type=click.Path(dir_okay=False), help="Diagnose a recorded snapshot instead of this machine.")
 @click.option("--no-runtime", is_flag=True, help="Do not import torch (judge from version gates only).")
 @click.option("--python", "python", help="Examine this interpreter (default: the project's .envkit environment if any, else envkit's own).")
-def doctor(as_json: bool, record: str | None, replay: str | None, no_runtime: bool, python: str | None) -> None:
+@click.option("--slurm", "slurm", is_flag=True, help="Pre-flight for `--slurm` jobs instead: Slurm answers, the partition, envkit on the nodes, the rendezvous.")
+@click.option("--partition", help="--slurm: the partition to check (default: the cluster's default).")
+@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True, help="--slurm: nodes to probe (2 checks that they reach node 0).")
+@click.option("--gpus-per-node", type=click.IntRange(min=0), default=0, show_default=True, help="--slurm: GPUs the partition's nodes must have.")
+def doctor(as_json: bool, record: str | None, replay: str | None, no_runtime: bool, python: str | None, slurm: bool,
+           partition: str | None, nodes: int, gpus_per_node: int) -> None:
     """Detect the OS, chip, Python and PyTorch, and judge them against the version gates.
+
+    With --slurm: the checks a Slurm job needs, each with a fix (a short srun probe on --nodes nodes).
 
     Exit 0 when nothing fails, 1 when a check fails, 2 for bad input.
     """
+    if slurm:
+        _slurm_doctor(partition, nodes, gpus_per_node, as_json)
     from envkit.checks.report import diagnose, render_plain, render_rich
     from envkit.facts import collect
     from envkit.facts.runner import LiveRunner, RecordingRunner, ReplayRunner, load_snapshot, write_json_atomic
@@ -56,3 +65,23 @@ def doctor(as_json: bool, record: str | None, replay: str | None, no_runtime: bo
         if record:
             click.echo(f"snapshot written to {record} (no secrets, home as ~): attach it to a bug report", err=True)
     sys.exit(d.exit_code)
+
+
+def _slurm_doctor(partition, nodes, gpus, as_json) -> None:
+    from envkit.checks.report import PLAIN
+    from envkit.slurm.preflight import run_checks
+
+    checks = run_checks(partition, nodes, gpus)
+    ok = all(c.status != "fail" for c in checks)
+    if as_json:
+        from envkit.console import print_json
+
+        print_json({"slurm": True, "ok": ok, "checks": [c.to_dict() for c in checks]})
+    else:
+        click.echo("envkit doctor --slurm")
+        for c in checks:
+            click.echo(f"{PLAIN[c.status]} {c.id}: {c.message}")
+            if c.fix and c.status in ("warn", "fail"):
+                click.echo(f"       fix: {c.fix}")
+        click.echo("ready for --slurm" if ok else "not ready: fix the failing check above")
+    sys.exit(0 if ok else 1)

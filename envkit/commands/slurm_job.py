@@ -27,3 +27,11 @@ def slurm_node(record):
     from envkit.slurm.node import main
 
     sys.exit(main(record))
+
+
+@click.command("slurm-probe")
+def slurm_probe():
+    """`envkit doctor --slurm`'s task on each node (envkit/slurm/preflight.py)."""
+    from envkit.slurm.preflight import probe_main
+
+    sys.exit(probe_main())
