@@ -158,7 +158,7 @@ def main(record_path: str) -> int:
     py = record.get("python") or sys.executable
     if not Path(py).exists():
         raise EnvkitError(f"envkit's Python {py} is not visible on {socket.gethostname()}", where="slurm",
-                          fix="put the venv on a filesystem every node mounts, or submit with --slurm-env lock")
+                          fix="put the venv on a filesystem every node mounts (home or a project share, not /tmp)")
     argv = command_for_this_node(record, dict(os.environ))
     os.chdir(record["cwd"])
     node = os.environ.get("SLURM_NODEID", "0")

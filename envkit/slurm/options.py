@@ -29,7 +29,6 @@ class SlurmRequest:
     sbatch_args: list[str] = field(default_factory=list)
     grace: int = 120
     requeue: bool = True
-    env: str = "venv"
     dry_run: bool = False
 
     def to_dict(self) -> dict:
@@ -75,8 +74,6 @@ def check(req: SlurmRequest, *, nnodes: int = 1, detach: bool = False) -> SlurmR
                               where="--time", fix="a longer --time, or a shorter --slurm-grace")
     if req.mem is not None and not _MEM.fullmatch(req.mem):
         raise EnvkitError(f"--mem {req.mem!r} is not a size sbatch reads", where="--mem", fix="e.g. 64G or 16000M")
-    if req.env not in ("venv", "lock"):
-        raise EnvkitError(f"--slurm-env {req.env!r}", where="--slurm-env", fix="venv or lock")
     return req
 
 
@@ -97,8 +94,6 @@ def slurm_options(fn):
         click.option("--slurm-grace", "s_grace", type=click.IntRange(min=10), default=120, show_default=True,
                      help="--slurm: seconds of warning (SIGUSR1) before the time limit: the run checkpoints and the job requeues."),
         click.option("--no-requeue", "s_no_requeue", is_flag=True, help="--slurm: checkpoint on the warning or a preemption, but do not requeue."),
-        click.option("--slurm-env", "s_env", default="venv", show_default=True, type=click.Choice(["venv", "lock"]),
-                     help="--slurm: venv: the managed venv (on a filesystem the nodes see); lock: each node installs the lock into node-local storage."),
         click.option("--dry-run", "s_dry_run", is_flag=True, help="--slurm: print the sbatch script, submit nothing."),
     ]
     for opt in reversed(opts):
@@ -107,7 +102,7 @@ def slurm_options(fn):
 
 
 SLURM_KEYS = ("slurm_on", "s_nodes", "s_gpus", "s_cpus", "s_mem", "s_time", "s_partition", "s_account", "s_qos", "s_args",
-              "s_grace", "s_no_requeue", "s_env", "s_dry_run")
+              "s_grace", "s_no_requeue", "s_dry_run")
 
 
 def pop_request(kwargs: dict) -> SlurmRequest | None:
@@ -124,4 +119,4 @@ def pop_request(kwargs: dict) -> SlurmRequest | None:
         return None
     return SlurmRequest(nodes=v["s_nodes"], gpus_per_node=v["s_gpus"], cpus_per_task=v["s_cpus"], mem=v["s_mem"], time=v["s_time"],
                         partition=v["s_partition"], account=v["s_account"], qos=v["s_qos"], sbatch_args=list(v["s_args"]),
-                        grace=v["s_grace"], requeue=not v["s_no_requeue"], env=v["s_env"], dry_run=v["s_dry_run"])
+                        grace=v["s_grace"], requeue=not v["s_no_requeue"], dry_run=v["s_dry_run"])

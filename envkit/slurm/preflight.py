@@ -103,7 +103,7 @@ def probe_nodes(partition: str | None, nodes: int, timeout: float = 120) -> list
     if p is None or p.returncode != 0 or len(reports) < nodes:
         if not reports:
             return [Check("nodes-run-envkit", "fail", f"`srun ... {sys.executable} -m envkit` on {nodes} node(s): {_words(p)}", group=GROUP,
-                          fix="put envkit's venv on a filesystem every node mounts (or --slurm-env lock); "
+                          fix="put envkit's venv on a filesystem every node mounts (home or a project share, not /tmp); "
                               "a partition with free nodes (--immediate waited 60 s)")]
         bad = [r for r in reports if not r.get("ok")]
         msg = "; ".join(f"node {r.get('node')}: {r.get('error')}" for r in bad) or _words(p)
