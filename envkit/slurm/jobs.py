@@ -15,6 +15,36 @@ from envkit.slurm.options import SlurmRequest
 from envkit.slurm.submit import need_sbatch, submit
 
 
+NETWORK_FS = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "cifs", "smb3", "cephfs", "panfs", "wekafs", "9p", "virtiofs")
+
+
+def filesystem_of(path: Path) -> tuple[str, str] | None:
+    """(mount point, type) holding path, from /proc/mounts (Linux); None elsewhere."""
+    try:
+        mounts = [line.split()[1:3] for line in open("/proc/mounts")]
+    except OSError:
+        return None
+    target = str(Path(path).resolve())
+    best = None
+    for mnt, fstype in mounts:
+        if (target == mnt or target.startswith(mnt.rstrip("/") + "/")) and (best is None or len(mnt) > len(best[0])):
+            best = (mnt, fstype)
+    return best
+
+
+def warn_if_local(python: str, say) -> None:
+    """The nodes run envkit's Python and the managed venv from the paths seen here: on a local or
+    in-memory filesystem they are likely missing there. A warning, since a one-machine cluster
+    (or a local disk every node images alike) is fine; the job checks again and says so."""
+    fs = filesystem_of(Path(python).parent)
+    if fs and (fs[1] in ("tmpfs", "overlay", "ramfs") or str(Path(python).resolve()).startswith(("/tmp/", "/var/tmp/", "/dev/shm/"))):
+        say(f"warning: {python} is on {fs[0]} ({fs[1]}), which compute nodes usually do not see; "
+            "`envkit doctor --slurm` runs it on a node to check")
+    elif fs and not any(fs[1] == t or fs[1].startswith("fuse") for t in NETWORK_FS):
+        say(f"note: {python} is on a local filesystem ({fs[1]} at {fs[0]}): the nodes must have it at the same path "
+            "(`envkit doctor --slurm` checks)")
+
+
 def _made(folder: Path) -> list[Path]:
     """The top-most folder that creating `folder` makes (removed again if sbatch refuses)."""
     top = None
@@ -46,6 +76,7 @@ def run_job(p, config: str, *, overrides, profile, python, run_id, resume, nproc
     from envkit.train.run import launcher
 
     need_sbatch()
+    warn_if_local(p.python, lambda m: click.echo(m, err=True))
     if resume not in ("auto", "never"):
         from envkit.errors import EnvkitError
 
