@@ -105,6 +105,14 @@ def test_dry_run_prints_the_script_and_leaves_nothing(cluster, tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+def test_sweep_dry_run_is_one_array_with_the_parallel_throttle(cluster, tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(Path(TEMPLATE).read_text() + "\nsweep:\n  grid:\n    experiment.seed: [0, 1, 2]\n")
+    r = envkit("sweep", str(cfg), "--slurm", "--dry-run", "--parallel", "2", cwd=tmp_path, env=env_for(cluster))
+    assert r.returncode == 0, r.stderr
+    assert "#SBATCH --array=0-2%2" in r.stdout and not (tmp_path / "runs").exists()
+
+
 def test_a_refused_option_is_sbatch_s_words_and_no_run_folder(cluster, tmp_path):
     r = envkit("run", TEMPLATE, *SMALL, "--slurm", "--partition", "nosuchpartition", cwd=tmp_path, env=env_for(cluster))
     assert r.returncode == 2
@@ -226,6 +234,33 @@ def test_doctor_slurm_passes_and_then_names_the_stopped_controller(cluster, tmp_
         cluster.start_ctld()
     assert down.returncode == 1 and "[FAIL] slurmctld: the controller does not answer" in down.stdout
     assert "fix: check SLURM_CONF" in down.stdout and "not ready" in down.stdout
+
+
+def test_exec_gets_the_warning_and_is_requeued_into_the_same_run_folder(cluster, tmp_path):
+    """The user's script owns its checkpoints: it gets SIGUSR1, saves and exits; the job requeues
+    and runs it again in the same run folder, where it finds what it saved."""
+    script = tmp_path / "mytrain.py"
+    script.write_text(
+        "import os, signal, sys, time, pathlib\n"
+        "ck = pathlib.Path(os.environ['ENVKIT_RUN_DIR']) / 'my.ckpt'\n"
+        "if ck.exists():\n    print('resumed from', ck.read_text()); sys.exit(0)\n"
+        "def save(signum, frame):\n    ck.write_text('step 7'); print('saved on', signum, flush=True); sys.exit(0)\n"
+        "signal.signal(signal.SIGUSR1, save)\n"
+        "print('training', flush=True)\n"
+        "time.sleep(300)\n")
+    r = envkit("exec", "--profile", "cpu", "--slurm", "--json", "--", sys.executable, str(script), cwd=tmp_path, env=env_for(cluster))
+    assert r.returncode == 0, r.stderr
+    sub = json.loads(r.stdout)
+    run_dir = Path(sub["runs"][0])
+    end = time.monotonic() + JOB_TIMEOUT
+    while time.monotonic() < end and "training" not in ((run_dir / "train.log").read_text() if (run_dir / "train.log").exists() else ""):
+        time.sleep(0.2)
+    subprocess.run(["scancel", "--signal=USR1", "--batch", sub["job_id"]], env=cluster.env, check=True)
+    state = cluster.wait_job(sub["job_id"], timeout=JOB_TIMEOUT)
+    log = (run_dir / "train.log").read_text()
+    assert state["JobState"] == "COMPLETED" and int(state["Restarts"]) == 1, log[-2000:]
+    assert "saved on 10" in log and "resumed from step 7" in log
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
 
 
 @pytest.mark.skipif(missing() is None and missing_netns() is not None, reason=str(missing_netns()))

@@ -32,17 +32,18 @@ def filesystem_of(path: Path) -> tuple[str, str] | None:
     return best
 
 
-def warn_if_local(python: str, say) -> None:
+def local_note(python: str) -> str | None:
     """The nodes run envkit's Python and the managed venv from the paths seen here: on a local or
     in-memory filesystem they are likely missing there. A warning, since a one-machine cluster
     (or a local disk every node images alike) is fine; the job checks again and says so."""
     fs = filesystem_of(Path(python).parent)
     if fs and (fs[1] in ("tmpfs", "overlay", "ramfs") or str(Path(python).resolve()).startswith(("/tmp/", "/var/tmp/", "/dev/shm/"))):
-        say(f"warning: {python} is on {fs[0]} ({fs[1]}), which compute nodes usually do not see; "
-            "`envkit doctor --slurm` runs it on a node to check")
-    elif fs and not any(fs[1] == t or fs[1].startswith("fuse") for t in NETWORK_FS):
-        say(f"note: {python} is on a local filesystem ({fs[1]} at {fs[0]}): the nodes must have it at the same path "
-            "(`envkit doctor --slurm` checks)")
+        return (f"warning: {python} is on {fs[0]} ({fs[1]}), which compute nodes usually do not see; "
+                "`envkit doctor --slurm` runs it on a node to check")
+    if fs and not any(fs[1] == t or fs[1].startswith("fuse") for t in NETWORK_FS):
+        return (f"note: {python} is on a local filesystem ({fs[1]} at {fs[0]}): the nodes must have it at the same path "
+                "(`envkit doctor --slurm` checks)")
+    return None
 
 
 def _made(folder: Path) -> list[Path]:
@@ -76,7 +77,6 @@ def run_job(p, config: str, *, overrides, profile, python, run_id, resume, nproc
     from envkit.train.run import launcher
 
     need_sbatch()
-    warn_if_local(p.python, lambda m: click.echo(m, err=True))
     if resume not in ("auto", "never"):
         from envkit.errors import EnvkitError
 
@@ -88,9 +88,11 @@ def run_job(p, config: str, *, overrides, profile, python, run_id, resume, nproc
     config_arg = [] if config == "<defaults>" else [str(Path(config).resolve())]
     argv = ["run", *config_arg, "--run-id", run_dir.name, "--nproc-per-node", str(nproc),
             *_common(overrides, profile, python), *(["--stop-after", str(stop_after)] if stop_after else [])]
-    return submit(kind="run", req=req, folder=run_dir / "slurm", tasks=[{"run_dir": str(run_dir), "argv": argv}],
-                  command=_shown(), job_name=f"envkit-{run_dir.parent.name}", gpus=gpus_for(p.cfg.values["device"]["type"], nproc, req),
-                  made=_made(run_dir))
+    record = submit(kind="run", req=req, folder=run_dir / "slurm", tasks=[{"run_dir": str(run_dir), "argv": argv}],
+                    command=_shown(), job_name=f"envkit-{run_dir.parent.name}", gpus=gpus_for(p.cfg.values["device"]["type"], nproc, req),
+                    made=_made(run_dir))
+    record["trainer_python"] = p.python
+    return record
 
 
 def exec_job(run_dir: Path, *, command: list[str], options: list[str], nproc: int, device: str, req: SlurmRequest,
@@ -126,6 +128,9 @@ def _shown() -> list[str]:
 
 def announce(record: dict, as_json: bool) -> None:
     """One line (or the JSON) for the user; --dry-run prints the script."""
+    note = local_note(record.get("trainer_python") or record["python"])
+    if note and not record.get("dry_run"):
+        click.echo(note, err=True)  # after sbatch took the job: a refused option stays one line
     if record.get("dry_run"):
         if as_json:
             click.echo(json.dumps({"dry_run": True, "script": record["script"], "tasks": record["tasks"]}, indent=2))

@@ -108,7 +108,7 @@ def run_state(run_dir: Path, now: float | None = None, noticed_by: str = "envkit
     if isinstance(beat.get("last_output_at"), (int, float)):  # exec runs: when the command last printed or logged
         out["quiet_seconds"] = now - max(beat["last_output_at"], beat.get("last_metric_at") or 0)
     rows = read_metrics(run_dir)
-    from envkit.slurm.query import ACTIVE, slurm_fields
+    from envkit.train.watching.slurm_state import ACTIVE, slurm_fields
 
     slurm = slurm_fields(run_dir)
     if slurm is not None:
