@@ -14,20 +14,20 @@ from envkit.tune.decide import Measurement as M
 from envkit.tune.session import parse_budget
 
 
-def ladder_for(snapshot: str, model: str = "gpt"):
+def ladder_for(snapshot: str, model: str = "gpt", **kw):
     from envkit.checks import best_device, run_checks
     from envkit.facts import gather
 
     facts = gather(str(snapshot_path(snapshot)), runtime=True)
     checks = {c.id: c for c in run_checks(facts)}
-    return {r.name: r for r in build_ladder(facts, checks, best_device(facts), model)}
+    return {r.name: r for r in build_ladder(facts, checks, best_device(facts), model, **kw)}
 
 
 def test_cpu_machine_runs_cpu_rungs_and_skips_device_rungs_naming_the_cuda_check():
     rungs = ladder_for("linux_no_gpu")
     assert [n for n, r in rungs.items() if not r.skip] == ["cpu fp32", "cpu + compile", "cpu + profile"]
-    device = [r for r in rungs.values() if r.device == "cuda"]  # fp32, bf16, compile, profile: channels_last is the cnn's
-    assert len(device) == 4 and all(r.skip and r.check == "cuda" for r in device)
+    device = [r for r in rungs.values() if r.device == "cuda"]  # fp32, bf16, compile, cuda graphs, profile: channels_last is the cnn's
+    assert len(device) == 5 and all(r.skip and r.check == "cuda" for r in device)
 
 
 def test_m3_max_climbs_mps_with_bf16_and_m1_with_fp16_where_bf16_is_emulated():
@@ -57,12 +57,53 @@ def test_h100_ladder_is_cumulative_and_its_top_rung_is_what_envkit_run_does():
     names = list(rungs)
     assert names[0] == "cpu fp32" and "cuda + bf16" in names
     runnable = [n for n in names if not rungs[n].skip]
-    assert runnable[-1] == "cuda + profile"
+    assert runnable[-2:] == ["cuda + profile", "cuda + cuda graphs"]
     assert rungs["cuda + profile"].settings == {"precision": "bf16", "compile": True, "profile": True}
     # fused AdamW is the trainer's step on CUDA, in every rung: no rung pretends to add it; no channels_last for the gpt
     assert "cuda + channels last" not in rungs and "fused" not in str([r.settings for r in rungs.values()])
     cnn = ladder_for("real_h100", model="cnn")
     assert not cnn["cuda + channels last"].skip and cnn["cuda + channels last"].settings["channels_last"] is True
+
+
+def test_h100_ladder_adds_cuda_graphs_on_top_of_compile_and_data_on_device_for_in_memory_data():
+    rungs = ladder_for("real_h100", model="cnn", on_device_data=True)
+    names = list(rungs)
+    graphs, data = rungs["cuda + cuda graphs"], rungs["cuda + data on device"]
+    assert names[-3:] == ["cuda + channels last", "cuda + cuda graphs", "cuda + data on device"]
+    assert not graphs.skip and graphs.settings["compile"] is True and graphs.settings["compile_mode"] == "reduce-overhead"
+    assert "training.compile_mode: reduce-overhead" in graphs.changes
+    # the device rungs before it build batches with the DataLoader, so this rung measures the difference
+    assert all(r.settings["on_device"] is False for r in rungs.values() if r.device == "cuda" and r is not data)
+    assert not data.skip and data.settings["on_device"] is True and data.settings["compile_mode"] == "reduce-overhead"
+    assert data.changes.startswith("dataset.on_device: true")
+    # token files and generated images are not held on the device: no such rung is listed
+    assert "cuda + data on device" not in ladder_for("real_h100", model="gpt")
+    # --no-compile skips the CUDA graphs rung too (it is a compile mode)
+    assert ladder_for("real_h100", no_compile=True)["cuda + cuda graphs"].short == "--no-compile"
+
+
+def test_cuda_graphs_are_skipped_on_a_mac_in_one_short_reason():
+    g = ladder_for("m3_max_macos14")["mps + cuda graphs"]
+    assert g.skip and g.short == "CUDA graphs are CUDA only" and g.check is None
+    assert "mps + cuda graphs" in ladder_for("m3_max_macos14") and not ladder_for("m3_max_macos14")["mps + profile"].settings.get("compile_mode")
+
+
+def test_a_failed_cuda_graphs_rung_leaves_the_later_rungs_on_the_default_compile_mode():
+    from envkit.bench.ladder import carry_forward
+
+    rungs = list(ladder_for("real_h100", model="cnn", on_device_data=True).values())
+    i = next(j for j, r in enumerate(rungs) if r.name == "cuda + cuda graphs")
+    notes = carry_forward(rungs, i, ok=False)
+    later = [r for r in rungs[i + 1:] if r.device == "cuda"]
+    assert later and all(r.settings["compile_mode"] == "default" and r.settings["compile"] is True for r in later)
+    assert notes and all("without compile_mode" in n for n in notes)
+
+
+def test_data_on_device_applies_to_in_memory_data_sets_only():
+    from envkit.bench.ladder import data_can_live_on_device as can
+
+    assert can({"type": "cifar10"}) and can({"type": "npz"}) and can({"type": "synthetic", "task": "teacher"})
+    assert not can({"type": "tokens"}) and not can({"type": "synthetic", "task": "images"}) and not can({"type": "imagefolder"})
 
 
 def test_a_rung_whose_loss_departs_is_flagged_not_celebrated():
@@ -212,3 +253,31 @@ def test_budget_running_out_inside_the_batch_search_keeps_the_best_batch_measure
     (decision,) = [d for d in result.decisions if d.key == "batch_size"]
     assert decision.value == 256 and decision.changed
     assert any("before the budget ran out" in n for n in result.notes)
+
+
+def test_compile_mode_is_searched_on_cuda_with_compile_on_and_skipped_elsewhere_in_one_line():
+    modes, why = decide.compile_mode_candidates("cuda", True, "default")
+    assert modes == ["reduce-overhead", "max-autotune-no-cudagraphs"] and why == ""
+    for device in ("cpu", "mps"):
+        modes, why = decide.compile_mode_candidates(device, True, "default")
+        assert modes == [] and why.startswith(f"compile_mode not searched on {device}") and "CUDA graphs" in why and "\n" not in why
+    modes, why = decide.compile_mode_candidates("cuda", False, "default")
+    assert modes == [] and "compile is off" in why
+
+
+def test_compile_mode_takes_cuda_graphs_when_faster_with_the_same_loss_and_room_to_spare():
+    """Recorded-style figures from an 80 GB H100 (fake, no timing): reduce-overhead 30% faster wins;
+    the same figure with a changed loss, or with a peak past the headroom, does not."""
+    mem = 80 * 1024
+    inc = M("default", "ok", 10_000.0, peak_memory_mb=20_000, loss=2.30)
+    win, why = decide.choose_compile_mode(inc, [M("reduce-overhead", "ok", 13_000.0, peak_memory_mb=24_000, loss=2.30),
+                                                M("max-autotune-no-cudagraphs", "ok", 10_200.0, peak_memory_mb=20_000, loss=2.30)], mem)
+    assert win.value == "reduce-overhead" and "13,000 samples/s with mode reduce-overhead" in why and "10,000" in why
+    win, why = decide.choose_compile_mode(inc, [M("reduce-overhead", "ok", 13_000.0, peak_memory_mb=24_000, loss=2.9)], mem)
+    assert win is inc and "changed the loss" in why
+    win, why = decide.choose_compile_mode(inc, [M("reduce-overhead", "ok", 13_000.0, peak_memory_mb=70_000, loss=2.30)], mem)
+    assert win is inc and "mode reduce-overhead over the headroom (70,000 of 81,920 MB" in why
+    win, why = decide.choose_compile_mode(inc, [M("reduce-overhead", "fail", reason="cudagraphs: capture failed")], mem)
+    assert win is inc and "mode reduce-overhead failed" in why
+    win, _ = decide.choose_compile_mode(inc, [M("reduce-overhead", "ok", 10_300.0, peak_memory_mb=20_000, loss=2.30)], mem)
+    assert win is inc  # 3% is noise

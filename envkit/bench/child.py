@@ -40,7 +40,9 @@ class StepClock:
     """The `on_step` hook: warm-up steps, then timed windows; True once the measurement is done.
     A micro-batch split after an out of memory starts the warm-up again (new shapes recompile)."""
 
-    def __init__(self, device_type: str, *, warmup_steps: int, seconds: float, windows: int, max_steps: int | None = None):
+    def __init__(self, device_type: str, *, warmup_steps: int, seconds: float, windows: int, max_steps: int | None = None,
+                 barrier: str | None = None, barrier_n: int = 0):
+        self.barrier, self.barrier_n = barrier, barrier_n
         self.device_type, self.warmup_steps = device_type, max(warmup_steps, LOSS_STEP - 1)
         self.window_s, self.windows, self.max_steps = seconds / max(1, windows), max(1, windows), max_steps
         self.micro, self.since, self.t0, self.n = None, 0, 0.0, 0
@@ -57,6 +59,7 @@ class StepClock:
         if self.since < self.warmup_steps:
             return False
         if self.since == self.warmup_steps:
+            self._wait_for_the_others()
             self._start_window()
             self._reset_peak()
             return False
@@ -76,6 +79,19 @@ class StepClock:
             return True  # the loss of LOSS_STEP is read by now: warm-up >= 1 step, a window >= 1 step
         self._start_window()
         return False
+
+    def _wait_for_the_others(self, timeout: float = 300.0) -> None:
+        """Runs measured together: each says it is warm and waits for the rest, so all the timed
+        windows overlap (a run timed while another still imports torch would look faster)."""
+        if not self.barrier or self.barrier_n <= 1:
+            return
+        import os
+
+        folder = Path(self.barrier)
+        (folder / f"ready.{os.getpid()}").touch()
+        deadline = time.monotonic() + timeout
+        while len(list(folder.glob("ready.*"))) < self.barrier_n and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     def _start_window(self) -> None:
         _sync(self.device_type)
@@ -105,7 +121,7 @@ def run_config(spec: dict):
     v = cfg.values
     T, DL = v["training"], v["dataloader"]
     v["device"].update(type=spec["device"], fallback_to_cpu=False, fallback="none")
-    T.update(precision=spec["precision"], compile=bool(spec["compile"]), batch_size=int(spec["batch_size"]),
+    T.update(precision=spec["precision"], compile="auto" if spec["compile"] == "auto" else bool(spec["compile"]), batch_size=int(spec["batch_size"]),
              grad_accum=int(spec.get("grad_accum") or 1), empty_cache_every=int(spec.get("empty_cache_every") or 0),
              max_steps=10**9)
     workers = int(spec.get("num_workers") or 0)
@@ -114,6 +130,10 @@ def run_config(spec: dict):
               prefetch_factor=spec.get("prefetch_factor") if workers > 0 else None)
     if v["model"]["type"] == "cnn":
         v["model"]["channels_last"] = bool(spec.get("channels_last"))
+    if spec.get("compile_mode"):
+        T["compile_mode"] = spec["compile_mode"]
+    if spec.get("on_device") is not None:
+        v["dataset"]["on_device"] = bool(spec["on_device"])
     v["eval"]["every_steps"] = 0
     v["checkpoint"]["every_steps"] = 0
     v["logging"].update(progress="none", trackers=[])
@@ -129,9 +149,16 @@ def measure(spec: dict) -> dict:
 
     if spec.get("threads"):
         torch.set_num_threads(int(spec["threads"]))
+    from envkit.train.run.batch_probe import device_memory_mb, peak_mb
+
     cfg = run_config(spec)
+    device_type = spec["device"]
+    if device_type == "cuda":
+        torch.cuda.init()
+    _, free_before = device_memory_mb(device_type) if device_type in ("cuda", "cpu") else (None, None)
     clock = StepClock(spec["device"], warmup_steps=int(spec["warmup_steps"]), seconds=float(spec["seconds"]),
-                      windows=int(spec["windows"]), max_steps=spec.get("max_steps"))
+                      windows=int(spec["windows"]), max_steps=spec.get("max_steps"), barrier=spec.get("barrier"),
+                      barrier_n=int(spec.get("barrier_n") or 0))
     with tempfile.TemporaryDirectory(prefix="envkit-bench-run-") as tmp:
         run_dir = Path(tmp)
         try:
@@ -151,8 +178,11 @@ def measure(spec: dict) -> dict:
     if not clock.rates:
         return {"status": "fail", "reason": f"no timed window ({result.status}: {result.error or 'stopped early'})",
                 "did_not_fit": splits}
+    memory = {"rss_peak_mb": peak_mb("cpu"), "device_free_mb": free_before}
+    if device_type == "cuda" and free_before is not None:  # what this process took from the device, its context included
+        memory["device_used_mb"] = free_before - device_memory_mb("cuda")[1]
     return {"status": "ok", "per_second": statistics.median(clock.rates), "unit": clock.unit, "peak_memory_mb": clock.peak_mb,
-            "loss": clock.loss, "windows": len(clock.rates), "steps": clock.steps_timed,
+            **memory, "loss": clock.loss, "windows": len(clock.rates), "steps": clock.steps_timed,
             "micro_batch": result.micro_batch, "grad_accum": result.grad_accum, "did_not_fit": splits}
 
 

@@ -27,7 +27,18 @@ LADDER: tuple[dict, ...] = (
     {"name": "{dev} + compile", "on": "device", "adds": {"compile": True}, "needs": "compile"},
     {"name": "{dev} + profile", "on": "device", "adds": {"profile": True}},
     {"name": "{dev} + {fast}", "on": "device", "adds": {"channels_last": True}, "needs": "fast"},
+    # after the profile rung, which stays what `envkit run` does: CUDA graphs are the compile rung's
+    # compile with mode reduce-overhead, an option a user turns on, not a default
+    {"name": "{dev} + cuda graphs", "on": "device", "adds": {"compile_mode": "reduce-overhead"}, "needs": "cudagraphs"},
+    {"name": "{dev} + data on device", "on": "device", "adds": {"on_device": True}, "needs": "on_device"},
 )
+
+# What a later rung reverts to when the rung that added a setting did not pass (carry_forward).
+PLAIN = {"precision": "fp32", "compile_mode": "default"}
+
+# Data sets that can be held on the device (envkit/train/data/on_device.py: CifarImages and
+# TensorPairs); the synthetic images and token files are made or read per batch.
+ON_DEVICE_DATA = ("cifar10", "cifar100", "npz")
 
 
 @dataclass
@@ -40,6 +51,7 @@ class Rung:
     short: str = ""  # the skip in a few words, for one line of the table
     baseline: bool = False
     adds: dict = field(default_factory=dict)
+    changes: str = ""  # what it changed over the rung before it, in config keys (describe)
 
 
 def accelerator(facts) -> str:
@@ -80,19 +92,45 @@ def fast_path(device: str, model: str) -> tuple[dict, str, str | None]:
     return {}, "channels last", f"channels_last {why}: nothing to add"
 
 
-def build_ladder(facts, checks: dict, target: str, model: str, *, no_compile: bool = False) -> list[Rung]:
-    """The rungs for this machine, each with its settings or the reason (and doctor check) it is skipped."""
+def data_can_live_on_device(dataset: dict | None) -> bool:
+    """Whether a config's data set can be held on the device (dataset.on_device): the CIFAR sets,
+    npz arrays and the synthetic teacher set; not token files, text, image folders or factories."""
+    d = dataset or {}
+    return d.get("type") in ON_DEVICE_DATA or (d.get("type") == "synthetic" and d.get("task") == "teacher")
+
+
+def describe(adds: dict, device: str, baseline: bool = False) -> str:
+    """What a rung changed over the rung before it on its device, as the config keys a user would set."""
+    if baseline:
+        return "the reference: fp32 on the CPU, the config as written"
+    if not adds:
+        return f"device.type: {device}"
+    words = {"precision": lambda v: f"training.precision: {v}", "compile": lambda v: "training.compile: true",
+             "compile_mode": lambda v: f"training.compile_mode: {v} (CUDA graphs)",
+             "profile": lambda v: "the profile's dataloader, [torch] and env settings",
+             "channels_last": lambda v: "model.channels_last: true",
+             "on_device": lambda v: "dataset.on_device: true (the rungs before: false)"}
+    return "; ".join(words[k](v) if k in words else f"{k}: {v}" for k, v in adds.items())
+
+
+def build_ladder(facts, checks: dict, target: str, model: str, *, no_compile: bool = False,
+                 on_device_data: bool = False) -> list[Rung]:
+    """The rungs for this machine, each with its settings or the reason (and doctor check) it is skipped.
+    on_device_data: the config's data set can be held on the device (data_can_live_on_device); the
+    device rungs before the data-on-device rung then build batches with the DataLoader, so that
+    rung measures what holding the data there changes."""
     dev = target if target in ("cuda", "mps") else accelerator(facts)
     low, low_why = low_precision(dev, facts, checks)
     fast, fast_label, fast_why = fast_path(dev, model)
     rungs: list[Rung] = []
-    state = {"cpu": {"precision": "fp32"}, "device": {"precision": "fp32"}}
+    first = {"precision": "fp32", **({"on_device": False} if on_device_data else {})}
+    state = {"cpu": {"precision": "fp32"}, "device": first}
     dev_usable = target == dev and checks.get(dev) is not None and checks[dev].status == "pass"
     for row in LADDER:
         if row.get("target_only") and row["target_only"] != target:
             continue
-        if row.get("needs") == "fast" and fast_why:
-            continue  # a rung that does not apply to this model is not listed
+        if (row.get("needs") == "fast" and fast_why) or (row.get("needs") == "on_device" and not on_device_data):
+            continue  # a rung that does not apply to this model or data set is not listed
         name = row["name"].format(dev=dev, low=low or "bf16", fast=fast_label)
         device = "cpu" if row["on"] == "cpu" else dev
         adds = dict(row.get("adds", {}))
@@ -100,7 +138,8 @@ def build_ladder(facts, checks: dict, target: str, model: str, *, no_compile: bo
             adds["precision"] = low
         if row.get("needs") == "fast":
             adds = dict(fast)
-        rung = Rung(name, device, {**state[row["on"]], **adds}, baseline=bool(row.get("baseline")), adds=adds)
+        rung = Rung(name, device, {**state[row["on"]], **adds}, baseline=bool(row.get("baseline")), adds=adds,
+                    changes=describe(adds, device, bool(row.get("baseline"))))
         need = (row.get("needs") or "").format(dev=dev)
         if row["on"] == "device" and not dev_usable:
             c = checks.get(dev)
@@ -109,9 +148,12 @@ def build_ladder(facts, checks: dict, target: str, model: str, *, no_compile: bo
                 rung.skip = rung.short = f"--device {target} was chosen"
         elif need == "bf16" and low is None:
             rung.skip, rung.check, rung.short = low_why, "bf16", f"no bf16 or fp16 on {dev}"
-        elif need == "compile" and no_compile:
+        elif need == "cudagraphs" and dev != "cuda":
+            rung.skip = f"training.compile_mode reduce-overhead captures CUDA graphs: {dev} has none"
+            rung.short = "CUDA graphs are CUDA only"
+        elif need in ("compile", "cudagraphs") and no_compile:
             rung.skip = rung.short = "--no-compile"
-        elif need == "compile" and checks.get("compile") is not None and checks["compile"].status != "pass":
+        elif need in ("compile", "cudagraphs") and checks.get("compile") is not None and checks["compile"].status != "pass":
             rung.skip, rung.check, rung.short = checks["compile"].message, "compile", "torch.compile unavailable"
         if rung.skip is None:
             state[row["on"]] = dict(rung.settings)
@@ -131,7 +173,7 @@ def carry_forward(rungs: list[Rung], index: int, ok: bool) -> list[str]:
             continue
         for key in r.adds:
             if key in later.settings and key not in later.adds:
-                later.settings[key] = "fp32" if key == "precision" else False
+                later.settings[key] = PLAIN.get(key, False)
                 notes.append(f"{later.name}: without {key} ({r.name} did not pass)")
     return notes
 

@@ -64,6 +64,8 @@ def render_plain(report, echo) -> None:
             continue
         echo(_crop(f"[{r.status}] {r.name}: {r.per_second:,.0f} {report.unit}/s, x{_num(r.speedup, '.2f')}, "
                    f"peak {_num(r.peak_memory_mb, ',.0f')} MB, loss {_num(r.loss, '.4f')}", cols))
+        if r.changed:
+            echo(_crop(f"       changed {r.changed}", cols))
         if r.reason:
             for line in _wrap(_why(r), cols, indent="       "):
                 echo(line)
@@ -109,6 +111,11 @@ def render_rich(report, console) -> None:
                           _num(r.per_second, ",.0f"), "-" if r.speedup is None else f"x{r.speedup:.2f}",
                           _num(r.peak_memory_mb, ",.0f"), _num(r.loss, ".4f"))
         console.print(table)
+        for r in ran:  # what each measured rung changed: the figure's cause, in the keys a user would set
+            if r.changed:
+                line = Text(f"{r.name} changed ", style="bold")
+                line.append(r.changed, style="dim")
+                console.print(line, no_wrap=True, overflow="ellipsis")
         for r in ran:
             if r.reason:
                 line = Text(f"{r.name}: ", style="bold")

@@ -81,6 +81,8 @@ def run_spec(spec: RunSpec, python: str, base_env: dict[str, str], timeout: floa
                           data.get("peak_memory_mb"), data.get("loss"), data.get("reason", ""), steps=data.get("steps") or 0,
                           micro_batch=data.get("micro_batch"), grad_accum=data.get("grad_accum"),
                           did_not_fit=data.get("did_not_fit") or [], seconds=seconds)
+            r.rss_peak_mb, r.device_free_mb = data.get("rss_peak_mb"), data.get("device_free_mb")
+            r.device_used_mb = data.get("device_used_mb")
             if data.get("oom"):
                 r.note = "oom"
             return r

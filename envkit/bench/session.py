@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from envkit.bench.context import BenchContext
-from envkit.bench.ladder import LOSS_TOLERANCE, Rung, build_ladder, carry_forward, judge
+from envkit.bench.ladder import LOSS_TOLERANCE, Rung, build_ladder, carry_forward, data_can_live_on_device, judge
 from envkit.bench.runner import Interrupted, run_spec
 from envkit.bench.spec import RunResult, RunSpec
 
@@ -33,7 +33,7 @@ class BenchReport:
 
     def to_dict(self) -> dict:
         keys = ("name", "status", "per_second", "speedup", "peak_memory_mb", "loss", "reason", "micro_batch", "grad_accum",
-                "did_not_fit", "steps", "seconds")
+                "did_not_fit", "steps", "seconds", "changed")
         return {"device": self.device, "model": self.model,
                 "rungs": [{**{k: getattr(r, k) for k in keys}, "check": r.check} for r in self.rungs],
                 "unit": self.unit, "profile": self.profile, "torch": self.torch, "batch_size": self.batch_size,
@@ -67,6 +67,7 @@ def spec_for(ctx: BenchContext, rung: Rung, *, seconds: float | None = None) -> 
     T = ctx.config.values["training"]
     spec = RunSpec(rung.name, rung.device, ctx.config.resolved(), precision=s.get("precision") or "fp32",
                    compile=bool(s.get("compile")), channels_last=bool(s.get("channels_last")),
+                   compile_mode=s.get("compile_mode"), on_device=s.get("on_device"),
                    batch_size=int(T["batch_size"]), grad_accum=int(T["grad_accum"]),
                    seed=int(ctx.config.values["experiment"]["seed"]), **measurement_for(rung, ctx.target, seconds))
     if s.get("profile") and ctx.profile is not None:
@@ -109,7 +110,8 @@ def run_bench(ctx: BenchContext, *, no_compile: bool = False, seconds: float | N
     """Every rung in its own child, within `budget_s` for the whole ladder. baseline "device": the
     CPU rung is skipped and the first device rung is the reference for speed-ups and losses."""
     t0 = time.monotonic()
-    rungs = build_ladder(ctx.facts, ctx.checks, ctx.target, ctx.model, no_compile=no_compile)
+    rungs = build_ladder(ctx.facts, ctx.checks, ctx.target, ctx.model, no_compile=no_compile,
+                         on_device_data=data_can_live_on_device(ctx.config.values.get("dataset")))
     timing = measurement_for(Rung("", ctx.target), ctx.target, seconds)  # a rung on the training device
     report = BenchReport(ctx.target, ctx.model, [], profile=getattr(ctx.profile, "name", None),
                          torch=getattr(ctx.facts.torch, "version", None),
@@ -129,6 +131,9 @@ def run_bench(ctx: BenchContext, *, no_compile: bool = False, seconds: float | N
         elif rung.baseline and baseline == "device" and ctx.target != "cpu":
             result = RunResult(rung.name, "skip", reason="--baseline device: speed-ups are over the first device rung",
                                short="--baseline device")
+        elif rung.adds.get("compile_mode") and not rung.settings.get("compile"):  # CUDA graphs are a compile mode
+            result = RunResult(rung.name, "skip", reason="reduce-overhead is a torch.compile mode, and the compile rung did not pass",
+                               short="the compile rung did not pass")
         elif left < MIN_LEFT_S:
             result = RunResult(rung.name, "skip", reason=f"the budget of {budget_s:.0f} s (--budget) ran out before this rung",
                                short="the --budget ran out")
@@ -154,6 +159,7 @@ def run_bench(ctx: BenchContext, *, no_compile: bool = False, seconds: float | N
                 ref = result
             judge(result, ref)
             report.unit = result.unit if result.status in ("ok", "flagged") else report.unit
+        result.changed = rung.changes
         results[i] = result
         # a failed addition leaves the rungs not yet measured (the ones already measured ran with it)
         pending = [r if j not in results else replace(r, skip="measured") for j, r in enumerate(rungs)]

@@ -13,6 +13,8 @@ class RunSpec:
     config: dict  # envkit.train.run.config.Config.resolved(): model, dataset, training
     precision: str = "fp32"  # fp32 | bf16 | fp16
     compile: bool = False
+    compile_mode: str | None = None  # training.compile_mode; None: the config's own (reduce-overhead: CUDA graphs)
+    on_device: bool | None = None  # dataset.on_device; None: the config's own (auto)
     channels_last: bool = False  # cnn only
     batch_size: int = 32  # the micro-batch
     grad_accum: int = 1
@@ -30,6 +32,10 @@ class RunSpec:
     max_steps: int | None = None  # a cap on the timed steps (the CPU baseline: a few steps, said so)
     split_oom: bool = True  # the trainer splits a micro-batch that does not fit (False: report it, stop)
     seed: int = 1337
+    # runs measured together (sweep --pack): each waits after its warm-up until `barrier_n` runs have
+    # written a file into `barrier`, so their timed windows overlap instead of one timing alone
+    barrier: str | None = None
+    barrier_n: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -57,6 +63,10 @@ class RunResult:
     seconds: float = 0.0  # wall time of the child, torch import included
     speedup: float | None = None
     note: str = ""
+    changed: str = ""  # what this rung changed over the rung before it on its device (config keys)
+    rss_peak_mb: float | None = None  # the child process's peak resident memory (torch included)
+    device_free_mb: float | None = None  # what the device had free when the child started (CPU: RAM available)
+    device_used_mb: float | None = None  # CUDA: how much less was free at the end (context and cache included)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -21,6 +21,10 @@ from envkit.slurm.options import slurm_options
 @click.option("--profile", "profile", help="Take defaults from this profile (default: the managed env's, else recommended).")
 @click.option("--parallel", type=click.IntRange(min=1), default=1, show_default=True,
               help="Runs at once (one per GPU on a machine with several CUDA GPUs).")
+@click.option("--pack", "pack", metavar="auto|N", default=None,
+              help="Runs at once on one device: auto measures it (the first run alone for a few steps, then 2, 4, ... "
+                   "at once, while the throughput rises by 10% and memory allows; the probes are thrown away); "
+                   "N is --parallel N.")
 @click.option("--stop-after", type=click.IntRange(min=1), help="Stop each run cleanly after this step; `envkit sweep` again resumes.")
 @click.option("--python", "python", help="Train with this interpreter (default: the managed env's, else this one).")
 @click.option("--json", "as_json", is_flag=True, help="Print the runs and groups as JSON at the end.")
@@ -31,7 +35,7 @@ from envkit.slurm.options import slurm_options
               help="Refuse a grid of more runs than this (counted before anything is expanded or run).")
 @slurm_options
 @click.pass_context
-def sweep(ctx, config, overrides, profile, parallel, stop_after, python, as_json, plot, report_only, max_runs, **slurm_kw):
+def sweep(ctx, config, overrides, profile, parallel, pack, stop_after, python, as_json, plot, report_only, max_runs, **slurm_kw):
     """Train every combination of CONFIG's sweep.grid and compare them.
 
     \b
@@ -50,7 +54,19 @@ def sweep(ctx, config, overrides, profile, parallel, stop_after, python, as_json
     from envkit.slurm.options import check as check_slurm, pop_request
     from envkit.sweep import report, runner
 
+    from envkit.errors import EnvkitError
+    from envkit.sweep.pack import choose as choose_pack, parse_pack
+
     slurm = pop_request(slurm_kw)
+    pack = parse_pack(pack)  # before anything is resolved: a typo is one line, exit 2
+    if pack is not None and ctx.get_parameter_source("parallel").name != "DEFAULT":
+        raise EnvkitError("--pack and --parallel both say how many runs at once", where="--pack",
+                          fix="--pack auto to measure it, or --parallel N alone")
+    if pack is not None and slurm is not None:
+        raise EnvkitError("--pack measures this machine, not the cluster's nodes", where="--pack",
+                          fix="with --slurm, --parallel N sets how many array tasks run at once")
+    if isinstance(pack, int):
+        parallel = pack
 
     debug = bool((ctx.obj or {}).get("debug"))
     say = (lambda m: click.echo(m, err=True)) if as_json else click.echo
@@ -72,6 +88,16 @@ def sweep(ctx, config, overrides, profile, parallel, stop_after, python, as_json
         if runs and runs[0].plan.managed is None and not python:
             say(f"note: no `envkit setup` environment here: training with {sys.executable}")
         todo = sum(r.state != "completed" for r in runs)
+        if pack == "auto" and runs:
+            from envkit.train.run import launcher
+
+            gpus = runner.gpu_count(runs[0].plan.facts)
+            if gpus > 1:  # the runs already spread one per GPU: packing measures one device
+                parallel = gpus
+                say(f"pack: {gpus} at a time, one run per GPU ({gpus} GPUs here; --pack auto measures a single device)")
+            else:
+                parallel = choose_pack([r for r in runs if r.state != "completed"], runs[0].plan.python,
+                                       launcher.child_environ(runs[0].plan.profile, 1), say)
         say(f"sweep: {len(runs)} runs ({len(runs) - todo} completed, {todo} to run, {parallel} at a time) "
             f"under {runs[0].run_dir.parent if runs else '?'}")
         runner.execute(runs, parallel=parallel, gpus=runner.gpu_count(runs[0].plan.facts) if runs else 0,

@@ -204,3 +204,34 @@ def precision_candidates(device: str, low: str | None, shipped: str) -> list[str
     if device == "cpu":
         return []
     return [p for p in ("fp32", low) if p and p != shipped]
+
+
+# torch.compile modes the tuner measures on CUDA: max-autotune (CUDA graphs plus minutes of kernel
+# tuning) is left out: its graphs are reduce-overhead's, and its tuning time would take the budget.
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
+
+
+def compile_mode_candidates(device: str, compile_on: bool, shipped: str) -> tuple[list[str], str]:
+    """(modes to measure besides the shipped one, why none are, in one line). Only on CUDA with
+    compile on: reduce-overhead captures CUDA graphs, max-autotune-no-cudagraphs tunes Triton GPU
+    kernels; a mode is an option of torch.compile, so without compile there is nothing to choose."""
+    if device != "cuda":
+        return [], (f"compile_mode not searched on {device}: its modes are CUDA's (reduce-overhead captures CUDA graphs, "
+                    "max-autotune-no-cudagraphs tunes GPU kernels); the default mode is kept")
+    if not compile_on:
+        return [], "compile_mode not searched: compile is off, and a mode is a torch.compile option"
+    return [m for m in COMPILE_MODES if m != shipped], ""
+
+
+def choose_compile_mode(incumbent: Measurement, candidates: list[Measurement], device_memory_mb: float | None,
+                        margin: float = MARGIN) -> tuple[Measurement, str]:
+    """The fastest mode by more than `margin` whose loss agrees and whose peak memory leaves the
+    batch its headroom (CUDA graphs hold a memory pool of their own: a mode that is faster but
+    leaves the batch no room is not chosen). Reason in words with the figures."""
+    roomy = [c for c in candidates if not c.usable or fits(c, device_memory_mb)]
+    tight = [c for c in candidates if c not in roomy]
+    best, why = pick(incumbent, roomy, margin=margin, fmt=lambda v: f"mode {v}")
+    if tight:
+        why += "; " + "; ".join(f"mode {c.value} over the headroom ({c.peak_memory_mb:,.0f} of {device_memory_mb:,.0f} MB, "
+                                f"{rate(c)})" for c in tight)
+    return best, why

@@ -23,7 +23,7 @@ from envkit.tune.decide import Decision, Measurement
 # measure) last where it is costly. On CUDA the batch comes first: it is what depends on the model
 # (GPT-2 small's logits alone are 26 GB at batch 128), and a short budget should spend itself there.
 ORDER = {"cpu": ("threads", "workers", "batch", "compile"),
-         "cuda": ("batch", "precision", "compile", "workers"),
+         "cuda": ("batch", "precision", "compile", "compile_mode", "workers"),
          "mps": ("precision", "batch", "workers", "empty_cache", "compile")}
 
 
@@ -41,6 +41,7 @@ class Settings:
     pin_memory: bool
     threads: int | None
     empty_cache_every: int
+    compile_mode: str = "default"
 
 
 @dataclass
@@ -72,7 +73,7 @@ def shipped_settings(ctx: BenchContext) -> Settings:
     return Settings(precision, (ctx.target == "cuda") if comp == "auto" else bool(comp), int(batch),
                     int(train["grad_accum"]), int(dl["num_workers"]), bool(dl["persistent_workers"]), dl["prefetch_factor"],
                     bool(dl["pin_memory"]), int(threads) if threads and str(threads).isdigit() else None,
-                    int(train["empty_cache_every"]))
+                    int(train["empty_cache_every"]), str(train.get("compile_mode") or "default"))
 
 
 def spec_of(ctx: BenchContext, s: Settings, name: str, seconds: float | None, split_oom: bool = True) -> RunSpec:
@@ -82,7 +83,7 @@ def spec_of(ctx: BenchContext, s: Settings, name: str, seconds: float | None, sp
     if s.threads:
         env["OMP_NUM_THREADS"] = str(s.threads)
     on_cpu = ctx.target == "cpu"
-    return RunSpec(name, ctx.target, ctx.config.resolved(), precision=s.precision, compile=s.compile,
+    return RunSpec(name, ctx.target, ctx.config.resolved(), precision=s.precision, compile=s.compile, compile_mode=s.compile_mode,
                    channels_last=ctx.model == "cnn" and ctx.target in ("cuda", "mps"),
                    batch_size=s.batch_size, grad_accum=s.grad_accum, num_workers=s.num_workers, pin_memory=s.pin_memory,
                    persistent_workers=s.persistent_workers and s.num_workers > 0,
@@ -137,6 +138,8 @@ def tune(ctx: BenchContext, budget_s: float, *, seconds: float | None = None, on
         return m
 
     current = shipped
+    if ctx.target != "cuda":  # said first, whatever the budget reaches: this machine has no modes to choose from
+        result.notes.append(decide.compile_mode_candidates(ctx.target, current.compile, current.compile_mode)[1])
     try:
         # the shipped settings, as `envkit run` would train with them: a batch that does not fit is split
         base, first = _incumbent(ctx, current, measure, result)
@@ -257,6 +260,25 @@ def _search(dim: str, ctx: BenchContext, current: Settings, base: Measurement, s
         win, why = decide.pick(base, [cand], fmt=lambda v: f"compile {decide.show(v)}")
         current = replace(current, compile=bool(win.value))
         result.decisions.append(Decision("train", "compile", current.compile, why, current.compile != shipped.compile, [base, cand]))
+        return current, win
+
+    if dim == "compile_mode":
+        modes, why_not = decide.compile_mode_candidates(ctx.target, current.compile, current.compile_mode)
+        if not modes:
+            result.notes.append(why_not)  # one line: why this machine has nothing to choose
+            return current, base
+        base.value = current.compile_mode
+        # every mode compiles afresh (max-autotune-no-cudagraphs tunes kernels): each is as costly as compile was
+        cands, stopped = _measure_each(modes, lambda m: measure(f"compile_mode {m}", replace(current, compile_mode=m), m,
+                                                              expensive=True))
+        if not cands:
+            _raise(stopped)
+            return current, base
+        win, why = decide.choose_compile_mode(base, cands, device_memory_mb(ctx))
+        current = replace(current, compile_mode=str(win.value))
+        result.decisions.append(Decision("train", "compile_mode", current.compile_mode, why,
+                                         current.compile_mode != shipped.compile_mode, [base, *cands]))
+        _raise(stopped)
         return current, win
 
     if dim == "empty_cache":

@@ -1,0 +1,93 @@
+"""`envkit sweep --pack auto`: how many runs at once, decided by measurement. The decision with
+made-up measurements (no timing), then a tiny grid on this CPU as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from conftest import envkit
+from envkit.sweep.pack import Probe as P, decide
+
+
+def test_packing_goes_on_while_the_total_rises_by_ten_percent_and_stops_when_it_does_not():
+    assert decide([P(1, 100.0)], limit=8, per_run_mb=None, free_mb=None)[:2] == (2, 1)
+    assert decide([P(1, 100.0), P(2, 190.0)], 8, None, None)[:2] == (4, 2)
+    nxt, n, why = decide([P(1, 100.0), P(2, 190.0), P(4, 200.0)], 8, None, None)
+    assert (nxt, n) == (None, 2)
+    assert why == "pack: 2 at a time (1 alone 100 samples/s; 2 at once 190 (+90%); 4 at once 200 (+5%); under +10%: not worth it)"
+
+
+def test_packing_stops_where_the_next_count_would_not_fit_in_memory():
+    nxt, n, why = decide([P(1, 100.0), P(2, 190.0)], 8, per_run_mb=900.0, free_mb=3000.0, where="free on the GPU")
+    assert (nxt, n) == (None, 2)  # 4 x 900 MB is over 80% of 3,000 MB
+    assert "4 would take 4 x 900 MB, over 80% of the 3,000 MB free on the GPU" in why
+    assert decide([P(1, 100.0), P(2, 190.0)], 8, per_run_mb=500.0, free_mb=3000.0)[0] == 4  # 2,000 MB fits in 2,400
+
+
+def test_packing_never_exceeds_the_runs_to_run_and_a_failed_count_is_not_chosen():
+    assert decide([P(1, 100.0), P(2, 190.0)], 3, None, None)[:2] == (3, 2)  # three runs: 3 is probed, not 4
+    nxt, n, why = decide([P(1, 100.0), P(2, 190.0), P(3, 280.0)], 3, None, None)
+    assert (nxt, n) == (None, 3) and why.endswith("3 runs to run)")
+    nxt, n, why = decide([P(1, 100.0), P(2, None, reason="out of memory")], 8, None, None)
+    assert (nxt, n) == (None, 1) and "2 at once failed (out of memory)" in why
+    assert decide([P(1, None, reason="boom")], 8, None, None)[:2] == (None, 1)
+
+
+GRID = """\
+experiment: {name: pk, output_dir: runs, seed: 0}
+dataset: {type: synthetic, task: teacher, num_samples: 1000}
+model: {type: mlp}
+training: {max_steps: 8, batch_size: 32, compile: false}
+eval: {every_steps: 0}
+checkpoint: {every_steps: 0}
+logging: {every_steps: 4}
+device: {type: cpu}
+sweep:
+  grid:
+    experiment.seed: [0, 1]
+"""
+
+
+def _losses(folder) -> dict:
+    out = {}
+    for run in sorted((folder / "runs" / "pk").iterdir()):
+        s = json.loads((run / "summary.json").read_text())
+        out[run.name] = (s["status"], s["steps"], s["final_loss"], s["best_val_loss"])
+    return out
+
+
+def test_pack_auto_says_how_many_and_why_and_changes_no_run(tmp_path):
+    plain, packed, tmp = tmp_path / "plain", tmp_path / "packed", tmp_path / "tmp"
+    for d in (plain, packed, tmp):
+        d.mkdir()
+    for d in (plain, packed):
+        (d / "train.yaml").write_text(GRID)
+    ref = envkit("sweep", "train.yaml", "--profile", "cpu", cwd=plain, timeout=300)
+    assert ref.returncode == 0, ref.stdout + ref.stderr
+    res = envkit("sweep", "train.yaml", "--profile", "cpu", "--pack", "auto", cwd=packed, timeout=300,
+                 env={"TMPDIR": str(tmp)})  # the probes' temporary folders, to see they are gone
+    assert res.returncode == 0, res.stdout + res.stderr
+    line = [ln for ln in res.stdout.splitlines() if re.match(r"pack: \d+ at a time \(", ln)]
+    assert len(line) == 1 and "1 alone " in line[0] and "samples/s" in line[0], res.stdout
+    n = int(line[0].split()[1])
+    assert 1 <= n <= 2 and f"{n} at a time) under" in res.stdout  # the sweep runs that many at once
+    # every run completed, with the losses of the sweep run without --pack (same seeds): the probes changed nothing
+    assert _losses(packed) == _losses(plain) and all(v[:2] == ("completed", 8) for v in _losses(packed).values())
+    # the probes left no run folder, no file in a run folder, and no temporary folder
+    assert sorted(p.name for p in (packed / "runs" / "pk").iterdir()) == ["seed-0", "seed-1"]
+    for run in ("seed-0", "seed-1"):
+        names = {p.name for p in (packed / "runs" / "pk" / run).iterdir()} - {"console.log"}  # console.log: 2 at once
+        assert names == {p.name for p in (plain / "runs" / "pk" / run).iterdir()}
+        assert (packed / "runs" / "pk" / run / "train.log").read_text().count("training mlp for") == 1
+    assert [p.name for p in tmp.iterdir() if p.name.startswith("envkit-")] == []  # (torch keeps its own caches there)
+
+
+def test_pack_refuses_bad_input_in_one_line(tmp_path):
+    (tmp_path / "train.yaml").write_text(GRID)
+    for args, said in ((["--pack", "two"], "expected auto or a number"), (["--pack", "0"], "expected auto or a number"),
+                       (["--pack", "auto", "--parallel", "2"], "--pack and --parallel")):
+        res = envkit("sweep", "train.yaml", "--profile", "cpu", *args, cwd=tmp_path, timeout=120)
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1 and said in res.stderr, res.stderr
+    assert not (tmp_path / "runs").exists()
