@@ -154,6 +154,7 @@ def test_a_signalled_job_checkpoints_requeues_and_resumes_exactly(cluster, refer
     wait_step(run_dir, 6)
     sig = ["--signal=USR1", "--batch"] if how == "usr1-warning" else ["--signal=TERM", "--full"]
     subprocess.run(["scancel", *sig, job], env=cluster.env, check=True)
+    cluster.release_requeued(job)
     state = cluster.wait_job(job, timeout=JOB_TIMEOUT)
     out = (run_dir / "slurm" / f"slurm-{job}.out").read_text()
     assert state["JobState"] == "COMPLETED", out[-3000:]
@@ -256,6 +257,7 @@ def test_exec_gets_the_warning_and_is_requeued_into_the_same_run_folder(cluster,
     while time.monotonic() < end and "training" not in ((run_dir / "train.log").read_text() if (run_dir / "train.log").exists() else ""):
         time.sleep(0.2)
     subprocess.run(["scancel", "--signal=USR1", "--batch", sub["job_id"]], env=cluster.env, check=True)
+    cluster.release_requeued(sub["job_id"])
     state = cluster.wait_job(sub["job_id"], timeout=JOB_TIMEOUT)
     log = (run_dir / "train.log").read_text()
     assert state["JobState"] == "COMPLETED" and int(state["Restarts"]) == 1, log[-2000:]

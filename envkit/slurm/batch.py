@@ -86,5 +86,7 @@ def main(record_path: str, srun: list[str]) -> int:
             say(f"scontrol requeue failed: {(out.stderr or out.stdout).strip()} (submit again: `sbatch {path.parent / 'job.sbatch'}`)")
             return 1
         return 0
-    say(f"run {run_dir.name}: {status or 'no summary'} (srun exit code {rc})")
+    say(f"run {run_dir.name}: {status or 'no summary'} (srun exit code {rc})" + (" after `envkit stop`" if stopped else ""))
+    if stopped and status == "interrupted":
+        return 0  # stopped as asked, with its checkpoint: not a failed job
     return 0 if status == "completed" or (status is None and rc == 0) else 1
