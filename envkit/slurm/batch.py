@@ -48,6 +48,14 @@ def note_job(run_dir: Path, record_path: Path, record: dict) -> None:
     atomic_write_text(mine, json.dumps(current, indent=2, default=str) + "\n")
 
 
+def _stop_requested(run_dir: Path) -> bool:
+    """`envkit stop` asked this job (by its id) to end: a later submission of the run is not bound by it."""
+    try:
+        return (run_dir / "slurm" / STOP_FILE).read_text().strip() == job_id()
+    except OSError:
+        return False
+
+
 def status_of(run_dir: Path) -> str | None:
     try:
         return json.loads((run_dir / "summary.json").read_text()).get("status")
@@ -78,7 +86,7 @@ def main(record_path: str, srun: list[str]) -> int:
         signal.signal(s, on_signal)
     rc = proc.wait()
     status = status_of(run_dir)
-    stopped = (run_dir / "slurm" / STOP_FILE).exists()
+    stopped = _stop_requested(run_dir)
     if got and record["request"].get("requeue", True) and status != "completed" and not stopped:
         say(f"run {run_dir.name} {status or 'not finished'} after {got[0]}: requeueing job {job_id()}")
         out = subprocess.run(["scontrol", "requeue", job_id()], capture_output=True, text=True)

@@ -28,7 +28,7 @@ def stop_job(run_dir: Path, grace: float, say=print) -> str | None:
     state = job_state(job_id)
     if state is None or state not in ACTIVE:
         return None
-    atomic_write_text(Path(run_dir) / "slurm" / STOP_FILE, f"{time.time()}\n")
+    atomic_write_text(Path(run_dir) / "slurm" / STOP_FILE, f"{job_id}\n")  # this job only: a resubmission may requeue again
     if state == "PENDING":
         err = _scancel(job_id)
         return f"cancelled Slurm job {job_id} (it had not started)" + (f": {err}" if err else "")

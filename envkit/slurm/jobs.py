@@ -11,6 +11,8 @@ from pathlib import Path
 
 import click
 
+from envkit.errors import EnvkitError
+
 from envkit.slurm.options import SlurmRequest
 from envkit.slurm.submit import need_sbatch, submit
 
@@ -78,13 +80,20 @@ def run_job(p, config: str, *, overrides, profile, python, run_id, resume, nproc
 
     need_sbatch()
     if resume not in ("auto", "never"):
-        from envkit.errors import EnvkitError
-
         raise EnvkitError("--slurm resumes a run folder by itself (--run-id), not from a checkpoint file", where="--resume",
                           fix="--run-id <the run's folder name>")
+    from envkit.train.run import auto_batch
+
+    if auto_batch.is_auto(p.cfg) and req.nodes > 1:  # each node would probe on its own and could decide differently
+        raise EnvkitError("training.batch_size auto is decided per machine; with --nodes every node needs the same number",
+                          where=launcher._where(p.cfg, "training.batch_size"),
+                          fix="run once on one node (--nodes 1) to see the probed batch, then --set training.batch_size=N")
     run_dir, resuming, note = launcher.choose_run_dir(p.cfg, run_id, resume)
     if note:
         click.echo(note, err=True)
+    if p.cfg.values["device"]["type"] == "auto" and req.gpus_per_node is None:
+        click.echo("note: device.type auto is decided on the node: this job asks for no GPUs "
+                   "(--gpus-per-node N, or device.type: cuda, asks for them)", err=True)
     config_arg = [] if config == "<defaults>" else [str(Path(config).resolve())]
     argv = ["run", *config_arg, "--run-id", run_dir.name, "--nproc-per-node", str(nproc),
             *_common(overrides, profile, python), *(["--stop-after", str(stop_after)] if stop_after else [])]
