@@ -229,6 +229,23 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             time.sleep(0.5)
         raise TimeoutError(f"job {job_id} not in {states} within {timeout:.0f} s: {self.job(job_id)}")
 
+    def job_pids(self, job_id: str) -> list[int]:
+        """Every process of the job on this machine: those whose environment holds its SLURM_JOB_ID
+        (slurmstepd sets it for the batch step and every task; `scontrol listpids` would need the
+        node's own name as the host name)."""
+        mark = f"SLURM_JOB_ID={job_id}".encode()
+        pids = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as fh:
+                    if mark in fh.read().split(b"\0"):
+                        pids.append(int(entry))
+            except OSError:
+                continue
+        return pids
+
     def release_requeued(self, job_id: str, restarts: int = 1, timeout: float = 300) -> None:
         """Slurm holds a requeued job back for about two minutes (its BeginTime): an admin's
         `scontrol update StartTime=now` (its begin time) lets it start at once, so the tests need not wait."""

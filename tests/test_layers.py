@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "envkit"
 STAGE_ORDER = {
     # stage: rank; a module may import its own stage and any lower rank
     "base": 0, "facts": 1, "checks": 2, "profiles": 3, "install": 4, "selftest": 5, "train": 5,
-    "exec": 6, "bench": 7, "sweep": 7, "slurm": 7, "tune": 8, "commands": 9, "cli": 10,
+    "exec": 6, "bench": 7, "sweep": 8, "slurm": 8, "tune": 8, "commands": 9, "cli": 10,
 }
 BASE = {"errors", "redact", "console", "resources", "fsutil", "__init__", "data", "track"}
 TRAIN_ORDER = {"user_code": 0, "data": 1, "recovery": 1, "watching": 1, "run": 2}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -152,8 +153,17 @@ def test_a_signalled_job_checkpoints_requeues_and_resumes_exactly(cluster, refer
     job, run_dir = submit(cluster, tmp_path, "--nodes", "1", "--nproc-per-node", "2",
                           env=env_for(cluster, ENVKIT_TRAIN_INJECT="sleep=0.15"))
     wait_step(run_dir, 6)
-    sig = ["--signal=USR1", "--batch"] if how == "usr1-warning" else ["--signal=TERM", "--full"]
-    subprocess.run(["scancel", *sig, job], env=cluster.env, check=True)
+    if how == "usr1-warning":
+        subprocess.run(["scancel", "--signal=USR1", "--batch", job], env=cluster.env, check=True)
+    else:  # a preemption's first word: SIGTERM to every process of the job (`scancel --signal=TERM --full`
+        # would also kill the job, whose revoked credential then holds the requeued one back two minutes)
+        pids = cluster.job_pids(job)
+        assert len(pids) >= 4, pids  # the batch step's envkit, envkit run, torchrun and its two workers
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
     cluster.release_requeued(job)
     state = cluster.wait_job(job, timeout=JOB_TIMEOUT)
     out = (run_dir / "slurm" / f"slurm-{job}.out").read_text()
