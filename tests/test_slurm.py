@@ -145,25 +145,32 @@ def test_a_slurm_option_without_slurm_is_refused(tmp_path):
     assert r.returncode == 2 and "--time" in r.stderr and "--slurm" in r.stderr
 
 
-@pytest.mark.parametrize("how", ["usr1-warning", "preemption-term"])
-def test_a_signalled_job_checkpoints_requeues_and_resumes_exactly(cluster, reference, tmp_path, how):
-    """USR1 as before a time limit (to the batch step only), or SIGTERM to every process of the job
-    as a preemption sends it: the run checkpoints, the job requeues itself and resumes."""
+def usr1_warning(cluster: SlurmCluster, job: str) -> None:
+    """What Slurm sends GRACE seconds before the time limit: SIGUSR1 to the batch step only."""
+    subprocess.run(["scancel", "--signal=USR1", "--batch", job], env=cluster.env, check=True)
+
+
+def preemption_term(cluster: SlurmCluster, job: str) -> None:
+    """A preemption's first word: SIGTERM to every process of the job. (`scancel --signal=TERM --full`
+    would also kill the job, whose revoked credential then holds the requeued one back two minutes.)"""
+    pids = cluster.job_pids(job)
+    assert len(pids) >= 4, pids  # the batch step's envkit, envkit run, torchrun and its two workers
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.parametrize("send", [usr1_warning, preemption_term], ids=["usr1-warning", "preemption-term"])
+def test_a_signalled_job_checkpoints_requeues_and_resumes_exactly(cluster, reference, tmp_path, send):
+    """USR1 as before a time limit, or SIGTERM to every process of the job as a preemption sends
+    it: the run checkpoints, the job requeues itself and resumes."""
     ref = losses(reference[1])
     job, run_dir = submit(cluster, tmp_path, "--nodes", "1", "--nproc-per-node", "2",
                           env=env_for(cluster, ENVKIT_TRAIN_INJECT="sleep=0.15"))
     wait_step(run_dir, 6)
-    if how == "usr1-warning":
-        subprocess.run(["scancel", "--signal=USR1", "--batch", job], env=cluster.env, check=True)
-    else:  # a preemption's first word: SIGTERM to every process of the job (`scancel --signal=TERM --full`
-        # would also kill the job, whose revoked credential then holds the requeued one back two minutes)
-        pids = cluster.job_pids(job)
-        assert len(pids) >= 4, pids  # the batch step's envkit, envkit run, torchrun and its two workers
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+    send(cluster, job)
     cluster.release_requeued(job)
     state = cluster.wait_job(job, timeout=JOB_TIMEOUT)
     out = (run_dir / "slurm" / f"slurm-{job}.out").read_text()
