@@ -23,3 +23,16 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+# A run that trains until it is stopped (ten million steps of a tiny MLP), checkpointing every 50 steps.
+LONG = """\
+experiment: {name: own, output_dir: runs, seed: 0}
+model: {type: mlp, hidden: 8, depth: 1}
+dataset: {type: synthetic, task: teacher, num_samples: 64}
+training: {max_steps: 10000000, batch_size: 8}
+eval: {every_steps: 0}
+checkpoint: {every_steps: 50, keep_last: 2}
+logging: {every_steps: 10, heartbeat_seconds: 0.2, device_seconds: 0}
+device: {type: cpu}
+"""

@@ -13,18 +13,8 @@ import time
 from pathlib import Path
 
 from conftest import envkit
-from processes import alive as _alive, wait_for as _wait_for
+from processes import LONG, alive as _alive, wait_for as _wait_for
 
-LONG = """\
-experiment: {name: own, output_dir: runs, seed: 0}
-model: {type: mlp, hidden: 8, depth: 1}
-dataset: {type: synthetic, task: teacher, num_samples: 64}
-training: {max_steps: 10000000, batch_size: 8}
-eval: {every_steps: 0}
-checkpoint: {every_steps: 50, keep_last: 2}
-logging: {every_steps: 10, heartbeat_seconds: 0.2, device_seconds: 0}
-device: {type: cpu}
-"""
 
 
 def _env() -> dict:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import envkit
-from processes import alive, wait_for
+from processes import LONG, alive, wait_for
 
 # Another program holding the folder's owner lock the way envkit's supervisors take it. It forks
 # away from the test so that, once signalled, it is reaped (a child pytest never waits for would
@@ -119,16 +119,6 @@ def test_without_an_owner_lock_a_pid_without_start_time_is_not_trusted(tmp_path,
     assert sleeper.poll() is None
 
 
-LONG = """\
-experiment: {name: own, output_dir: runs, seed: 0}
-model: {type: mlp, hidden: 8, depth: 1}
-dataset: {type: synthetic, task: teacher, num_samples: 64}
-training: {max_steps: 10000000, batch_size: 8}
-eval: {every_steps: 0}
-checkpoint: {every_steps: 50, keep_last: 2}
-logging: {every_steps: 10, heartbeat_seconds: 0.2, device_seconds: 0}
-device: {type: cpu}
-"""
 
 
 def test_stop_sends_sigint_to_the_trainer_of_a_running_envkit_run(tmp_path):
