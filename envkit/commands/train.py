@@ -130,6 +130,10 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
         raise EnvkitError(f"--nproc-per-node {nproc_per_node} cannot train on MPS: it is one device and gloo/nccl do not work with it",
                           where="device.type", fix="drop --nproc-per-node (CUDA uses NCCL, the CPU gloo)")
     nodes = _nodes(nnodes, node_rank, rdzv_endpoint, rdzv_backend, rdzv_id, run_id)
+    from envkit.train.run.sharding import config_problem
+
+    if problem := config_problem(p.cfg.values, nproc_per_node * nodes.nnodes):
+        raise EnvkitError(problem[0], where=launcher._where(p.cfg, "training.parallel"), fix=problem[1])
     if nodes.nnodes > 1 and p.cfg.values["device"]["type"] == "mps":
         raise EnvkitError("--nnodes cannot train on MPS: gloo/nccl do not carry MPS tensors", where="device.type",
                           fix="CUDA machines use NCCL, CPUs gloo")

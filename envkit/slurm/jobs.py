@@ -88,6 +88,10 @@ def run_job(p, config: str, *, overrides, profile, python, run_id, resume, nproc
         raise EnvkitError("training.batch_size auto is decided per machine; with --nodes every node needs the same number",
                           where=launcher._where(p.cfg, "training.batch_size"),
                           fix="run once on one node (--nodes 1) to see the probed batch, then --set training.batch_size=N")
+    from envkit.train.run.sharding import config_problem
+
+    if problem := config_problem(p.cfg.values, nproc * req.nodes):  # before the job waits in the queue
+        raise EnvkitError(problem[0], where=launcher._where(p.cfg, "training.parallel"), fix=problem[1])
     run_dir, resuming, note = launcher.choose_run_dir(p.cfg, run_id, resume)
     if note:
         click.echo(note, err=True)

@@ -12,8 +12,8 @@ temporary file removed, the previous checkpoints untouched."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
-import hashlib
 import io
 import random
 import re
@@ -21,17 +21,12 @@ from pathlib import Path
 
 import torch
 
-from envkit.fsutil import atomic_writer
+from envkit.train.run import sharded_checkpoint as sharded
+from envkit.train.run.verified_file import TRAILER, CorruptCheckpoint, verified_bytes, write_verified  # noqa: F401 - kept importable from here
 from envkit.train.recovery.guards import TrainingStopped
 
-NAME = re.compile(r"^step_(\d+)\.pt$")
+NAME = re.compile(r"^step_(\d+)\.(?:pt|dcp)$")  # .dcp: a folder, training.parallel fsdp (sharded_checkpoint.py)
 REQUIRED = ("step", "model", "optimizer", "rng", "data", "config_hash")
-TRAILER = b"\nENVKIT-SHA256 "
-TRAILER_LEN = len(TRAILER) + 64 + 1
-
-
-class CorruptCheckpoint(ValueError):
-    """The file is not the one that was written (truncated or altered)."""
 
 
 class DiskFull(TrainingStopped):
@@ -77,28 +72,27 @@ def save(folder: Path, state: dict, keep_last: int) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"step_{state['step']:08d}.pt"
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    data = buf.getvalue()
-    trailer = TRAILER + hashlib.sha256(data).hexdigest().encode() + b"\n"
     from envkit.train.recovery import faults
 
+    with disk_full_said(path):
+        write_verified(path, state, fault=lambda: faults.inject_disk_full(folder.parent, state["step"]))
+    prune(folder, path, keep_last)
+    return path
+
+
+@contextlib.contextmanager
+def disk_full_said(path: Path):
+    """A full disk while writing checkpoint `path`: DiskFull, in one line naming what was kept."""
     try:
-        with atomic_writer(path) as fh:  # a crash mid-save never leaves a half checkpoint
-            if faults.inject_disk_full(folder.parent, state["step"]):
-                fh.write(data[: len(data) // 2])  # a real partial temporary file, which must not survive
-                raise faults.disk_full_error(path)
-            fh.write(data)
-            fh.write(trailer)
+        yield
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            folder = Path(path).parent
             kept = [p.name for _, p in list_checkpoints(folder)[:1]]
-            raise DiskFull(f"no space left on the device while writing checkpoint {path.name} in {folder}: "
+            raise DiskFull(f"no space left on the device while writing checkpoint {Path(path).name} in {folder}: "
                            f"nothing was written ({'previous checkpoint ' + kept[0] + ' kept' if kept else 'no earlier checkpoint'}); "
                            "free some space (or lower checkpoint.keep_last), then `envkit run` again resumes") from exc
         raise
-    prune(folder, path, keep_last)
-    return path
 
 
 UNREADABLE = "unreadable"  # checkpoints/unreadable/: files pruning found unreadable, moved aside
@@ -108,11 +102,9 @@ _verified: dict[str, tuple[int, int, int]] = {}  # path -> (size, mtime_ns, inod
 def is_valid(path: Path) -> bool:
     """Whether the file verifies (its checksum) and loads as an envkit checkpoint; a file seen to
     load is not read again while its size, mtime and inode stay the same."""
-    try:
-        st = Path(path).stat()
-    except OSError:
+    key = _stat_key(path)
+    if key is None:
         return False
-    key = (st.st_size, st.st_mtime_ns, st.st_ino)
     if _verified.get(str(path)) == key:
         return True
     try:
@@ -142,6 +134,9 @@ def prune(folder: Path, written: Path, keep_last: int, log=None) -> list[Path]:
         moved.append(_move_aside(p, log))
     for old in delete:
         _verified.pop(str(old), None)
+        if old.is_dir():
+            sharded.remove(old)
+            continue
         try:
             old.unlink()
         except FileNotFoundError:
@@ -150,8 +145,9 @@ def prune(folder: Path, written: Path, keep_last: int, log=None) -> list[Path]:
 
 
 def _stat_key(path: Path) -> tuple[int, int, int] | None:
+    path = Path(path)
     try:
-        st = Path(path).stat()
+        st = (path / sharded.META if path.is_dir() else path).stat()
     except OSError:
         return None
     return (st.st_size, st.st_mtime_ns, st.st_ino)
@@ -182,23 +178,11 @@ def _move_aside(path: Path, log=None) -> Path:
     return dest
 
 
-def verified_bytes(path: Path) -> bytes:
-    """The data of a checkpoint whose checksum matches; CorruptCheckpoint naming what is wrong."""
-    raw = Path(path).read_bytes()
-    tail = raw[-TRAILER_LEN:]
-    if not tail.startswith(TRAILER):
-        if b"ENVKIT-SHA256" in raw[-4096:]:
-            raise CorruptCheckpoint("its checksum trailer is damaged (the file was altered)")
-        return raw  # no trailer: an older envkit's checkpoint, or one cut short; torch.load decides
-    data, want = raw[:-TRAILER_LEN], tail[len(TRAILER):-1].decode("ascii", "replace")
-    got = hashlib.sha256(data).hexdigest()
-    if got != want:
-        raise CorruptCheckpoint(f"checksum mismatch (sha256 {got[:12]}... != {want[:12]}... written with it): the file was "
-                                "altered or cut short after it was written")
-    return data
-
-
 def load(path: Path, map_location="cpu") -> dict:
+    """A checkpoint's contents (a step_*.pt file), or a sharded one's fields (a step_*.dcp folder:
+    its tensors are read into the model by sharded_checkpoint.load_into)."""
+    if Path(path).is_dir():
+        return sharded.read_meta(path)
     state = torch.load(io.BytesIO(verified_bytes(path)), map_location=map_location, weights_only=True)
     missing = [k for k in REQUIRED if k not in state]
     if missing:

@@ -23,7 +23,6 @@ import torch
 from envkit.train.data.bad_files import UnreadableFile
 from envkit.train.recovery import faults
 from envkit.train.recovery.guards import NanGuard, TrainingStopped
-from envkit.train.run import checkpoint as ckpt
 from envkit.train.run import recover
 from envkit.train.run.config import Config
 from envkit.train.run.evaluate import evaluate
@@ -54,7 +53,7 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
     state = TrainState(micro_batch=training["batch_size"], grad_accum=training["grad_accum"])
     result = TrainResult(status="running", max_steps=training["max_steps"], epochs=training["epochs"], unit=tr.unit,
                          device=tr.device_type, device_name=tr.device_name, precision=tr.precision, world_size=tr.world,
-                         parameters=tr.parameters, config_hash=cfg.config_hash(), flops_per_token=tr.flops_per_token,
+                         parallel=tr.parallel, parameters=tr.parameters, config_hash=cfg.config_hash(), flops_per_token=tr.flops_per_token,
                          baseline_loss=tr.data.baseline_loss, chance_accuracy=tr.data.chance_accuracy)
     if resume != "never":
         result.resumed_from = recover.resume(tr, state, resume)
@@ -180,7 +179,9 @@ class _Loop:
         self.tel.metrics(row)
         eta = dt * (tr.training["max_steps"] - state.step)
         self.tel.progress(state.step, row, eta)
-        self.tel.heartbeat(step=state.step, loss=loss, eta=eta)
+        self.tel.heartbeat(step=state.step, loss=loss, eta=eta, mfu=row.get("mfu"), memory_mb=row.get("memory_mb"))
+        if row.get("memory_mb"):
+            result.peak_memory_mb = max(result.peak_memory_mb or 0.0, row["memory_mb"])
 
     def eval_row(self, val: float, acc: float | None) -> None:
         state, data = self.state, self.tr.data
@@ -193,11 +194,11 @@ class _Loop:
 
     def save(self) -> None:
         tr, state = self.tr, self.state
+        now = time.perf_counter()
+        state.elapsed += now - self.elapsed_mark
+        self.elapsed_mark = now
+        path = tr.save_checkpoint(state)  # every process: fsdp writes its shards
         if tr.master:
-            now = time.perf_counter()
-            state.elapsed += now - self.elapsed_mark
-            self.elapsed_mark = now
-            path = ckpt.save(tr.run_dir / "checkpoints", tr.checkpoint(state), tr.cfg.values["checkpoint"]["keep_last"])
             self.tel.heartbeat(step=state.step, loss=self.result.final_loss, eta=None, force=True, checkpoint=path.name)
         if tr.world > 1:
             torch.distributed.barrier()

@@ -103,6 +103,12 @@ SCHEMA: dict[str, dict[str, Field]] = {
                           help="torch.compile mode (reduce-overhead: CUDA graphs; max-autotune: minutes of tuning)"),
         "sdpa_backend": F("str", AUTO, choices=("auto", "flash", "efficient", "cudnn", "math"),
                           help="CUDA attention kernel for scaled_dot_product_attention; auto: PyTorch's choice"),
+        "parallel": F("str", AUTO, choices=("auto", "ddp", "fsdp"),
+                      help="several processes: ddp replicates the model on each; fsdp shards weights, gradients and optimizer "
+                           "state over them (FSDP2); auto: ddp while they fit one device with headroom, else fsdp"),
+        "activation_checkpointing": F("str", "none", choices=("none", "full"),
+                                      help="full: each block (GPT) or stage (ResNet) recomputes its activations in the backward: "
+                                           "less memory, about a third more compute"),
         "ddp_bucket_mb": F("float", 25.0, gt=0, help="several processes: DDP's gradient bucket size in MB (torch's default 25; profiles may set it)"),
         "ddp_comm_dtype": F("str", "fp32", choices=("fp32", "bf16"),
                             help="several processes on CUDA: dtype of the gradient all-reduce (bf16: half the bytes)"),
@@ -192,6 +198,7 @@ HASH_EXCLUDED = {"logging", "checkpoint", "sweep"}
 HASH_EXCLUDED_KEYS = {"experiment.name", "experiment.output_dir", "experiment.tags", "experiment.notes",
                       "eval.batches", "eval.accuracy_samples", "device.fallback_to_cpu", "device.fallback", "dataloader.num_workers",
                       "training.compile_mode", "training.sdpa_backend", "training.ddp_bucket_mb",  # speed only: same computation
+                      "training.parallel", "training.activation_checkpointing",  # the same steps, spread or recomputed
                       "training.memory_fraction", "training.batch_size_max",  # only how batch_size auto is decided
                       "dataloader.pin_memory", "dataloader.persistent_workers", "dataloader.prefetch_factor",
                       "dataloader.fetch_ahead",

@@ -34,14 +34,16 @@ class TrainState:
         """The checkpoint's "step", "data" and "loop" entries (the format resume reads)."""
         return {"step": self.step, "data": {"batches": self.batches}, "loop": {k: getattr(self, k) for k in self.LOOP_KEYS}}
 
-    def restore(self, saved: dict, batch_size: int, grad_accum: int) -> None:
+    def restore(self, saved: dict, batch_size: int, grad_accum: int, world: int = 1) -> None:
         """Counters from a checkpoint. A micro-batch split after an out-of-memory stays split (the
-        smaller of the checkpoint's and this process's), and the data position is converted to it."""
+        smaller of the checkpoint's and this process's), and the data position is converted to it,
+        and to this run's process count (a position counts global batches of micro x world)."""
         loop = saved.get("loop", {})
         saved_micro = loop.get("micro_batch") or batch_size
         micro = min(saved_micro, self.micro_batch)
         self.step = saved["step"]
-        self.batches = saved["data"]["batches"] * saved_micro // micro
+        saved_world = saved.get("world") or world
+        self.batches = saved["data"]["batches"] * saved_micro * saved_world // (micro * world)
         self.micro_batch, self.grad_accum = micro, batch_size * grad_accum // micro
         self.best_val_loss = loop.get("best_val_loss")
         self.lr_scale, self.rollbacks = loop.get("lr_scale", 1.0), loop.get("rollbacks", 0)
@@ -106,6 +108,8 @@ class TrainResult:
     precision: str | None = None
     compile: str | None = None
     world_size: int = 1
+    parallel: str = "single"  # single | ddp | fsdp (training.parallel as decided)
+    peak_memory_mb: float | None = None  # per process: the device's peak allocation (CUDA), None on the CPU
     parameters: int | None = None
     rates: list = field(default_factory=list)  # per logged interval, the first (warm-up, compilation) left out
     resumed_from: str | None = None
@@ -132,7 +136,8 @@ class TrainResult:
         out = {"status": self.status, "steps": self.steps, "max_steps": self.max_steps, "epochs": self.epochs,
                "final_loss": self.final_loss, "best_val_loss": self.best_val_loss, "final_val_loss": self.final_val_loss,
                "device": self.device, "device_name": self.device_name, "precision": self.precision, "compile": self.compile,
-               "world_size": self.world_size, "parameters": self.parameters, f"{self.unit}_per_second": self.per_second,
+               "world_size": self.world_size, "parallel": self.parallel,
+               "peak_memory_mb": None if self.peak_memory_mb is None else round(self.peak_memory_mb, 1), "parameters": self.parameters, f"{self.unit}_per_second": self.per_second,
                "resumed_from": self.resumed_from, "rollbacks": self.rollbacks, "config_hash": self.config_hash,
                "elapsed_seconds": round(self.elapsed_seconds, 2), "updated_at": time.time()}
         if self.accuracy is not None:

@@ -56,6 +56,8 @@ def train_step(tr, state, lr: float) -> StepOut:
     if tr.training["grad_clip"] > 0:
         tr.scaler.unscale_(tr.optimizer)
         grad_norm = torch.nn.utils.clip_grad_norm_(tr.model.parameters(), tr.training["grad_clip"])
+        if hasattr(grad_norm, "full_tensor"):  # fsdp: the norm of all shards, a DTensor
+            grad_norm = grad_norm.full_tensor()
     tr.scaler.step(tr.optimizer)
     tr.scaler.update()
     tr.optimizer.zero_grad(set_to_none=True)
@@ -70,7 +72,7 @@ def forward_backward(tr, grad_accum: int) -> torch.Tensor:
     total = None
     for micro in range(grad_accum):
         x, y = tr.batches.take()
-        if tr.world > 1:
+        if tr.parallel == "ddp":  # fsdp reduce-scatters every micro-batch: its gradients stay sharded
             tr.model.require_backward_grad_sync = micro == grad_accum - 1
         with tr.autocast:
             loss = tr.model(x, y)  # cross-entropy / grad_accum

@@ -25,11 +25,14 @@ from envkit.train.data.prefetch import DeviceBatches, want_fetch_ahead
 from envkit.train.recovery.guards import resolve_device
 from envkit.train.run import checkpoint as ckpt
 from envkit.train.run.config import Config
+from envkit.train.recovery.guards import TrainingStopped
+from envkit.train.run import sharded_checkpoint as sharded
+from envkit.train.run import sharding
 from envkit.train.run.distributed import init_distributed, wrap_ddp
 from envkit.train.run.evaluate import val_batches
 from envkit.train.run.models import build_model
 from envkit.train.run.optim import build_optimizer, steps_for_epochs
-from envkit.train.run.speed import apply_sdpa_backend, apply_torch_settings, maybe_compile, want_compile
+from envkit.train.run.speed import apply_sdpa_backend, apply_torch_settings, compile_kwargs, maybe_compile, want_compile
 from envkit.train.run.state import StepClock, TrainState
 from envkit.train.run.step import LossModule
 
@@ -49,6 +52,7 @@ class Trainer:
     raw_model: torch.nn.Module | None = None  # the user's model: what checkpoints hold
     loss_module: LossModule | None = None  # forward + loss; its accum follows an out-of-memory split
     model: torch.nn.Module | None = None  # what trains: the loss module, compiled, DDP-wrapped
+    parallel: str = "single"  # "single" (one process), "ddp" or "fsdp" (training.parallel, decided in _setup_model)
     optimizer: torch.optim.Optimizer | None = None
     scaler: torch.amp.GradScaler | None = None
     autocast: object = field(default_factory=contextlib.nullcontext)
@@ -97,8 +101,8 @@ class Trainer:
                  int(os.environ.get("WORLD_SIZE", "1")), log)
         tr._setup_device(torch_settings)
         tr._setup_data()
-        tr._setup_model()
         tr._setup_precision()
+        tr._setup_model()
         tr.optimizer = build_optimizer(tr.raw_model, tr.training, tr.device_type, cfg.origin)
         return tr
 
@@ -134,11 +138,37 @@ class Trainer:
         self.val_batches = val_batches(self.data.val, training["batch_size"], self.cfg.values["eval"]["batches"])
 
     def _setup_model(self) -> None:
-        self.raw_model = build_model(self.cfg, self.data.info, self.device_type).to(self.device)
-        self.parameters = sum(p.numel() for p in self.raw_model.parameters())
-        self.flops_per_token = self.raw_model.flops_per_token() if hasattr(self.raw_model, "flops_per_token") else None
-        self.log(f"model {self.cfg.values['model']['type']}: {self.parameters / 1e6:.2f}M parameters on {self.device_type}"
+        """Built on the CPU (one initialisation for every mode), then moved, or sharded over the
+        processes (training.parallel, train/run/sharding.py)."""
+        model_type = self.cfg.values["model"]["type"]
+        model = build_model(self.cfg, self.data.info, self.device_type)
+        self.parameters = sum(p.numel() for p in model.parameters())
+        self.flops_per_token = model.flops_per_token() if hasattr(model, "flops_per_token") else None
+        self.parallel, why = sharding.choose(self.training["parallel"], world=self.world, device=self.device, model=model,
+                                             model_type=model_type, training=self.training,
+                                             local_world=int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        units = sharding.shard_units(model, model_type)
+        if self.training["activation_checkpointing"] == "full":
+            if units is None:
+                raise TrainingStopped(f"training.activation_checkpointing full: model.type {model_type} has no blocks to "
+                                      "checkpoint (gpt and resnet18/34/50 have; a factory's model may define shard_units())")
+            sharding.checkpoint_activations(units)
+        self.log(f"model {model_type}: {self.parameters / 1e6:.2f}M parameters on {self.device_type}"
                  + (f" ({self.device_name})" if self.device_type == "cuda" else ""))
+        if self.parallel == "fsdp":
+            compiling = want_compile(self.training["compile"], self.device_type) == "on"
+            done = sharding.apply_fsdp(model, units, self.device, self.precision, self.world,
+                                       compile_unit=self._compile_unit if compiling else None)
+            self.compile_note = f"on, per {'block' if model_type == 'gpt' else 'unit'}" if compiling else "off"
+            self.log(f"training.parallel: fsdp ({why}): {done}")
+        else:
+            model.to(self.device)
+            if self.parallel == "ddp":
+                self.log(f"training.parallel: ddp ({why})")
+        self.raw_model = model
+
+    def _compile_unit(self, unit: torch.nn.Module) -> None:
+        unit.compile(**compile_kwargs(self.training["compile_mode"]))
 
     def _setup_precision(self) -> None:
         precision = self.training["precision"]
@@ -158,9 +188,12 @@ class Trainer:
         from the state's position. `next_batch` times the wait for data (watching/watch.py)."""
         training = self.training
         self.loss_module = LossModule(self.raw_model, state.grad_accum)
-        self.model, self.compile_note = maybe_compile(self.loss_module, want_compile(training["compile"], self.device_type),
-                                                      self.log, training["compile_mode"])
-        if self.world > 1:
+        if self.parallel == "fsdp":  # compiled per unit as it was sharded (_setup_model)
+            self.model = self.loss_module
+        else:
+            self.model, self.compile_note = maybe_compile(self.loss_module, want_compile(training["compile"], self.device_type),
+                                                          self.log, training["compile_mode"])
+        if self.parallel == "ddp":
             self.model = wrap_ddp(self.model, self.device, self.local_rank, training["ddp_bucket_mb"], training["ddp_comm_dtype"], self.log)
         ahead = want_fetch_ahead(self.loader_cfg["fetch_ahead"], self.device_type, self.loader_cfg["num_workers"],
                                  self.cfg.values["dataset"]["type"] in BUILTIN_DATASETS)
@@ -197,9 +230,23 @@ class Trainer:
 
     # -- checkpoints
     def checkpoint(self, state: TrainState) -> dict:
-        return {"model": self.raw_model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None, "rng": ckpt.rng_state(),
-                "config_hash": self.cfg.config_hash(), **state.checkpoint_fields()}
+        return {"model": self.raw_model.state_dict(), "optimizer": self.optimizer.state_dict(), **self._fields(state)}
+
+    def _fields(self, state: TrainState) -> dict:
+        return {"scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None, "rng": ckpt.rng_state(),
+                "config_hash": self.cfg.config_hash(), "world": self.world, **state.checkpoint_fields()}
+
+    def save_checkpoint(self, state: TrainState) -> Path | None:
+        """Every process calls it. A step_*.pt file written by rank 0, or under fsdp a step_*.dcp
+        folder written by all (train/run/sharded_checkpoint.py); the path on rank 0."""
+        folder, keep = self.run_dir / "checkpoints", self.cfg.values["checkpoint"]["keep_last"]
+        if self.parallel != "fsdp":
+            return ckpt.save(folder, self.checkpoint(state), keep) if self.master else None
+        with ckpt.disk_full_said(sharded.partial_path(folder, state.step)):
+            path = sharded.save(folder, self.raw_model, self.optimizer, self._fields(state), rank=self.rank, world=self.world)
+        if self.master:
+            ckpt.prune(folder, path, keep, log=self.log)
+        return path if self.master else None
 
     def load(self, state: TrainState, path: Path, saved: dict) -> None:
         """Weights, optimizer, scaler, RNG and counters from a checkpoint of this config."""
@@ -209,9 +256,20 @@ class Trainer:
 
             raise TrainingStopped(f"checkpoint {path.name} was written by a different config (hash {saved['config_hash']} != "
                                   f"{config_hash}); start a new run (--resume never) or restore the old config")
-        self.raw_model.load_state_dict(saved["model"])
-        self.optimizer.load_state_dict(saved["optimizer"])
+        if saved.get("format") == "dcp":
+            sharded.load_into(path, self.raw_model, self.optimizer)
+        elif self.parallel == "fsdp":
+            sharded.load_full_into(saved, self.raw_model, self.optimizer)
+        else:
+            self.raw_model.load_state_dict(saved["model"])
+            self.optimizer.load_state_dict(saved["optimizer"])
         if saved.get("scaler"):
             self.scaler.load_state_dict(saved["scaler"])
-        state.restore(saved, self.training["batch_size"], self.training["grad_accum"])
+        written_by = saved.get("world") or self.world
+        if written_by != self.world:
+            self.log(f"checkpoint {path.name} was written by {written_by} processes, resumed on {self.world}: weights and "
+                     f"optimizer state {'resharded' if self.parallel == 'fsdp' or saved.get('format') == 'dcp' else 'loaded'}; "
+                     f"the data position is kept in samples, and each step now trains {self.world}/{written_by} of the batch "
+                     "it did (batch_size is per process)")
+        state.restore(saved, self.training["batch_size"], self.training["grad_accum"], world=self.world)
         ckpt.set_rng_state(saved["rng"])

@@ -1,0 +1,156 @@
+"""training.parallel: how the model spreads over several processes.
+
+ddp replicates it: every process holds the weights, the gradients and the optimizer state (about
+16 bytes a parameter with AdamW in fp32), so a model whose state does not fit one device cannot
+train at all. fsdp shards all three over the processes with FSDP2 (`torch.distributed.fsdp.
+fully_shard`, as torchtitan does): each unit of the sharding plan (a GPT block, a ResNet stage) is
+gathered just before its forward and backward and freed after, so a process holds 1/N of the state
+plus one unit in full. Its gradients are reduce-scattered, in fp32 under a bf16 run
+(`MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`).
+
+auto chooses ddp while the state fits one device with room left for activations (the state counted
+from the model's real parameters and the optimizer's per-parameter state, against the device's free
+memory: `HEADROOM`), fsdp otherwise, and the run's first lines say which and why.
+
+The model is built on the CPU first, the same way in every mode (one seed, one initialisation), so
+a ddp and an fsdp run of one config start from the same weights and train to the same losses.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.nn as nn
+
+from envkit.train.recovery.guards import TrainingStopped
+
+MODES = ("auto", "ddp", "fsdp")
+HEADROOM = 0.5  # auto: ddp while weights + gradients + optimizer state take at most this share of the free memory
+STATE_COPIES = {"adamw": 2, "adam": 2, "lion": 1}  # optimizer tensors per parameter (sgd: 1 with momentum, else 0)
+
+
+def shard_units(model: nn.Module, model_type: str) -> list[nn.Module] | None:
+    """The sharding plan: the submodules that are gathered and freed as one (then the root holds
+    the rest: embeddings, the head, the stem). None: no plan for this model."""
+    if callable(getattr(model, "shard_units", None)):  # a user factory's model may name its own units
+        return list(model.shard_units())
+    if model_type == "gpt":
+        return list(model.blocks)
+    if model_type.startswith("resnet"):
+        return [getattr(model, f"layer{i}") for i in range(1, 5)]
+    return None
+
+
+def state_bytes(model: nn.Module, training: dict) -> int:
+    """Weights + gradients + optimizer state, in bytes, as ddp would hold them on each device."""
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    kind = training["optimizer"]
+    copies = STATE_COPIES.get(kind, 1 if training.get("momentum", 0) > 0 else 0)
+    return weights * (2 + copies)
+
+
+def free_bytes(device: torch.device, world_on_host: int) -> int | None:
+    """What the device has free: CUDA's own count; on the CPU the host's available memory shared
+    by the processes of this machine."""
+    try:
+        if device.type == "cuda":
+            return torch.cuda.mem_get_info(device)[0]
+        if device.type == "cpu" and hasattr(os, "sysconf"):
+            return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // max(1, world_on_host)
+    except (OSError, ValueError, RuntimeError):
+        return None
+    return None
+
+
+def config_problem(values: dict, processes: int) -> tuple[str, str] | None:
+    """(what is wrong, the fix) for a config that cannot train as asked, before any process starts."""
+    training, model_type = values["training"], values["model"]["type"]
+    if training.get("parallel") != "fsdp":
+        return None
+    if values["device"]["type"] == "mps":
+        return ("training.parallel fsdp needs several processes, and MPS is one device that gloo/nccl cannot carry",
+                "set training.parallel to auto (one process) or train on CUDA or the CPU")
+    if processes < 2:
+        return ("training.parallel fsdp shards over several processes, and this run starts one",
+                "add --nproc-per-node 2 (or more, or --nnodes), or set training.parallel to auto")
+    if training.get("precision") == "fp16":
+        return ("training.precision fp16 needs a GradScaler that sharded gradients do not have under training.parallel fsdp",
+                "use training.precision bf16 (or auto), or training.parallel ddp")
+    if ":" not in model_type and model_type != "gpt" and not model_type.startswith("resnet"):
+        return (f"model.type {model_type} has no sharding plan for training.parallel fsdp (gpt and resnet18/34/50 have one)",
+                "use training.parallel ddp, or a factory model (package.module:factory) that defines shard_units()")
+    return None
+
+
+def choose(setting: str, *, world: int, device: torch.device, model: nn.Module, model_type: str, training: dict,
+           local_world: int) -> tuple[str, str]:
+    """("ddp" | "fsdp" | "single", the reason in words). Bad combinations stop the run in one line."""
+    if setting == "fsdp":
+        if device.type == "mps":
+            raise TrainingStopped("training.parallel fsdp needs several processes, and MPS is one device that gloo/nccl "
+                                  "cannot carry: train on CUDA (NCCL) or the CPU (gloo), or use ddp")
+        if world < 2:
+            raise TrainingStopped("training.parallel fsdp shards over several processes, and this run has one: "
+                                  "add --nproc-per-node 2 (or more), or set training.parallel to auto")
+        if shard_units(model, model_type) is None:
+            raise TrainingStopped(f"training.parallel fsdp: model.type {model_type} has no sharding plan (gpt and resnet18/34/50 "
+                                  "have one; a factory's model may define shard_units()): use training.parallel ddp")
+        return "fsdp", "as set"
+    if world < 2:
+        return "single", "one process"
+    if setting == "ddp":
+        return "ddp", "as set"
+    need, free = state_bytes(model, training), free_bytes(device, local_world)
+    what = f"weights + gradients + {training['optimizer']} state {_gb(need)}"
+    if free is None or need <= HEADROOM * free:
+        where = f"{_gb(free)} free on {device.type}" if free is not None else f"free memory of {device.type} unknown"
+        return "ddp", f"auto: {what} fit one device ({where}, ddp while at most {HEADROOM:.0%})"
+    if shard_units(model, model_type) is None:
+        return "ddp", f"auto: {what} exceed {HEADROOM:.0%} of {_gb(free)} free, but model.type {model_type} has no sharding plan"
+    return "fsdp", f"auto: {what} exceed {HEADROOM:.0%} of the {_gb(free)} free on one {device.type} device: sharded over {world} processes"
+
+
+def apply_fsdp(model: nn.Module, units: list[nn.Module], device: torch.device, precision: str, world: int,
+               compile_unit=None) -> str:
+    """Shard each unit, then the root (which gathers what the units leave: embeddings, the head).
+    `compile_unit(module)` compiles each unit first (per block: the FSDP hooks stay outside the
+    graphs). The model's parameters become DTensors on `device`; build the optimizer after this."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mesh = init_device_mesh(device.type, (world,))
+    kw = {"mesh": mesh}
+    if precision == "bf16":  # the gathered weights in bf16 (half the traffic), gradients reduced in fp32
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for unit in units:
+        if compile_unit is not None:
+            compile_unit(unit)
+        fully_shard(unit, **kw)
+    fully_shard(model, **kw)
+    return f"{len(units)} units + root over {world} processes" + (", bf16 weights, fp32 gradient reduction" if "mp_policy" in kw else "")
+
+
+def checkpoint_activations(units: list[nn.Module]) -> None:
+    """training.activation_checkpointing full: each unit keeps only its input during the forward and
+    recomputes its activations in the backward (about a third more compute, activations of one unit
+    at a time). Non-reentrant checkpointing, so it composes with compile, DDP and FSDP; the forward
+    is wrapped in place, so the state dict keeps its keys."""
+    from functools import partial
+
+    from torch.utils.checkpoint import checkpoint
+
+    for unit in units:
+        unit.forward = partial(checkpoint, unit.forward, use_reentrant=False)
+
+
+def set_gradient_sync(model: nn.Module, mode: str, sync: bool) -> None:
+    """Accumulation: reduce the gradients on the last micro-batch only."""
+    if mode == "ddp":
+        model.require_backward_grad_sync = sync
+    elif mode == "fsdp":
+        model.set_requires_gradient_sync(sync)
+
+
+def _gb(n: int | None) -> str:
+    return "?" if n is None else f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
