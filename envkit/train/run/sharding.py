@@ -112,7 +112,7 @@ def choose(setting: str, *, world: int, device: torch.device, model: nn.Module, 
 
 
 def apply_fsdp(model: nn.Module, units: list[nn.Module], device: torch.device, precision: str, world: int,
-               compile_unit=None) -> str:
+               compile_unit=None, reshard_after_forward: bool = True) -> str:
     """Shard each unit, then the root (which gathers what the units leave: embeddings, the head).
     `compile_unit(module)` compiles each unit first (per block: the FSDP hooks stay outside the
     graphs). The model's parameters become DTensors on `device`; build the optimizer after this."""
@@ -126,7 +126,7 @@ def apply_fsdp(model: nn.Module, units: list[nn.Module], device: torch.device, p
     for unit in units:
         if compile_unit is not None:
             compile_unit(unit)
-        fully_shard(unit, **kw)
+        fully_shard(unit, reshard_after_forward=reshard_after_forward, **kw)
     fully_shard(model, **kw)
     return f"{len(units)} units + root over {world} processes" + (", bf16 weights, fp32 gradient reduction" if "mp_policy" in kw else "")
 
