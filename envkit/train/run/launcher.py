@@ -185,8 +185,9 @@ def choose_run_dir(cfg: Config, run_id: str | None, resume: str) -> tuple[Path, 
     h = cfg.config_hash()
     if resume not in ("auto", "never"):
         ck = Path(resume).resolve()
-        if not ck.is_file():
-            raise EnvkitError("checkpoint not found", where=f"--resume {resume}", fix="give a checkpoints/step_*.pt file, auto or never")
+        if not (ck.is_file() or (ck.is_dir() and ck.suffix == ".dcp")):
+            raise EnvkitError("checkpoint not found", where=f"--resume {resume}",
+                              fix="give a checkpoints/step_*.pt file or step_*.dcp folder, auto or never")
         return ck.parent.parent, True, f"resuming from {ck}"
     if run_id:
         d = check_inside(exp, exp / check_run_id(run_id), "--run-id")
