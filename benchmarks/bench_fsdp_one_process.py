@@ -43,8 +43,10 @@ TEMPLATE = ROOT / "templates" / "train" / "gpt2_small_tokens.yaml"
 SMOKE = ["model.n_layer=2", "model.n_head=2", "model.n_embd=64", "model.block_size=64"]
 
 
-FSDP_COMPILE = ("block", "whole", "both", "keep")  # per block (torchtitan's way); the forward + loss as one; both;
-# keep: both, and each block's gathered weights kept from the forward to the backward (reshard_after_forward=False)
+FSDP_COMPILE = ("block", "whole", "both", "keep", "grouped", "nomp")  # per block (torchtitan's way); the forward + loss as one; both;
+# keep: both, and each block's gathered weights kept from the forward to the backward (reshard_after_forward=False);
+# grouped: both, with blocks grouped into units of sharding.UNIT_MIN_PARAMS (what envkit run does); the others shard per block;
+# nomp: grouped without the MixedPrecisionPolicy (fp32 weights gathered, bf16 by autocast alone)
 
 
 def build(cfg, mode: str, device: torch.device, compiled: bool):
@@ -53,11 +55,11 @@ def build(cfg, mode: str, device: torch.device, compiled: bool):
     model = build_model(cfg, {"vocab_size": 50304, "block_size": cfg.values["model"]["block_size"]}, device.type)
     if mode.startswith("fsdp"):
         how = mode.partition("-")[2] or "block"
-        per_block = compiled and how in ("block", "both", "keep")
-        sharding.apply_fsdp(model, sharding.shard_units(model, "gpt"), device, "bf16" if device.type == "cuda" else "fp32", 1,
+        per_block = compiled and how in ("block", "both", "keep", "grouped", "nomp")
+        sharding.apply_fsdp(model, sharding.shard_units(model, "gpt"), device, "bf16" if device.type == "cuda" and how != "nomp" else "fp32", 1,
                             compile_unit=(lambda u: u.compile(**compile_kwargs("default"))) if per_block else None,
-                            reshard_after_forward=how != "keep")
-        step = torch.compile(LossModule(model)) if compiled and how in ("whole", "both", "keep") else LossModule(model)
+                            reshard_after_forward=how != "keep", min_unit_params=sharding.UNIT_MIN_PARAMS if how in ("grouped", "nomp") else 0)
+        step = torch.compile(LossModule(model)) if compiled and how in ("whole", "both", "keep", "grouped", "nomp") else LossModule(model)
     else:
         model.to(device)
         step = torch.compile(LossModule(model)) if compiled else LossModule(model)

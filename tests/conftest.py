@@ -16,6 +16,27 @@ SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
 
 _EMPTY_CONFIG_DIR = __import__("tempfile").mkdtemp(prefix="envkit-test-config-")
 
+# Under pytest-xdist each worker trains with its share of the cores, as a user who runs two trainings
+# at once would export it (and as envkit gives each torchrun process its share): two workers whose
+# trainers each spun the profile's one-OpenMP-thread-per-core made a 35-second training take 208
+# seconds on a 2-core machine. The exported value wins over the profile's (envkit/profiles/resolve.py).
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+THREADS_PER_WORKER = str(max(1, (os.cpu_count() or 1) // WORKERS))
+TRAINING_COMMANDS = {"run", "sweep", "bench", "tune", "selftest"}
+
+
+def share_of_cores(env: dict) -> dict:
+    """env with OMP_NUM_THREADS set to this worker's share of the cores (unless it is set)."""
+    if WORKERS > 1 and not env.get("OMP_NUM_THREADS"):
+        env["OMP_NUM_THREADS"] = THREADS_PER_WORKER
+    return env
+
+
+if WORKERS > 1:  # in-process training (bench and tune's children run in-process in a few tests) shares too
+    import torch
+
+    torch.set_num_threads(int(THREADS_PER_WORKER))
+
 
 def envkit(*args: str, env: dict | None = None, cwd: str | os.PathLike | None = None, timeout: float = 300,
            input: str | None = None) -> subprocess.CompletedProcess:
@@ -24,8 +45,13 @@ def envkit(*args: str, env: dict | None = None, cwd: str | os.PathLike | None = 
     full_env["PYTHONUNBUFFERED"] = "1"
     # A tuned profile in the developer's own user folder (envkit tune) must not change what tests see.
     full_env["ENVKIT_CONFIG_DIR"] = _EMPTY_CONFIG_DIR
-    if env:
-        full_env.update(env)
+    if args and args[0] in TRAINING_COMMANDS:
+        share_of_cores(full_env)
+    for name, value in (env or {}).items():  # None unsets a variable
+        if value is None:
+            full_env.pop(name, None)
+        else:
+            full_env[name] = value
     return subprocess.run([sys.executable, "-m", "envkit", *args], capture_output=True, text=True,
                           env=full_env, cwd=cwd, timeout=timeout, input=input)
 
@@ -85,3 +111,25 @@ def default_sigint() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+# The end-to-end files: each test trains, installs or schedules for real (seconds to a minute on 2
+# cores). `pytest -m "not slow" -n auto` runs the rest in about a minute; CI runs everything.
+# Files measured with --durations (a file whose every test takes under a few seconds is not here).
+SLOW_FILES = frozenset({
+    "test_train_run.py", "test_slurm.py", "test_bench_tune.py", "test_train_faults.py", "test_fsdp.py",
+    "test_train_prefetch.py", "test_sweep.py", "test_sweep_pack.py", "test_owner_exec_sweep.py", "test_run_owner.py",
+    "test_bench_failures.py", "test_auto_batch.py", "test_train_tokens.py", "test_train_cifar.py", "test_bad_images.py",
+    "test_train_multinode.py", "test_checkpoint_keep.py", "test_stop_without_start_time.py", "test_json_stdout.py",
+    "test_selftest.py", "test_device_watch.py", "test_bounded_input.py", "test_packaging.py", "test_pylock_real.py",
+    # installs into fresh venvs from a local index (pip, uv), and envkit exec's supervised processes
+    "test_setup.py", "test_setup_uv.py", "test_setup_guards.py", "test_builds.py", "test_install_failures.py",
+    "test_pylock.py", "test_pylock_interop.py", "test_lock_project.py", "test_accel_install.py", "test_exec.py",
+    "test_secrets.py",
+})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SLOW_FILES:
+            item.add_marker(pytest.mark.slow)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, envkit
+from conftest import ROOT, envkit, share_of_cores
 from processes import alive, wait_for
 
 GPT = str(ROOT / "templates" / "train" / "gpt_quick_test.yaml")
@@ -60,6 +60,7 @@ def _summary(run_dir: Path) -> dict:
 def _popen(tmp_path, run_id, *args, env=None):
     full = {k: v for k, v in os.environ.items() if not k.startswith(("PYTORCH_", "ENVKIT_"))}
     full.update(PYTHONUNBUFFERED="1", **(env or {}))
+    share_of_cores(full)
     return subprocess.Popen([sys.executable, "-m", "envkit", "run", GPT, *BASE, "--run-id", run_id, *args], cwd=tmp_path, env=full,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -75,7 +76,7 @@ def test_fsdp_trains_like_ddp_and_a_sigkilled_run_resumes_exactly(tmp_path):
     fsdp = _run(tmp_path, "fsdp", *TWO, "--set", "training.parallel=fsdp")
     assert fsdp.returncode == 0, fsdp.stderr[-3000:]
     d = _dir(tmp_path, "fsdp")
-    assert "training.parallel: fsdp (as set): 2 units + root over 2 processes" in (d / "train.log").read_text()
+    assert "training.parallel: fsdp (as set): 1 unit of 2 blocks + root over 2 processes" in (d / "train.log").read_text()
     s = _summary(d)
     assert s["status"] == "completed" and s["parallel"] == "fsdp" and s["world_size"] == 2
     a, b = _losses(_dir(tmp_path, "ddp")), _losses(d)
@@ -143,3 +144,28 @@ def test_fsdp_that_cannot_run_is_one_line_before_anything_starts(tmp_path, templ
     errors = [line for line in res.stderr.splitlines() if line.startswith("envkit: error")]
     assert len(errors) == 1 and words in errors[0] and "--set training.parallel" in errors[0], res.stderr
     assert "Traceback" not in res.stderr and not (tmp_path / "runs").exists()
+
+
+def test_auto_shards_when_the_state_would_not_fit_one_device(monkeypatch):
+    """auto: ddp while weights + gradients + optimizer state take at most half the free memory,
+    fsdp past it (the reason names the bytes); a model without a sharding plan stays ddp, and says why."""
+    import torch
+
+    from envkit.train.run import sharding
+    from envkit.train.run.models import GPT
+
+    model = GPT(vocab_size=512, block_size=16, n_layer=2, n_head=2, n_embd=32)
+    weights = sum(p.numel() * 4 for p in model.parameters())
+    adamw = {"optimizer": "adamw", "momentum": 0.9}
+    assert sharding.state_bytes(model, adamw) == 4 * weights  # weights, gradients, two AdamW moments
+    assert sharding.state_bytes(model, {"optimizer": "sgd", "momentum": 0.0}) == 2 * weights
+    cpu = torch.device("cpu")
+    for free, want in ((10 * weights, "ddp"), (7 * weights, "fsdp")):
+        monkeypatch.setattr(sharding, "free_bytes", lambda device, n, free=free: free)
+        mode, why = sharding.choose("auto", world=2, device=cpu, model=model, model_type="gpt", training=adamw, local_world=2)
+        assert mode == want, why
+        assert why.startswith("auto: weights + gradients + adamw state") and "free" in why
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 64))
+    mode, why = sharding.choose("auto", world=2, device=cpu, model=mlp, model_type="mlp", training=adamw, local_world=2)
+    assert mode == "ddp" and "no sharding plan" in why
+    assert sharding.choose("auto", world=1, device=cpu, model=model, model_type="gpt", training=adamw, local_world=1)[0] == "single"

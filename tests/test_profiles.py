@@ -217,8 +217,12 @@ def test_child_environ_and_to_dict():
     from envkit.profiles import load_profile
 
     p = load_profile("m3-max", facts=facts_of(SNAPSHOTS / "m3_max_macos14.json"))
-    env = p.child_environ({"PATH": "/bin", "OMP_NUM_THREADS": "99"})
+    env = p.child_environ({"PATH": "/bin"})
     assert env["PATH"] == "/bin" and env["OMP_NUM_THREADS"] == "12" and env["PYTORCH_ENABLE_MPS_FALLBACK"] == "1"
+    # a value the user exported wins (as in envkit exec), and is named
+    exported = {"PATH": "/bin", "OMP_NUM_THREADS": "99", "PYTORCH_ENABLE_MPS_FALLBACK": "1"}
+    assert p.child_environ(exported)["OMP_NUM_THREADS"] == "99"
+    assert p.user_kept(exported) == {"OMP_NUM_THREADS": "99"}
     d = p.to_dict()
     row = d["train"]["precision"]
     assert row["value"] == "bf16" and row["origin"] == "m3" and row["inherited"] is True and row["reason"] and row["source"]

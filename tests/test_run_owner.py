@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import envkit
+from conftest import envkit, share_of_cores
 from processes import LONG, alive as _alive, wait_for as _wait_for
 
 
@@ -20,7 +20,7 @@ from processes import LONG, alive as _alive, wait_for as _wait_for
 def _env() -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTORCH_", "ENVKIT_"))}
     env["PYTHONUNBUFFERED"] = "1"
-    return env
+    return share_of_cores(env)
 
 
 def _trainer_pid(run: Path) -> int | None:

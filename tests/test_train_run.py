@@ -280,7 +280,8 @@ def test_gpt_flops_per_token_formula():
 def test_two_processes_through_torchrun_on_cpu(tmp_path):
     """--nproc-per-node 2 goes through torchrun and DDP (gloo on the CPU): both ranks train one model."""
     res = run(tmp_path, "gpt_quick_test", "--nproc-per-node", "2", "--set", "training.max_steps=40",
-              "--set", "eval.every_steps=40", "--set", "logging.every_steps=10", run_id="ddp")
+              "--set", "eval.every_steps=40", "--set", "logging.every_steps=10", run_id="ddp",
+              env={"OMP_NUM_THREADS": None})  # the profile's threads, split: not a value the test runner exported
     assert res.returncode == 0, res.stderr[-3000:]
     d = exp_dir(tmp_path, "gpt_quick_test") / "ddp"
     s = summary(d)
@@ -434,16 +435,18 @@ def test_out_of_memory_is_one_line_with_the_fix_and_resumable(tmp_path):
 
 def test_each_torchrun_process_gets_its_share_of_the_profiles_threads(monkeypatch):
     """The profile's OMP_NUM_THREADS counts the machine's cores: 4 processes on a 16-thread
-    profile get 4 each; a value the user exported is kept when the profile sets none; with
-    neither, the machine's cores are shared out."""
+    profile get 4 each; a value the user exported is kept as it is, per process (as torchrun and
+    `envkit exec` keep it); with neither, the machine's cores are shared out."""
     from types import SimpleNamespace
 
     from envkit.train.run.launcher import child_environ
 
-    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert child_environ(SimpleNamespace(env={"OMP_NUM_THREADS": "16"}), nproc=4)["OMP_NUM_THREADS"] == "4"
     assert child_environ(SimpleNamespace(env={"OMP_NUM_THREADS": "3"}), nproc=8)["OMP_NUM_THREADS"] == "1"
-    assert child_environ(SimpleNamespace(env={}), nproc=4)["OMP_NUM_THREADS"] == "3"  # the user's own
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert child_environ(SimpleNamespace(env={"OMP_NUM_THREADS": "16"}), nproc=4)["OMP_NUM_THREADS"] == "3"  # the user's own
+    assert child_environ(SimpleNamespace(env={}), nproc=4)["OMP_NUM_THREADS"] == "3"
     monkeypatch.delenv("OMP_NUM_THREADS")
     monkeypatch.setattr(os, "cpu_count", lambda: 12)
     assert child_environ(SimpleNamespace(env={}), nproc=4)["OMP_NUM_THREADS"] == "3"

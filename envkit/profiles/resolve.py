@@ -34,10 +34,20 @@ class Profile:
         return getattr(self, name)
 
     def child_environ(self, base: dict | None = None) -> dict[str, str]:
-        """What a child process (trainer, selftest) gets: os.environ (or `base`) plus the profile's env."""
+        """What a child process (trainer, selftest) gets: os.environ (or `base`) plus the profile's
+        variables where the user did not export them: an exported value wins, as in `envkit exec`
+        (a Slurm job's `OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK`, a shared machine's limit).
+        environment.json names the variables the user's value won (`user_env`)."""
         env = dict(os.environ if base is None else base)
-        env.update(self.env)
+        for name, value in self.env.items():
+            if not env.get(name):
+                env[name] = str(value)
         return env
+
+    def user_kept(self, base: dict | None = None) -> dict[str, str]:
+        """The profile's variables the user exported with another value: {name: the user's value}."""
+        env = os.environ if base is None else base
+        return {n: env[n] for n, v in self.env.items() if env.get(n) and env[n] != str(v)}
 
     def to_dict(self) -> dict:
         out: dict[str, Any] = {

@@ -293,6 +293,7 @@ def _write_run_files(p: Plan, run_dir: Path, child_env: dict) -> None:
         "created_at": time.time(), "python": p.python, "argv": redact_argv(sys.argv),
         "managed": str(p.managed.root) if p.managed else None,
         "profile": p.cfg.profile, "profile_env": dict(getattr(p.profile, "env", {}) or {}) if p.profile else {},
+        "user_env": p.profile.user_kept() if p.profile is not None and hasattr(p.profile, "user_kept") else {},
         "doctor": d, "packages": d["facts"].get("packages"),
         "environ": clean_environ(child_env), "git": git_commit(src),
     }
@@ -432,11 +433,11 @@ def child_environ(profile, nproc: int = 1) -> dict:
 def omp_threads_per_process(profile, env: dict, nproc: int) -> str:
     """OpenMP threads for each of nproc torchrun processes. The profile's OMP_NUM_THREADS is meant
     for the whole machine (one per physical core), so each process gets its share; without one, the
-    machine's cores are shared out. A value the user exported (and the profile left alone) is
-    kept. Either way torchrun finds the variable set and does not print its banner about it."""
+    machine's cores are shared out. A value the user exported is kept as it is (per process, as
+    torchrun reads it). Either way torchrun finds the variable set and does not print its banner."""
     from_profile = (getattr(profile, "env", None) or {}).get("OMP_NUM_THREADS")
-    if from_profile is None and env.get("OMP_NUM_THREADS"):
-        return env["OMP_NUM_THREADS"]
+    if os.environ.get("OMP_NUM_THREADS"):
+        return os.environ["OMP_NUM_THREADS"]
     try:
         total = int(from_profile) if from_profile is not None else (os.cpu_count() or 1)
     except ValueError:

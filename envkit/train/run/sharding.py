@@ -26,6 +26,11 @@ import torch.nn as nn
 from envkit.train.recovery.guards import TrainingStopped
 
 MODES = ("auto", "ddp", "fsdp")
+# A unit gathers at least this many parameters: consecutive blocks are grouped up to it. FSDP2 pays a
+# fixed host cost per unit and step (hooks, DTensor dispatch, copies): on one H100 GPT-2 small's 7M-
+# parameter blocks left the GPU idle 54% of a step (benchmarks/RESULTS.md). Blocks of large models
+# (1.5B: 30M each) stay one unit each, as torchtitan shards them.
+UNIT_MIN_PARAMS = 25_000_000
 HEADROOM = 0.5  # auto: ddp while weights + gradients + optimizer state take at most this share of the free memory
 STATE_COPIES = {"adamw": 2, "adam": 2, "lion": 1}  # optimizer tensors per parameter (sgd: 1 with momentum, else 0)
 
@@ -111,11 +116,28 @@ def choose(setting: str, *, world: int, device: torch.device, model: nn.Module, 
     return "fsdp", f"auto: {what} exceed {HEADROOM:.0%} of the {_gb(free)} free on one {device.type} device: sharded over {world} processes"
 
 
+def group_units(units: list[nn.Module], min_params: int) -> list[list[nn.Module]]:
+    """Consecutive units grouped until each group holds at least `min_params` parameters (the last
+    group may hold fewer, and joins the one before it when it does)."""
+    groups: list[list[nn.Module]] = []
+    size = 0
+    for unit in units:
+        if not groups or size >= min_params:
+            groups.append([])
+            size = 0
+        groups[-1].append(unit)
+        size += sum(p.numel() for p in unit.parameters())
+    if len(groups) > 1 and size < min_params:
+        groups[-2].extend(groups.pop())
+    return groups
+
+
 def apply_fsdp(model: nn.Module, units: list[nn.Module], device: torch.device, precision: str, world: int,
-               compile_unit=None, reshard_after_forward: bool = True) -> str:
-    """Shard each unit, then the root (which gathers what the units leave: embeddings, the head).
-    `compile_unit(module)` compiles each unit first (per block: the FSDP hooks stay outside the
-    graphs). The model's parameters become DTensors on `device`; build the optimizer after this."""
+               compile_unit=None, reshard_after_forward: bool = True, min_unit_params: int = UNIT_MIN_PARAMS) -> str:
+    """Shard each group of units (group_units), then the root (which gathers what the units leave:
+    embeddings, the head). `compile_unit(module)` compiles each unit first (per block: the FSDP
+    hooks stay outside the graphs). The model's parameters become DTensors on `device`; build the
+    optimizer after this."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -123,12 +145,16 @@ def apply_fsdp(model: nn.Module, units: list[nn.Module], device: torch.device, p
     kw = {"mesh": mesh}
     if precision == "bf16":  # the gathered weights in bf16 (half the traffic), gradients reduced in fp32
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for unit in units:
+    groups = group_units(units, min_unit_params)
+    for group in groups:
         if compile_unit is not None:
-            compile_unit(unit)
-        fully_shard(unit, reshard_after_forward=reshard_after_forward, **kw)
+            for unit in group:
+                compile_unit(unit)
+        fully_shard(group if len(group) > 1 else group[0], reshard_after_forward=reshard_after_forward, **kw)
     fully_shard(model, **kw)
-    return f"{len(units)} units + root over {world} processes" + (", bf16 weights, fp32 gradient reduction" if "mp_policy" in kw else "")
+    sizes = sorted({len(g) for g in groups})
+    return (f"{len(groups)} unit{'s' * (len(groups) > 1)} of {'-'.join(map(str, sizes))} block{'s' * (sizes[-1] > 1)} + root "
+            f"over {world} processes" + (", bf16 weights, fp32 gradient reduction" if "mp_policy" in kw else ""))
 
 
 def checkpoint_activations(units: list[nn.Module]) -> None:
