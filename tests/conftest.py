@@ -16,6 +16,13 @@ SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
 
 _EMPTY_CONFIG_DIR = __import__("tempfile").mkdtemp(prefix="envkit-test-config-")
 
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: two workers more than the cores. At any moment a few tests wait rather than compute
+    (a Slurm job in the queue, a supervisor polling its child, a pip install reading a wheel), and
+    the extra workers use those cores; each worker trains with its share of them (below)."""
+    return (os.cpu_count() or 1) + 2
+
+
 # Under pytest-xdist each worker trains with its share of the cores, as a user who runs two trainings
 # at once would export it (and as envkit gives each torchrun process its share): two workers whose
 # trainers each spun the profile's one-OpenMP-thread-per-core made a 35-second training take 208

@@ -252,7 +252,9 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             j = self.job(job_id)
-            if int(j.get("Restarts", 0)) >= restarts and j.get("JobState") == "PENDING":
+            # released once the nodes are idle again: a node still COMPLETING the first attempt (its
+            # processes being killed and reaped, slow on a loaded machine) fails the second one's launch
+            if int(j.get("Restarts", 0)) >= restarts and j.get("JobState") == "PENDING" and self._nodes_idle():
                 self.scontrol("update", f"JobId={job_id}", "StartTime=now")
                 return
             if j.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED"):

@@ -166,6 +166,7 @@ def test_auto_shards_when_the_state_would_not_fit_one_device(monkeypatch):
         assert mode == want, why
         assert why.startswith("auto: weights + gradients + adamw state") and "free" in why
     mlp = torch.nn.Sequential(torch.nn.Linear(64, 64))
+    monkeypatch.setattr(sharding, "free_bytes", lambda device, n: 1)  # nothing fits: still ddp, for want of a plan
     mode, why = sharding.choose("auto", world=2, device=cpu, model=mlp, model_type="mlp", training=adamw, local_world=2)
     assert mode == "ddp" and "no sharding plan" in why
     assert sharding.choose("auto", world=1, device=cpu, model=model, model_type="gpt", training=adamw, local_world=1)[0] == "single"

@@ -174,7 +174,7 @@ def test_a_signalled_job_checkpoints_requeues_and_resumes_exactly(cluster, refer
     cluster.release_requeued(job)
     state = cluster.wait_job(job, timeout=JOB_TIMEOUT)
     out = (run_dir / "slurm" / f"slurm-{job}.out").read_text()
-    assert state["JobState"] == "COMPLETED", out[-3000:]
+    assert state["JobState"] == "COMPLETED", (state.get("Reason"), out[-3000:])
     assert int(state["Restarts"]) >= 1, out[-3000:]
     log = (run_dir / "train.log").read_text()
     assert "interrupted at step" in log and "checkpoint written" in log
