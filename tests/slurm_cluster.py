@@ -249,14 +249,18 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
     def release_requeued(self, job_id: str, restarts: int = 1, timeout: float = 300) -> None:
         """Slurm holds a requeued job back for about two minutes (its BeginTime): an admin's
         `scontrol update StartTime=now` (its begin time) lets it start at once, so the tests need not wait."""
-        end = time.monotonic() + timeout
+        end, seen = time.monotonic() + timeout, None
         while time.monotonic() < end:
             j = self.job(job_id)
-            # released once the nodes are idle again: a node still COMPLETING the first attempt (its
-            # processes being killed and reaped, slow on a loaded machine) fails the second one's launch
-            if int(j.get("Restarts", 0)) >= restarts and j.get("JobState") == "PENDING" and self._nodes_idle():
-                self.scontrol("update", f"JobId={job_id}", "StartTime=now")
-                return
+            # Released once the nodes are idle again, and 2 s after the requeue: slurmd revokes the first
+            # attempt's credential at the requeue and compares times in whole seconds, so a second attempt
+            # launched within the same second is killed ("Killing non-startable batch JobId=N: Job
+            # credential revoked" in slurmctld.log), which Slurm's own two-minute BeginTime never meets.
+            if int(j.get("Restarts", 0)) >= restarts and j.get("JobState") == "PENDING":
+                seen = seen or time.monotonic()
+                if time.monotonic() - seen >= 2.0 and self._nodes_idle():
+                    self.scontrol("update", f"JobId={job_id}", "StartTime=now")
+                    return
             if j.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED"):
                 return
             time.sleep(0.3)
