@@ -66,6 +66,18 @@ def build(cfg, mode: str, device: torch.device, compiled: bool):
     return model, step, build_optimizer(model, cfg.values["training"], device.type)
 
 
+def one_step(step, model, opt, ctx, bs: int, block: int, device, g):
+    """One optimizer step on random tokens drawn on the device; the loss (not synced)."""
+    x = torch.randint(50304, (bs, block), device=device, generator=g)
+    with ctx:
+        loss = step(x, torch.roll(x, -1, 1))
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss
+
+
 def timed(cfg, mode: str, device: torch.device, args) -> dict:
     torch._dynamo.reset()
     if device.type == "cuda":
@@ -78,13 +90,7 @@ def timed(cfg, mode: str, device: torch.device, args) -> dict:
     for w in range(args.warmup + args.windows):
         t0 = time.perf_counter()
         for _ in range(args.window):
-            x = torch.randint(50304, (bs, block), device=device, generator=g)
-            with ctx:
-                loss = step(x, torch.roll(x, -1, 1))
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            loss = one_step(step, model, opt, ctx, bs, block, device, g)
         losses.append(float(loss.detach()))  # syncs: closes the window
         if w >= args.warmup:
             rates.append(bs * block * args.window / (time.perf_counter() - t0))
@@ -105,13 +111,7 @@ def profile_steps(step, model, opt, ctx, bs, block, device, g, args) -> str:
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=acts) as prof:
         for _ in range(3):
-            x = torch.randint(50304, (bs, block), device=device, generator=g)
-            with ctx:
-                loss = step(x, torch.roll(x, -1, 1))
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            loss = one_step(step, model, opt, ctx, bs, block, device, g)
         float(loss.detach())
     trace = Path(args.trace or "fsdp_trace.json")
     prof.export_chrome_trace(str(trace))

@@ -240,3 +240,14 @@ def take_owner_lock(run_dir: Path, command: str = "envkit run"):
                          "host": platform.node(), "since": time.time()}) + "\n")
     fh.flush()
     return fh
+
+
+def sha256_file(path: Path) -> str:
+    """The sha256 of a file, read in 1 MiB blocks (wheels, checkpoint shards: never whole in memory)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

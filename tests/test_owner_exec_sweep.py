@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from conftest import envkit
-from processes import alive as _alive, wait_for as _wait_for
+from processes import LONG, alive as _alive, wait_for as _wait_for
 
 PYBIN = str(Path(sys.executable).parent)
 
@@ -31,15 +31,7 @@ pathlib.Path("pids.txt").write_text(f"{os.getpid()} {kid.pid}")
 time.sleep(600)
 """
 
-SWEEP = """\
-experiment: {name: sw, output_dir: runs, seed: 0}
-model: {type: mlp, hidden: 8, depth: 1}
-dataset: {type: synthetic, task: teacher, num_samples: 64}
-training: {max_steps: 10000000, batch_size: 8}
-eval: {every_steps: 0}
-checkpoint: {every_steps: 50, keep_last: 2}
-logging: {every_steps: 10, heartbeat_seconds: 0.2, device_seconds: 0}
-device: {type: cpu}
+SWEEP = LONG.replace("{name: own,", "{name: sw,") + """\
 sweep:
   grid:
     experiment.seed: [0, 1]

@@ -3,7 +3,6 @@ verify the result inside the target interpreter."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -11,6 +10,7 @@ import sys
 from pathlib import Path
 
 from envkit.errors import EnvkitError
+from envkit.fsutil import sha256_file
 
 
 class StepFailed(Exception):
@@ -61,14 +61,6 @@ def cache_dir() -> Path:
 
 def wheel_cache() -> Path:
     return cache_dir() / "wheels"
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def fetch_wheel(url: str, filename: str, sha256: str | None) -> Path:

@@ -21,13 +21,13 @@ on a filesystem they share (as Slurm clusters' home and scratch folders are).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from pathlib import Path
 
 import torch
 
+from envkit.fsutil import sha256_file
 from envkit.train.run.verified_file import CorruptCheckpoint, verified_bytes, write_verified
 
 SUFFIX = ".dcp"
@@ -52,12 +52,12 @@ def save(folder: Path, model, optimizer, fields: dict, *, rank: int, world: int)
     dist.barrier()
     model_sd, optim_sd = get_state_dict(model, optimizer)
     dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=str(tmp))
-    mine = {p.name: _sha256(p) for p in tmp.iterdir() if p.name.startswith(f"__{rank}_")}
+    mine = {p.name: sha256_file(p) for p in tmp.iterdir() if p.name.startswith(f"__{rank}_")}
     gathered: list = [None] * world
     dist.all_gather_object(gathered, mine)
     if rank == 0:
         files = {name: digest for part in gathered for name, digest in part.items()}
-        files.update({p.name: _sha256(p) for p in tmp.iterdir() if p.name not in files and p.name != META})
+        files.update({p.name: sha256_file(p) for p in tmp.iterdir() if p.name not in files and p.name != META})
         write_verified(tmp / META, {**fields, "world": world, "files": files})
         _fsync_dir(tmp)
         if final.exists():  # the same step written again (after a rollback): the new one replaces it whole
@@ -84,7 +84,7 @@ def read_meta(path: Path) -> dict:
         f = path / name
         if not f.is_file():
             raise CorruptCheckpoint(f"{name} is missing from the checkpoint folder")
-        if _sha256(f) != want:
+        if sha256_file(f) != want:
             raise CorruptCheckpoint(f"{name}: checksum mismatch (the file was altered or cut short after it was written)")
     return {**meta, "format": "dcp"}
 
@@ -123,14 +123,6 @@ def load_full_into(saved: dict, model, optimizer) -> None:
 
 def remove(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _bytes_io(data: bytes):
