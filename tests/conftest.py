@@ -132,11 +132,24 @@ SLOW_FILES = frozenset({
     # installs into fresh venvs from a local index (pip, uv), and envkit exec's supervised processes
     "test_setup.py", "test_setup_uv.py", "test_setup_guards.py", "test_builds.py", "test_install_failures.py",
     "test_pylock.py", "test_pylock_interop.py", "test_lock_project.py", "test_accel_install.py", "test_exec.py",
-    "test_secrets.py",
+    "test_secrets.py", "test_train_templates.py",
 })
+
+# The longest files first, in the order of their measured wall time on 2 cores (--durations, summed
+# per file): `-n auto --dist loadfile` hands whole files to workers in collection order, so a long
+# file collected last (test_train_*.py sort late) would run alone at the end while the other workers
+# idle. Longest first is the classic makespan heuristic; the rest keep their order.
+LONGEST_FIRST = (
+    "test_train_templates.py", "test_train_run.py", "test_train_faults.py", "test_slurm.py", "test_bench_tune.py",
+    "test_lock.py", "test_fsdp.py", "test_json_stdout.py", "test_packaging.py", "test_train_prefetch.py", "test_setup.py",
+    "test_train_tokens.py", "test_auto_batch.py", "test_pylock_interop.py", "test_sweep.py", "test_owner_exec_sweep.py",
+    "test_sweep_pack.py",
+)
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name in SLOW_FILES:
             item.add_marker(pytest.mark.slow)
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's tests keep their order

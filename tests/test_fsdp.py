@@ -170,3 +170,13 @@ def test_auto_shards_when_the_state_would_not_fit_one_device(monkeypatch):
     mode, why = sharding.choose("auto", world=2, device=cpu, model=mlp, model_type="mlp", training=adamw, local_world=2)
     assert mode == "ddp" and "no sharding plan" in why
     assert sharding.choose("auto", world=1, device=cpu, model=model, model_type="gpt", training=adamw, local_world=1)[0] == "single"
+
+
+def test_cuda_graphs_are_left_out_with_several_processes_and_said():
+    from envkit.train.run.speed import compile_mode_for
+
+    assert compile_mode_for("reduce-overhead", 1) == ("reduce-overhead", None)  # one GPU: the profile's measured mode
+    mode, line = compile_mode_for("reduce-overhead", 2)
+    assert mode == "default" and "no CUDA graphs with 2 processes" in line
+    assert compile_mode_for("max-autotune", 4)[0] == "max-autotune-no-cudagraphs"
+    assert compile_mode_for("max-autotune-no-cudagraphs", 2) == ("max-autotune-no-cudagraphs", None)

@@ -31,6 +31,16 @@ class DataBundle:
 # ---------------------------------------------------------------- sampling
 
 
+class IndexBatch(list):
+    """One batch's indices (a list, as a DataLoader's batch sampler yields) and the epoch they belong
+    to: a dataset that augments draws per (seed, epoch, example) from it (cifar.py), the same in a
+    DataLoader worker and on the device. None where batches are drawn with replacement."""
+
+    def __init__(self, indices, epoch: int | None):
+        super().__init__(indices)
+        self.epoch = epoch
+
+
 class ResumableBatchSampler:
     """Yields index lists forever. Epoch e is a permutation seeded by (seed, e); with several
     processes each takes its slice of the global batch. `start` = global batches already consumed."""
@@ -45,22 +55,29 @@ class ResumableBatchSampler:
         self.per_epoch = n // (batch_size * world)
 
     def __iter__(self):
+        for epoch, rows in self.epochs():
+            for row in rows.tolist():
+                yield IndexBatch(row, epoch)
+
+    def epochs(self):
+        """(epoch, this process's indices of each batch still to come in it, as a (batches, batch_size)
+        tensor), from `start` on, forever: what data held on the device takes in one copy an epoch
+        (on_device.py). With replacement (n > MAX_PERMUTE): (None, one batch) per batch."""
         b = self.start
         g = torch.Generator()
         gb = self.bs * self.world
-        perm, perm_epoch = None, -1
         while True:
             if self.n > self.MAX_PERMUTE:
                 g.manual_seed(self.seed * 1_000_003 + b)
                 idx = torch.randint(self.n, (gb,), generator=g)
-            else:
-                epoch, i = divmod(b, self.per_epoch)
-                if epoch != perm_epoch:
-                    g.manual_seed(self.seed * 1_000_003 + epoch)
-                    perm, perm_epoch = torch.randperm(self.n, generator=g), epoch
-                idx = perm[i * gb:(i + 1) * gb]
-            yield idx[self.rank * self.bs:(self.rank + 1) * self.bs].tolist()
-            b += 1
+                yield None, idx[self.rank * self.bs:(self.rank + 1) * self.bs].view(1, -1)
+                b += 1
+                continue
+            epoch, i = divmod(b, self.per_epoch)
+            g.manual_seed(self.seed * 1_000_003 + epoch)
+            perm = torch.randperm(self.n, generator=g)[:self.per_epoch * gb]
+            yield epoch, perm.view(self.per_epoch, self.world, self.bs)[i:, self.rank]
+            b = (epoch + 1) * self.per_epoch
 
     def epoch_of(self, batches: int) -> float:
         return batches / max(1, self.per_epoch)

@@ -2,9 +2,10 @@
 as uint8 (150 MB for 50,000 images), with the standard training augmentation (random crop after
 4 pixels of zero padding, horizontal flip) and per-channel normalisation.
 
-Augmentation is drawn per batch from a generator seeded by (run seed, the batch's indices): the
-batch order is a pure function of (seed, position), so a resumed run sees the same crops and flips
-the uninterrupted run would have seen, whatever the number of DataLoader workers."""
+Augmentation is drawn per epoch from a generator seeded by (run seed, epoch), one crop and flip per
+image: like the batch order, a pure function of (seed, position), so a resumed run sees the same
+crops and flips the uninterrupted run would have seen, whatever the number of DataLoader workers,
+and data held on the device (on_device.py) takes an epoch's draws in one copy."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ class CifarImages(Dataset):
         self.pixels, self.labels = pixels, labels  # uint8 (N, 3, 32, 32); int64 (N,)
         self.mean, self.std = mean.view(1, 3, 1, 1), std.view(1, 3, 1, 1)
         self.augment, self.seed = augment, seed
+        self._drawn: tuple[int, torch.Tensor] | None = None  # (epoch, _epoch_draws of it)
 
     def __len__(self):
         return len(self.labels)
@@ -50,22 +52,48 @@ class CifarImages(Dataset):
         return CifarImages(self.pixels.to(device), self.labels.to(device), self.mean.to(device), self.std.to(device),
                            self.augment, self.seed)
 
-    def batch(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(normalised float images, labels) of these indices, on the images' device; the crops
-        and flips are drawn on the host from (seed, indices), so every device sees the same ones."""
-        idx = torch.as_tensor(indices, dtype=torch.long).view(1, -1)
-        host = torch.cat([idx, self._draws(idx[0])]) if self.augment else idx  # one copy to the device, not two
-        on = host.to(self.pixels.device, non_blocking=True)
-        x = self.pixels[on[0]]
+    def batch(self, indices) -> tuple[torch.Tensor, torch.Tensor]:
+        """(normalised float images, labels) of these indices (a sampler's IndexBatch, or a list), on
+        the images' device: the one-batch case of plan() and take()."""
+        rows = torch.as_tensor(indices, dtype=torch.long).view(1, -1)
+        return self.take(self.plan(rows, getattr(indices, "epoch", None))[0])
+
+    def plan(self, rows: torch.Tensor, epoch: int | None) -> torch.Tensor:
+        """(batches, 4, batch) on the images' device: the indices of each batch in `rows` and their
+        crop offsets and flips, drawn on the host (every device sees the same ones) and copied in one
+        go, however many batches (on_device.py plans many at once: no per-step copy or draw)."""
+        if not self.augment:
+            return rows.unsqueeze(1).to(self.pixels.device, non_blocking=True)
+        if epoch is None:  # drawn with replacement: per batch, from its indices
+            draws = torch.stack([self._draws(r) for r in rows], dim=1)
+        else:
+            draws = self._epoch_draws(epoch)[:, rows]
+        return torch.cat([rows.unsqueeze(1), draws.permute(1, 0, 2)], dim=1).to(self.pixels.device, non_blocking=True)
+
+    def take(self, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One batch of a plan: gathered, cropped, flipped and normalised as batched operations."""
+        x = self.pixels[p[0]]
         if self.augment:
-            x = crop_and_flip(x, on[1], on[2], on[3].bool(), PAD)
+            x = crop_and_flip(x, p[1], p[2], p[3].bool(), PAD)
         # x * (1/255), not x / 255: CUDA divides by a scalar as a multiplication by its reciprocal, so
         # this is the one form every device computes to the same float
         x = (x.float().mul_(1 / 255) - self.mean) / self.std
-        return x, self.labels[on[0]]
+        return x, self.labels[p[0]]
+
+    def _epoch_draws(self, epoch: int) -> torch.Tensor:
+        """(3, n): every image's crop offsets (top, left in the padded image) and flip for `epoch`,
+        drawn from (seed, epoch): a resumed run, a DataLoader worker and the device all draw the
+        same ones. Kept for the epoch in progress (a few hundred kB)."""
+        if self._drawn is None or self._drawn[0] != epoch:
+            g = torch.Generator().manual_seed(zlib.crc32(f"cifar augment {self.seed} {epoch}".encode()))
+            n = len(self.labels)
+            offsets = torch.randint(0, 2 * PAD + 1, (2, n), generator=g)
+            flip = (torch.rand(n, generator=g) < 0.5).long().view(1, n)
+            self._drawn = (epoch, torch.cat([offsets, flip]))
+        return self._drawn[1]
 
     def _draws(self, idx: torch.Tensor) -> torch.Tensor:
-        """(3, batch): the crop's top and left offsets in the padded image, and the flip (0/1)."""
+        """(3, batch) for a batch drawn with replacement (no epoch), seeded by its indices."""
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + zlib.crc32(idx.numpy().tobytes()))
         b = len(idx)
         offsets = torch.randint(0, 2 * PAD + 1, (2, b), generator=g)

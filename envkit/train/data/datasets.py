@@ -63,9 +63,15 @@ class TensorPairs(Dataset):
     def to(self, device) -> "TensorPairs":
         return TensorPairs(self.x.to(device), self.y.to(device))
 
-    def batch(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        idx = torch.as_tensor(indices, dtype=torch.long).to(self.x.device, non_blocking=True)
-        return self.x[idx], self.y[idx]
+    def batch(self, indices) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.take(self.plan(torch.as_tensor(indices, dtype=torch.long).view(1, -1), None)[0])
+
+    def plan(self, rows: torch.Tensor, epoch: int | None) -> torch.Tensor:
+        """(batches, 1, batch): the indices of many batches on the tensors' device, in one copy."""
+        return rows.unsqueeze(1).to(self.x.device, non_blocking=True)
+
+    def take(self, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x[p[0]], self.y[p[0]]
 
 
 class ClassImages(Dataset):

@@ -19,11 +19,13 @@ a ddp and an fsdp run of one config start from the same weights and train to the
 from __future__ import annotations
 
 import os
-
-import torch
-import torch.nn as nn
+from typing import TYPE_CHECKING
 
 from envkit.train.recovery.guards import TrainingStopped
+
+if TYPE_CHECKING:  # torch is imported where it is used: `envkit run`'s parent reads config_problem without it (1.4 s)
+    import torch
+    import torch.nn as nn
 
 MODES = ("auto", "ddp", "fsdp")
 # A unit gathers at least this many parameters: consecutive blocks are grouped up to it. FSDP2 pays a
@@ -58,6 +60,8 @@ def state_bytes(model: nn.Module, training: dict) -> int:
 def free_bytes(device: torch.device, world_on_host: int) -> int | None:
     """What the device has free: CUDA's own count; on the CPU the host's available memory shared
     by the processes of this machine."""
+    import torch
+
     try:
         if device.type == "cuda":
             return torch.cuda.mem_get_info(device)[0]
@@ -138,6 +142,7 @@ def apply_fsdp(model: nn.Module, units: list[nn.Module], device: torch.device, p
     embeddings, the head). `compile_unit(module)` compiles each unit first (per block: the FSDP
     hooks stay outside the graphs). The model's parameters become DTensors on `device`; build the
     optimizer after this."""
+    import torch
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 

@@ -10,8 +10,24 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 SDPA_BACKENDS = ("auto", "flash", "efficient", "cudnn", "math")
 
 
+# torch.compile's modes that capture CUDA graphs, and what each becomes where graphs cannot hold
+WITHOUT_CUDA_GRAPHS = {"reduce-overhead": "default", "max-autotune": "max-autotune-no-cudagraphs"}
+
+
 def compile_kwargs(mode: str) -> dict:
     return {} if mode in (None, "default") else {"mode": mode}
+
+
+def compile_mode_for(mode: str, world: int) -> tuple[str, str | None]:
+    """(the mode this run compiles with, a line when it is not the one asked for). Several processes
+    train without CUDA graphs: DDP's bucket hooks and FSDP's per-unit gathers run between the
+    compiled graphs, and a replayed graph would not wait for them (a profile's reduce-overhead is
+    measured on one GPU)."""
+    if world > 1 and mode in WITHOUT_CUDA_GRAPHS:
+        other = WITHOUT_CUDA_GRAPHS[mode]
+        return other, (f"training.compile_mode {mode}: no CUDA graphs with {world} processes (DDP's and FSDP's "
+                       f"communication runs between the graphs); compiling with mode {other}")
+    return mode, None
 
 
 def apply_torch_settings(settings: dict | None, device_type: str) -> list[str]:

@@ -32,7 +32,8 @@ from envkit.train.run.distributed import init_distributed, wrap_ddp
 from envkit.train.run.evaluate import val_batches
 from envkit.train.run.models import build_model
 from envkit.train.run.optim import build_optimizer, steps_for_epochs
-from envkit.train.run.speed import apply_sdpa_backend, apply_torch_settings, compile_kwargs, maybe_compile, want_compile
+from envkit.train.run.speed import (apply_sdpa_backend, apply_torch_settings, compile_kwargs, compile_mode_for, maybe_compile,
+                                    want_compile)
 from envkit.train.run.state import StepClock, TrainState
 from envkit.train.run.step import LossModule
 
@@ -58,6 +59,7 @@ class Trainer:
     autocast: object = field(default_factory=contextlib.nullcontext)
     precision: str = "fp32"
     compile_note: str = "off"
+    compile_mode: str = "default"  # training.compile_mode, or what it becomes with several processes (speed.compile_mode_for)
     parameters: int = 0
     flops_per_token: float | None = None
     val_batches: list = field(default_factory=list)
@@ -130,7 +132,7 @@ class Trainer:
             self.log(note)
         dataset = self.cfg.values["dataset"]
         self.data_on_device = on_device.place(self.data, dataset.get("on_device", "auto"), self.device_type, self.device,
-                                         bool(dataset.get("augment")), loader["num_workers"], self.log)
+                                         bool(getattr(self.data.train, "augment", False)), loader["num_workers"], self.log)
         self.pin_memory = loader["pin_memory"] if loader["pin_memory"] != "auto" else self.device_type == "cuda"
         self.sampler = self._sampler(training["batch_size"])
         if training["epochs"]:  # max_steps follows the data: the schedule, log, ETA and summary count to it
@@ -147,6 +149,9 @@ class Trainer:
         self.parallel, why = sharding.choose(self.training["parallel"], world=self.world, device=self.device, model=model,
                                              model_type=model_type, training=self.training,
                                              local_world=int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        self.compile_mode, changed = compile_mode_for(self.training["compile_mode"], self.world)
+        if changed and want_compile(self.training["compile"], self.device_type) == "on":
+            self.log(changed)
         units = sharding.shard_units(model, model_type)
         if self.training["activation_checkpointing"] == "full":
             if units is None:
@@ -168,7 +173,7 @@ class Trainer:
         self.raw_model = model
 
     def _compile_unit(self, unit: torch.nn.Module) -> None:
-        unit.compile(**compile_kwargs(self.training["compile_mode"]))
+        unit.compile(**compile_kwargs(self.compile_mode))
 
     def _setup_precision(self) -> None:
         precision = self.training["precision"]
@@ -192,7 +197,7 @@ class Trainer:
         # head and the loss are fused (on one H100, GPT-2 small: 10.8 GB peak against 15.7 with the loss eager,
         # and the fastest of the three ways, benchmarks/bench_fsdp_one_process.py)
         self.model, note = maybe_compile(self.loss_module, want_compile(training["compile"], self.device_type),
-                                         self.log, training["compile_mode"])
+                                         self.log, self.compile_mode)
         if self.parallel != "fsdp":
             self.compile_note = note
         if self.parallel == "ddp":
