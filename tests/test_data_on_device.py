@@ -12,7 +12,7 @@ import torch
 
 from cifar_fixture import write_cifar10
 from conftest import has_cuda
-from envkit.train.data.cifar import PAD, crop_and_flip
+from envkit.train.data.cifar import PAD, CifarImages, crop_and_flip, crop_columns, normalise
 from envkit.train.run.config import load_config
 
 
@@ -33,7 +33,18 @@ def test_the_batched_crop_and_flip_is_the_per_image_crop_and_flip():
     dy, dx = torch.randint(0, 2 * PAD + 1, (2, 64), generator=g)
     flip = torch.rand(64, generator=g) < 0.5
     assert 10 < int(flip.sum()) < 54 and set(dy.tolist()) == set(range(2 * PAD + 1))  # both flips, every offset
-    assert torch.equal(crop_and_flip(x, dy, dx, flip, PAD), per_image_reference(x, dy, dx, flip, PAD))
+    padded = torch.nn.functional.pad(x, (PAD, PAD, PAD, PAD))
+    first_col, step = crop_columns(dx, flip.long(), 32)
+    order = torch.randperm(64, generator=g)  # images taken out of order, as a batch takes them
+    assert torch.equal(crop_and_flip(padded, order, dy, first_col, step), per_image_reference(x[order], dy, dx, flip, PAD))
+
+
+def test_normalising_by_lookup_is_the_arithmetic_to_the_bit():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randint(0, 256, (8, 3, 32, 32), dtype=torch.uint8, generator=g)
+    mean, std = torch.tensor([0.49, 0.48, 0.45]), torch.tensor([0.25, 0.24, 0.26])
+    table = CifarImages(x, torch.zeros(8, dtype=torch.long), mean, std, augment=False, seed=0).table
+    assert torch.equal(normalise(x, table), (x.float() * (1 / 255) - mean.view(1, 3, 1, 1)) / std.view(1, 3, 1, 1))
 
 
 def _cfg(folder, **dataset):
@@ -94,7 +105,7 @@ def test_auto_keeps_the_data_on_the_host_when_it_does_not_fit_and_says_so(tmp_pa
     result = train(_cfg(write_cifar10(tmp_path, per_file=20, test=40)), run_dir, resume="never", handle_signals=False)
     assert result.status == "completed"
     lines = [ln for ln in (run_dir / "train.log").read_text().splitlines() if "dataset.on_device" in ln]
-    assert len(lines) == 1 and "auto: host memory: the sets take 0.4 MB, more than a quarter of the 1.0 MB free on cpu" in lines[0]
+    assert len(lines) == 1 and "auto: host memory: the sets take 0.6 MB, more than a quarter of the 1.0 MB free on cpu" in lines[0]
 
 
 def test_on_device_is_refused_for_a_dataset_type_that_cannot_hold_it(tmp_path):

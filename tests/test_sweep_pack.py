@@ -7,7 +7,7 @@ import json
 import re
 
 from conftest import envkit
-from envkit.sweep.pack import Probe as P, decide
+from envkit.sweep.pack import Probe as P, decide, fewest_rounds, most_at_once
 
 
 def test_packing_goes_on_while_the_total_rises_by_ten_percent_and_stops_when_it_does_not():
@@ -32,6 +32,24 @@ def test_packing_never_exceeds_the_runs_to_run_and_a_failed_count_is_not_chosen(
     nxt, n, why = decide([P(1, 100.0), P(2, None, reason="out of memory")], 8, None, None)
     assert (nxt, n) == (None, 1) and "2 at once failed (out of memory)" in why
     assert decide([P(1, None, reason="boom")], 8, None, None)[:2] == (None, 1)
+
+
+def test_a_count_that_held_the_total_is_used_to_end_the_sweep_in_fewer_rounds():
+    # measured on the H100 (benchmarks/RESULTS.md): 8 at once trained as fast as 4 -> 9 runs in 2 rounds of 5, not 3 of 4
+    probes = [P(1, 11336.0), P(2, 23660.0), P(4, 39579.0), P(8, 39563.0)]
+    _, chosen, why = decide(probes, 9, None, None)
+    n, line = fewest_rounds(probes, chosen, 9, why)
+    assert (chosen, n) == (4, 5) and line.startswith("pack: 5 at a time (1 alone 11,336")
+    assert "5 rather than 4: 9 runs in 2 rounds instead of 3, as fast (8 at once held the total)" in line
+    # a larger count that lost throughput is not used, nor one that saves no round
+    assert fewest_rounds([P(1, 100.0), P(2, 190.0), P(4, 150.0)], 2, 9, "pack: 2 at a time (x)")[0] == 2
+    assert fewest_rounds(probes, 4, 4, "pack: 4 at a time (x)") == (4, "pack: 4 at a time (x)")  # 4 runs: one round already
+    assert fewest_rounds(probes, 4, 8, "pack: 4 at a time (x)")[0] == 8  # 8 runs: all at once, as 8 were timed
+
+
+def test_the_runs_started_for_the_probe_are_what_doubling_could_reach():
+    assert most_at_once(9, None, None) == 9 and most_at_once(3, None, None) == 3  # 1, 2, 4, 8, then the 9 there are and most_at_once(1, None, None) == 1
+    assert most_at_once(9, per_run_mb=900.0, free_mb=3000.0) == 2  # 4 x 900 MB is over 80% of 3,000 MB
 
 
 GRID = """\

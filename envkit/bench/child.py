@@ -15,101 +15,14 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 import traceback
 from pathlib import Path
 
-MARK = "@@envkit-bench "
-PROGRESS = "@@envkit-bench-progress "  # one line per timed window: the running figure
-LOSS_STEP = 2  # every rung reports the loss of step 2 (after one update): the same steps from the same seed
+from envkit.bench.clock import StepClock
 
+MARK = "@@envkit-bench "
 # PyTorch's own settings (profiles/base.toml): what the rungs before the profile rung run with
 PYTORCH_DEFAULTS = {"matmul_precision": "highest", "allow_tf32": False, "cudnn_benchmark": False}
-
-
-def _sync(device_type: str) -> None:
-    import torch
-
-    if device_type == "cuda":
-        torch.cuda.synchronize()
-    elif device_type == "mps":
-        torch.mps.synchronize()
-
-
-class StepClock:
-    """The `on_step` hook: warm-up steps, then timed windows; True once the measurement is done.
-    A micro-batch split after an out of memory starts the warm-up again (new shapes recompile)."""
-
-    def __init__(self, device_type: str, *, warmup_steps: int, seconds: float, windows: int, max_steps: int | None = None,
-                 barrier: str | None = None, barrier_n: int = 0):
-        self.barrier, self.barrier_n = barrier, barrier_n
-        self.device_type, self.warmup_steps = device_type, max(warmup_steps, LOSS_STEP - 1)
-        self.window_s, self.windows, self.max_steps = seconds / max(1, windows), max(1, windows), max_steps
-        self.micro, self.since, self.t0, self.n = None, 0, 0.0, 0
-        self.rates: list[float] = []
-        self.steps_timed, self.loss, self.peak_mb, self.unit = 0, None, None, "samples"
-
-    def __call__(self, *, step: int, loss, micro_batch: int, per_step: int, unit: str) -> bool:
-        self.unit = unit
-        if step == LOSS_STEP:
-            self.loss = float(loss)  # a sync; before the clock starts on a device (warm-up >= LOSS_STEP there)
-        if micro_batch != self.micro:
-            self.micro, self.since, self.rates, self.steps_timed = micro_batch, 0, [], 0
-        self.since += 1
-        if self.since < self.warmup_steps:
-            return False
-        if self.since == self.warmup_steps:
-            self._wait_for_the_others()
-            self._start_window()
-            self._reset_peak()
-            return False
-        self.n += 1
-        now = time.perf_counter()
-        capped = self.max_steps is not None and self.steps_timed + self.n >= self.max_steps
-        if now - self.t0 < self.window_s and not capped:
-            return False
-        _sync(self.device_type)  # the window's work is done before the clock is read
-        elapsed = time.perf_counter() - self.t0
-        self.rates.append(self.n * per_step / elapsed)
-        self.steps_timed += self.n
-        print(PROGRESS + json.dumps({"per_second": statistics.median(self.rates), "unit": unit, "window": len(self.rates),
-                                     "windows": self.windows, "micro_batch": micro_batch}), flush=True)
-        self._read_peak()
-        if len(self.rates) >= self.windows or capped:
-            return True  # the loss of LOSS_STEP is read by now: warm-up >= 1 step, a window >= 1 step
-        self._start_window()
-        return False
-
-    def _wait_for_the_others(self, timeout: float = 300.0) -> None:
-        """Runs measured together: each says it is warm and waits for the rest, so all the timed
-        windows overlap (a run timed while another still imports torch would look faster)."""
-        if not self.barrier or self.barrier_n <= 1:
-            return
-        import os
-
-        folder = Path(self.barrier)
-        (folder / f"ready.{os.getpid()}").touch()
-        deadline = time.monotonic() + timeout
-        while len(list(folder.glob("ready.*"))) < self.barrier_n and time.monotonic() < deadline:
-            time.sleep(0.02)
-
-    def _start_window(self) -> None:
-        _sync(self.device_type)
-        self.t0, self.n = time.perf_counter(), 0
-
-    def _reset_peak(self) -> None:
-        if self.device_type == "cuda":
-            import torch
-
-            torch.cuda.reset_peak_memory_stats()
-
-    def _read_peak(self) -> None:
-        import torch
-
-        if self.device_type == "cuda":
-            self.peak_mb = torch.cuda.max_memory_allocated() / 2**20
-        elif self.device_type == "mps":  # no peak counter on MPS: the largest value seen at window ends
-            self.peak_mb = max(self.peak_mb or 0.0, torch.mps.driver_allocated_memory() / 2**20)
 
 
 def run_config(spec: dict):
@@ -157,8 +70,11 @@ def measure(spec: dict) -> dict:
         torch.cuda.init()
     _, free_before = device_memory_mb(device_type) if device_type in ("cuda", "cpu") else (None, None)
     clock = StepClock(spec["device"], warmup_steps=int(spec["warmup_steps"]), seconds=float(spec["seconds"]),
-                      windows=int(spec["windows"]), max_steps=spec.get("max_steps"), barrier=spec.get("barrier"),
-                      barrier_n=int(spec.get("barrier_n") or 0))
+                      windows=int(spec["windows"]), max_steps=spec.get("max_steps"))
+    if spec.get("stages"):  # sweep --pack auto: timed at several counts at once, started once (bench/stages.py)
+        from envkit.bench.stages import StagedClock
+
+        clock = StagedClock(clock, spec["stages"], int(spec.get("stage_index") or 0), free_before)
     with tempfile.TemporaryDirectory(prefix="envkit-bench-run-") as tmp:
         run_dir = Path(tmp)
         try:

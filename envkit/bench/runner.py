@@ -18,7 +18,8 @@ import threading
 import time
 from pathlib import Path
 
-from envkit.bench.child import MARK, PROGRESS
+from envkit.bench.child import MARK
+from envkit.bench.clock import PROGRESS
 from envkit.bench.spec import RunResult, RunSpec
 
 _BOOT = ("import sys, runpy; sys.path.append({folder!r}); "

@@ -32,10 +32,10 @@ class RunSpec:
     max_steps: int | None = None  # a cap on the timed steps (the CPU baseline: a few steps, said so)
     split_oom: bool = True  # the trainer splits a micro-batch that does not fit (False: report it, stop)
     seed: int = 1337
-    # runs measured together (sweep --pack): each waits after its warm-up until `barrier_n` runs have
-    # written a file into `barrier`, so their timed windows overlap instead of one timing alone
-    barrier: str | None = None
-    barrier_n: int = 0
+    # sweep --pack auto: the folder where runs started together are timed in stages (bench/stages.py),
+    # and this run's place among them
+    stages: str | None = None
+    stage_index: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -2,7 +2,10 @@
 
 The first combination still to run is trained alone for a few timed steps, then 2, 4, ... copies of
 it at once, each through the trainer's own step in a child process (envkit/bench/child.py, the
-same measurement `envkit bench` makes), their timed windows started together. Packing stops where
+same measurement `envkit bench` makes). The copies are started once and timed in stages
+(envkit/bench/stages.py): starting a run (torch, data, compile) costs ten times its timed windows,
+and probing 1, 2, 4 and 8 as fresh processes made the probe the larger part of a short sweep
+(benchmarks/RESULTS.md). Packing stops where
 the summed throughput no longer rises by GAIN, where the next count would not fit in memory (the
 alone run's memory x N within MEMORY_FRACTION of what the device has free; on the CPU of the RAM
 available), or at the number of runs there are to run. Probes train in temporary folders and are
@@ -21,6 +24,7 @@ GAIN = 0.10  # the next count must give 10% more in all: less is noise, or the d
 MEMORY_FRACTION = 0.80  # of the free device memory (CPU: available RAM) that N runs may take together
 PROBE_SECONDS = 2.0  # timed per probe, after its warm-up, in two windows
 PROBE_TIMEOUT_S = 300.0
+HOLD = 0.05  # a larger count whose total is within 5% of the chosen one's trains as fast (fewest_rounds)
 
 
 @dataclass
@@ -70,6 +74,28 @@ def decide(probes: list[Probe], limit: int, per_run_mb: float | None, free_mb: f
     return nxt, chosen.n, ""
 
 
+def fewest_rounds(probes: list[Probe], chosen: int, runs: int, why: str) -> tuple[int, str]:
+    """(how many at a time, why): the chosen count, or more where that ends the sweep in fewer
+    rounds without losing throughput. Runs of one sweep take about as long each, so N at a time
+    trains them in ceil(runs / N) rounds, and each round pays one start (torch, data, compile: the
+    larger part of a short run). Where a larger count was timed and held the chosen count's total
+    (it was only not worth its own +GAIN), any count up to it trains as fast, and the smallest
+    one with the fewest rounds is taken: 9 runs at 4 a time are 3 rounds, at 5 they are 2."""
+    best = next((p for p in probes if p.n == chosen), None)
+    held = [p.n for p in probes if p.n > chosen and p.per_second is not None and best is not None
+            and best.per_second is not None and p.per_second >= best.per_second * (1 - HOLD)]
+    if not held:
+        return chosen, why
+    top = min(max(held), runs)
+    rounds = -(-runs // chosen)
+    fewest = min(range(chosen, top + 1), key=lambda n: (-(-runs // n), n))
+    if -(-runs // fewest) >= rounds:
+        return chosen, why
+    inner = why[why.index("(") + 1:-1]
+    return fewest, _line(fewest, [inner, f"{fewest} rather than {chosen}: {runs} runs in {-(-runs // fewest)} rounds instead of "
+                                         f"{rounds}, as fast ({max(held)} at once held the total)"])
+
+
 def _line(n: int, parts: list[str]) -> str:
     return f"pack: {n} at a time ({'; '.join(parts)})"
 
@@ -100,28 +126,40 @@ def probe_spec(run, seconds: float = PROBE_SECONDS):
                    seed=int(v["experiment"]["seed"]))
 
 
-def measure_together(spec, n: int, python: str, env: dict) -> tuple[Probe, list]:
-    """n copies of `spec` at once, each in its own child (and its own temporary run folder)."""
+def start_run(spec, index: int, folder: str, python: str, env: dict):
+    """Run `index` of the probe, in a thread: its bench child (and its own temporary run folder)."""
     from dataclasses import replace
 
     from envkit.bench.runner import run_spec
 
-    results: list = [None] * n
-    with tempfile.TemporaryDirectory(prefix="envkit-pack-") as barrier:
-        one = replace(spec, barrier=barrier if n > 1 else None, barrier_n=n)
+    box: dict = {}
+    one = replace(spec, stages=folder, stage_index=index)
+    # a run lives through the others' start and every stage: each wait below has PROBE_TIMEOUT_S
+    thread = threading.Thread(target=lambda: box.update(result=run_spec(one, python, env, 4 * PROBE_TIMEOUT_S)), daemon=True)
+    thread.start()
+    return thread, box
 
-        def go(i: int) -> None:
-            results[i] = run_spec(one, python, env, PROBE_TIMEOUT_S)
 
-        threads = [threading.Thread(target=go, args=(i,), daemon=True) for i in range(n)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    bad = next((r for r in results if r is None or r.status != "ok"), None)
+def most_at_once(limit: int, per_run_mb: float | None, free_mb: float | None) -> int:
+    """The largest count decide() could reach by doubling from 1: the runs to start."""
+    n = 1
+    while True:
+        nxt = min(n * 2, limit)
+        if nxt <= n or (per_run_mb and free_mb and nxt * per_run_mb > MEMORY_FRACTION * free_mb):
+            return n
+        n = nxt
+
+
+def _probe(n: int, got: dict) -> Probe:
+    bad = next((why for why in got.values() if isinstance(why, str)), None)
     if bad is not None:
-        return Probe(n, None, reason=(bad.reason if bad is not None else "no result")[:200]), results
-    return Probe(n, sum(r.per_second for r in results), results[0].unit), results
+        return Probe(n, None, reason=bad[:200])
+    return Probe(n, sum(r["per_second"] for r in got.values()), next(iter(got.values())).get("unit", "samples"))
+
+
+def _why_failed(box: dict, said: str) -> str:
+    r = box.get("result")
+    return r.reason[:200] if r is not None and r.status != "ok" and r.reason else said
 
 
 def memory_of(result, device: str) -> tuple[float | None, float | None, str]:
@@ -135,19 +173,50 @@ def memory_of(result, device: str) -> tuple[float | None, float | None, str]:
 
 
 def choose(todo: list, python: str, env: dict, say) -> int:
-    """Probe 1, 2, 4, ... at once with the first run still to do, and return how many to run at a time."""
+    """Probe 1, 2, 4, ... at once with the first run still to do, and return how many to run at a time.
+    The runs are started once (bench/stages.py): the first alone, which says what one run holds in
+    memory, then as many more as memory allows, and the counts are timed in turn."""
+    from types import SimpleNamespace
+
+    from envkit.bench.stages import Stages
+
     if len(todo) <= 1:
         say(f"pack: 1 at a time ({len(todo)} run to run: nothing to pack)")
         return 1
     spec = probe_spec(todo[0])
-    say(f"pack: probing {todo[0].combo.run_id} alone, then 2, 4, ... at once ({spec.seconds:g} s each, "
-        "in temporary folders)")
-    probe, results = measure_together(spec, 1, python, env)
-    per_run, free, where = memory_of(results[0], spec.device) if probe.per_second else (None, None, "")
-    probes = [probe]
-    while True:
-        nxt, chosen, why = decide(probes, len(todo), per_run, free, where)
-        if nxt is None:
-            say(why)
-            return chosen
-        probes.append(measure_together(spec, nxt, python, env)[0])
+    runs: list = []
+    with tempfile.TemporaryDirectory(prefix="envkit-pack-") as folder:
+        stages = Stages(folder, alive=lambda i: runs[i][0].is_alive())
+        try:
+            runs.append(start_run(spec, 0, folder, python, env))
+            warm = stages.wait_warm([0], PROBE_TIMEOUT_S)[0]
+            if isinstance(warm, str):
+                say(f"pack: 1 at a time (the probe run failed: {_why_failed(runs[0][1], warm)})")
+                return 1
+            per_run, free, where = memory_of(SimpleNamespace(**{k: warm.get(k) for k in (
+                "device_used_mb", "peak_memory_mb", "device_free_mb", "rss_peak_mb")}), spec.device)
+            n_max = most_at_once(len(todo), per_run, free)
+            say(f"pack: probing {todo[0].combo.run_id}: 1 alone, then up to {n_max} at once, {spec.seconds:g} s each "
+                "(started once, in temporary folders)")
+            runs.extend(start_run(spec, i, folder, python, env) for i in range(1, n_max))
+            not_warm = {i: w for i, w in stages.wait_warm(range(1, n_max), PROBE_TIMEOUT_S).items() if isinstance(w, str)}
+            probes: list[Probe] = []
+            n = 1
+            while True:
+                if any(i < n for i in not_warm):
+                    i = min(not_warm)
+                    probes.append(Probe(n, None, reason=_why_failed(runs[i][1], not_warm[i])))
+                else:
+                    got = stages.time(n, PROBE_TIMEOUT_S)
+                    probes.append(_probe(n, {i: (g if not isinstance(g, str) else _why_failed(runs[i][1], g))
+                                             for i, g in got.items()}))
+                nxt, chosen, why = decide(probes, len(todo), per_run, free, where)
+                if nxt is None:
+                    chosen, why = fewest_rounds(probes, chosen, len(todo), why)
+                    say(why)
+                    return chosen
+                n = nxt
+        finally:
+            stages.stop()
+            for thread, _ in runs:
+                thread.join(timeout=60)

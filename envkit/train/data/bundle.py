@@ -4,7 +4,6 @@ know, the baseline loss), its batch order (`ResumableBatchSampler`), and the lab
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 import torch

@@ -1,5 +1,5 @@
 """CIFAR-10 / CIFAR-100 from the official binary folders (the format: cifar_files.py), held in memory
-as uint8 (150 MB for 50,000 images), with the standard training augmentation (random crop after
+as uint8 (150 MB for 50,000 images; 240 MB padded for the crops), with the standard training augmentation (random crop after
 4 pixels of zero padding, horizontal flip) and per-channel normalisation.
 
 Augmentation is drawn per epoch from a generator seeded by (run seed, epoch), one crop and flip per
@@ -25,10 +25,20 @@ PAD = 4
 
 
 class CifarImages(Dataset):
+    """uint8 images and their labels; with `augment` the images are kept padded (PAD zeros on each
+    side: 40x40 for CIFAR, 1.56x the bytes) so a crop is one gather, as airbench keeps them.
+    Normalising is one lookup in a (3, 256) table made on the host: every device reads the same
+    floats, whatever its arithmetic."""
+
     def __init__(self, pixels: torch.Tensor, labels: torch.Tensor, mean: torch.Tensor, std: torch.Tensor,
-                 augment: bool, seed: int):
-        self.pixels, self.labels = pixels, labels  # uint8 (N, 3, 32, 32); int64 (N,)
-        self.mean, self.std = mean.view(1, 3, 1, 1), std.view(1, 3, 1, 1)
+                 augment: bool, seed: int, padded: bool = False):
+        if augment and not padded:
+            pixels = torch.nn.functional.pad(pixels, (PAD, PAD, PAD, PAD))  # zeros: black borders, as torchvision's RandomCrop
+        self.pixels, self.labels = pixels, labels  # uint8 (N, 3, H, W), padded with augment; int64 (N,)
+        self.mean, self.std = mean.reshape(1, 3, 1, 1), std.reshape(1, 3, 1, 1)
+        # x * (1/255), not x / 255: the one form that computes to the same float on every device (CUDA
+        # divides by a scalar as a multiplication by its reciprocal); made once, here, on the host
+        self.table = (torch.arange(256).float().mul_(1 / 255).view(1, 256) - mean.cpu().reshape(3, 1)) / std.cpu().reshape(3, 1)
         self.augment, self.seed = augment, seed
         self._drawn: tuple[int, torch.Tensor] | None = None  # (epoch, _epoch_draws of it)
 
@@ -49,8 +59,10 @@ class CifarImages(Dataset):
         return self.pixels.nbytes + self.labels.nbytes
 
     def to(self, device) -> "CifarImages":
-        return CifarImages(self.pixels.to(device), self.labels.to(device), self.mean.to(device), self.std.to(device),
-                           self.augment, self.seed)
+        moved = CifarImages(self.pixels.to(device), self.labels.to(device), self.mean, self.std, self.augment, self.seed,
+                            padded=True)
+        moved.table = self.table.to(device)
+        return moved
 
     def batch(self, indices) -> tuple[torch.Tensor, torch.Tensor]:
         """(normalised float images, labels) of these indices (a sampler's IndexBatch, or a list), on
@@ -59,31 +71,30 @@ class CifarImages(Dataset):
         return self.take(self.plan(rows, getattr(indices, "epoch", None))[0])
 
     def plan(self, rows: torch.Tensor, epoch: int | None) -> torch.Tensor:
-        """(batches, 4, batch) on the images' device: the indices of each batch in `rows` and their
-        crop offsets and flips, drawn on the host (every device sees the same ones) and copied in one
-        go, however many batches (on_device.py plans many at once: no per-step copy or draw)."""
+        """(batches, 4, batch) on the images' device: the indices of each batch in `rows`, the crop's
+        top row and first column in the padded image, and the column step (-1: flipped), drawn on
+        the host (every device sees the same ones) and copied in one go, however many batches
+        (on_device.py plans many at once: no per-step copy or draw)."""
         if not self.augment:
             return rows.unsqueeze(1).to(self.pixels.device, non_blocking=True)
         if epoch is None:  # drawn with replacement: per batch, from its indices
             draws = torch.stack([self._draws(r) for r in rows], dim=1)
         else:
             draws = self._epoch_draws(epoch)[:, rows]
-        return torch.cat([rows.unsqueeze(1), draws.permute(1, 0, 2)], dim=1).to(self.pixels.device, non_blocking=True)
+        dy, dx, flip = draws  # each (batches, batch)
+        first_col, step = crop_columns(dx, flip, self.pixels.shape[-1] - 2 * PAD)
+        return torch.stack([rows, dy, first_col, step], dim=1).to(self.pixels.device, non_blocking=True)
 
     def take(self, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One batch of a plan: gathered, cropped, flipped and normalised as batched operations."""
-        x = self.pixels[p[0]]
-        if self.augment:
-            x = crop_and_flip(x, p[1], p[2], p[3].bool(), PAD)
-        # x * (1/255), not x / 255: CUDA divides by a scalar as a multiplication by its reciprocal, so
-        # this is the one form every device computes to the same float
-        x = (x.float().mul_(1 / 255) - self.mean) / self.std
-        return x, self.labels[p[0]]
+        """One batch of a plan: gathered (cropped and flipped in the same gather) and normalised."""
+        idx = p[0]
+        x = crop_and_flip(self.pixels, idx, p[1], p[2], p[3]) if self.augment else self.pixels[idx]
+        return normalise(x, self.table), self.labels[idx]
 
     def _epoch_draws(self, epoch: int) -> torch.Tensor:
-        """(3, n): every image's crop offsets (top, left in the padded image) and flip for `epoch`,
-        drawn from (seed, epoch): a resumed run, a DataLoader worker and the device all draw the
-        same ones. Kept for the epoch in progress (a few hundred kB)."""
+        """(3, n): every image's crop offsets (top, left in the padded image) and flip (0/1) for
+        `epoch`, drawn from (seed, epoch): a resumed run, a DataLoader worker and the device all
+        draw the same ones. Kept for the epoch in progress (a few hundred kB)."""
         if self._drawn is None or self._drawn[0] != epoch:
             g = torch.Generator().manual_seed(zlib.crc32(f"cifar augment {self.seed} {epoch}".encode()))
             n = len(self.labels)
@@ -101,23 +112,34 @@ class CifarImages(Dataset):
         return torch.cat([offsets, flip.long().view(1, b)])
 
 
-def crop_and_flip(x: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, flip: torch.Tensor, pad: int) -> torch.Tensor:
-    """Random crop after `pad` pixels of zero padding, then a horizontal flip where `flip`, for a
-    whole batch as one gather (no loop over images): output pixel (i, j) of image k is padded
-    pixel (dy[k] + i, dx[k] + j), or (dy[k] + i, dx[k] + w - 1 - j) when flipped."""
-    b, c, h, w = x.shape
-    padded = torch.nn.functional.pad(x, (pad, pad, pad, pad))  # zeros: black borders, as torchvision's RandomCrop
-    k, ch, ar_h, ar_w = _grid(b, c, h, w, x.device)
-    rows = dy.view(b, 1) + ar_h  # (b, h)
-    cols = dx.view(b, 1) + torch.where(flip.view(b, 1), w - 1 - ar_w, ar_w)  # (b, w)
-    return padded[k, ch, rows.view(b, 1, h, 1), cols.view(b, 1, 1, w)]
+def crop_columns(dx: torch.Tensor, flip: torch.Tensor, w: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(first column, step) of each crop in the padded image: left to right from dx, or, flipped,
+    right to left from dx + w - 1."""
+    return dx + flip * (w - 1), 1 - 2 * flip
+
+
+def crop_and_flip(padded: torch.Tensor, idx: torch.Tensor, top: torch.Tensor, first_col: torch.Tensor,
+                  step: torch.Tensor) -> torch.Tensor:
+    """The crops of images `idx` of a padded set, flipped where `step` is -1, as one gather (no loop
+    over images): output pixel (i, j) of crop k is padded pixel (top[k] + i, first_col[k] + step[k] * j)
+    of image idx[k]."""
+    b, (c, hp, wp) = len(idx), padded.shape[1:]
+    h, w = hp - 2 * PAD, wp - 2 * PAD
+    ch, ar_h, ar_w = _grid(c, h, w, padded.device)
+    rows = top.view(b, 1) + ar_h  # (b, h)
+    cols = first_col.view(b, 1) + step.view(b, 1) * ar_w  # (b, w)
+    return padded[idx.view(b, 1, 1, 1), ch, rows.view(b, 1, h, 1), cols.view(b, 1, 1, w)]
+
+
+def normalise(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """uint8 (b, c, h, w) -> float, each value looked up in its channel's row of `table`."""
+    return table[_grid(x.shape[1], 1, 1, x.device)[0], x.long()]
 
 
 @functools.lru_cache(maxsize=8)
-def _grid(b: int, c: int, h: int, w: int, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """The index ranges of a batch shape, made once per shape (four fewer launches a step on a GPU)."""
-    return (torch.arange(b, device=device).view(b, 1, 1, 1), torch.arange(c, device=device).view(1, c, 1, 1),
-            torch.arange(h, device=device), torch.arange(w, device=device))
+def _grid(c: int, h: int, w: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """The index ranges of a crop shape, made once per shape (fewer launches a step on a GPU)."""
+    return torch.arange(c, device=device).view(1, c, 1, 1), torch.arange(h, device=device), torch.arange(w, device=device)
 
 
 def channel_stats(pixels: torch.Tensor, chunk: int = 5000) -> tuple[torch.Tensor, torch.Tensor]:

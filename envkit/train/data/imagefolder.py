@@ -9,8 +9,8 @@ with one line naming the file; `skip` replaces its sample by the next readable i
 (index i+1, i+2, ... wrapping around: the same for any number of workers, and the batch keeps its
 shape), and the trainer counts the files skipped (data/bad_files.py).
 
-Augmentation is drawn per batch from a generator seeded by (run seed, the batch's indices), as for
-CIFAR: a resumed run sees the crops and flips the uninterrupted run would have seen."""
+Augmentation is drawn per batch from a generator seeded by (run seed, the batch's indices): a
+resumed run sees the crops and flips the uninterrupted run would have seen."""
 
 from __future__ import annotations
 

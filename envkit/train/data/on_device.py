@@ -1,6 +1,6 @@
 """Data on the training device (`dataset.on_device`), as airbench and FFCV keep CIFAR on the GPU:
-the training and validation sets are copied to the device once (uint8 images: 150 MB for
-CIFAR-10), and each batch is gathered, cropped, flipped and normalised there as batched tensor
+the training and validation sets are copied to the device once (uint8 images: 270 MB for
+CIFAR-10 with the crop padding), and each batch is gathered, cropped, flipped and normalised there as batched tensor
 operations, so no DataLoader worker process and no per-batch host-to-device copy of images stands
 between the GPU and its next step. On a Mac the copy costs nothing (unified memory) and macOS's
 spawned DataLoader workers are avoided; on the CPU the same batched code replaces the DataLoader's

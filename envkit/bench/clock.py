@@ -1,0 +1,81 @@
+"""How a measured run times its steps: the `on_step` hook of the bench child (envkit/bench/child.py),
+and of the runs `envkit sweep --pack auto` times in stages (envkit/bench/stages.py)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+PROGRESS = "@@envkit-bench-progress "  # one line per timed window: the running figure
+LOSS_STEP = 2  # every rung reports the loss of step 2 (after one update): the same steps from the same seed
+
+def _sync(device_type: str) -> None:
+    import torch
+
+    if device_type == "cuda":
+        torch.cuda.synchronize()
+    elif device_type == "mps":
+        torch.mps.synchronize()
+
+
+class StepClock:
+    """The `on_step` hook: warm-up steps, then timed windows; True once the measurement is done.
+    A micro-batch split after an out of memory starts the warm-up again (new shapes recompile)."""
+
+    def __init__(self, device_type: str, *, warmup_steps: int, seconds: float, windows: int, max_steps: int | None = None):
+        self.device_type, self.warmup_steps = device_type, max(warmup_steps, LOSS_STEP - 1)
+        self.window_s, self.windows, self.max_steps = seconds / max(1, windows), max(1, windows), max_steps
+        self.micro, self.since, self.t0, self.n = None, 0, 0.0, 0
+        self.rates: list[float] = []
+        self.steps_timed, self.loss, self.peak_mb, self.unit = 0, None, None, "samples"
+
+    def __call__(self, *, step: int, loss, micro_batch: int, per_step: int, unit: str) -> bool:
+        self.unit = unit
+        if step == LOSS_STEP:
+            self.loss = float(loss)  # a sync; before the clock starts on a device (warm-up >= LOSS_STEP there)
+        if micro_batch != self.micro:
+            self.micro, self.since, self.rates, self.steps_timed = micro_batch, 0, [], 0
+        self.since += 1
+        if self.since < self.warmup_steps:
+            return False
+        if self.since == self.warmup_steps:
+            self._start_window()
+            self._reset_peak()
+            return False
+        self.n += 1
+        now = time.perf_counter()
+        capped = self.max_steps is not None and self.steps_timed + self.n >= self.max_steps
+        if now - self.t0 < self.window_s and not capped:
+            return False
+        _sync(self.device_type)  # the window's work is done before the clock is read
+        elapsed = time.perf_counter() - self.t0
+        self.rates.append(self.n * per_step / elapsed)
+        self.steps_timed += self.n
+        print(PROGRESS + json.dumps({"per_second": statistics.median(self.rates), "unit": unit, "window": len(self.rates),
+                                     "windows": self.windows, "micro_batch": micro_batch}), flush=True)
+        self._read_peak()
+        if len(self.rates) >= self.windows or capped:
+            return True  # the loss of LOSS_STEP is read by now: warm-up >= 1 step, a window >= 1 step
+        self._start_window()
+        return False
+
+    def _start_window(self) -> None:
+        _sync(self.device_type)
+        self.t0, self.n = time.perf_counter(), 0
+
+    def _reset_peak(self) -> None:
+        if self.device_type == "cuda":
+            import torch
+
+            torch.cuda.reset_peak_memory_stats()
+
+    def _read_peak(self) -> None:
+        import torch
+
+        if self.device_type == "cuda":
+            self.peak_mb = torch.cuda.max_memory_allocated() / 2**20
+        elif self.device_type == "mps":  # no peak counter on MPS: the largest value seen at window ends
+            self.peak_mb = max(self.peak_mb or 0.0, torch.mps.driver_allocated_memory() / 2**20)
+
+
