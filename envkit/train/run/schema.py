@@ -75,7 +75,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "depth": F("int", 2, min=1, help="mlp: hidden layers"),
         "width": F("int", 32, min=4, help="cnn: channels of the first stage; resnet: of the stem (default 64, the published model)"),
         "blocks": F("int", 1, min=1, help="cnn: residual blocks per stage (3 stages)"),
-        "channels_last": F("compile", AUTO, help="cnn/resnet: memory format (auto: on CUDA/MPS)"),
+        "channels_last": F("compile", AUTO, help="cnn/resnet: memory format (auto: on CUDA, MPS and the CPU)"),
         "kwargs": F("dict", {}, help="arguments for a package.module:factory model"),
     },
     "training": {
