@@ -189,6 +189,8 @@ def main(argv=None) -> int:
     ap.add_argument("--packed-first", action="store_true", help="run the packed sweep before the one-at-a-time sweep")
     ap.add_argument("--keep", type=Path, metavar="DIR", help="work in this folder and keep it (data, config, both runs "
                                                                    "folders, sweep logs) instead of a temporary one")
+    ap.add_argument("--only", choices=("sequential", "packed"), help="run one of the two sweeps and print its wall time and "
+                    "pack lines (two device calls when both do not fit in one; compare the figures by hand)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     args.batch = args.batch or (32 if args.quick else 128)
@@ -206,6 +208,8 @@ def main(argv=None) -> int:
         config = work / "train.yaml"
         write_config(config, data, args)
         order = ["packed", "sequential"] if args.packed_first else ["sequential", "packed"]
+        if args.only:
+            order = [args.only]
         sweeps = {}
         for mode in order:
             if not args.json:
@@ -214,6 +218,13 @@ def main(argv=None) -> int:
             if not args.json:
                 print(f"  {sweeps[mode]['wall_seconds']:.1f} s", flush=True)
         runs = {m: [run_figures(r) for r in s["json"]["runs"]] for m, s in sweeps.items()}
+        if args.only:
+            only = sweeps[args.only]
+            images = sum(r["images"] for r in runs[args.only])
+            print(json.dumps({"mode": args.only, "wall_seconds": only["wall_seconds"], "at_a_time": only["at_a_time"],
+                              "images": images, "images_per_second": images / only["wall_seconds"],
+                              "pack_lines": only.get("pack_lines"), "runs": runs[args.only]}, indent=1, default=str))
+            return 0
 
     out = {"quick": args.quick, "epochs": args.epochs, "batch": args.batch, "train_images": 5 * args.per_file,
            "test_images": args.test, "steps_per_epoch": 5 * args.per_file // args.batch, "sets": args.set, "pack": args.pack,

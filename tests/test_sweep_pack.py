@@ -56,7 +56,7 @@ GRID = """\
 experiment: {name: pk, output_dir: runs, seed: 0}
 dataset: {type: synthetic, task: teacher, num_samples: 1000}
 model: {type: mlp}
-training: {max_steps: 8, batch_size: 32, compile: false}
+training: {epochs: 1, batch_size: 100, compile: false}  # 10 steps: fewer than the probe times (its own count)
 eval: {every_steps: 0}
 checkpoint: {every_steps: 0}
 logging: {every_steps: 4}
@@ -91,7 +91,7 @@ def test_pack_auto_says_how_many_and_why_and_changes_no_run(tmp_path):
     n = int(line[0].split()[1])
     assert 1 <= n <= 2 and f"{n} at a time) under" in res.stdout  # the sweep runs that many at once
     # every run completed, with the losses of the sweep run without --pack (same seeds): the probes changed nothing
-    assert _losses(packed) == _losses(plain) and all(v[:2] == ("completed", 8) for v in _losses(packed).values())
+    assert _losses(packed) == _losses(plain) and all(v[:2] == ("completed", 10) for v in _losses(packed).values())
     # the probes left no run folder, no file in a run folder, and no temporary folder
     assert sorted(p.name for p in (packed / "runs" / "pk").iterdir()) == ["seed-0", "seed-1"]
     for run in ("seed-0", "seed-1"):

@@ -36,7 +36,7 @@ def run_config(spec: dict):
     v["device"].update(type=spec["device"], fallback_to_cpu=False, fallback="none")
     T.update(precision=spec["precision"], compile="auto" if spec["compile"] == "auto" else bool(spec["compile"]), batch_size=int(spec["batch_size"]),
              grad_accum=int(spec.get("grad_accum") or 1), empty_cache_every=int(spec.get("empty_cache_every") or 0),
-             max_steps=10**9)
+             max_steps=10**9, epochs=0)  # the clock ends the run: a config's epochs would end it first (a short epoch)
     workers = int(spec.get("num_workers") or 0)
     DL.update(num_workers=workers, pin_memory=bool(spec.get("pin_memory")) and spec["device"] == "cuda",
               persistent_workers=bool(spec.get("persistent_workers")) and workers > 0,

@@ -54,7 +54,7 @@ def decide(probes: list[Probe], limit: int, per_run_mb: float | None, free_mb: f
     the figures). Pure: tested with made-up measurements."""
     first = probes[0]
     if first.per_second is None:
-        return None, 1, f"1 at a time: the probe run failed ({first.reason})"
+        return None, 1, _line(1, [f"the probe run failed: {first.reason}"])
     said = [f"1 alone {first.per_second:,.0f} {first.unit}/s"]
     chosen = first
     for prev, p in zip(probes, probes[1:]):
@@ -191,7 +191,7 @@ def choose(todo: list, python: str, env: dict, say) -> int:
             runs.append(start_run(spec, 0, folder, python, env))
             warm = stages.wait_warm([0], PROBE_TIMEOUT_S)[0]
             if isinstance(warm, str):
-                say(f"pack: 1 at a time (the probe run failed: {_why_failed(runs[0][1], warm)})")
+                say(_line(1, [f"the probe run failed: {_why_failed(runs[0][1], warm)}"]))
                 return 1
             per_run, free, where = memory_of(SimpleNamespace(**{k: warm.get(k) for k in (
                 "device_used_mb", "peak_memory_mb", "device_free_mb", "rss_peak_mb")}), spec.device)
