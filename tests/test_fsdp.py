@@ -27,7 +27,8 @@ from conftest import ROOT, envkit, share_of_cores
 from processes import alive, wait_for
 
 GPT = str(ROOT / "templates" / "train" / "gpt_quick_test.yaml")
-BASE = ["--profile", "cpu", "--set", "training.max_steps=12", "--set", "eval.every_steps=0", "--set", "logging.every_steps=1",
+BASE = ["--profile", "cpu", "--set", "training.max_steps=12", "--set", "training.batch_size=16", "--set", "eval.every_steps=0",
+        "--set", "logging.every_steps=1",
         "--set", "checkpoint.every_steps=4", "--set", "logging.progress=none"]
 TWO = ["--nproc-per-node", "2"]
 REL = 1e-5

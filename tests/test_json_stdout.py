@@ -9,8 +9,8 @@ import pytest
 
 from conftest import ROOT, envkit
 
-QUICK = ["--set", "training.max_steps=6", "--set", "logging.every_steps=2", "--set", "eval.every_steps=6",
-         "--set", "checkpoint.every_steps=6", "--profile", "cpu"]
+QUICK = ["--set", "training.max_steps=6", "--set", "training.batch_size=16", "--set", "logging.every_steps=2",
+         "--set", "eval.every_steps=6", "--set", "eval.accuracy_samples=16", "--set", "checkpoint.every_steps=6", "--profile", "cpu"]
 
 
 def parse(res) -> dict:

@@ -32,7 +32,7 @@ def losses(tmp_path, template, run_id):
 
 
 def test_resume_with_fetch_ahead_is_bit_identical_to_the_plain_run(tmp_path):
-    args = ["--set", "training.max_steps=20", "--set", "logging.every_steps=1", "--set", "eval.every_steps=10",
+    args = ["--set", "training.max_steps=20", "--set", "training.batch_size=16", "--set", "logging.every_steps=1", "--set", "eval.every_steps=10",
             "--set", "checkpoint.every_steps=7", "--set", "model.dropout=0.1", "--set", "eval.accuracy_samples=16",
             "--set", "logging.progress=none"]
     assert run(tmp_path, "gpt_quick_test", *args, "--set", "dataloader.fetch_ahead=false", run_id="plain").returncode == 0

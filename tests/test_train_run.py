@@ -47,7 +47,7 @@ def test_environment_json_has_no_secrets(tmp_path):
     assert '"PYTHONUNBUFFERED": "1"' in text
 
 
-RESUME = ["--set", "training.max_steps=30", "--set", "logging.every_steps=1", "--set", "eval.every_steps=10",
+RESUME = ["--set", "training.max_steps=30", "--set", "training.batch_size=16", "--set", "logging.every_steps=1", "--set", "eval.every_steps=10",
           "--set", "checkpoint.every_steps=7", "--set", "model.dropout=0.1", "--set", "training.warmup_steps=5",
           "--set", "eval.accuracy_samples=16", "--set", "logging.progress=none"]
 
@@ -238,7 +238,7 @@ def test_gpt_flops_per_token_formula():
 
 def test_two_processes_through_torchrun_on_cpu(tmp_path):
     """--nproc-per-node 2 goes through torchrun and DDP (gloo on the CPU): both ranks train one model."""
-    res = run(tmp_path, "gpt_quick_test", "--nproc-per-node", "2", "--set", "training.max_steps=40",
+    res = run(tmp_path, "gpt_quick_test", "--nproc-per-node", "2", "--set", "training.max_steps=40", "--set", "training.batch_size=16",
               "--set", "eval.every_steps=40", "--set", "logging.every_steps=10", run_id="ddp",
               env={"OMP_NUM_THREADS": None})  # the profile's threads, split: not a value the test runner exported
     assert res.returncode == 0, res.stderr[-3000:]
@@ -247,7 +247,7 @@ def test_two_processes_through_torchrun_on_cpu(tmp_path):
     assert s["status"] == "completed" and s["world_size"] == 2 and s["steps"] == 40
     steps = losses(d)
     assert steps[-1][1] < steps[0][1]  # it learned
-    assert "64 x 1 accum x 2 proc" in (d / "train.log").read_text()
+    assert "16 x 1 accum x 2 proc" in (d / "train.log").read_text()
     # only envkit's lines: no torchrun banner about OMP_NUM_THREADS, no barrier() device warning
     out = res.stdout + res.stderr
     assert "OMP_NUM_THREADS" not in out and "barrier()" not in out and "UserWarning" not in out, out[-3000:]
@@ -260,7 +260,7 @@ def test_two_processes_through_torchrun_on_cpu(tmp_path):
 def test_ddp_bucket_size_keeps_the_losses_and_bf16_all_reduce_is_cuda_only(tmp_path):
     """training.ddp_bucket_mb regroups the all-reduce, not its sums (two ranks: a + b either way);
     training.ddp_comm_dtype bf16 needs NCCL: on gloo it says so in one line and trains in fp32."""
-    args = ["--nproc-per-node", "2", "--set", "training.max_steps=12", "--set", "eval.every_steps=0",
+    args = ["--nproc-per-node", "2", "--set", "training.max_steps=12", "--set", "training.batch_size=16", "--set", "eval.every_steps=0",
             "--set", "logging.every_steps=1", "--set", "logging.progress=none"]
     assert run(tmp_path, "gpt_quick_test", *args, run_id="default").returncode == 0
     res = run(tmp_path, "gpt_quick_test", *args, "--set", "training.ddp_bucket_mb=0.05", "--set", "training.ddp_comm_dtype=bf16",
