@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, envkit, share_of_cores
+from envkit.fsutil import owner_lock_state
 from processes import alive, wait_for
 
 GPT = str(ROOT / "templates" / "train" / "gpt_quick_test.yaml")
@@ -101,6 +102,8 @@ def test_fsdp_trains_like_ddp_and_a_sigkilled_run_resumes_exactly(tmp_path):
             killed.kill()
     beat = json.loads((k / "heartbeat.json").read_text())
     assert wait_for(lambda: not alive(beat["pid"]), seconds=120), "the trainer outlived envkit run"
+    # every rank (and torchrun) gone: the folder's owner lock is free again, held by no orphan
+    assert wait_for(lambda: owner_lock_state(k) == "free", seconds=120), "a process of the killed run still holds its folder"
     status = _summary(k)["status"] if (k / "summary.json").exists() else None
     assert status != "completed"
     again = _run(tmp_path, "killed", *TWO, "--set", "training.parallel=fsdp")
