@@ -175,7 +175,8 @@ def memory_of(result, device: str) -> tuple[float | None, float | None, str]:
 def choose(todo: list, python: str, env: dict, say) -> int:
     """Probe 1, 2, 4, ... at once with the first run still to do, and return how many to run at a time.
     The runs are started once (bench/stages.py): the first alone, which says what one run holds in
-    memory, then as many more as memory allows, and the counts are timed in turn."""
+    memory, then as many more as memory allows (where it cannot be measured, as each count needs
+    them), and the counts are timed in turn."""
     from types import SimpleNamespace
 
     from envkit.bench.stages import Stages
@@ -196,13 +197,25 @@ def choose(todo: list, python: str, env: dict, say) -> int:
             per_run, free, where = memory_of(SimpleNamespace(**{k: warm.get(k) for k in (
                 "device_used_mb", "peak_memory_mb", "device_free_mb", "rss_peak_mb")}), spec.device)
             n_max = most_at_once(len(todo), per_run, free)
+            # memory measured (CUDA, the CPU): start every run that fits at once, one start for all the counts;
+            # unmeasured (MPS: no per-process figure): only as many as the next count needs, so a count that
+            # gains nothing stops the probe before more copies take unified memory
+            at_once = per_run is not None and free is not None
             say(f"pack: probing {todo[0].combo.run_id}: 1 alone, then up to {n_max} at once, {spec.seconds:g} s each "
-                "(started once, in temporary folders)")
-            runs.extend(start_run(spec, i, folder, python, env) for i in range(1, n_max))
-            not_warm = {i: w for i, w in stages.wait_warm(range(1, n_max), PROBE_TIMEOUT_S).items() if isinstance(w, str)}
+                f"({'started once' if at_once else 'started as each count needs them'}, in temporary folders)")
+            not_warm: dict[int, str] = {}
+
+            def ensure(count: int) -> None:
+                new = range(len(runs), count)
+                runs.extend(start_run(spec, i, folder, python, env) for i in new)
+                not_warm.update({i: w for i, w in stages.wait_warm(new, PROBE_TIMEOUT_S).items() if isinstance(w, str)})
+
+            if at_once:
+                ensure(n_max)
             probes: list[Probe] = []
             n = 1
             while True:
+                ensure(n)
                 if any(i < n for i in not_warm):
                     i = min(not_warm)
                     probes.append(Probe(n, None, reason=_why_failed(runs[i][1], not_warm[i])))
