@@ -129,7 +129,7 @@ def test_real_torch_setup_lock_and_rebuild(tmp_path):
     """The real CPU wheel of torch 2.13.0 (pip finds it through its configuration: find-links on
     this disk; the CPU index elsewhere), verified, locked, and rebuilt from the lock."""
     env = {"ENVKIT_CACHE_DIR": str(tmp_path / "cache")}
-    r = envkit("setup", "--yes", "--no-selftest", "--torch", "2.13.0", cwd=tmp_path, env=env, timeout=400)
+    r = envkit("setup", "--yes", "--no-selftest", "--torch", "2.13.0", cwd=tmp_path, env=env, timeout=1500)  # ~150 s under a loaded suite: 10x
     assert r.returncode == 0, r.stdout + r.stderr
     first = _set(tmp_path / ".envkit/venv")
     assert first["torch"] == "2.13.0+cpu" and first.get("numpy"), first  # numpy beside torch by default
@@ -147,7 +147,7 @@ def test_real_torch_setup_lock_and_rebuild(tmp_path):
     assert r.returncode == 0 and "nothing to change" in r.stdout + r.stderr
 
     second = tmp_path / "second"
-    r = envkit("setup", "--yes", "--no-selftest", "--lock", "envkit.lock", "--venv", str(second), cwd=tmp_path, env=env, timeout=400)
+    r = envkit("setup", "--yes", "--no-selftest", "--lock", "envkit.lock", "--venv", str(second), cwd=tmp_path, env=env, timeout=1500)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "sha256 enforced" in r.stdout
     assert _set(second) == first

@@ -28,7 +28,7 @@ def losses(run_dir: Path) -> list[tuple[int, float]]:
 
 def run(tmp_path, template, *args, run_id="r", env=None):
     res = envkit("run", str(TEMPLATES / f"{template}.yaml"), "--run-id", run_id, "--profile", "cpu", *args,
-                 cwd=tmp_path, env=env, timeout=900)  # about 35 s alone on 2 cores; a loaded machine takes many times that
+                 cwd=tmp_path, env=env, timeout=1800)  # 35 s alone on 2 cores, 300 s in the loaded suite: 6x that
     return res
 
 
