@@ -31,27 +31,18 @@ class StepClock:
         self.steps_timed, self.loss, self.peak_mb, self.unit = 0, None, None, "samples"
 
     def __call__(self, *, step: int, loss, micro_batch: int, per_step: int, unit: str) -> bool:
-        self.unit = unit
-        if step == LOSS_STEP:
-            self.loss = float(loss)  # a sync; before the clock starts on a device (warm-up >= LOSS_STEP there)
-        if micro_batch != self.micro:
-            self.micro, self.since, self.rates, self.steps_timed = micro_batch, 0, [], 0
-        self.since += 1
-        if self.since < self.warmup_steps:
+        phase = self.count(step, loss, micro_batch, unit)
+        if phase == "warm-up":
             return False
-        if self.since == self.warmup_steps:
+        if phase == "warm":
             self._start_window()
             self._reset_peak()
             return False
         self.n += 1
-        now = time.perf_counter()
         capped = self.max_steps is not None and self.steps_timed + self.n >= self.max_steps
-        if now - self.t0 < self.window_s and not capped:
+        if time.perf_counter() - self.t0 < self.window_s and not capped:
             return False
-        _sync(self.device_type)  # the window's work is done before the clock is read
-        elapsed = time.perf_counter() - self.t0
-        self.rates.append(self.n * per_step / elapsed)
-        self.steps_timed += self.n
+        self.rates.append(self.close_window(per_step))
         print(PROGRESS + json.dumps({"per_second": statistics.median(self.rates), "unit": unit, "window": len(self.rates),
                                      "windows": self.windows, "micro_batch": micro_batch}), flush=True)
         self._read_peak()
@@ -59,6 +50,26 @@ class StepClock:
             return True  # the loss of LOSS_STEP is read by now: warm-up >= 1 step, a window >= 1 step
         self._start_window()
         return False
+
+    def count(self, step: int, loss, micro_batch: int, unit: str) -> str:
+        """One step's bookkeeping, shared with the staged clock (stages.py): "warm-up", "warm" (this
+        step ended the warm-up) or "timing". A new micro-batch (an out-of-memory split) warms up again."""
+        self.unit = unit
+        if step == LOSS_STEP:
+            self.loss = float(loss)  # a sync; before the clock starts on a device (warm-up >= LOSS_STEP there)
+        if micro_batch != self.micro:
+            self.micro, self.since, self.rates, self.steps_timed = micro_batch, 0, [], 0
+        self.since += 1
+        if self.since < self.warmup_steps:
+            return "warm-up"
+        return "warm" if self.since == self.warmup_steps else "timing"
+
+    def close_window(self, per_step: int) -> float:
+        """The window's rate, read after a device sync (its work done before the clock is read)."""
+        _sync(self.device_type)
+        rate = self.n * per_step / (time.perf_counter() - self.t0)
+        self.steps_timed += self.n
+        return rate
 
     def _start_window(self) -> None:
         _sync(self.device_type)

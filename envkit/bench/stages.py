@@ -38,10 +38,8 @@ class StagedClock:
     this run, and the parent counts that count as failed."""
 
     def __init__(self, base, folder: str, index: int, free_before_mb: float | None):
-        from envkit.bench.clock import LOSS_STEP
-
         self.base, self.folder, self.index = base, Path(folder), index  # base: a StepClock (its fields and helpers)
-        self.free_before_mb, self.loss_step = free_before_mb, LOSS_STEP
+        self.free_before_mb = free_before_mb
         self.stage, self.stage_rates, self.timing = 0, [], False
 
     def __getattr__(self, name):  # rates, loss, peak_mb, unit, steps_timed: the base clock's
@@ -49,15 +47,11 @@ class StagedClock:
 
     def __call__(self, *, step: int, loss, micro_batch: int, per_step: int, unit: str) -> bool:
         b = self.base
-        b.unit = unit
-        if step == self.loss_step:
-            b.loss = float(loss)
-        if micro_batch != b.micro:
-            b.micro, b.since, self.timing = micro_batch, 0, False
-        b.since += 1
-        if b.since < b.warmup_steps:
+        phase = b.count(step, loss, micro_batch, unit)
+        if phase == "warm-up":
+            self.timing = False  # a split starts the warm-up again: no rate from the stage it was timing
             return False
-        if b.since == b.warmup_steps:
+        if phase == "warm":
             self._say_warm()
             b._reset_peak()
             return self._next_stage()
@@ -66,11 +60,7 @@ class StagedClock:
         b.n += 1
         if time.perf_counter() - b.t0 < b.window_s:
             return False
-        from envkit.bench.clock import _sync
-
-        _sync(b.device_type)
-        self.stage_rates.append(b.n * per_step / (time.perf_counter() - b.t0))
-        b.steps_timed += b.n
+        self.stage_rates.append(b.close_window(per_step))
         if len(self.stage_rates) < b.windows:
             b._start_window()
             return False
