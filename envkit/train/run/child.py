@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -95,4 +96,12 @@ def device_error_advice(exc: BaseException) -> str | None:
 
 
 if __name__ == "__main__":  # the spawn guard: DataLoader workers re-import this module on macOS
-    sys.exit(main())
+    code = main()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        # One of several processes: leave without the interpreter's teardown, where torch.distributed's C++
+        # threads can abort a run that has finished (seen in CI: rank 1 "terminate called without an active
+        # exception" after the run completed, so torchrun failed it). Its files are written and closed by now.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
