@@ -5,6 +5,8 @@ settings cannot run writes no profile."""
 
 from __future__ import annotations
 
+import json
+
 import os
 import stat
 import sys
@@ -91,11 +93,25 @@ def config_dir(tmp_path):
 
 
 def test_tune_dry_run_measures_and_writes_nothing(tmp_path, config_dir):
-    res = envkit("tune", "--model", "mlp", "--seconds", "1", "--budget", "40s", "--dry-run", cwd=tmp_path,
+    res = envkit("tune", "--model", "mlp", "--seconds", "0.5", "--budget", "40s", "--dry-run", cwd=tmp_path,
                  env={"ENVKIT_CONFIG_DIR": str(config_dir)}, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "--dry-run: would write" in res.stdout and "cpu-tuned.toml" in res.stdout
     assert not list(config_dir.rglob("*.toml")) and "wrote profile" not in res.stdout
+
+
+def test_tune_whose_budget_ends_during_the_first_measurement_says_so_not_that_the_settings_failed(tmp_path, config_dir):
+    """A budget shorter than one measurement: the run it cut is the budget's end (skipped, said so),
+    not a failure of the shipped settings; nothing decided, no profile, exit 1."""
+    res = envkit("tune", "--model", "mlp", "--seconds", "0.5", "--budget", "1s", "--json", cwd=tmp_path, timeout=120,
+                 env={"ENVKIT_CONFIG_DIR": str(config_dir)})
+    assert res.returncode == 1, res.stdout + res.stderr
+    out = json.loads(res.stdout)
+    assert out["stopped"] == "budget" and out["settings"] == [] and out["path"] is None
+    assert [(r["run"], r["status"], r["reason"]) for r in out["runs"]] == [
+        ("shipped cpu", "skip", "the budget of 1 s (--budget) ran out during this run")]
+    assert any(n.startswith("budget of 1 s reached before shipped cpu finished: nothing was measured") for n in out["notes"])
+    assert not list(config_dir.rglob("*.toml"))
 
 
 def test_tune_whose_shipped_settings_cannot_run_writes_no_profile(tmp_path, config_dir):

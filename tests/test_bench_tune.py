@@ -229,7 +229,7 @@ def test_bench_refuses_a_device_this_machine_lacks(tmp_path):
 def test_tune_writes_a_profile_that_doctor_names_and_run_uses(tmp_path):
     cfg = tmp_path / "config"
     env = {"ENVKIT_CONFIG_DIR": str(cfg)}
-    res = envkit("tune", "--budget", "60s", *FAST, "--json", env=env, cwd=tmp_path, timeout=300)
+    res = envkit("tune", "--budget", "60s", "--model", "mlp", "--seconds", "0.5", "--json", env=env, cwd=tmp_path, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:] + res.stdout[-2000:]
     out = json.loads(res.stdout)
     assert out["profile"] == "cpu-tuned" and Path(out["path"]) == cfg / "profiles" / "cpu-tuned.toml"

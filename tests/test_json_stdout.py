@@ -101,9 +101,13 @@ def test_bench_tune_and_selftest_json(tmp_path):
     bench = parse(envkit("bench", "--model", "mlp", "--device", "cpu", "--seconds", "0.5", "--budget", "90s", "--no-compile",
                          "--json", cwd=tmp_path, timeout=300))
     assert bench["model"] and bench["rungs"] and all(r["status"] in ("ok", "skip") for r in bench["rungs"])
-    tune = parse(envkit("tune", "--model", "mlp", "--seconds", "0.5", "--budget", "20s", "--dry-run", "--json",
+    tune = parse(envkit("tune", "--model", "mlp", "--seconds", "0.5", "--budget", "5s", "--dry-run", "--json",
                         cwd=tmp_path, timeout=300))
-    assert tune["path"] is None and tune["settings"]  # a dry run writes nothing
+    # A dry run writes nothing. What a 5-second budget reaches depends on the machine's load (on a busy one,
+    # not even the shipped settings' measurement ends: that is the budget's end, not a failed setting); the
+    # JSON says which.
+    assert tune["path"] is None and tune["runs"] and tune["stopped"] in ("done", "budget")
+    assert any("budget of 5 s reached" in n for n in tune["notes"]) == (tune["stopped"] == "budget"), tune["notes"]
     selftest = parse(envkit("selftest", "--quick", "--json", cwd=tmp_path, timeout=300))
     assert selftest["ok"] is True and selftest["quick"] is True
 

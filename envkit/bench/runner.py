@@ -68,7 +68,7 @@ def run_spec(spec: RunSpec, python: str, base_env: dict[str, str], timeout: floa
         except subprocess.TimeoutExpired:
             _kill(proc)
             return RunResult(spec.name, "fail", reason=f"did not finish within {timeout:.0f} s (killed)",
-                             seconds=time.perf_counter() - t0)
+                             seconds=time.perf_counter() - t0, note="timeout")
         except KeyboardInterrupt:
             _kill(proc)
             raise Interrupted(spec.name)

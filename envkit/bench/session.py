@@ -147,7 +147,7 @@ def run_bench(ctx: BenchContext, *, no_compile: bool = False, seconds: float | N
                 report.interrupted = True
                 report.notes.append(f"interrupted during {rung.name}: the rungs not yet measured were not run")
                 break
-            if result.status == "fail" and result.reason.startswith("did not finish within"):
+            if result.note == "timeout":  # killed when the budget's time was up
                 result.status, result.reason = "skip", f"the budget of {budget_s:.0f} s (--budget) ran out during this rung"
                 result.short = "the --budget ran out"
             result.reason = "; ".join(x for x in (fit_note(result), result.reason if result.status != "ok" else "") if x)

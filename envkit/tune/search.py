@@ -124,6 +124,14 @@ def tune(ctx: BenchContext, budget_s: float, *, seconds: float | None = None, on
             on_start(label)
         r = run_spec(spec_of(ctx, s, label, seconds, split_oom), ctx.python, base_env, timeout=left, debug=debug,
                      on_progress=on_progress)
+        if r.note == "timeout":  # killed when the budget's time was up: the budget's end, not a failed setting
+            row = {"run": label, "status": "skip", "per_second": None, "unit": r.unit, "peak_memory_mb": None, "loss": None,
+                   "seconds": round(r.seconds, 2), "reason": f"the budget of {budget_s:.0f} s (--budget) ran out during this run",
+                   "micro_batch": None, "grad_accum": None, "did_not_fit": []}
+            result.runs.append(row)
+            if on_run:
+                on_run(row)
+            raise _Budget(f"{label} finished")
         costs.append(r.seconds)
         oom = r.note == "oom"
         asked = next((d.get("asked") for d in r.did_not_fit if d.get("micro_batch") == s.batch_size), None)
@@ -152,7 +160,11 @@ def tune(ctx: BenchContext, budget_s: float, *, seconds: float | None = None, on
             current, base = _search(dim, ctx, current, base, shipped, measure, result)
     except _Budget as exc:
         result.stopped = "budget"
-        result.notes.append(f"budget of {budget_s:.0f} s reached before {exc}: the dimensions measured so far are kept")
+        if result.runs and not any(r["status"] != "skip" for r in result.runs):
+            result.notes.append(f"budget of {budget_s:.0f} s reached before {exc}: nothing was measured (one measurement "
+                                f"takes more than {result.runs[0]['seconds']:.0f} s here); give a --budget several times that")
+        else:
+            result.notes.append(f"budget of {budget_s:.0f} s reached before {exc}: the dimensions measured so far are kept")
     except (Interrupted, KeyboardInterrupt):
         result.stopped = "interrupted"
         result.notes.append("interrupted: the dimensions measured so far are kept")
