@@ -20,7 +20,7 @@ from envkit.tune.writer import render_profile, write_profile, written_by_envkit
 from envkit.tune.decide import Decision
 from envkit.errors import EnvkitError
 
-FAST = ("--model", "mlp", "--seconds", "1")
+FAST = ("--model", "mlp", "--seconds", "0.5")
 
 
 @pytest.fixture(scope="module")

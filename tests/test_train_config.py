@@ -60,7 +60,7 @@ def test_wrong_type(tmp_path):
 
 
 def test_negative_lr(tmp_path):
-    p = quick_with(tmp_path, "  lr: 3.0e-3", "  lr: -0.001")
+    p = quick_with(tmp_path, "  lr: 5.0e-3", "  lr: -0.001")
     one_line_error(envkit("validate", str(p)), "training.lr", "greater than 0")
 
 
