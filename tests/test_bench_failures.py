@@ -93,10 +93,13 @@ def config_dir(tmp_path):
 
 
 def test_tune_dry_run_measures_and_writes_nothing(tmp_path, config_dir):
-    res = envkit("tune", "--model", "mlp", "--seconds", "0.5", "--budget", "40s", "--dry-run", cwd=tmp_path,
+    res = envkit("tune", "--model", "mlp", "--seconds", "0.5", "--budget", "40s", "--dry-run", "--no-compile", cwd=tmp_path,
                  env={"ENVKIT_CONFIG_DIR": str(config_dir)}, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "--dry-run: would write" in res.stdout and "cpu-tuned.toml" in res.stdout
+    # --no-compile: no candidate compiles, and the note says the profile's setting stays
+    assert "compile on" not in res.stdout + res.stderr
+    assert "note: compile not measured (--no-compile): the profile's value (off) is kept" in res.stdout
     assert not list(config_dir.rglob("*.toml")) and "wrote profile" not in res.stdout
 
 

@@ -255,7 +255,7 @@ def test_tune_on_a_50k_vocabulary_gpt_whose_shipped_batch_does_not_fit_writes_a_
     samples. The shipped run is split to 8 x 2 and that is decided at once, so even a short budget
     writes a profile whose batch fits; what did not fit is named with what it asked for."""
     cfg = tmp_path / "config"
-    res = envkit("tune", "--config", str(gpt50k), "--budget", "75s", "--seconds", "0.5", "--json", cwd=tmp_path,
+    res = envkit("tune", "--config", str(gpt50k), "--budget", "75s", "--seconds", "0.5", "--no-compile", "--json", cwd=tmp_path,
                  env={"ENVKIT_CONFIG_DIR": str(cfg), "ENVKIT_TRAIN_INJECT": "oom-above=8"}, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:] + res.stdout[-2000:]
     out = json.loads(res.stdout)
@@ -293,7 +293,7 @@ def test_ctrl_c_writes_the_best_so_far_or_nothing_never_half_a_file(tmp_path):
     cfg = tmp_path / "config"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTORCH_", "ENVKIT_"))}
     env.update(ENVKIT_CONFIG_DIR=str(cfg), PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "envkit", "tune", "--budget", "5m", *FAST], cwd=tmp_path, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "envkit", "tune", "--budget", "5m", *FAST, "--no-compile"], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=default_sigint)
     seen = []
     deadline = time.monotonic() + 240

@@ -98,7 +98,7 @@ def test_lock_json_is_json_alone_while_it_resolves(tmp_path):
 
 def test_bench_tune_and_selftest_json(tmp_path):
     """The smallest runs: a plain MLP, half a second per rung or candidate, no compile."""
-    bench = parse(envkit("bench", "--model", "mlp", "--device", "cpu", "--seconds", "0.5", "--budget", "90s", "--no-compile",
+    bench = parse(envkit("bench", "--model", "mlp", "--device", "cpu", "--seconds", "0.5", "--budget", "30s", "--no-compile",
                          "--json", cwd=tmp_path, timeout=300))
     assert bench["model"] and bench["rungs"] and all(r["status"] in ("ok", "skip") for r in bench["rungs"])
     tune = parse(envkit("tune", "--model", "mlp", "--seconds", "0.5", "--budget", "5s", "--dry-run", "--json",

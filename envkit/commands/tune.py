@@ -16,10 +16,12 @@ import click
 @click.option("--python", "python", default=None, help="Interpreter to measure (default: the managed env's, else this one).")
 @click.option("--seconds", "seconds", type=click.FloatRange(0.5, 600), default=None,
               help="Seconds each candidate is timed after its warm-up (3 windows; default 3 on the CPU, 5 on a GPU).")
+@click.option("--no-compile", is_flag=True,
+              help="Leave torch.compile and its modes out of the search (compiling takes a minute on a CPU); the profile's setting is kept.")
 @click.option("--dry-run", is_flag=True, help="Measure and show the decisions; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print {profile, path, settings, runs, ...} as JSON.")
 @click.pass_context
-def tune(ctx, budget, model, config_path, python, seconds, dry_run, as_json) -> None:
+def tune(ctx, budget, model, config_path, python, seconds, no_compile, dry_run, as_json) -> None:
     """Search batch size, gradient accumulation, workers, threads, precision, compile (and on a Mac
     the empty_cache cadence) within --budget, each candidate trained by the trainer's own step in its
     own process; a batch that does not fit is an answer (the largest that fits is bisected for); write
@@ -44,7 +46,7 @@ def tune(ctx, budget, model, config_path, python, seconds, dry_run, as_json) -> 
             shown.done(row["run"], row["status"], row["per_second"], row["unit"], row["seconds"], row["reason"])
 
         out = run_tune(bctx, seconds_total, on_run=on_run, on_start=shown.start, on_progress=shown.update, dry_run=dry_run,
-                       seconds=seconds, debug=bool(ctx.obj and ctx.obj.get("debug")))
+                       seconds=seconds, no_compile=no_compile, debug=bool(ctx.obj and ctx.obj.get("debug")))
     if as_json:
         print_json(out.to_dict())
     else:

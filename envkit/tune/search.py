@@ -108,7 +108,7 @@ class _Budget(Exception):
 
 
 def tune(ctx: BenchContext, budget_s: float, *, seconds: float | None = None, on_start=None, on_progress=None, on_run=None,
-         debug: bool = False) -> TuneResult:
+         no_compile: bool = False, debug: bool = False) -> TuneResult:
     t0 = time.monotonic()
     result = TuneResult(ctx.profile.name, ctx.target, ctx.model, budget_s=budget_s)
     shipped = shipped_settings(ctx)
@@ -157,6 +157,9 @@ def tune(ctx: BenchContext, budget_s: float, *, seconds: float | None = None, on
             return _done(result, t0)
         current = first
         for dim in ORDER.get(ctx.target, ORDER["cpu"]):
+            if no_compile and dim in ("compile", "compile_mode"):
+                result.notes.append(f"{dim} not measured (--no-compile): the profile's value ({decide.show(getattr(current, dim))}) is kept")
+                continue
             current, base = _search(dim, ctx, current, base, shipped, measure, result)
     except _Budget as exc:
         result.stopped = "budget"

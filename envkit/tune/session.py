@@ -47,11 +47,12 @@ def parse_budget(text: str, where: str = "--budget") -> float:
 
 
 def run_tune(ctx: BenchContext, budget_s: float, *, on_run=None, dry_run: bool = False, seconds: float | None = None,
-             on_start=None, on_progress=None, debug: bool = False) -> TuneOutcome:
+             on_start=None, on_progress=None, no_compile: bool = False, debug: bool = False) -> TuneOutcome:
     from envkit.checks.recommend import tuned_name
     from envkit.resources import user_dir
 
-    result = tune(ctx, budget_s, seconds=seconds, on_start=on_start, on_progress=on_progress, on_run=on_run, debug=debug)
+    result = tune(ctx, budget_s, seconds=seconds, on_start=on_start, on_progress=on_progress, on_run=on_run,
+                  no_compile=no_compile, debug=debug)
     out = TuneOutcome(result)
     if not result.decisions:
         out.notes.append("nothing measured to a decision: no profile written")
