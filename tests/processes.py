@@ -6,8 +6,9 @@ import time
 from pathlib import Path
 
 
-def wait_for(predicate, seconds: float = 120.0) -> bool:
-    """Poll until predicate() is true; False after `seconds` (generous: a loaded machine is slow)."""
+def wait_for(predicate, seconds: float = 300.0) -> bool:
+    """Poll until predicate() is true; False after `seconds` (generous: on a loaded 2-core CI machine a
+    run took over 120 s to start and reach its step-50 checkpoint)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if predicate():
