@@ -105,8 +105,9 @@ def test_tune_dry_run_measures_and_writes_nothing(tmp_path, config_dir):
 
 def test_tune_whose_budget_ends_during_the_first_measurement_says_so_not_that_the_settings_failed(tmp_path, config_dir):
     """A budget shorter than one measurement: the run it cut is the budget's end (skipped, said so),
-    not a failure of the shipped settings; nothing decided, no profile, exit 1."""
-    res = envkit("tune", "--model", "mlp", "--seconds", "0.5", "--budget", "1s", "--json", cwd=tmp_path, timeout=120,
+    not a failure of the shipped settings; nothing decided, no profile, exit 1. --no-compile is said
+    even though the budget never reached the compile dimension."""
+    res = envkit("tune", "--model", "mlp", "--seconds", "0.5", "--budget", "1s", "--no-compile", "--json", cwd=tmp_path, timeout=120,
                  env={"ENVKIT_CONFIG_DIR": str(config_dir)})
     assert res.returncode == 1, res.stdout + res.stderr
     out = json.loads(res.stdout)
@@ -114,6 +115,7 @@ def test_tune_whose_budget_ends_during_the_first_measurement_says_so_not_that_th
     assert [(r["run"], r["status"], r["reason"]) for r in out["runs"]] == [
         ("shipped cpu", "skip", "the budget of 1 s (--budget) ran out during this run")]
     assert any(n.startswith("budget of 1 s reached before shipped cpu finished: nothing was measured") for n in out["notes"])
+    assert "compile not measured (--no-compile): the profile's value (off) is kept" in out["notes"]
     assert not list(config_dir.rglob("*.toml"))
 
 

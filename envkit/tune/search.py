@@ -148,6 +148,10 @@ def tune(ctx: BenchContext, budget_s: float, *, seconds: float | None = None, on
     current = shipped
     if ctx.target != "cuda":  # said first, whatever the budget reaches: this machine has no modes to choose from
         result.notes.append(decide.compile_mode_candidates(ctx.target, current.compile, current.compile_mode)[1])
+    skipped = ("compile", "compile_mode") if no_compile else ()
+    for dim in (d for d in ORDER.get(ctx.target, ORDER["cpu"]) if d in skipped):
+        # said first too: --no-compile holds whether or not the budget reaches these dimensions
+        result.notes.append(f"{dim} not measured (--no-compile): the profile's value ({decide.show(getattr(current, dim))}) is kept")
     try:
         # the shipped settings, as `envkit run` would train with them: a batch that does not fit is split
         base, first = _incumbent(ctx, current, measure, result)
@@ -157,8 +161,7 @@ def tune(ctx: BenchContext, budget_s: float, *, seconds: float | None = None, on
             return _done(result, t0)
         current = first
         for dim in ORDER.get(ctx.target, ORDER["cpu"]):
-            if no_compile and dim in ("compile", "compile_mode"):
-                result.notes.append(f"{dim} not measured (--no-compile): the profile's value ({decide.show(getattr(current, dim))}) is kept")
+            if dim in skipped:
                 continue
             current, base = _search(dim, ctx, current, base, shipped, measure, result)
     except _Budget as exc:
