@@ -7,7 +7,7 @@ import json
 import re
 
 from conftest import envkit
-from envkit.sweep.pack import Probe as P, decide, fewest_rounds, most_at_once
+from envkit.sweep.pack import Probe as P, Starts, by_time, decide, fewest_rounds, most_at_once
 
 
 def test_packing_goes_on_while_the_total_rises_by_ten_percent_and_stops_when_it_does_not():
@@ -45,6 +45,38 @@ def test_a_count_that_held_the_total_is_used_to_end_the_sweep_in_fewer_rounds():
     assert fewest_rounds([P(1, 100.0), P(2, 190.0), P(4, 150.0)], 2, 9, "pack: 2 at a time (x)")[0] == 2
     assert fewest_rounds(probes, 4, 4, "pack: 4 at a time (x)") == (4, "pack: 4 at a time (x)")  # 4 runs: one round already
     assert fewest_rounds(probes, 4, 8, "pack: 4 at a time (x)")[0] == 8  # 8 runs: all at once, as 8 were timed
+
+
+def test_with_the_runs_started_counts_past_the_last_gain_are_timed_until_the_total_falls():
+    probes = [P(1, 100.0), P(2, 190.0), P(4, 200.0)]
+    assert decide(probes, 9, None, None, keep_going=True)[:2] == (8, 2)  # +5%: timed on, 2 stays the throughput pick
+    nxt, n, why = decide(probes + [P(8, 180.0)], 9, None, None, keep_going=True)
+    assert (nxt, n) == (None, 2) and why.endswith("8 at once 180 (-10%); 8 at once lost throughput)")
+
+
+def test_short_runs_pack_more_than_throughput_alone_since_each_round_pays_a_start():
+    """An H100-like probe: one run alone 30k samples/s, 2 at once +46%, then flat. An epoch of 50k
+    samples trains in under 2 s but starts in 24 s (42 s nine at once): all nine at once end the sweep
+    soonest, 52 s against 231 s one at a time. A 100-epoch run is mostly training: fewer at once,
+    where the same total trains with less memory (within 5% of the soonest)."""
+    probes = [P(1, 30242.0), P(2, 44216.0), P(4, 46186.0), P(8, 45900.0), P(9, 45800.0)]
+    _, chosen, why = decide(probes, 9, None, None, keep_going=True)
+    starts = Starts(24.0, together=8, together_s=40.0)
+    n, line = by_time(probes, chosen, 9, why, starts, run_samples=50_000)
+    assert (chosen, n) == (2, 9)
+    assert line.startswith("pack: 9 at a time (1 alone 30,242 samples/s; 2 at once 44,216 (+46%)")
+    assert line.endswith("a run starts in 24 s alone, 42 s 9 at once, and trains 50,000 samples: 9 runs take about "
+                         "52 s 9 at a time, 140 s 2 at a time, 231 s one at a time)")
+    n_long, line_long = by_time(probes, chosen, 9, why, starts, run_samples=5_000_000)
+    assert 4 <= n_long < 9 and "1,704 s one at a time" in line_long
+    # a count that lost throughput is never chosen for long runs; a failed count never at all
+    slower = [P(1, 100.0), P(2, 190.0), P(4, 200.0), P(8, 191.0)]
+    assert by_time(slower, 2, 8, "pack: 2 at a time (x)", Starts(5.0, 7, 12.0), 60_000)[0] == 4
+    failed = [P(1, 100.0), P(2, 190.0), P(4, None, reason="out of memory")]
+    assert by_time(failed, 2, 8, "pack: 2 at a time (x)", Starts(5.0, 1, 5.0), 60)[0] == 2
+    # the start or the run's length unknown: the rounds rule, as before
+    assert by_time(probes, chosen, 9, why, None, 50_000) == fewest_rounds(probes, chosen, 9, why)
+    assert by_time(probes, chosen, 9, why, starts, None) == fewest_rounds(probes, chosen, 9, why)
 
 
 def test_the_runs_started_for_the_probe_are_what_doubling_could_reach():

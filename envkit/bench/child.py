@@ -64,6 +64,8 @@ def measure(spec: dict) -> dict:
         torch.set_num_threads(int(spec["threads"]))
     from envkit.train.run.batch_probe import device_memory_mb, peak_mb
 
+    real = spec["config"]["values"]["training"]  # read before run_config changes it: the run this one stands for
+    run_length = {"epochs": real.get("epochs"), "max_steps": real.get("max_steps")}
     cfg = run_config(spec)
     device_type = spec["device"]
     if device_type == "cuda":
@@ -74,7 +76,7 @@ def measure(spec: dict) -> dict:
     if spec.get("stages"):  # sweep --pack auto: timed at several counts at once, started once (bench/stages.py)
         from envkit.bench.stages import StagedClock
 
-        clock = StagedClock(clock, spec["stages"], int(spec.get("stage_index") or 0), free_before)
+        clock = StagedClock(clock, spec["stages"], int(spec.get("stage_index") or 0), free_before, run_length=run_length)
     with tempfile.TemporaryDirectory(prefix="envkit-bench-run-") as tmp:
         run_dir = Path(tmp)
         try:

@@ -30,7 +30,7 @@ class StepClock:
         self.rates: list[float] = []
         self.steps_timed, self.loss, self.peak_mb, self.unit = 0, None, None, "samples"
 
-    def __call__(self, *, step: int, loss, micro_batch: int, per_step: int, unit: str) -> bool:
+    def __call__(self, *, step: int, loss, micro_batch: int, per_step: int, unit: str, epoch_samples: int = 0) -> bool:
         phase = self.count(step, loss, micro_batch, unit)
         if phase == "warm-up":
             return False

@@ -37,22 +37,23 @@ class StagedClock:
     An out-of-memory split starts the warm-up again; the stage it was timing then gets no rate from
     this run, and the parent counts that count as failed."""
 
-    def __init__(self, base, folder: str, index: int, free_before_mb: float | None):
+    def __init__(self, base, folder: str, index: int, free_before_mb: float | None, run_length: dict | None = None):
         self.base, self.folder, self.index = base, Path(folder), index  # base: a StepClock (its fields and helpers)
         self.free_before_mb = free_before_mb
+        self.run_length = run_length or {}  # the real run's epochs and max_steps (this one trains until stopped)
         self.stage, self.stage_rates, self.timing = 0, [], False
 
     def __getattr__(self, name):  # rates, loss, peak_mb, unit, steps_timed: the base clock's
         return getattr(self.base, name)
 
-    def __call__(self, *, step: int, loss, micro_batch: int, per_step: int, unit: str) -> bool:
+    def __call__(self, *, step: int, loss, micro_batch: int, per_step: int, unit: str, epoch_samples: int = 0) -> bool:
         b = self.base
         phase = b.count(step, loss, micro_batch, unit)
         if phase == "warm-up":
             self.timing = False  # a split starts the warm-up again: no rate from the stage it was timing
             return False
         if phase == "warm":
-            self._say_warm()
+            self._say_warm(self._run_samples(per_step, epoch_samples))
             b._reset_peak()
             return self._next_stage()
         if not self.timing:
@@ -69,7 +70,15 @@ class StagedClock:
         b.rates.extend(self.stage_rates)
         return self._next_stage()
 
-    def _say_warm(self) -> None:
+    def _run_samples(self, per_step: int, epoch_samples: int) -> int | None:
+        """What the real run trains, in samples (tokens for a token model): its epochs over the data, or
+        its max_steps. The parent weighs that against the start (sweep/pack.py)."""
+        epochs, steps = self.run_length.get("epochs"), self.run_length.get("max_steps")
+        if epochs:
+            return int(epochs * epoch_samples) or None
+        return int(steps * per_step) if steps else None
+
+    def _say_warm(self, run_samples: int | None) -> None:
         from envkit.bench.clock import _sync
         from envkit.train.run.batch_probe import device_memory_mb, peak_mb
 
@@ -78,7 +87,8 @@ class StagedClock:
         b._read_peak()
         # as bench's measure() says it: what this process took from the device (its context and cache
         # included), the free memory it started with, its peak; on the CPU its resident peak
-        memory = {"peak_memory_mb": b.peak_mb, "rss_peak_mb": peak_mb("cpu"), "device_free_mb": self.free_before_mb}
+        memory = {"peak_memory_mb": b.peak_mb, "rss_peak_mb": peak_mb("cpu"), "device_free_mb": self.free_before_mb,
+                  "run_samples": run_samples}
         if b.device_type == "cuda" and self.free_before_mb is not None:
             memory["device_used_mb"] = self.free_before_mb - device_memory_mb("cuda")[1]
         write(self.folder / f"warm.{self.index}", memory)

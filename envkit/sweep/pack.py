@@ -5,10 +5,13 @@ it at once, each through the trainer's own step in a child process (envkit/bench
 same measurement `envkit bench` makes). The copies are started once and timed in stages
 (envkit/bench/stages.py): starting a run (torch, data, compile) costs ten times its timed windows,
 and probing 1, 2, 4 and 8 as fresh processes made the probe the larger part of a short sweep
-(benchmarks/RESULTS.md). Packing stops where
-the summed throughput no longer rises by GAIN, where the next count would not fit in memory (the
+(benchmarks/RESULTS.md). Probing stops where the summed throughput no longer rises by GAIN (where
+the runs are started already: where it falls), where the next count would not fit in memory (the
 alone run's memory x N within MEMORY_FRACTION of what the device has free; on the CPU of the RAM
-available), or at the number of runs there are to run. Probes train in temporary folders and are
+available), or at the number of runs there are to run. The count is then the one that ends the sweep
+soonest (by_time): the probe also times how long a run takes to start, alone and many at once, and
+the run's length is its epochs or steps, so a sweep of short runs, which spend more time starting than
+training, packs more runs than throughput alone would. Probes train in temporary folders and are
 thrown away: no run folder is created or touched, so packing changes no run's results.
 """
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 
 from envkit.errors import EnvkitError
@@ -49,24 +53,32 @@ def parse_pack(text: str | None) -> int | str | None:
 
 
 def decide(probes: list[Probe], limit: int, per_run_mb: float | None, free_mb: float | None,
-           where: str = "free") -> tuple[int | None, int, str]:
-    """(the next count to probe or None when done, the count chosen so far, why in one line with
-    the figures). Pure: tested with made-up measurements."""
+           where: str = "free", keep_going: bool = False) -> tuple[int | None, int, str]:
+    """(the next count to probe or None when done, the count chosen so far by throughput, why in one
+    line with the figures). keep_going (the runs are started already, so timing another count costs
+    seconds): counts past the last +GAIN are timed too while the total holds (within HOLD of the best),
+    for the start-aware choice (by_time). Pure: tested with made-up measurements."""
     first = probes[0]
     if first.per_second is None:
         return None, 1, _line(1, [f"the probe run failed: {first.reason}"])
     said = [f"1 alone {first.per_second:,.0f} {first.unit}/s"]
-    chosen = first
+    chosen, rising, best = first, True, first.per_second
     for prev, p in zip(probes, probes[1:]):
         if p.per_second is None:
             return None, chosen.n, _line(chosen.n, said + [f"{p.n} at once failed ({p.reason})"])
         gain = p.per_second / prev.per_second - 1
         said.append(f"{p.n} at once {p.per_second:,.0f} ({gain:+.0%})")
-        if gain < GAIN:
+        rising = rising and gain >= GAIN
+        if rising:
+            chosen = p
+        elif not keep_going:
             return None, chosen.n, _line(chosen.n, said + [f"under +{GAIN:.0%}: not worth it"])
-        chosen = p
-    nxt = min(chosen.n * 2, limit)
-    if nxt <= chosen.n:
+        elif p.per_second < best * (1 - HOLD):
+            return None, chosen.n, _line(chosen.n, said + [f"{p.n} at once lost throughput"])
+        best = max(best, p.per_second)
+    last = probes[-1]
+    nxt = min(last.n * 2, limit)
+    if nxt <= last.n:
         return None, chosen.n, _line(chosen.n, said + [f"{limit} run{'s' if limit != 1 else ''} to run"])
     if per_run_mb and free_mb and nxt * per_run_mb > MEMORY_FRACTION * free_mb:
         return None, chosen.n, _line(chosen.n, said + [f"{nxt} would take {nxt} x {per_run_mb:,.0f} MB, over "
@@ -92,8 +104,59 @@ def fewest_rounds(probes: list[Probe], chosen: int, runs: int, why: str) -> tupl
     if -(-runs // fewest) >= rounds:
         return chosen, why
     inner = why[why.index("(") + 1:-1]
-    return fewest, _line(fewest, [inner, f"{fewest} rather than {chosen}: {runs} runs in {-(-runs // fewest)} rounds instead of "
+    n_rounds = -(-runs // fewest)
+    return fewest, _line(fewest, [inner, f"{fewest} rather than {chosen}: {runs} runs in {n_rounds} round{'s' if n_rounds != 1 else ''} instead of "
                                          f"{rounds}, as fast ({max(held)} at once held the total)"])
+
+
+@dataclass
+class Starts:
+    """How long a run takes from its launch to its first timed step (the interpreter, torch, data, model,
+    compile, warm-up), measured in the probe: alone, and the slowest of `together` runs launched at once."""
+    alone_s: float
+    together: int = 1
+    together_s: float | None = None
+
+    def seconds(self, n: int) -> float:
+        """n launched at once: linear between alone and the measured count (starts share the CPU)."""
+        if self.together_s is None or self.together <= 1:
+            return max(self.alone_s, self.together_s or 0.0) if n > 1 else self.alone_s
+        slope = max(0.0, (self.together_s - self.alone_s) / (self.together - 1))
+        return self.alone_s + slope * (n - 1)
+
+
+def sweep_seconds(n: int, runs: int, probes: list[Probe], starts: Starts, run_samples: float) -> float:
+    """The sweep's time at n at a time: runs // n rounds of n and one of the rest, each round one start
+    of its runs at once and then their samples at the total measured for that count (a count not timed:
+    the largest timed below it, never more). probes: timed counts, none failed."""
+    def round_s(m: int) -> float:
+        total = max((p for p in probes if p.n <= m), key=lambda p: p.n).per_second
+        return starts.seconds(m) + m * run_samples / total
+
+    full, rest = divmod(runs, n)
+    return full * round_s(n) + (round_s(rest) if rest else 0.0)
+
+
+def by_time(probes: list[Probe], chosen: int, runs: int, why: str, starts: Starts | None,
+            run_samples: float | None) -> tuple[int, str]:
+    """(how many at a time, why): the count that ends the sweep soonest, where the probe measured how
+    long a run takes to start and the run's length is known; otherwise fewest_rounds. A short run is
+    mostly its start (torch, compile: 25 s for ResNet-18 against 2 s of training an epoch on an H100),
+    so packing more than throughput alone would pay overlaps starts: that is what this weighs. Among
+    counts within HOLD of the soonest the smallest is taken (less memory, the same time)."""
+    if not starts or not run_samples or not probes or probes[0].per_second is None:
+        return fewest_rounds(probes, chosen, runs, why)
+    timed = [p for p in probes if p.per_second is not None]
+    if len(timed) < len(probes):  # decide() stops at the first failed count: the counts below it
+        timed = [p for p in timed if p.n < min(p.n for p in probes if p.per_second is None)]
+    times = {k: sweep_seconds(k, runs, timed, starts, run_samples) for k in range(1, min(max(p.n for p in timed), runs) + 1)}
+    soonest = min(times.values())
+    n = min(k for k, t in times.items() if t <= soonest * (1 + HOLD))
+    inner = why[why.index("(") + 1:-1]
+    shown = sorted({n, chosen, 1, max(times)} & times.keys(), reverse=True)  # the pick, throughput's, alone, the most timed
+    told = ", ".join(f"{times[k]:,.0f} s " + ("one at a time" if k == 1 else f"{k} at a time") for k in shown)
+    start = f"a run starts in {starts.alone_s:.0f} s alone" + (f", {starts.seconds(n):.0f} s {n} at once" if n > 1 else "")
+    return n, _line(n, [inner, f"{start}, and trains {run_samples:,.0f} {probes[0].unit}: {runs} runs take about {told}"])
 
 
 def _line(n: int, parts: list[str]) -> str:
@@ -189,8 +252,10 @@ def choose(todo: list, python: str, env: dict, say) -> int:
     with tempfile.TemporaryDirectory(prefix="envkit-pack-") as folder:
         stages = Stages(folder, alive=lambda i: runs[i][0].is_alive())
         try:
+            t0 = time.monotonic()
             runs.append(start_run(spec, 0, folder, python, env))
             warm = stages.wait_warm([0], PROBE_TIMEOUT_S)[0]
+            starts = Starts(time.monotonic() - t0)
             if isinstance(warm, str):
                 say(_line(1, [f"the probe run failed: {_why_failed(runs[0][1], warm)}"]))
                 return 1
@@ -207,8 +272,14 @@ def choose(todo: list, python: str, env: dict, say) -> int:
 
             def ensure(count: int) -> None:
                 new = range(len(runs), count)
+                if not new:
+                    return
+                t = time.monotonic()
                 runs.extend(start_run(spec, i, folder, python, env) for i in new)
-                not_warm.update({i: w for i, w in stages.wait_warm(new, PROBE_TIMEOUT_S).items() if isinstance(w, str)})
+                waited = stages.wait_warm(new, PROBE_TIMEOUT_S)
+                not_warm.update({i: w for i, w in waited.items() if isinstance(w, str)})
+                if not any(isinstance(w, str) for w in waited.values()) and len(new) >= starts.together:
+                    starts.together, starts.together_s = len(new), time.monotonic() - t
 
             if at_once:
                 ensure(n_max)
@@ -223,9 +294,9 @@ def choose(todo: list, python: str, env: dict, say) -> int:
                     got = stages.time(n, PROBE_TIMEOUT_S)
                     probes.append(_probe(n, {i: (g if not isinstance(g, str) else _why_failed(runs[i][1], g))
                                              for i, g in got.items()}))
-                nxt, chosen, why = decide(probes, len(todo), per_run, free, where)
+                nxt, chosen, why = decide(probes, len(todo), per_run, free, where, keep_going=at_once)
                 if nxt is None:
-                    chosen, why = fewest_rounds(probes, chosen, len(todo), why)
+                    chosen, why = by_time(probes, chosen, len(todo), why, starts, warm.get("run_samples"))
                     say(why)
                     return chosen
                 n = nxt

@@ -41,7 +41,7 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
           torch_settings: dict | None = None, handle_signals: bool = True,
           profile_steps: tuple[int, int] | None = None, on_step=None, split_oom: bool = True) -> TrainResult:
     """Train `cfg` in `run_dir`. bench and tune (envkit/bench/child.py) time these very steps:
-    on_step(step=, loss=, micro_batch=, per_step=, unit=) returning True stops; split_oom=False
+    on_step(step=, loss=, micro_batch=, per_step=, unit=, epoch_samples=) returning True stops; split_oom=False
     re-raises an out of memory instead of splitting the micro-batch."""
     run_dir = Path(run_dir)
     training, logging = cfg.values["training"], cfg.values["logging"]
@@ -118,7 +118,8 @@ class _Loop:
             if training["empty_cache_every"] and state.step % training["empty_cache_every"] == 0:
                 empty_cache(tr.device_type)
             if self.on_step is not None and self.on_step(step=state.step, loss=out.loss, micro_batch=state.micro_batch,
-                                                         per_step=tr.per_step(state), unit=tr.unit):
+                                                         per_step=tr.per_step(state), unit=tr.unit,
+                                                         epoch_samples=tr.sampler.per_epoch * state.micro_batch):
                 return "stopped"
             signalled = stop is not None and stop.agreed(tr.world)
             if not self.after_step(out, lr, at_end=state.step in (training["max_steps"], self.stop_after) or signalled):
