@@ -141,3 +141,25 @@ def test_pack_refuses_bad_input_in_one_line(tmp_path):
         assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
         assert len(res.stderr.strip().splitlines()) == 1 and said in res.stderr, res.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_probe_counts_a_runs_length_in_the_units_it_times(tmp_path):
+    """The probe weighs a run's length against its throughput, so both must be in one unit: for a
+    token model with accumulation, one epoch is what the run's own steps train, in tokens (a
+    length in sequences made a gpt run look block_size times shorter than it is)."""
+    from envkit.bench.stages import StagedClock
+    from envkit.train.run.config import load_config
+    from envkit.train.run.loop import train
+
+    cfg = load_config(None, data={
+        "experiment": {"seed": 0}, "dataset": {"type": "synthetic", "task": "arithmetic", "digits": 2, "num_samples": 600},
+        "model": {"type": "gpt", "n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 20}, "device": {"type": "cpu"},
+        "training": {"epochs": 1, "batch_size": 4, "grad_accum": 2, "compile": False},
+        "eval": {"every_steps": 0}, "checkpoint": {"every_steps": 0}, "logging": {"progress": "none", "device_seconds": 0}})
+    seen: dict = {}
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    result = train(cfg, run_dir, resume="never", handle_signals=False, on_step=lambda **kw: seen.update(kw) or False)
+    assert result.status == "completed" and seen["unit"] == "tokens" and seen["per_step"] == 4 * 2 * 20
+    length = StagedClock(None, str(tmp_path), 0, None, run_length={"epochs": 1})._run_samples(seen["per_step"], seen["epoch_samples"])
+    assert abs(length - result.max_steps * seen["per_step"]) <= seen["per_step"], (length, result.max_steps)  # ceil of a last half step

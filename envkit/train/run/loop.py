@@ -119,7 +119,8 @@ class _Loop:
                 empty_cache(tr.device_type)
             if self.on_step is not None and self.on_step(step=state.step, loss=out.loss, micro_batch=state.micro_batch,
                                                          per_step=tr.per_step(state), unit=tr.unit,
-                                                         epoch_samples=tr.sampler.per_epoch * state.micro_batch):
+                                                         # one epoch in per_step's units (tokens for a token model)
+                                                         epoch_samples=tr.sampler.per_epoch * tr.per_step(state) // state.grad_accum):
                 return "stopped"
             signalled = stop is not None and stop.agreed(tr.world)
             if not self.after_step(out, lr, at_end=state.step in (training["max_steps"], self.stop_after) or signalled):
