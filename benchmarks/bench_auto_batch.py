@@ -66,10 +66,10 @@ def one_run(cfg: Path, batch: str, run_id: str, env: dict, work: Path, device: s
     rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()] if d and (d / "metrics.jsonl").exists() else []
     mem = max((r["memory_mb"] for r in rows if r.get("memory_mb")), default=None)
     ooms = [r for r in rows if r.get("event") == "oom"]
-    rate = summary.get("tokens_per_second") or summary.get("samples_per_second")
+    rate = summary.get("tokens_per_second_median_window") or summary.get("samples_per_second_median_window")
     chosen = int(re.search(r"auto -> (\d+)", note).group(1)) if note else None
     return {"exit": res.returncode, "wall_s": round(wall, 1), "note": note, "batch": chosen or int(batch),
-            "peak_mb": mem, "rate": rate, "unit": "tokens/s" if summary.get("tokens_per_second") else "samples/s",
+            "peak_mb": mem, "rate": rate, "unit": "tokens/s" if summary.get("tokens_per_second_median_window") else "samples/s",
             "micro_batch": summary.get("micro_batch"), "oom_splits": len(ooms), "status": summary.get("status"),
             "stderr_tail": res.stderr.splitlines()[-5:] if res.returncode else []}
 

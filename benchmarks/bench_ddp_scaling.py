@@ -88,11 +88,11 @@ def main(argv=None) -> int:
                     for js in run_dir.glob("profile_steps_41-43*.json"):
                         with js.open("rb") as src, gzip.open(args.traces / f"{run_id}-{js.name}.gz", "wb") as dst:
                             shutil.copyfileobj(src, dst)
-            results.append({"nproc": n, "set": extra, "profile": profile, "timeline": timeline, "returncode": res.returncode, "tokens_per_second": s.get("tokens_per_second"),
+            results.append({"nproc": n, "set": extra, "profile": profile, "timeline": timeline, "returncode": res.returncode, "tokens_per_second": s.get("tokens_per_second_median_window"),
                             "mfu": s.get("mfu"), "status": s.get("status"), "device_name": s.get("device_name"),
                             "noise_lines": noise})
             print(f"[{i + 1}/{len(runs)}] {n} proc {' '.join(extra)}{' (profiled)' if profile else ''}: "
-                  f"{s.get('tokens_per_second') or 0:,.0f} tokens/s, {s.get('status')}", file=sys.stderr, flush=True)
+                  f"{s.get('tokens_per_second_median_window') or 0:,.0f} tokens/s, {s.get('status')}", file=sys.stderr, flush=True)
             if res.returncode != 0:
                 print(out[-4000:], file=sys.stderr)
     base = results[0]["tokens_per_second"]

@@ -52,7 +52,7 @@ FSDP_COMPILE = ("block", "whole", "both", "keep", "grouped", "nomp")  # per bloc
 def build(cfg, mode: str, device: torch.device, compiled: bool):
     """mode: replicated, or fsdp-block / fsdp-whole / fsdp-both (where torch.compile is applied)."""
     torch.manual_seed(0)
-    model = build_model(cfg, {"vocab_size": 50304, "block_size": cfg.values["model"]["block_size"]}, device.type)
+    model = build_model(cfg, {"vocab_size": 50304, "block_size": cfg.model.block_size}, device.type)
     if mode.startswith("fsdp"):
         how = mode.partition("-")[2] or "block"
         per_block = compiled and how in ("block", "both", "keep", "grouped", "nomp")
@@ -63,7 +63,7 @@ def build(cfg, mode: str, device: torch.device, compiled: bool):
     else:
         model.to(device)
         step = torch.compile(LossModule(model)) if compiled else LossModule(model)
-    return model, step, build_optimizer(model, cfg.values["training"], device.type)
+    return model, step, build_optimizer(model, cfg.training, device.type)
 
 
 def one_step(step, model, opt, ctx, bs: int, block: int, device, g):
@@ -83,7 +83,7 @@ def timed(cfg, mode: str, device: torch.device, args) -> dict:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     model, step, opt = build(cfg, mode, device, compiled=device.type == "cuda")
-    bs, block = args.batch, cfg.values["model"]["block_size"]
+    bs, block = args.batch, cfg.model.block_size
     g = torch.Generator(device=device).manual_seed(0)
     ctx = torch.autocast(device.type, dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast(device.type, enabled=False)
     rates, losses = [], []

@@ -60,7 +60,7 @@ def worker(args) -> None:
         for name in ("train.bin", "val.bin"):
             write_tokens(Path(data) / name, torch.zeros(100_000, dtype=torch.int64), "uint16")
         cfg = load_config(TEMPLATE, overrides=(SMOKE if args.smoke else []) + [f"dataset.path={data}"])
-    block = cfg.values["model"]["block_size"]
+    block = cfg.model.block_size
     torch.manual_seed(0)
     model = build_model(cfg, {"vocab_size": VOCAB, "block_size": block}, device.type).to(device)
 

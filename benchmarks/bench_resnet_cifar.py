@@ -42,7 +42,7 @@ from envkit.train.data.cifar import channel_stats  # noqa: E402
 from envkit.train.run.config import load_config  # noqa: E402
 from envkit.train.run.loop import train  # noqa: E402
 from envkit.train.run.resnets import build_resnet  # noqa: E402
-from envkit.train.run.step import compile_kwargs  # noqa: E402
+from envkit.train.run.speed import compile_kwargs  # noqa: E402
 
 TEMPLATE = ROOT / "templates" / "train" / "cifar10.yaml"
 # seconds per CIFAR-10 epoch, ResNet-18, batch 128, as the optimizer-comparison guide gives them
@@ -113,24 +113,24 @@ def _setup(cfg, args):
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
         torch.backends.cudnn.benchmark = True
-    torch.manual_seed(cfg.values["experiment"]["seed"])
-    folder = Path(cfg.values["dataset"]["path"])
+    torch.manual_seed(cfg.experiment.seed)
+    folder = Path(cfg.dataset.path)
     raw = b"".join((folder / f"data_batch_{i}.bin").read_bytes() for i in range(1, 6))
     table = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(-1, 3073)
     pixels, labels = table[:, 1:].reshape(-1, 3, 32, 32).clone(), table[:, 0].long()
-    return cfg.values["training"], device, cuda, pixels, labels, t_start
+    return cfg.training, device, cuda, pixels, labels, t_start
 
 
 def _model(cfg, args, device, cuda):
     """(model, optimizer, compiled forward + loss, autocast) as a careful engineer writes them."""
-    T = cfg.values["training"]
-    width = cfg.values["model"]["width"] if args.quick else 64
+    T = cfg.training
+    width = cfg.model.width if args.quick else 64
     model, _ = build_resnet(18, 10, 3, "cifar", width)  # the definition envkit trains (torchvision where it loads)
     model = model.to(device, memory_format=torch.channels_last)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.SGD([{"params": decay, "weight_decay": T["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
-                          lr=T["lr"], momentum=T["momentum"], nesterov=T["nesterov"], **({"fused": True} if cuda else {}))
+    opt = torch.optim.SGD([{"params": decay, "weight_decay": T.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+                          lr=T.lr, momentum=T.momentum, nesterov=T.nesterov, **({"fused": True} if cuda else {}))
 
     def forward_loss(x, y):
         return F.cross_entropy(model(x), y)
@@ -169,7 +169,7 @@ def run_plain(cfg, args) -> tuple[list[float], float]:
     mean, std = channel_stats(pixels)
     model, opt, step_fn, ctx = _model(cfg, args, device, cuda)
     loader = torch.utils.data.DataLoader(
-        CropFlip(pixels, labels, mean, std), batch_size=T["batch_size"], shuffle=True, drop_last=True,
+        CropFlip(pixels, labels, mean, std), batch_size=T.batch_size, shuffle=True, drop_last=True,
         num_workers=args.workers, pin_memory=cuda, persistent_workers=args.workers > 0,
         **({"prefetch_factor": 4} if args.workers > 0 else {}), generator=torch.Generator().manual_seed(0))
     model.train()
@@ -191,7 +191,7 @@ def run_resident(cfg, args) -> tuple[list[float], float]:
     mean, std = (t.to(device).view(1, 3, 1, 1) for t in channel_stats(pixels))
     padded, labels = F.pad(pixels, (4, 4, 4, 4)).to(device), labels.to(device)  # (N, 3, 40, 40) uint8
     model, opt, step_fn, ctx = _model(cfg, args, device, cuda)
-    b, n = T["batch_size"], len(labels)
+    b, n = T.batch_size, len(labels)
     ar = torch.arange(32, device=device)
     channel = torch.arange(3, device=device).view(1, 3, 1, 1)
 

@@ -40,7 +40,7 @@ from envkit.train.run.config import load_config  # noqa: E402
 from envkit.train.run.loop import train  # noqa: E402
 from envkit.train.watching.mfu import mfu, peak_flops  # noqa: E402
 from envkit.train.run.models import build_model  # noqa: E402
-from envkit.train.run.step import compile_kwargs  # noqa: E402
+from envkit.train.run.speed import compile_kwargs  # noqa: E402
 from envkit.train.data.tokens import open_tokens, write_tokens  # noqa: E402
 
 TEMPLATE = ROOT / "templates" / "train" / "gpt2_small_tokens.yaml"
@@ -82,31 +82,31 @@ def run_envkit(cfg, args) -> list[float]:
 
 
 def run_plain(cfg, args) -> list[float]:
-    T, M, D = cfg.values["training"], cfg.values["model"], cfg.values["dataset"]
+    T, M, D = cfg.training, cfg.model, cfg.dataset
     torch._dynamo.reset()
     device = torch.device(args.device)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    torch.manual_seed(cfg.values["experiment"]["seed"])  # the trainer's seed, so the same initial weights
-    path = Path(D["path"]) / "train.bin"
-    data = open_tokens(path, D["dtype"], path.stat().st_size // (2 if D["dtype"] == "uint16" else 4))  # a memory map
-    vocab = D["vocab_size"]
-    block, bs, accum = M["block_size"], T["batch_size"], T["grad_accum"]
+    torch.manual_seed(cfg.experiment.seed)  # the trainer's seed, so the same initial weights
+    path = Path(D.path) / "train.bin"
+    data = open_tokens(path, D.dtype, path.stat().st_size // (2 if D.dtype == "uint16" else 4))  # a memory map
+    vocab = D.vocab_size
+    block, bs, accum = M.block_size, T.batch_size, T.grad_accum
     model = build_model(cfg, {"vocab_size": vocab, "block_size": block}, args.device).to(device)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": T["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=T["lr"], betas=(T["beta1"], T["beta2"]), **({"fused": True} if device.type == "cuda" else {}))
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": T.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=T.lr, betas=(T.beta1, T.beta2), **({"fused": True} if device.type == "cuda" else {}))
 
     def forward_loss(x, y):
         logits = model(x)
         return F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1))
 
-    step_fn = torch.compile(forward_loss, **compile_kwargs(T["compile_mode"])) if T["compile"] is True else forward_loss
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(T["precision"])
+    step_fn = torch.compile(forward_loss, **compile_kwargs(T.compile_mode)) if T.compile is True else forward_loss
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(T.precision)
     ctx = torch.autocast(device.type, dtype=dtype) if dtype else torch.autocast(device.type, enabled=False)
-    gen = torch.Generator().manual_seed(cfg.values["experiment"]["seed"])
+    gen = torch.Generator().manual_seed(cfg.experiment.seed)
 
     def get_batch():
         ix = torch.randint(len(data) - block - 1, (bs,), generator=gen).tolist()
@@ -124,15 +124,15 @@ def run_plain(cfg, args) -> list[float]:
     x, y = get_batch()
     sync()
     t0 = time.perf_counter()
-    for step in range(1, T["max_steps"] + 1):
+    for step in range(1, T.max_steps + 1):
         for g in opt.param_groups:
-            g["lr"] = T["lr"]
+            g["lr"] = T.lr
         for _ in range(accum):
             with ctx:
                 loss = step_fn(x, y) / accum
             x, y = get_batch()  # the next batch is read while the GPU runs the backward
             loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), T["grad_clip"])
+        torch.nn.utils.clip_grad_norm_(model.parameters(), T.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
         if step % args.window == 0:
@@ -149,8 +149,8 @@ def measure(label, fn, cfg, args, fpt, name) -> dict:
     if args.device == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    T, M = cfg.values["training"], cfg.values["model"]
-    tokens_per_step = T["batch_size"] * T["grad_accum"] * M["block_size"]
+    T, M = cfg.training, cfg.model
+    tokens_per_step = T.batch_size * T.grad_accum * M.block_size
     rates = window_rates(fn(cfg, args), tokens_per_step)
     tps = statistics.median(rates)
     out = {"loop": label, "tokens_per_second": tps, "median_step_ms": 1000 * tokens_per_step / tps,
@@ -201,15 +201,16 @@ def main(argv=None) -> int:
             write_random_tokens(data_dir, vocab, max(1 << 20, 4 * max(args.batch) * (block + 1)))
         for batch in args.batch:
             cfg = make_config(args, batch, data_dir, vocab)
-            D, M, T = cfg.values["dataset"], cfg.values["model"], cfg.values["training"]
-            if D["vocab_size"] is None:  # --data with meta.json: the plain loop needs the number too
+            D, M, T = cfg.dataset, cfg.model, cfg.training
+            if D.vocab_size is None:  # --data with meta.json: the plain loop needs the number too
                 from envkit.train.data.tokens import check_token_folder
 
-                D["vocab_size"] = check_token_folder(data_dir, D["dtype"], None, batch_tokens=1).vocab_size
-            fpt = build_model(cfg, {"vocab_size": D["vocab_size"]}, "cpu").flops_per_token()
-            row = {"batch": batch, "tokens_per_step": batch * M["block_size"], "flops_per_token": fpt, "vocab": D["vocab_size"],
-                   "shape": f"gpt {M['n_layer']}L {M['n_head']}H {M['n_embd']}d T={M['block_size']}",
-                   "precision": T["precision"], "compile": T["compile"]}
+                cfg = cfg.replace("dataset.vocab_size", check_token_folder(data_dir, D.dtype, None, batch_tokens=1).vocab_size)
+                D = cfg.dataset
+            fpt = build_model(cfg, {"vocab_size": D.vocab_size}, "cpu").flops_per_token()
+            row = {"batch": batch, "tokens_per_step": batch * M.block_size, "flops_per_token": fpt, "vocab": D.vocab_size,
+                   "shape": f"gpt {M.n_layer}L {M.n_head}H {M.n_embd}d T={M.block_size}",
+                   "precision": T.precision, "compile": T.compile}
             pairs = []
             for r in range(args.repeats):  # alternating order: neither loop always runs on a warmer GPU
                 order = (("envkit", run_envkit), ("plain", run_plain))[:: 1 if r % 2 == 0 else -1]
@@ -224,7 +225,7 @@ def main(argv=None) -> int:
             row["tries"] = []
             for t in args.tries:
                 tcfg = make_config(args, batch, data_dir, vocab, extra=t.split(","))
-                tcfg.values["dataset"]["vocab_size"] = D["vocab_size"]
+                tcfg = tcfg.replace("dataset.vocab_size", D.vocab_size)
                 r = measure(f"envkit {t}", run_envkit, tcfg, args, fpt, name)
                 r["set"], r["ratio"] = t, r["tokens_per_second"] / row["plain"]["tokens_per_second"]
                 row["tries"].append(r)

@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "stop": ("envkit.commands.exec:stop", "Stop a running run (`envkit run` or `exec`): SIGINT, then SIGTERM after a grace period."),
     "init": ("envkit.commands.init:init", "Write a ready train.yaml from a template."),
     "sweep": ("envkit.commands.sweep:sweep", "Train every combination of a train.yaml's sweep.grid; a table per group."),
+    "reproduce": ("envkit.commands.reproduce:reproduce",
+                  "Make a recorded run again in a fresh venv from its lock and compare the metrics step by step."),
     "runs": ("envkit.commands.runs:runs", "A table of training runs with status, steps and best val loss."),
     "monitor": ("envkit.commands.monitor:monitor", "Live view of a run from its heartbeat and metrics."),
     "plot": ("envkit.commands.plot:plot", "Write loss and throughput curves of a run as a PNG."),
@@ -73,15 +75,21 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+    _STATE["debug"] = debug
+
+
+# --debug as click parsed it for envkit itself: a `--debug` in the user's own command after `--`
+# (`envkit exec -- python train.py --debug`) is theirs and never turns envkit's errors into tracebacks.
+_STATE = {"debug": False}
 
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    debug = "--debug" in args
+    _STATE["debug"] = False
     try:
         rc = cli.main(args=args, prog_name="envkit", standalone_mode=False)
     except EnvkitError as exc:
-        if debug:
+        if _STATE["debug"]:
             raise
         click.echo(exc.one_line(), err=True)
         sys.exit(exc.exit_code)

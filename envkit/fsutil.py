@@ -9,6 +9,7 @@ file that ever must be passes mode=0o600."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -111,9 +112,106 @@ def check_writable(path: Path, where: str) -> Path:
     return path
 
 
-# ---------------------------------------------------------------- one owner per run folder
+# ---------------------------------------------------------------- run folders: no writes through links
 
 OWNER_LOCK = ".owner.lock"
+# What envkit writes in a run folder. A symlink planted at one of these names would have envkit append
+# to (or truncate) whatever it points at, so a folder holding one is refused (refuse_links) and the
+# appends and the lock open with O_NOFOLLOW (open_append). Atomic writes (atomic_writer) replace the
+# name itself and make their temporary file with O_EXCL, so they never write through a link.
+RUN_FOLDER_NAMES = (OWNER_LOCK, "train.log", "metrics.jsonl", "heartbeat.json", "summary.json", "config.json", "config.yaml",
+                    "environment.json", "checkpoints", "faults.jsonl", "console.log", "supervisor.log", "ranks")
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _link_error(path: Path):
+    from envkit.errors import EnvkitError
+
+    try:
+        target = f" (to {os.readlink(path)})"
+    except OSError:
+        target = ""
+    return EnvkitError(f"{path} is a symbolic link{target}: envkit writes that file and never writes through a link",
+                       where=str(Path(path).parent), fix=f"remove the link (rm {path}) or use another run folder")
+
+
+def refuse_links(run_dir: Path) -> None:
+    """EnvkitError naming the first of RUN_FOLDER_NAMES in `run_dir` that is a symlink. The run folder
+    itself may be one (runs/<name> linked to a bigger disk): only what is inside it is checked."""
+    for name in RUN_FOLDER_NAMES:
+        if (Path(run_dir) / name).is_symlink():
+            raise _link_error(Path(run_dir) / name)
+
+
+def make_run_folder(run_dir: Path) -> Path:
+    """mkdir -p of a run folder, a folder that cannot be made (read-only, no permission, full) as one
+    EnvkitError naming it, then refuse_links."""
+    from envkit.errors import EnvkitError
+
+    run_dir = Path(run_dir)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EnvkitError(f"cannot make the run folder: {exc.strerror or exc} ({exc.filename or run_dir})", where=str(run_dir),
+                          fix="set experiment.output_dir (or --runs-dir) to a folder you can write") from None
+    refuse_links(run_dir)
+    return run_dir
+
+
+def open_append(path: Path, flags: int = 0) -> int:
+    """A file descriptor appending to `path` (created 0666 less the umask), never through a symlink:
+    one at `path` is EnvkitError naming it."""
+    try:
+        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW | flags, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _link_error(Path(path)) from None
+        raise
+
+
+def append_line(fd: int, data: bytes, path: Path, fault=None) -> None:
+    """`data` (one whole line) appended with one os.write. A disk that fills up mid-line (a short write,
+    or ENOSPC) leaves no half line: the file is cut back to where the line began and ENOSPC raised.
+    fault() True (tests: ENVKIT_TRAIN_INJECT): the disk fills up after half the line is written."""
+    start = os.lseek(fd, 0, os.SEEK_END)
+    try:
+        if fault is not None and fault():
+            os.write(fd, data[: len(data) // 2])
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        if os.write(fd, data) != len(data):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, start)
+        raise
+
+
+def cut_torn_line(path: Path) -> bool:
+    """A file of lines whose last one has no newline (a writer killed, or a disk full, mid-line): cut
+    that half line off, so the next line appended is not glued to it. True when one was cut."""
+    try:
+        fd = os.open(path, os.O_RDWR | _NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        size = os.lseek(fd, 0, os.SEEK_END)
+        if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+            return False
+        keep = size
+        while keep > 0:
+            block = os.pread(fd, min(keep, 1 << 16), max(0, keep - (1 << 16)))
+            nl = block.rfind(b"\n")
+            if nl >= 0:
+                keep = max(0, keep - len(block)) + nl + 1
+                break
+            keep -= len(block)
+        os.ftruncate(fd, keep)
+        return True
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------- one owner per run folder
 
 
 def process_start_time(pid) -> str | None:
@@ -163,7 +261,7 @@ def owner_lock_state(run_dir: Path) -> str | None:
     import fcntl
 
     try:
-        fd = os.open(Path(run_dir) / OWNER_LOCK, os.O_RDONLY)
+        fd = os.open(Path(run_dir) / OWNER_LOCK, os.O_RDONLY | _NOFOLLOW)
     except OSError:
         return None
     try:
@@ -182,7 +280,7 @@ def owner_lock_if_free(run_dir: Path):
     import fcntl
 
     try:
-        fd = os.open(Path(run_dir) / OWNER_LOCK, os.O_RDONLY)
+        fd = os.open(Path(run_dir) / OWNER_LOCK, os.O_RDONLY | _NOFOLLOW)
     except OSError:
         yield False
         return
@@ -205,15 +303,19 @@ def take_owner_lock(run_dir: Path, command: str = "envkit run"):
     naming its PID and how to watch or stop it. The lock file records the owner's PID with its start
     time, command and host, for that message, `envkit runs` and `envkit stop`."""
     import fcntl
-    import json
     import platform
     import time
 
     from envkit.errors import EnvkitError
 
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    fh = open(run_dir / OWNER_LOCK, "a+")
+    run_dir = make_run_folder(run_dir)  # and no symlink where envkit writes in it
+    try:
+        fh = os.fdopen(os.open(run_dir / OWNER_LOCK, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o666), "r+")
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _link_error(run_dir / OWNER_LOCK) from None
+        raise EnvkitError(f"cannot open {run_dir / OWNER_LOCK}: {exc.strerror or exc}", where=str(run_dir),
+                          fix="run it in a folder you can write") from None
     deadline = time.monotonic() + 1.0  # someone noticing a dead owner holds it for a moment (owner_lock_if_free)
     while True:
         try:
@@ -223,22 +325,80 @@ def take_owner_lock(run_dir: Path, command: str = "envkit run"):
             if time.monotonic() < deadline:
                 time.sleep(0.05)
                 continue
-        fh.seek(0)
-        try:
-            owner = json.loads(fh.read() or "{}")
-        except ValueError:
-            owner = {}
         fh.close()
-        pid = owner.get("pid", "?")
-        raise EnvkitError(f"run folder {run_dir} is in use: {owner.get('command', 'envkit')} (PID {pid}) is training in it; "
+        pid, who = owner_holder(read_owner(run_dir))
+        raise EnvkitError(f"run folder {run_dir} is in use: {who} is training in it; "
                           "a second process would write the same metrics and checkpoints", where=str(run_dir),
                           fix=f"watch it with `envkit monitor {run_dir}`, stop it with `envkit stop {run_dir}` (or kill {pid}), "
                               "or start a separate run with --resume never") from None
+    _write_owner(fh, {"pid": os.getpid(), "start_time": process_start_time(os.getpid()), "command": command,
+                      "host": platform.node(), "since": time.time()})
+    return fh
+
+
+def _write_owner(fh, record: dict) -> None:
+    import json
+
     fh.seek(0)
     fh.truncate()
-    fh.write(json.dumps({"pid": os.getpid(), "start_time": process_start_time(os.getpid()), "command": command,
-                         "host": platform.node(), "since": time.time()}) + "\n")
+    fh.write(json.dumps(record) + "\n")
     fh.flush()
+
+
+def note_owner_child(fh, pid: int) -> None:
+    """The owner's child (the trainer, or torchrun) holds the lock too (it inherits it): its PID and
+    start time go into the lock file beside the owner's, so a folder whose owner died while its
+    child lives on is refused naming the child, the process to wait for or stop."""
+    import json
+
+    fh.seek(0)
+    try:
+        record = json.loads(fh.read() or "{}")
+    except ValueError:
+        record = {}
+    record.update(child_pid=pid, child_start=process_start_time(pid))
+    _write_owner(fh, record)
+
+
+def owner_holder(owner: dict) -> tuple[object, str]:
+    """(PID, "what (PID N)") of the process that holds a run folder, from its lock file's record:
+    the owner while it lives, else its child while that lives (the owner was killed and the child
+    has not ended yet), else the owner as recorded (another host's, or it cannot be told)."""
+    command, pid = owner.get("command", "envkit"), owner.get("pid", "?")
+    if not same_process(owner.get("pid"), owner.get("start_time")) and same_process(owner.get("child_pid"), owner.get("child_start")):
+        child = owner["child_pid"]
+        return child, f"the training process (PID {child}) left by {command} (PID {pid}, gone)"
+    return pid, f"{command} (PID {pid})"
+
+
+class LockHeld(Exception):
+    """hold_lock_file: another process holds the lock; `record` is what it wrote in the file."""
+
+    def __init__(self, record: dict):
+        super().__init__(f"held by PID {record.get('pid', '?')}")
+        self.record = record
+
+
+def hold_lock_file(path: Path, record: dict):
+    """An advisory exclusive lock (flock) on `path`, taken without waiting. Returns the open file
+    (keep it open: closing it releases the lock, and so does the kernel when this process ends,
+    however it ends), with `record` and this process's PID and start time written in it; LockHeld
+    with the holder's record when another process holds it."""
+    import fcntl
+    import json
+
+    fh = open(path, "a+")
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.seek(0)
+        try:
+            held = json.loads(fh.read() or "{}")
+        except ValueError:
+            held = {}
+        fh.close()
+        raise LockHeld(held if isinstance(held, dict) else {}) from None
+    _write_owner(fh, {"pid": os.getpid(), "start_time": process_start_time(os.getpid()), **record})
     return fh
 
 

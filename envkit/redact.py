@@ -8,7 +8,12 @@ Three layers, each enough on its own for the common case:
    never recorded, even when its prefix is allowed (HF_TOKEN, PIP_PASSWORD);
 3. values: every URL inside any written string loses its userinfo (`scheme://user:pass@host`,
    `scheme://user@host`; http(s), postgres, redis, socks5, git+https, ...) and query parameters
-   named like a secret lose their value (`?token=...`).
+   named like a secret lose their value (`?token=...`);
+4. command lines (redact_argv, for every record of a command: exec's config.json, environment.json
+   and train.log, run's environment.json, a Slurm job's record): a secret-named flag's or KEY's
+   value, and secrets found by the shape of an argument: an HTTP header (`Authorization: Bearer
+   X`, `-H 'X-Api-Key: X'`, `--header=Cookie: X`), a JSON value or YAML flow mapping with
+   secret-named keys (`{"token": X, "nested": {"password": Y}}`), a quoted secret key in code.
 
 Needs only the standard library: the trainer's child process imports it.
 """
@@ -99,7 +104,7 @@ def _userinfo_end(text: str, start: int) -> int | None:
         return start + strong[-1]
     if strict:
         return start + strict[0][0]
-    for i, strong in sorted(cands, key=lambda c: (not c[1], c[0])):
+    for i, _strong in sorted(cands, key=lambda c: (not c[1], c[0])):
         userinfo = rest[:i]
         cuts = [userinfo.find(c) for c in "/?#" if c in userinfo]
         head = userinfo[:min(cuts)] if cuts else userinfo
@@ -164,25 +169,176 @@ def safe_env(environ: dict[str, str]) -> dict[str, str]:
 
 # ---------------------------------------------------------------- command lines
 
-# A flag or a KEY=VALUE whose name holds one of these words is a secret (`--token X`,
-# `--hf-token=X`, `--password X`, `--api-key X`, `--aws-secret X`, `WANDB_API_KEY=X`): split on
-# '-', '_' and '.', so `--keep-last` or `--monkey-patch` are not.
-_ARG_WORDS = frozenset({"token", "tokens", "key", "apikey", "secret", "secrets", "password", "passwd",
-                        "passphrase", "credential", "credentials", "auth", "cookie", "signature"})
+# A flag or a key whose name holds one of these words names a secret (`--token X`, `--hf-token=X`,
+# `--api-key X`, `WANDB_API_KEY=X`, an `X-Api-Key:` header, a JSON key "password"). Names are split
+# into words on '-', '_' and '.', and a word must BE one of these (or end in one of the suffixes:
+# hftoken, accesstoken), not merely hold it: `--keep-last`, `--monkey-patch`, "keyboard" and
+# "tokenizer" are not secrets (is_secret's substring rule, right for environment variables, would
+# say MONKEY is). The plural "tokens" is a count in training (max_tokens, tokens_per_step,
+# --max-new-tokens), not a credential; "secrets" and "credentials" are still credentials.
+_ARG_WORDS = frozenset({"token", "key", "apikey", "secret", "secrets", "password", "passwd", "passphrase", "credential",
+                        "credentials", "auth", "authorization", "bearer", "cookie", "cookies", "signature"})
 _ARG_SUFFIXES = ("token", "password", "passwd", "secret", "apikey")
 _KEY_VALUE = re.compile(r"^(?P<key>[A-Za-z_][\w.-]*)=(?P<value>.*)$", re.DOTALL)
+# `Name: value` on a line of its own: an HTTP header (curl -H, --header=...), a YAML line
+_NAMED_LINE = re.compile(r"^(?P<head>[ \t]*(?P<name>[A-Za-z_][\w.-]*)[ \t]*:[ \t]*)(?P<value>[^\r\n]*?)[ \t]*$", re.MULTILINE)
+# a quoted key and its value anywhere in a text that is not one JSON/YAML value (Python code in
+# `-c`, a truncated JSON): `"token": "X"`, `'password': X`, `token="X"`
+_QUOTED_PAIR = re.compile(r"""(?P<head>(?P<q>["'])(?P<key>[^"'\\\r\n]{1,100})(?P=q)[ \t]*:[ \t]*"""  # "key":
+                          r"""|\b(?P<akey>[A-Za-z_][\w.-]*)[ \t]*=[ \t]*(?=["']))"""  # or key= before a quote
+                          r"""(?P<value>"(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'|[^\s,}\]]+)""")
+# HTTP authentication schemes (the IANA registry, plus Token and AWS's): the scheme is kept, the
+# credentials after it are masked (`Authorization: Bearer ***`)
+_AUTH_SCHEMES = frozenset({"basic", "bearer", "digest", "hoba", "mutual", "negotiate", "ntlm", "oauth", "scram-sha-1",
+                           "scram-sha-256", "vapid", "token", "aws4-hmac-sha256"})
+# a whole argument that is a credential as an Authorization header carries it: `Bearer eyJ...`
+_BARE_CREDENTIAL = re.compile(r"^(?P<scheme>Bearer|Basic)[ \t]+[A-Za-z0-9._~+/-]{8,}=*$")
 
 
 def is_secret_arg(name: str) -> bool:
-    """Whether a flag (`--hf-token`) or a key (`HF_TOKEN`, `wandb.api_key`) names a secret."""
+    """Whether a flag (`--hf-token`), a key (`HF_TOKEN`, `wandb.api_key`, a JSON key) or a header
+    name (`X-Api-Key`, `Proxy-Authorization`) names a secret."""
     words = [w for w in re.split(r"[-_.]+", name.lstrip("-").lower()) if w]
     return any(w in _ARG_WORDS or w.endswith(_ARG_SUFFIXES) for w in words)
 
 
+def _masked_header_value(value: str) -> str:
+    scheme, space, rest = value.partition(" ")
+    return f"{scheme} {MASK}" if space and rest.strip() and scheme.lower() in _AUTH_SCHEMES else MASK
+
+
+def redact_text(text: str, depth: int = 0) -> str:
+    """One argument (or a flag's value) with its secrets masked by their shape: a JSON value or a
+    YAML flow collection (`{token: X, nested: {password: Y}}`) loses the values of its
+    secret-named keys, whatever they hold; a `Name: value` line whose name is secret (an HTTP
+    header: `Authorization: Bearer X`, `X-Api-Key: X`, `Cookie: ...`; a YAML line) loses its value,
+    an authentication scheme kept; a quoted secret key's value elsewhere (code, broken JSON) is
+    masked; a bare `Bearer X`; then every URL loses its credentials (strip_userinfo)."""
+    if depth > 8 or not text:
+        return text
+    out = _redact_flow(text, depth)
+    if out is None:
+        out = _QUOTED_PAIR.sub(_masked_pair, text)
+        out = _NAMED_LINE.sub(lambda m: m.group("head") + _masked_header_value(m.group("value"))
+                              if m.group("value") and is_secret_arg(m.group("name")) else m.group(0), out)
+        out = _BARE_CREDENTIAL.sub(lambda m: f"{m.group('scheme')} {MASK}", out)
+    return strip_userinfo(out)
+
+
+def _masked_pair(m: re.Match) -> str:
+    key = m.group("key") or m.group("akey")
+    if not is_secret_arg(key):
+        return m.group(0)
+    v = m.group("value")
+    return m.group("head") + (v[0] + MASK + v[0] if v[0] in "\"'" else MASK)
+
+
+def _redact_flow(text: str, depth: int) -> str | None:
+    """The text, a JSON value or a YAML flow collection as a whole, with secret-keyed values masked
+    and its other strings redacted in turn (a header in a list, a URL); None when it is not one.
+    Only the masked spans change: the rest of the text stays as the user wrote it."""
+    start = _ws(text, 0)
+    if start == len(text) or text[start] not in "{[":
+        return None
+    spans: list[tuple[int, int, bool]] = []
+    try:
+        end = _flow_value(text, start, spans, 0)
+    except (ValueError, IndexError):
+        return None
+    if _ws(text, end) != len(text):
+        return None
+    out, pos = [], 0
+    for a, b, secret in sorted(spans):
+        part = text[a:b]
+        if secret:
+            new = part[0] + MASK + part[0] if part[:1] in ("'", '"') else f'"{MASK}"' if _is_json(text) else MASK
+        else:
+            new = redact_text(part, depth + 1)
+        out += [text[pos:a], new]
+        pos = b
+    return "".join(out) + text[pos:]
+
+
+def _is_json(text: str) -> bool:
+    import json
+
+    try:
+        json.loads(text)
+        return True
+    except ValueError:
+        return False
+
+
+def _ws(t: str, i: int) -> int:
+    while i < len(t) and t[i] in " \t\r\n":
+        i += 1
+    return i
+
+
+def _flow_value(t: str, i: int, spans: list, depth: int) -> int:
+    """The end of the value at t[i] (JSON or YAML flow). Records (start, end, secret) spans: a
+    secret-keyed value whole, any other string scalar's content. ValueError: not one."""
+    if depth > 64:
+        raise ValueError("too deep")
+    if t[i] in "{[":
+        close, i = "}" if t[i] == "{" else "]", _ws(t, i + 1)
+        while t[i] != close:
+            if close == "}":
+                k0 = i
+                i = _scalar(t, i, ":")
+                key = t[k0:i].strip().strip("\"'")
+                i = _ws(t, i)
+                if t[i] != ":":
+                    raise ValueError("a key without ':'")
+                v0 = i = _ws(t, i + 1)
+                i = _flow_value(t, i, [] if is_secret_arg(key) else spans, depth + 1)
+                if is_secret_arg(key):
+                    spans.append((v0, i, True))
+            else:
+                i = _flow_value(t, i, spans, depth + 1)
+            i = _ws(t, i)
+            if t[i] == ",":
+                i = _ws(t, i + 1)
+            elif t[i] != close:
+                raise ValueError("no ',' between items")
+        return i + 1
+    end = _scalar(t, i, ",]}")
+    if t[i] in "\"'":
+        spans.append((i + 1, end - 1, False))
+    elif end > i:
+        spans.append((i, end, False))
+    return end
+
+
+def _scalar(t: str, i: int, stops: str) -> int:
+    """The end of a quoted string ("..." with backslash escapes; '...' with '' or backslash) or of
+    a plain scalar, which ends before any of `stops` (trailing blanks left out)."""
+    q = t[i]
+    if q in "\"'":
+        j = i + 1
+        while True:
+            if t[j] == "\\" or (t[j] == q == "'" and t[j + 1:j + 2] == "'"):  # an escape, or YAML's ''
+                j += 2
+            elif t[j] == q:
+                return j + 1
+            else:
+                j += 1
+    j = i
+    while j < len(t) and t[j] not in stops and t[j] not in "{[":
+        j += 1
+    if j == len(t):
+        raise ValueError("an unclosed collection")
+    while j > i and t[j - 1] in " \t\r\n":
+        j -= 1
+    return j
+
+
 def redact_argv(argv) -> list[str]:
-    """A command line as envkit records it (config.json, environment.json, train.log): the value of
-    a secret-named flag (`--token X`, `--token=X`) or KEY=VALUE argument masked, and every URL
-    without its credentials. What runs is the real command line; only what is written is masked."""
+    """A command line as envkit records it (config.json, environment.json, train.log, a Slurm job's
+    record): the value of a secret-named flag (`--token X`, `--token=X`) or KEY=VALUE argument
+    masked, and every other argument, flag value (`--header=V`, `-H V`, `-HV`) and KEY=VALUE value
+    redacted by its shape (redact_text). What runs is the real command line; only what is written
+    is masked."""
     out: list[str] = []
     mask_next = False
     for arg in map(str, argv):
@@ -191,19 +347,27 @@ def redact_argv(argv) -> list[str]:
             mask_next = False
             continue
         mask_next = False
+        if arg.startswith("-H") and len(arg) > 2 and not arg.startswith("--"):
+            out.append("-H" + redact_text(arg[2:]))  # curl's -HName:value, one argv item
+            continue
         if arg.startswith("-") and len(arg) > 1:
-            name, eq, _ = arg.partition("=")
+            name, eq, value = arg.partition("=")
             if is_secret_arg(name):
                 if eq:
                     out.append(f"{name}={MASK}")
                 else:
                     out.append(arg)
                     mask_next = True
-                continue
+            elif eq:
+                out.append(f"{name}={redact_text(value)}")
+            else:
+                out.append(strip_userinfo(arg))
+            continue
+        m = _KEY_VALUE.match(arg)
+        if m and is_secret_arg(m.group("key")):
+            out.append(f"{m.group('key')}={MASK}")
+        elif m:
+            out.append(f"{m.group('key')}={redact_text(m.group('value'))}")
         else:
-            m = _KEY_VALUE.match(arg)
-            if m and is_secret_arg(m.group("key")):
-                out.append(f"{m.group('key')}={MASK}")
-                continue
-        out.append(strip_userinfo(arg))
+            out.append(redact_text(arg))
     return out

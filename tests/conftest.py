@@ -17,10 +17,10 @@ SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
 _EMPTY_CONFIG_DIR = __import__("tempfile").mkdtemp(prefix="envkit-test-config-")
 
 def pytest_xdist_auto_num_workers(config):
-    """`-n auto`: two workers more than the cores. At any moment a few tests wait rather than compute
-    (a Slurm job in the queue, a supervisor polling its child, a pip install reading a wheel), and
-    the extra workers use those cores; each worker trains with its share of them (below)."""
-    return (os.cpu_count() or 1) + 2
+    """`-n auto`: one worker per core. Two more (tried before) kept a 2-core machine at a load of 7.6:
+    every torch import and compile took turns, and a loaded CI machine took 18 minutes; each worker
+    trains with its share of the cores (below)."""
+    return os.cpu_count() or 1
 
 
 # Under pytest-xdist each worker trains with its share of the cores, as a user who runs two trainings
@@ -132,7 +132,7 @@ SLOW_FILES = frozenset({
     # installs into fresh venvs from a local index (pip, uv), and envkit exec's supervised processes
     "test_setup.py", "test_setup_uv.py", "test_setup_guards.py", "test_builds.py", "test_install_failures.py",
     "test_pylock.py", "test_pylock_interop.py", "test_lock_project.py", "test_accel_install.py", "test_exec.py",
-    "test_secrets.py", "test_train_templates.py",
+    "test_secrets.py", "test_train_templates.py", "test_reproduce.py", "test_record.py",
 })
 
 # The longest files first, in the order of their measured wall time on 2 cores (--durations, summed
@@ -140,7 +140,7 @@ SLOW_FILES = frozenset({
 # file collected last (test_train_*.py sort late) would run alone at the end while the other workers
 # idle. Longest first is the classic makespan heuristic; the rest keep their order.
 LONGEST_FIRST = (
-    "test_train_templates.py", "test_train_run.py", "test_train_faults.py", "test_slurm.py", "test_bench_tune.py",
+    "test_train_templates.py", "test_train_run.py", "test_docs_examples.py", "test_train_faults.py", "test_slurm.py", "test_bench_tune.py",
     "test_lock.py", "test_fsdp.py", "test_json_stdout.py", "test_packaging.py", "test_train_prefetch.py", "test_setup.py",
     "test_train_tokens.py", "test_auto_batch.py", "test_pylock_interop.py", "test_sweep.py", "test_owner_exec_sweep.py",
     "test_sweep_pack.py",

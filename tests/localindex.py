@@ -73,8 +73,10 @@ class cuda:
 
 
 def build_wheel(directory: Path, name: str, version: str, tag: str = f"py3-none-{PLATFORM}", *,
-                module: str | None = None, requires: list[str] | None = None) -> Path:
-    """Write a minimal valid wheel (METADATA, WHEEL, RECORD) and return its path."""
+                module: str | None = None, requires: list[str] | None = None, requires_python: str | None = None) -> Path:
+    """Write a minimal valid wheel (METADATA, WHEEL, RECORD) and return its path. `requires_python`
+    goes into METADATA, and the index serves it as PyPI does (PEP 691 `requires-python`, PEP 503
+    `data-requires-python`)."""
     dist = name.replace("-", "_")
     filename = f"{dist}-{version}-{tag}.whl"
     info = f"{dist}-{version}.dist-info"
@@ -82,8 +84,9 @@ def build_wheel(directory: Path, name: str, version: str, tag: str = f"py3-none-
         module = FAKE_TORCH.format(version=version, cuda=None) if name == "torch" else f"__version__ = {version!r}\n"
     files = {
         f"{dist}/__init__.py": module,
-        f"{info}/METADATA": "Metadata-Version: 2.1\nName: {}\nVersion: {}\n{}".format(
-            name, version, "".join(f"Requires-Dist: {r}\n" for r in requires or [])),
+        f"{info}/METADATA": "Metadata-Version: 2.1\nName: {}\nVersion: {}\n{}{}".format(
+            name, version, f"Requires-Python: {requires_python}\n" if requires_python else "",
+            "".join(f"Requires-Dist: {r}\n" for r in requires or [])),
         f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: envkit-tests\nRoot-Is-Purelib: false\nTag: {tag}\n",
     }
     record = []
@@ -149,6 +152,27 @@ def wheel_metadata(path: Path) -> bytes:
         return zf.read(name)
 
 
+def requires_python(path: Path) -> str | None:
+    """The wheel's Requires-Python, as an index publishes it beside the file."""
+    for line in wheel_metadata(path).decode().splitlines():
+        if line.startswith("Requires-Python:"):
+            return line.partition(":")[2].strip()
+    return None
+
+
+def _json_file(w: Path, **extra) -> dict:
+    entry = {"filename": w.name, "url": f"../../../files/{quote(w.name)}", **extra}
+    if requires_python(w):
+        entry["requires-python"] = requires_python(w)
+    return entry
+
+
+def _link(w: Path, fragment: str, attrs: str = "") -> str:
+    rp = requires_python(w)
+    attrs += f' data-requires-python="{html.escape(rp)}"' if rp else ""
+    return f'<a href="/files/{quote(w.name)}#{fragment}"{attrs}>{html.escape(w.name)}</a><br/>'
+
+
 class QuietServer(ThreadingHTTPServer):
     """A client that hung up (envkit gives up on a slow index after ENVKIT_INDEX_TIMEOUT, as tested) is
     not the server's error: without this, socketserver prints the BrokenPipeError's traceback to
@@ -166,6 +190,7 @@ class LocalIndex:
         self.wheels = wheels
         self.slow_seconds = slow_seconds
         self.stall_seconds = stall_seconds
+        self.unstall = threading.Event()  # set: a stalled download goes on at once (the test has seen what it waited for)
         self.requests: list[tuple[str, str]] = []  # (path, Accept)
         index = self
 
@@ -209,7 +234,7 @@ class LocalIndex:
                             if w in index.wheels.get("tampered", [])[len(index.wheels.get("good", [])):]:
                                 body = body[:-1] + bytes([body[-1] ^ 0xFF])  # the index's sha256 no longer matches
                             if w in index.wheels.get("stall", [])[len(index.wheels.get("good", [])):] and not getattr(self, "_head_only", False):
-                                time.sleep(index.stall_seconds)  # an install that takes long enough to interrupt
+                                index.unstall.wait(index.stall_seconds)  # an install that takes long enough to interrupt
                             return self._send(200, "application/octet-stream", body)
                 self._send(404, "text/plain", b"no such file")
 
@@ -237,25 +262,22 @@ class LocalIndex:
                     return self._modern(project, files, json_ok=mode == "pypi" and "application/vnd.pypi.simple.v1+json" in accept)
                 if mode != "html" and "application/vnd.pypi.simple.v1+json" in accept:
                     body = {"meta": {"api-version": "1.0"}, "name": project,
-                            "files": [{"filename": w.name, "url": f"../../../files/{quote(w.name)}",
-                                       "hashes": {"sha256": sha(w)}} for w in files]}
+                            "files": [_json_file(w, hashes={"sha256": sha(w)}) for w in files]}
                     return self._send(200, "application/vnd.pypi.simple.v1+json", json.dumps(body).encode())
-                links = "\n".join(f'<a href="/files/{quote(w.name)}#sha256={sha(w)}">{html.escape(w.name)}</a><br/>'
-                                  for w in files)
+                links = "\n".join(_link(w, f"sha256={sha(w)}") for w in files)
                 page = f"<!DOCTYPE html>\n<html><body>\n<h1>Links for {project}</h1>\n{links}\n</body></html>\n"
                 self._send(200, "text/html", page.encode())
 
             def _modern(self, project, files, json_ok):
                 if json_ok:
                     body = {"meta": {"api-version": "1.1"}, "name": project, "versions": [],
-                            "files": [{"filename": w.name, "url": f"../../../files/{quote(w.name)}", "size": w.stat().st_size,
-                                       "hashes": {"sha256": file_sha256(w)},
-                                       "core-metadata": {"sha256": hashlib.sha256(wheel_metadata(w)).hexdigest()}}
+                            "files": [_json_file(w, size=w.stat().st_size, hashes={"sha256": file_sha256(w)},
+                                                 **{"core-metadata": {"sha256": hashlib.sha256(wheel_metadata(w)).hexdigest()}})
                                       for w in files]}
                     return self._send(200, "application/vnd.pypi.simple.v1+json", json.dumps(body).encode())
-                links = "\n".join(f'<a href="/files/{quote(w.name)}#sha256={file_sha256(w)}" '
-                                  f'data-dist-info-metadata="sha256={hashlib.sha256(wheel_metadata(w)).hexdigest()}">'
-                                  f'{html.escape(w.name)}</a><br/>' for w in files)
+                links = "\n".join(_link(w, f"sha256={file_sha256(w)}",
+                                         f' data-dist-info-metadata="sha256={hashlib.sha256(wheel_metadata(w)).hexdigest()}"')
+                                   for w in files)
                 page = f"<!DOCTYPE html>\n<html><body>\n<h1>Links for {project}</h1>\n{links}\n</body></html>\n"
                 self._send(200, "text/html", page.encode())
 
@@ -290,7 +312,8 @@ def installed(venv: Path) -> dict[str, str]:
     import subprocess
 
     out = subprocess.run([str(venv / "bin/python"), "-I", "-c",
-                          "import json; from importlib import metadata as m; print(json.dumps({d.metadata['Name'].lower(): d.version for d in m.distributions()}))"],
+                          "import json; from importlib import metadata as m; "
+                          "print(json.dumps({d.metadata['Name'].lower(): d.version for d in m.distributions()}))"],
                          capture_output=True, text=True, check=True).stdout
     return {k: v for k, v in json.loads(out).items() if k not in ("pip", "setuptools", "wheel")}
 

@@ -37,3 +37,27 @@ checkpoint: {every_steps: 50, keep_last: 2}
 logging: {every_steps: 10, heartbeat_seconds: 0.2, device_seconds: 0}
 device: {type: cpu}
 """
+
+
+def checkpointed(run: Path) -> bool:
+    """Any checkpoint in the run folder. Not a named step: with keep_last 2 and a tiny model a fast
+    machine writes step 10 and prunes it within a tenth of a second, and a poll for that one file
+    then waits out its whole deadline (it did, on an idle CI machine)."""
+    return any((run / "checkpoints").glob("step_*.pt"))
+
+
+def read_terminal(leader: int) -> bytes:
+    """Everything a child wrote to its pseudo-terminal, until it closed it; closes our end."""
+    import os
+
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    return b"".join(chunks)

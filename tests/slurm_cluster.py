@@ -90,7 +90,8 @@ class SlurmCluster:
         for n in self.names:
             (self.short / f"spool-{n}").mkdir(parents=True, exist_ok=True)
         host = socket.gethostname()
-        nodes = "\n".join(f"NodeName={n} NodeAddr={self.node_addr(i)} NodeHostname={n} CPUs={self.cpus} Sockets=1 CoresPerSocket={self.cpus} ThreadsPerCore=1 State=UNKNOWN"
+        nodes = "\n".join(f"NodeName={n} NodeAddr={self.node_addr(i)} NodeHostname={n} CPUs={self.cpus} "
+                          f"Sockets=1 CoresPerSocket={self.cpus} ThreadsPerCore=1 State=UNKNOWN"
                           for i, n in enumerate(self.names))
         self.conf.write_text(f"""\
 ClusterName=envkit-test
@@ -130,7 +131,9 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """)
 
     def _netns(self) -> None:
-        run = lambda *a: subprocess.run(a, check=True, capture_output=True)  # noqa: E731
+        def run(*a):
+            subprocess.run(a, check=True, capture_output=True)
+
         run("ip", "link", "add", self.bridge, "type", "bridge")
         run("ip", "addr", "add", "10.77.0.1/16", "dev", self.bridge)
         run("ip", "link", "set", self.bridge, "up")

@@ -71,7 +71,8 @@ def test_intel_tools_and_lspci():
     sycl = ap.parse_sycl_ls(snap["commands"]["sycl-ls"])
     assert [g["name"] for g in sycl] == ["Intel(R) Arc(TM) A770 Graphics"]  # the OpenCL CPU line is not a GPU
     lspci = ("00:02.0 VGA compatible controller [0300]: Intel Corporation AlderLake-S GT1 [8086:4680] (rev 0c)\n"
-             "03:00.0 VGA compatible controller [0300]: Advanced Micro Devices, Inc. [AMD/ATI] Navi 31 [Radeon RX 7900 XT/7900 XTX] [1002:744c] (rev c8)\n"
+             "03:00.0 VGA compatible controller [0300]: Advanced Micro Devices, Inc. [AMD/ATI] "
+             "Navi 31 [Radeon RX 7900 XT/7900 XTX] [1002:744c] (rev c8)\n"
              "01:00.0 VGA compatible controller [0300]: NVIDIA Corporation GA102 [GeForce RTX 3090] [10de:2204] (rev a1)\n")
     assert [(g["vendor"], g["device_id"]) for g in ap.parse_lspci(lspci)] == [("intel", "0x4680"), ("amd", "0x744c")]
 
@@ -127,7 +128,8 @@ def test_integrated_graphics_seen_by_lspci_are_no_gpu_to_train_on():
     """An Intel desktop's UHD graphics or a Ryzen's Radeon iGPU, named by lspci only: the CPU build and
     profile, no warning (a CPU user is not nagged), and doctor says why it skipped."""
     for lspci, needle in (("00:02.0 VGA compatible controller [0300]: Intel Corporation AlderLake-S GT1 [8086:4680] (rev 0c)\n", "Arc"),
-                          ("0b:00.0 VGA compatible controller [0300]: Advanced Micro Devices, Inc. [AMD/ATI] Cezanne [1002:1638] (rev c8)\n", "install ROCm")):
+                          ("0b:00.0 VGA compatible controller [0300]: Advanced Micro Devices, Inc. [AMD/ATI] Cezanne [1002:1638] (rev c8)\n",
+                           "install ROCm")):
         snap = load_snapshot("linux_no_gpu")
         d = diagnosis("linux_no_gpu", commands=dict(snap["commands"], **{"lspci -nn": lspci}))
         assert len(d.facts.other_gpus) == 1

@@ -133,7 +133,7 @@ def test_auto_on_the_cpu_probes_decides_says_so_and_resume_keeps_it(tmp_path):
     assert first.startswith("training.batch_size auto -> 4: one eager step on cpu") and "8 ran out of memory" in first
     run_dir = tmp_path / "runs" / "gpt-quick-test" / "auto"
     saved = json.loads((run_dir / "config.json").read_text())
-    assert saved["values"]["training"]["batch_size"] == 4 and saved["declared"] == {"training.batch_size": "auto"}
+    assert saved["values"]["training"]["batch_size"] == "auto" and saved["derived"] == {"training.batch_size": 4}
     assert "training.batch_size 4 (auto: one eager step" in (run_dir / "train.log").read_text()
     assert "(4 x 1 accum x 1 proc" in (run_dir / "train.log").read_text()
     # without the injected limit a new probe would choose far more; the resumed run keeps 4
@@ -150,3 +150,27 @@ def test_auto_needs_a_number_across_machines(tmp_path):
     res = _auto_run(tmp_path, "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:29511")
     assert res.returncode == 2 and res.stderr.count("envkit: error") == 1
     assert "every node needs the same number" in res.stderr and "--set training.batch_size=N" in res.stderr
+
+
+def test_a_probed_run_of_an_older_envkit_resumes_at_its_batch(tmp_path):
+    """tests/old_runs/auto_batch: a run folder envkit 6a506e3 (before the typed config) wrote with
+    training.batch_size auto probed to 4 (config.json holding the batch in "values" and "auto" in
+    "declared"), stopped at step 3. It resumes at batch 4 without a new probe, under the same hash."""
+    import shutil
+
+    pytest.importorskip("torch")
+    old = ROOT / "tests" / "old_runs" / "auto_batch"
+    run_dir = tmp_path / "runs" / "mlp-quick-test" / "oldauto"
+    shutil.copytree(old, run_dir)
+    res = envkit("run", str(TEMPLATES / "mlp_quick_test.yaml"), "--run-id", "oldauto", "--profile", "cpu",
+                 "--set", "device.type=cpu", "--set", "training.batch_size=auto", "--set", "training.max_steps=6",
+                 "--set", "dataset.num_samples=160", "--set", "dataset.input_dim=4", "--set", "model.hidden=8",
+                 "--set", "model.depth=1", "--set", "eval.every_steps=0", cwd=tmp_path, timeout=400)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "training.batch_size 4: decided by the probe when this run started" in res.stderr
+    assert "probing" not in res.stderr
+    s = json.loads((run_dir / "summary.json").read_text())
+    assert (s["status"], s["steps"], s["resumed_from"], s["micro_batch"]) == ("completed", 6, "step_00000003.pt", 4)
+    assert s["config_hash"] == json.loads((old / "config.json").read_text())["config_hash"]
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert saved["values"]["training"]["batch_size"] == "auto" and saved["derived"] == {"training.batch_size": 4}

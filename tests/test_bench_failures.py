@@ -9,7 +9,6 @@ import json
 
 import os
 import stat
-import sys
 import time
 from pathlib import Path
 

@@ -336,7 +336,10 @@ def test_step_clock_times_windows_after_warm_up_and_restarts_after_a_split():
     from envkit.bench.child import StepClock
 
     clock = StepClock("cpu", warmup_steps=2, seconds=0.0, windows=2)  # 0 s windows: each closes after one step
-    call = lambda step, mb=8: clock(step=step, loss=torch.tensor(float(step)), micro_batch=mb, per_step=mb * 10, unit="tokens")
+
+    def call(step, mb=8):
+        return clock(step=step, loss=torch.tensor(float(step)), micro_batch=mb, per_step=mb * 10, unit="tokens")
+
     assert [call(s) for s in (1, 2, 3)] == [False, False, False]  # steps 1-2 warm up, step 3 closes window 1
     assert clock.loss == 2.0 and len(clock.rates) == 1 and clock.steps_timed == 1
     assert call(4, mb=4) is False and clock.rates == []  # split to 4: the warm-up starts again, no window kept

@@ -104,3 +104,81 @@ def test_a_full_disk_when_a_run_resumes_is_one_line_and_nothing_is_lost(tmp_path
     assert res.returncode == 0, res.stderr[-2000:]
     assert "resumed from step_00000002.pt" in (run / "train.log").read_text()
     assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+
+
+def _alias_bomb(depth: int = 7) -> str:
+    """experiment.tags holding a "billion laughs": each level 9 aliases of the one before, so depth 7
+    is 9**7 (4.8 million) strings from about 1 KB of YAML."""
+    tags = "  tags:\n    - &l0 [" + ", ".join(["lol"] * 9) + "]\n"
+    tags += "".join(f"    - &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]\n" for i in range(1, depth))
+    return TINY.replace("experiment: {name: tiny, output_dir: runs}\n", "experiment:\n  name: tiny\n  output_dir: runs\n" + tags) + \
+        "sweep:\n  grid:\n    experiment.seed: [0, 1]\n"
+
+
+@pytest.mark.parametrize("cmd", ["validate", "run", "sweep"])
+def test_a_yaml_alias_bomb_in_the_tags_is_one_line_and_makes_no_run_folder(tmp_path, cmd):
+    import resource
+    import subprocess
+
+    (tmp_path / "train.yaml").write_text(_alias_bomb())
+    assert len((tmp_path / "train.yaml").read_bytes()) < 2000
+
+    def cap_memory():  # the old envkit grew to 2.9 GB on this file: a MemoryError here, not a swapping host
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTORCH_", "ENVKIT_"))}
+    res = subprocess.run([sys.executable, "-m", "envkit", cmd, "train.yaml", "--profile", "cpu"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300, preexec_fn=cap_memory)
+    line = _one_line(res)
+    assert "train.yaml" in line and "aliases" in line, line
+    assert "MemoryError" not in res.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.fixture
+def read_only(tmp_path):
+    """A folder made read-only by a read-only bind mount of itself (as root, permission bits are ignored)."""
+    import subprocess
+
+    made = []
+
+    def make(path: Path) -> Path:
+        path.mkdir(parents=True, exist_ok=True)
+        for cmd in (["mount", "--bind", str(path), str(path)], ["mount", "-o", "remount,ro,bind", str(path)]):
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            if res.returncode != 0:
+                pytest.skip(f"cannot make a read-only bind mount here ({' '.join(cmd[:3])}: {res.stderr.strip()[:200]})")
+            made[len(made):] = [path][: cmd[1] == "--bind"]  # unmounted at the end once bound
+        return path
+
+    yield make
+    for path in made:
+        subprocess.run(["umount", str(path)], capture_output=True)
+
+
+def test_read_only_folders_are_one_line_or_a_table_never_a_traceback(tmp_path, read_only):
+    """A runs folder on a read-only disk holding a run whose owner died without a summary: `envkit runs`
+    prints its table (killed), `monitor --once` its line and `stop` says it is gone, none writing
+    (the old ones crashed writing summary.json); `envkit run` into a read-only output_dir is one
+    line (the old one: a mkdir traceback)."""
+    (tmp_path / "train.yaml").write_text(TINY)
+    res = envkit("run", "train.yaml", "--profile", "cpu", "--run-id", "r", cwd=tmp_path, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    run = tmp_path / "runs" / "tiny" / "r"
+    (run / "summary.json").unlink()  # as a SIGKILLed run leaves it
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    read_only(tmp_path / "runs")
+
+    res = envkit("runs", cwd=tmp_path)
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert [line.split()[:3] for line in res.stdout.splitlines()[1:]] == [["tiny", "r", "killed"]], res.stdout
+    res = envkit("monitor", str(run), "--once", cwd=tmp_path)
+    assert "Traceback" not in res.stderr and "killed" in res.stdout, res.stdout + res.stderr[-2000:]
+    res = envkit("stop", str(run), cwd=tmp_path)
+    _one_line(res, code=1)
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+
+    read_only(tmp_path / "ro")
+    res = envkit("run", "train.yaml", "--profile", "cpu", "--set", "experiment.output_dir=ro/runs", cwd=tmp_path, timeout=300)
+    line = _one_line(res)
+    assert "Read-only file system" in line and "ro/runs" in line, line

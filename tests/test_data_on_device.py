@@ -126,8 +126,7 @@ def test_on_cuda_the_batches_built_on_the_gpu_train_the_same_floats(tmp_path):
         run_dir = tmp_path / f"cuda_{setting}"
         run_dir.mkdir()
         cfg = _cfg(folder, on_device=setting)
-        cfg.values["device"]["type"] = "cuda"
-        cfg.values["training"]["precision"] = "fp32"
+        cfg = cfg.replace_many({"device.type": "cuda", "training.precision": "fp32"})
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
         train(cfg, run_dir, resume="never", handle_signals=False)
         curves.append(_curve(run_dir))

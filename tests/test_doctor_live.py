@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import venv
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import envkit
+from conftest import ROOT, envkit
 
 
 @pytest.fixture(scope="module")
@@ -119,6 +120,37 @@ def test_debug_shows_traceback(tmp_path):
     assert r.returncode != 0 and "Traceback" in r.stderr
 
 
+def test_a_debug_flag_of_the_users_own_command_is_not_envkits(tmp_path):
+    """`--debug` after `--` belongs to the user's script: envkit's error stays one line."""
+    r = envkit("exec", "--", "python", "missing_train.py", "--debug", cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()] and "script not found: missing_train.py" in r.stderr
+    assert "Traceback" in envkit("--debug", "exec", "--", "python", "missing_train.py", cwd=tmp_path).stderr
+
+
+# Every option that only means something to a Slurm job, with a value sbatch would take: given
+# without --slurm it would be dropped without a word, so it is refused (one line naming it).
+SLURM_ONLY = [("--nodes", "2"), ("--gpus-per-node", "1"), ("--cpus-per-task", "4"), ("--mem", "64G"), ("--time", "30"),
+              ("--partition", "gpu"), ("--account", "lab"), ("--qos", "high"), ("--sbatch-arg", "--constraint=h100"),
+              ("--slurm-grace", "60"), ("--no-requeue", None), ("--dry-run", None)]
+
+
+@pytest.mark.parametrize("command", ["run", "sweep", "exec"])
+@pytest.mark.parametrize("flag,value", SLURM_ONLY, ids=[f for f, _ in SLURM_ONLY])
+def test_a_slurm_only_option_without_slurm_is_refused(tmp_path, command, flag, value):
+    given = [flag] + ([value] if value is not None else [])
+    where = {"run": [str(ROOT / "templates" / "train" / "gpt_quick_test.yaml"), "--print-config"],
+             "sweep": [str(ROOT / "templates" / "train" / "gpt_quick_test.yaml")], "exec": ["--", "python", "-c", "pass"]}[command]
+    if command == "exec":
+        r = envkit(command, *given, *where, cwd=tmp_path)
+    else:
+        r = envkit(command, where[0], *given, *where[1:], cwd=tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.strip() == (f"envkit: error: {flag}: a Slurm option, given without --slurm "
+                                f"(fix: add --slurm to submit the job, or drop {flag})")
+    assert not (tmp_path / "runs").exists()
+
+
 def test_help_does_not_import_torch():
     code = ("import sys\nfrom envkit.cli import main\n"
             "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
@@ -138,3 +170,21 @@ def test_doctor_examines_the_managed_environment(tmp_path, bare_python):
     data = json.loads(r.stdout)
     assert data["facts"]["python"]["executable"] == bare_python
     assert {c["id"]: c["status"] for c in data["checks"]}["torch"] == "fail"
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-2", "4 threads"])
+def test_doctor_fails_a_thread_count_that_is_not_a_positive_integer(tmp_path, value):
+    """OMP_NUM_THREADS=abc is ignored by the libraries (they use their default): a failure with a fix."""
+    r = envkit("doctor", "--no-runtime", "--json", cwd=tmp_path, env={"OMP_NUM_THREADS": value})
+    check = {c["id"]: c for c in json.loads(r.stdout)["checks"]}["env-vars"]
+    assert r.returncode == 1 and check["status"] == "fail"
+    assert f"OMP_NUM_THREADS={value!r} is not a positive integer" in check["message"]
+    assert "export OMP_NUM_THREADS=" in check["fix"]
+
+
+def test_doctor_warns_of_more_threads_than_cores(tmp_path):
+    cores = os.cpu_count()  # at least the physical cores doctor counts: 4096 is more than either here and in CI
+    r = envkit("doctor", "--no-runtime", "--json", cwd=tmp_path, env={"MKL_NUM_THREADS": "4096", "OMP_NUM_THREADS": None})
+    check = {c["id"]: c for c in json.loads(r.stdout)["checks"]}["env-vars"]
+    assert cores < 4096 and check["status"] == "warn"
+    assert "MKL_NUM_THREADS=4096 is more than this machine's" in check["message"] and "cores" in check["message"]

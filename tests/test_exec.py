@@ -225,6 +225,40 @@ def test_a_signal_to_foreground_exec_reaches_the_command(tmp_path):
     assert s["status"] == "interrupted" and s["signal"] == "SIGTERM" and len(s["attempts"]) == 1
 
 
+SAVES = """\
+import sys, time
+print("start", flush=True)
+try:
+    time.sleep(600)
+except KeyboardInterrupt:
+    print("got SIGINT, saved", flush=True)
+    sys.exit(0)  # saved and stopped, as many training scripts do
+"""
+
+
+def test_ctrl_c_exits_130_even_when_the_command_saves_and_exits_0(tmp_path):
+    """Ctrl-C at the terminal (envkit's process group): envkit passes it to the command, which saves
+    and exits 0; envkit exec exits 130, so `envkit exec ... && next` does not go on as if it had finished."""
+    from conftest import default_sigint
+
+    _script(tmp_path, "saves.py", SAVES)
+    proc = subprocess.Popen([sys.executable, "-m", "envkit", "exec", "--profile", "cpu", "--", "python", "saves.py"], cwd=tmp_path,
+                            env=_clean_environ(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=default_sigint)
+    try:
+        assert _wait_for(lambda: any("start" in p.read_text() for p in (tmp_path / "runs").glob("saves/*/train.log")))
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    s = _summary(_only_run(tmp_path, "saves"))
+    assert (s["status"], s["signal"], s["exit_code"]) == ("interrupted", "SIGINT", 0)
+    assert "got SIGINT, saved" in out
+    assert "interrupted (exit code 130)" in err
+
+
 FLAKY = """\
 import pathlib, sys
 count = pathlib.Path("attempts.txt")
@@ -294,7 +328,7 @@ def test_the_trainers_watch_collects_cpu_fallback_warnings(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("always")
         warnings.warn("The operator 'aten::nonzero' is not currently supported on the MPS backend and will fall back to run "
-                      "on the CPU. This may have performance implications.", UserWarning)
+                      "on the CPU. This may have performance implications.", UserWarning, stacklevel=1)
     out = watch.finish()
     assert out["cpu_fallbacks"] == [{"operator": "aten::nonzero", "count": 1}]
     assert any("aten::nonzero" in line for line in logged)

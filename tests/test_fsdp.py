@@ -160,9 +160,11 @@ def test_auto_shards_when_the_state_would_not_fit_one_device(monkeypatch):
 
     model = GPT(vocab_size=512, block_size=16, n_layer=2, n_head=2, n_embd=32)
     weights = sum(p.numel() * 4 for p in model.parameters())
-    adamw = {"optimizer": "adamw", "momentum": 0.9}
+    from envkit.train.run.schema import Training
+
+    adamw = Training(optimizer="adamw", momentum=0.9)
     assert sharding.state_bytes(model, adamw) == 4 * weights  # weights, gradients, two AdamW moments
-    assert sharding.state_bytes(model, {"optimizer": "sgd", "momentum": 0.0}) == 2 * weights
+    assert sharding.state_bytes(model, Training(optimizer="sgd", momentum=0.0)) == 2 * weights
     cpu = torch.device("cpu")
     for free, want in ((10 * weights, "ddp"), (7 * weights, "fsdp")):
         monkeypatch.setattr(sharding, "free_bytes", lambda device, n, free=free: free)

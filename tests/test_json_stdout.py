@@ -9,12 +9,18 @@ import pytest
 
 from conftest import ROOT, envkit
 
-QUICK = ["--set", "training.max_steps=6", "--set", "training.batch_size=16", "--set", "logging.every_steps=2",
-         "--set", "eval.every_steps=6", "--set", "eval.accuracy_samples=16", "--set", "checkpoint.every_steps=6", "--profile", "cpu"]
+# A credential planted where a user might paste one (a note with a private URL): no --json output shows it,
+# every command prints its document through envkit.console.print_json, which redacts.
+SECRET = "SEKRET-planted-4711"
+PLANTED = f"https://ci-user:{SECRET}@data.example.org/set"
+QUICK = ["--set", f"experiment.notes=see {PLANTED}", "--set", "training.max_steps=6", "--set", "training.batch_size=16",
+         "--set", "logging.every_steps=2", "--set", "eval.every_steps=6", "--set", "eval.accuracy_samples=16",
+         "--set", "checkpoint.every_steps=6", "--profile", "cpu"]
 
 
 def parse(res) -> dict:
     assert res.returncode == 0, res.stderr[-2000:]
+    assert SECRET not in res.stdout
     return json.loads(res.stdout)  # fails on any line that is not part of the document
 
 
@@ -36,7 +42,7 @@ def test_sweep_json_is_json_alone(tmp_path):
 
 def test_exec_json_is_json_alone_whatever_the_script_prints(tmp_path):
     (tmp_path / "train.py").write_text("print('epoch 1 loss 0.5')\nprint('{not json')\n")
-    res = envkit("exec", "--json", "--", "python", "train.py", cwd=tmp_path, timeout=300)
+    res = envkit("exec", "--json", "--", "python", "train.py", "--data", PLANTED, cwd=tmp_path, timeout=300)
     out = parse(res)
     assert out["status"] == "completed" and out["run_dir"].startswith(str(tmp_path))
     assert "epoch 1 loss 0.5" in res.stderr  # the script's lines still reach the user
@@ -53,6 +59,8 @@ def test_runs_doctor_check_and_validate_json(tmp_path):
     assert check["ok"] is True and [r["requirement"] for r in check["results"]] == ["python>=3.8"]
     valid = parse(envkit("validate", str(ROOT / "templates" / "train" / "gpt_quick_test.yaml"), "--json", cwd=tmp_path))
     assert valid["config"]["model"]["type"] == "gpt"
+    planted = parse(envkit("validate", str(ROOT / "templates" / "train" / "gpt_quick_test.yaml"), "--json", *QUICK, cwd=tmp_path))
+    assert planted["config"]["experiment"]["notes"] == "see https://data.example.org/set"  # the note stays, its password goes
 
 
 # ---- every other command that takes --json ---------------------------------------------------------

@@ -1,6 +1,7 @@
 """The package's shape, read from the source with `ast` (nothing is imported): no import circles,
 and no stage importing a later one. The pipeline is
-    facts -> checks -> profiles -> install -> selftest | train -> exec -> bench -> tune -> commands (cli)
+    facts -> checks -> profiles -> install -> record -> selftest | train -> plan | exec -> bench -> sweep | slurm | tune
+    -> reproduce -> commands (cli)
 with the shared helpers (errors, redact, console, resources, fsutil) below every stage. Inside
 train/: run -> data | recovery | watching -> user_code. An import inside a function counts too: a
 late import is still a dependency."""
@@ -16,8 +17,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "envkit"
 
 STAGE_ORDER = {
     # stage: rank; a module may import its own stage and any lower rank
-    "base": 0, "facts": 1, "checks": 2, "profiles": 3, "install": 4, "selftest": 5, "train": 5,
-    "exec": 6, "bench": 7, "sweep": 8, "slurm": 8, "tune": 8, "commands": 9, "cli": 10,
+    "base": 0, "facts": 1, "checks": 2, "profiles": 3, "install": 4, "record": 4.5, "selftest": 5, "train": 5,
+    "plan": 6, "exec": 6, "bench": 7, "sweep": 8, "slurm": 8, "tune": 8, "reproduce": 8.5, "commands": 9, "cli": 10,
 }
 BASE = {"errors", "redact", "console", "resources", "fsutil", "__init__", "data", "track"}
 TRAIN_ORDER = {"user_code": 0, "data": 1, "recovery": 1, "watching": 1, "run": 2}
@@ -207,6 +208,12 @@ def long_functions(folder: Path, limit: int) -> list[str]:
 def test_the_run_room_has_no_function_over_80_lines():
     """envkit/train/run/ is read to follow one training step: no function there outgrows a screen."""
     assert long_functions(PACKAGE / "train" / "run", 80) == []
+
+
+def test_commands_parse_options_and_render_results():
+    """envkit/commands/ turns options into a stage's call and renders what came back: what a command
+    decides belongs to a stage (a run's to envkit/plan/), so no function there outgrows 60 lines."""
+    assert long_functions(PACKAGE / "commands", 60) == []
 
 
 def test_a_long_function_is_found(tmp_path):

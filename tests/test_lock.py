@@ -86,7 +86,9 @@ def test_drift_report_reads_the_whole_installed_set_of_the_checked_interpreter(t
                             os=SimpleNamespace(system="Linux", name=None, version=None), chip=SimpleNamespace(name=None), gpus=[],
                             packages={"torch": "x"})
     rep = drift_report(tmp_path / "l.lock", facts)
-    assert rep["changed"] and "click" in rep["added"]  # envkit's own deps: not only torch/numpy
+    # envkit's own dependencies are read too (not only torch and numpy): the lock names no project, so what
+    # the editable envkit pulled in is the project's, outside the lock's scope
+    assert rep["changed"] and "click" in rep["project"]["packages"]
 
 
 def test_build_takes_hashes_from_report_and_skips_bootstrap():
@@ -119,7 +121,8 @@ def test_an_old_envkit_lock_is_still_read_and_says_how_to_rewrite_it(venv, tmp_p
 
 def _set(venv: Path) -> dict:
     out = subprocess.run([str(venv / "bin/python"), "-I", "-c",
-                          "import json; from importlib import metadata as m; print(json.dumps({d.metadata['Name'].lower(): d.version for d in m.distributions()}))"],
+                          "import json; from importlib import metadata as m; "
+                          "print(json.dumps({d.metadata['Name'].lower(): d.version for d in m.distributions()}))"],
                          capture_output=True, text=True, check=True).stdout
     return {k: v for k, v in json.loads(out).items() if k not in ("pip", "setuptools", "wheel")}
 

@@ -141,12 +141,27 @@ def test_the_readme_setup_leaves_check_green_and_real_drift_still_shows(index, v
         assert r.returncode == 0 and plan["nothing_to_do"] is True and plan["changes"] == [], r.stderr
         assert not [c for c in plan["commands"] if "uninstall" in c]
 
+    # a lock written outside the project (it names none): the project installed editable here, and what
+    # its installed extras pulled in, are still outside the lock's scope; the last line says the verdict once
+    outside = venv.parent / "outside"
+    outside.mkdir()
+    text = (proj / "envkit.lock").read_text()
+    start = text.index("[tool.envkit.project]")
+    end = text.find("\n[", start + 1)
+    (outside / "envkit.lock").write_text(text[:start] + (text[end + 1:] if end != -1 else ""))
+    r = envkit("check", "--lock", "envkit.lock", "--python", str(venv / "bin/python"), "--require", "python>=3.8", cwd=outside)
+    assert r.returncode == 0 and "DRIFT" not in r.stdout, r.stdout
+    assert "2 packages installed for the project proj[test] are not in the lock (not drift)" in r.stdout
+    assert r.stdout.splitlines()[-1] == "1/1 gates hold; the environment matches envkit.lock"
+
     # a real drift: a locked package upgraded behind the lock's back, and a package nothing asked for
     pip(venv, "--index-url", url, "-U", "dep-a", "stray", cwd=proj)
     for lock in ("envkit.lock", "pylock.toml"):
         rc, drift = check(lock, venv, proj)
         assert rc == 1 and drift["lines"] == ["dep-a: 1.0 in the lock, 1.1 installed",
                                               "stray 1.0 is installed but not in the lock"], drift
+    r = envkit("check", "--lock", "envkit.lock", "--python", str(venv / "bin/python"), "--require", "python>=3.8", cwd=proj)
+    assert r.stdout.splitlines()[-1] == "1/1 gates hold; 2 differences from envkit.lock (DRIFT above): FAILED", r.stdout
     r = envkit("setup", "--venv", str(venv), "--lock", "envkit.lock", "--yes", "--no-selftest", cwd=proj)
     assert r.returncode == 0, r.stdout + r.stderr
     assert installed(venv) == {"proj": "1.0", "dep-a": "1.0", "dep-t": "1.0", "dep-t2": "1.0", "torch": "2.5.1+cpu"}

@@ -85,3 +85,48 @@ def test_sweep_refuses_a_grid_name_that_leaves_the_runs_folder(tmp_path):
     res = envkit("sweep", "train.yaml", "--profile", "cpu", cwd=proj, timeout=300)
     _refused(res, "sweep.grid.experiment.name")
     assert _listing(tmp_path) == before
+
+
+# ---------------------------------------------------------------- no writes through a planted symlink
+
+LINKED = [".owner.lock", "train.log", "metrics.jsonl", "heartbeat.json", "summary.json", "config.json", "environment.json",
+          "checkpoints"]
+
+
+@pytest.fixture(scope="module")
+def stopped_run(tmp_path_factory):
+    """A run stopped after 2 steps (resumable), copied per test."""
+    d = tmp_path_factory.mktemp("linked")
+    (d / "train.yaml").write_text(TINY)
+    res = envkit("run", "train.yaml", "--profile", "cpu", "--run-id", "r", "--stop-after", "2", cwd=d, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return d
+
+
+@pytest.mark.parametrize("name", LINKED)
+def test_a_symlink_planted_in_a_run_folder_is_refused_and_its_target_untouched(tmp_path, stopped_run, name):
+    """A symlink at a name envkit writes, pointing outside the run folder: `envkit run` resuming into
+    the folder and `envkit exec --run-dir` into it refuse in one line naming the file (exit 2); the
+    victim is byte-identical. The old envkit truncated a .owner.lock target and appended train.log
+    and metrics.jsonl lines to theirs."""
+    import shutil
+
+    shutil.copytree(stopped_run, tmp_path / "p")
+    project = tmp_path / "p"
+    run = project / "runs" / next(p.name for p in (project / "runs").iterdir()) / "r"
+    victim = tmp_path / "victim"
+    if name == "checkpoints":
+        victim.mkdir()
+        (victim / "keep.txt").write_bytes(b"precious\n")
+        shutil.rmtree(run / name)
+    else:
+        victim.write_bytes(b'{"precious": true}\n')
+        (run / name).unlink()
+    before = sorted((p.name, p.read_bytes()) for p in ([victim] if victim.is_file() else victim.iterdir()))
+    (run / name).symlink_to(victim)
+    for cmd in (["run", "train.yaml", "--profile", "cpu", "--run-id", "r"], ["exec", "--profile", "cpu", "--run-dir", str(run), "--", "true"]):
+        res = envkit(*cmd, cwd=project, timeout=300, env={"ENVKIT_HOME": str(tmp_path / "no-managed-env")})
+        assert res.returncode == 2, (cmd, res.stderr[-2000:])
+        errors = [line for line in res.stderr.splitlines() if line.startswith("envkit: error")]
+        assert len(errors) == 1 and f"{name} is a symbolic link" in errors[0] and "Traceback" not in res.stderr, res.stderr
+        assert sorted((p.name, p.read_bytes()) for p in ([victim] if victim.is_file() else victim.iterdir())) == before

@@ -186,6 +186,48 @@ def test_a_second_sweep_skips_the_run_in_training_and_sigkill_leaves_no_trainer(
     assert len(steps) == len(set(steps))  # one writer: no step twice
 
 
+SHORT_SWEEP = SWEEP.replace("max_steps: 10000000", "max_steps: 60")
+
+
+def test_a_sweep_skips_a_run_another_sweep_completed_after_it_started(tmp_path):
+    """Two sweeps of one grid: the first decides at its start that seed-1 is new; while its seed-0
+    trainer is paused (SIGSTOP), a second sweep skips seed-0 (in use) and completes seed-1. When the
+    first reaches seed-1 it must see that, under the lock, and skip it: the old sweep reopened it and
+    rewrote the finished run's summary.json with final_loss null."""
+    (tmp_path / "train.yaml").write_text(SHORT_SWEEP)
+    env = {**_env(tmp_path), "ENVKIT_TRAIN_INJECT": "sleep=0.1"}  # six seconds a run: time to pause it
+    first = subprocess.Popen([sys.executable, "-m", "envkit", "sweep", "train.yaml", "--profile", "cpu"], cwd=tmp_path, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    run0, run1 = tmp_path / "runs" / "sw" / "seed-0", tmp_path / "runs" / "sw" / "seed-1"
+    trainer = None
+    try:
+        assert _wait_for(lambda: _trainer(run0) is not None), sorted(str(p) for p in tmp_path.rglob("*"))[:40]
+        trainer = _trainer(run0)
+        os.kill(trainer, signal.SIGSTOP)  # the first sweep's seed-0 stays in training while the second runs
+        second = envkit("sweep", "train.yaml", "--profile", "cpu", cwd=tmp_path, timeout=300,
+                        env={"ENVKIT_HOME": str(tmp_path / "no-managed-env")})
+        assert [line for line in second.stdout.splitlines() if line.startswith("skip")] == [
+            line for line in second.stdout.splitlines() if line.startswith("skip") and "seed-0" in line and f"PID {first.pid}" in line]
+        finished = (run1 / "summary.json").read_bytes()
+        assert json.loads(finished)["status"] == "completed", second.stdout + second.stderr[-2000:]
+        os.kill(trainer, signal.SIGCONT)
+        out, _ = first.communicate(timeout=300)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            _kill_all([trainer] if trainer else [])
+    skips = [line for line in out.splitlines() if line.startswith("skip")]
+    assert len(skips) == 1 and "seed-1" in skips[0] and "completed by another process" in skips[0], out
+    assert (run1 / "summary.json").read_bytes() == finished  # untouched by the first sweep
+    for run in (run0, run1):
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["status"] == "completed" and isinstance(summary["final_loss"], float), summary
+        steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
+        assert steps == list(range(10, 61, 10)), steps  # trained exactly once: each logged step once
+    starts = [line for line in out.splitlines() if line.startswith(("start", "resume"))]
+    assert len(starts) == 1 and "seed-0" in starts[0], out
+
+
 # Where prctl(PR_SET_PDEATHSIG) does not exist (macOS) the pipe is all there is: the same kills with
 # spawn.die_with_parent returning None, as it does there.
 NO_PRCTL = "from envkit.train.run import spawn; spawn.die_with_parent = lambda *a, **k: None\n"

@@ -18,10 +18,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
+from envkit.cli import COMMANDS  # every command the CLI lists
 
 pytestmark = pytest.mark.slow
-
-from envkit.cli import COMMANDS  # noqa: E402 - every command the CLI lists
 
 
 

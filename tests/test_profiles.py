@@ -248,7 +248,7 @@ def test_doctor_profile_exists_and_resolves_against_its_snapshot(snap, isolated)
 
 
 def test_expressions_are_arithmetic_on_facts_only():
-    from envkit.profiles import _ExprError, evaluate
+    from envkit.profiles import ExprError, evaluate
 
     facts = {"memory_gb": 64, "perf_cores": 12}
     assert evaluate("memory_gb // 4", facts) == 16
@@ -256,7 +256,7 @@ def test_expressions_are_arithmetic_on_facts_only():
     assert evaluate("perf_cores - 2", facts) == 10
     for bad in ("__import__('os').system('touch pwned')", "memory_gb ** 99999", "().__class__", "'a' * 3",
                 "open('x')", "lambda: 1", "nope + 1"):
-        with pytest.raises(_ExprError):
+        with pytest.raises(ExprError):
             evaluate(bad, facts)
 
 

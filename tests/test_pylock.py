@@ -88,7 +88,7 @@ def test_one_lock_validates_and_selects_one_torch_per_target(four, indexes):
         assert {"filelock", "typing-extensions", "sympy", "mpmath", "numpy"} <= set(got), (name, sorted(got))
         assert got["typing-extensions"][0] == "4.12.2" and got["mpmath"][0] == "1.3.0" and "opt-einsum" not in got
         assert ("nvidia-cuda-runtime" in got) == ("cu130" in name)
-        for pkg, (v, wheel) in got.items():  # every file as served: its size and sha256
+        for _pkg, (_v, wheel) in got.items():  # every file as served: its size and sha256
             served = files[wheel.filename]
             assert wheel.size == served.stat().st_size and wheel.hashes["sha256"] == hashlib.sha256(served.read_bytes()).hexdigest()
             assert wheel.url.startswith(indexes.base)
@@ -280,6 +280,32 @@ def test_an_envkit_lock_converts_to_a_pylock_with_the_same_versions(indexes, tmp
     r = run("lock", "--from", "envkit.lock", "--index-url", f"{indexes.base}/pypi/simple", cwd=tmp_path)
     assert r.returncode == 2 and (f"typing-extensions 4.0.1 is on none of: {indexes.base}/pypi/simple; they have "
                                   "typing-extensions 4.9.0, 4.12.2") in r.stderr
+
+
+@pytest.mark.skipif(sys.version_info.micro == 0, reason="needs an interpreter past X.Y.0 to tell X.Y from X.Y.Z")
+def test_a_requires_python_with_a_patch_level_holds_for_the_locked_interpreter(indexes, tmp_path):
+    """A package whose requires-python has a patch level (`>=3.11.5`) is judged against the locked
+    interpreter's full version (3.11.7), not its X.Y (read as 3.11.0): the lock converts."""
+    from envkit.install.lock import record, single
+    from localindex import build_wheel
+
+    full = ".".join(map(str, sys.version_info[:3]))
+    cpu = next(p for p in indexes.wheels["cpu"] if "2.13.0" in p.name)
+    (tmp_path / "wheels").mkdir()
+    wheel = build_wheel(tmp_path / "wheels", "envkit-test-patchlevel", "1.0.0", "py3-none-any", requires_python=f">={full}")
+    with LocalIndex({"pypi": [wheel]}) as srv:
+        record.write(tmp_path / "envkit.lock", single.doc(
+            platform={"system": "Linux", "arch": "x86_64", "python": full, "python_minor": full.rsplit(".", 1)[0],
+                      "backend": "cpu", "device": "cpu"},
+            profile={"name": "cpu"}, source={"torch": "2.13.0", "index_urls": [f"{srv.base}/pypi/simple"]}, env={},
+            entries=[{"name": "torch", "version": "2.13.0+cpu", "url": f"{indexes.base}/files/{cpu.name.replace('+', '%2B')}",
+                      "sha256": hashlib.sha256(cpu.read_bytes()).hexdigest()},
+                     {"name": "envkit-test-patchlevel", "version": "1.0.0"}], envkit_version="0.1.0"))
+        # --index-url: this index alone, never pip's configured sources (a public index)
+        r = run("lock", "--from", "envkit.lock", "--index-url", f"{srv.base}/pypi/simple", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert {p["name"]: p["version"] for p in load_toml(tmp_path / "pylock.toml")["packages"]} == {"torch": "2.13.0+cpu",
+                                                                                                  "envkit-test-patchlevel": "1.0.0"}
 
 
 def test_a_dependency_resolved_differently_per_target_is_said():

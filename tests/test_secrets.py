@@ -92,7 +92,10 @@ def test_doctor_record_and_json_and_check_json(tmp_path):
 
 
 def test_envkit_run_writes_no_secret(tmp_path):
-    res = envkit("run", str(ROOT / "templates" / "train" / "mlp_quick_test.yaml"), "--run-id", "r", "--profile", "cpu", "--json",
+    # a copy outside any git tree: the template's own folder is this checkout, whose uncommitted changes
+    # (this file's planted SEKRETs, while it is edited) would be the project's patch in the run's record
+    (tmp_path / "train.yaml").write_text((ROOT / "templates" / "train" / "mlp_quick_test.yaml").read_text())
+    res = envkit("run", "train.yaml", "--run-id", "r", "--profile", "cpu", "--json",
                  "--set", "training.max_steps=4", "--set", "eval.every_steps=2", "--set", "checkpoint.every_steps=2",
                  "--set", "logging.every_steps=1", env={**PLANTED, "MY_API_TOKEN": "tok_PLANTED", "HARMLESS_VAR": "ok"},
                  cwd=tmp_path, timeout=300)
@@ -202,6 +205,16 @@ def test_a_download_error_names_the_index_without_any_password(tmp_path, key):
     no_sekret(res.stdout, res.stderr)
 
 
+def recorded_files(run: Path) -> list[Path]:
+    """Every file of a run folder once its record is whole: an exec run's record (record.json,
+    pylock.toml, code/) is written by a process of its own after `envkit exec` returns, and a secret
+    it let through would land after a scan made at once."""
+    from processes import wait_for
+
+    assert wait_for(lambda: (run / "record.json").is_file() and not (run / ".record-pending.json").exists(), seconds=300)
+    return [p for p in run.rglob("*") if p.is_file()]
+
+
 SECRET_ARGS = ["--hf-token", "SEKRET21", "--token=SEKRET22", "--password", "SEKRET23", "--api-key", "SEKRET24",
                "--wandb-key", "SEKRET25", "--secret", "SEKRET26", "HF_TOKEN=SEKRET27", "wandb.api_key=SEKRET28",
                "--index-url", f"https://u:{ODD['all']}@idx.invalid/simple"]
@@ -222,17 +235,113 @@ def test_exec_records_no_secret_argument_or_password(tmp_path):
     assert config["command"] == ["python", "show.py", "--hf-token", "***", "--token=***", "--password", "***", "--api-key", "***",
                                  "--wandb-key", "***", "--secret", "***", "HF_TOKEN=***", "wandb.api_key=***",
                                  "--index-url", "https://idx.invalid/simple", "--lr", "0.1"]
-    written = [p for p in run.rglob("*") if p.is_file()]
-    assert {p.name for p in written} >= {"config.json", "environment.json", "train.log", "summary.json"}
+    written = recorded_files(run)
+    assert {p.name for p in written} >= {"config.json", "environment.json", "train.log", "summary.json", "record.json", "pylock.toml"}
     no_sekret(res.stdout, res.stderr, files=written)
 
 
 def test_run_records_no_password_with_any_character(tmp_path):
-    res = envkit("run", str(ROOT / "templates" / "train" / "mlp_quick_test.yaml"), "--run-id", "r", "--profile", "cpu",
+    # a copy outside any git tree: the template's own folder is this checkout, whose uncommitted changes
+    # (this file's planted SEKRETs, while it is edited) would be the project's patch in the run's record
+    (tmp_path / "train.yaml").write_text((ROOT / "templates" / "train" / "mlp_quick_test.yaml").read_text())
+    res = envkit("run", "train.yaml", "--run-id", "r", "--profile", "cpu",
                  "--set", "training.max_steps=2", "--set", "eval.every_steps=0", "--set", "checkpoint.every_steps=2",
                  env=_odd_env(ODD["all"]), cwd=tmp_path, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     run_dir = tmp_path / "runs" / "mlp-quick-test" / "r"
     env = json.loads((run_dir / "environment.json").read_text())["environ"]
     assert env["PIP_INDEX_URL"] == "https://mirror.invalid/simple" and env["HTTPS_PROXY"] == "http://proxy.invalid:3128"
-    no_sekret(res.stdout, res.stderr, files=[p for p in run_dir.rglob("*") if p.is_file()])
+    no_sekret(res.stdout, res.stderr, files=recorded_files(run_dir))
+
+
+# ---------------------------------------------------------------- secrets by the shape of an argument
+# (what a user passes to a script that calls an API: a header for curl or requests, a JSON config)
+SHAPED_ARGS = ["Authorization: Bearer SEKRET1", "--header=X-Api-Key:SEKRET2", "-H", "X-Api-Key: SEKRET3",
+               '{"token": "SEKRET4", "nested": {"password": "SEKRET5"}}', "--header=Accept: text/html",
+               '{"tokens_per_step": 4096, "max_tokens": 8}', "--max-new-tokens", "256"]
+
+
+def test_exec_records_no_secret_found_by_its_shape(tmp_path):
+    """An Authorization header, an X-Api-Key header as --header=V and as -H V, and a JSON argument
+    with secret keys (one nested): none of the secrets lands in any file of the run folder or in
+    what envkit printed, while the command stays readable: the header names, the auth scheme, the
+    JSON's keys, a header and keys that are no secret (max_tokens is a count) kept whole."""
+    import os
+    import sys
+
+    (tmp_path / "show.py").write_text("import json, sys\njson.dump(sys.argv[1:], open(sys.argv[0] + '.args', 'w'))\n")
+    env = {"ENVKIT_HOME": str(tmp_path / "no-managed-env"), "ENVKIT_CACHE_DIR": str(tmp_path / "cache"),
+           "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")}
+    res = envkit("exec", "--profile", "cpu", "--", "python", "show.py", *SHAPED_ARGS, env=env, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert json.loads((tmp_path / "show.py.args").read_text()) == SHAPED_ARGS  # the command got them whole
+    run = next((tmp_path / "runs" / "show").iterdir())
+    recorded = ["python", "show.py", "Authorization: Bearer ***", "--header=X-Api-Key:***", "-H", "X-Api-Key: ***",
+                '{"token": "***", "nested": {"password": "***"}}', "--header=Accept: text/html",
+                '{"tokens_per_step": 4096, "max_tokens": 8}', "--max-new-tokens", "256"]
+    assert json.loads((run / "config.json").read_text())["command"] == recorded
+    environment = json.loads((run / "environment.json").read_text())
+    assert environment["command"] == recorded and environment["argv"][-len(recorded):] == recorded
+    assert f"attempt 1/1: {' '.join(recorded)}" in (run / "train.log").read_text()
+    written = recorded_files(run)
+    assert {p.name for p in written} >= {"config.json", "environment.json", "train.log", "summary.json", "record.json", "pylock.toml"}
+    no_sekret(res.stdout, res.stderr, files=written)
+
+
+@pytest.mark.parametrize("arg, recorded", [
+    # HTTP headers: the name and the authentication scheme stay, the credentials go
+    ("Authorization: Bearer eyJhbGciOi.x.y", "Authorization: Bearer ***"),
+    ("Authorization:Basic dXNlcjpwdw==", "Authorization:Basic ***"),
+    ("Proxy-Authorization: Negotiate YIIB", "Proxy-Authorization: Negotiate ***"),
+    ("authorization: token ghp_abc", "authorization: token ***"),
+    ("Cookie: session=abc; theme=dark", "Cookie: ***"),
+    ("X-Api-Key: k1", "X-Api-Key: ***"),
+    ("Private-Token: glpat-x", "Private-Token: ***"),
+    ("X-Amz-Security-Token: FQo", "X-Amz-Security-Token: ***"),
+    ("Bearer eyJhbGciOiJIUzI1NiJ9", "Bearer ***"),  # the credential alone, as a header carries it
+    # JSON and YAML flow collections: the values of secret keys, whatever they hold, nested too
+    ('{"token": "t", "nested": {"password": "p"}, "lr": 0.1}', '{"token": "***", "nested": {"password": "***"}, "lr": 0.1}'),
+    ('{"api_key": 12345}', '{"api_key": "***"}'),  # still JSON
+    ('{"auth": {"user": "a", "pass": "b"}}', '{"auth": "***"}'),  # a secret key's whole object
+    ('[{"headers": {"Authorization": "Bearer x"}}]', '[{"headers": {"Authorization": "***"}}]'),
+    ('["Authorization: Basic dXNlcjpwdw==", "https://u:pw@h/x"]', '["Authorization: Basic ***", "https://h/x"]'),
+    ("{token: t, nested: {hf_token: h}, steps: 3}", "{token: ***, nested: {hf_token: ***}, steps: 3}"),
+    ("{'password': 'it''s', 'user': 'me'}", "{'password': '***', 'user': 'me'}"),
+    ('{"token": "t", "broken"', '{"token": "***", "broken"'),  # not JSON: the quoted key still found
+    # code and YAML lines
+    ('login(token="t"); get(u, headers={"X-Api-Key": "k"})', 'login(token="***"); get(u, headers={"X-Api-Key": "***"})'),
+    ("lr: 0.1\nhf_token: h\n  password: p", "lr: 0.1\nhf_token: ***\n  password: ***"),
+])
+def test_an_argument_loses_its_secrets_by_shape(arg, recorded):
+    from envkit.redact import redact_argv
+
+    assert redact_argv(["python", "t.py", arg]) == ["python", "t.py", recorded]
+
+
+@pytest.mark.parametrize("argv, recorded", [
+    (["-H", "X-Api-Key: k"], ["-H", "X-Api-Key: ***"]),
+    (["--header", "Authorization: Bearer abc"], ["--header", "Authorization: Bearer ***"]),
+    (["-HX-Api-Key: k"], ["-HX-Api-Key: ***"]),  # curl's attached form
+    (["--header=Cookie: a=b"], ["--header=Cookie: ***"]),
+    (["--config={\"secret\": \"s\"}"], ["--config={\"secret\": \"***\"}"]),
+    (["cfg={token: t}"], ["cfg={token: ***}"]),
+    (["--token", "t", "--hf-token=h", "WANDB_API_KEY=w"], ["--token", "***", "--hf-token=***", "WANDB_API_KEY=***"]),
+])
+def test_flag_values_lose_their_secrets(argv, recorded):
+    from envkit.redact import redact_argv
+
+    assert redact_argv(argv) == recorded
+
+
+@pytest.mark.parametrize("arg", [
+    "Accept: text/html", "--header=Content-Type: application/json", "-HUser-Agent: envkit",
+    '{"tokens_per_step": 4096, "max_tokens": 8, "num_tokens": 1, "tokenizer": "gpt2"}',  # counts and names, no credential
+    '{"monkey": 1, "keyboard": "us", "keep_last": 3}',  # KEY inside a word is no key
+    "--max-new-tokens=256", "training.max_tokens=100", "monkey: 1", "--monkey-patch=yes",
+    "Key insight: one line", "Bearer with me", "Basic setup", "https://host/path?page=2", "cuda:0",
+    "{not json, just: text", '["a", "b"]',
+])
+def test_what_is_no_secret_is_recorded_as_written(arg):
+    from envkit.redact import redact_argv
+
+    assert redact_argv(["python", "t.py", arg]) == ["python", "t.py", arg]

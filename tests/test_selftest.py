@@ -14,13 +14,12 @@ import sys
 import pytest
 
 from conftest import envkit, has_cuda
+from envkit.errors import EnvkitError
+from envkit.selftest import PROBES, ProbeResult, SelftestReport, render_report, resolve_device, resolve_precision, run_selftest
+from envkit.selftest.advice import advise
+from envkit.selftest.report import render_plain, render_rich
 
-torch = pytest.importorskip("torch")
-
-from envkit.errors import EnvkitError  # noqa: E402
-from envkit.selftest import PROBES, ProbeResult, SelftestReport, render_report, resolve_device, resolve_precision, run_selftest  # noqa: E402
-from envkit.selftest.advice import advise  # noqa: E402
-from envkit.selftest.report import render_plain, render_rich  # noqa: E402
+torch = pytest.importorskip("torch")  # the envkit imports above do not import torch; the probes do
 
 CLEAN = {k: v for k, v in os.environ.items() if not k.startswith(("PYTORCH_", "ENVKIT_"))}
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import envkit, snapshot_path
-from localindex import installed, refused_url
+from localindex import build_wheel, installed, refused_url
 
 
 def run_setup(tmp_path, *args, env=None):
@@ -39,12 +39,23 @@ def test_install_rerun_and_failed_upgrade_rolled_back(server, venv, tmp_path):
     assert "nothing to change" in r.stdout + r.stderr and "installing" not in r.stderr
     assert (tmp_path / "envkit.lock").stat().st_mtime_ns == mtime
 
+    # a package installed by hand since: the next setup changes nothing in the venv, and says which lock
+    # entries it adds and why (not a bare "wrote envkit.lock")
+    (tmp_path / "wheels").mkdir()
+    subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                    str(build_wheel(tmp_path / "wheels", "hand-made", "1.0", "py3-none-any"))], check=True, capture_output=True)
+    r = run_setup(tmp_path, "--venv", str(venv), "--index-url", server.url("json"), "--with", "torchvision")
+    assert r.returncode == 0 and "nothing to change" in r.stdout + r.stderr, r.stderr
+    assert "updated envkit.lock to what the venv holds now: 1 added: hand-made 1.0" in r.stderr
+    assert 'name = "hand-made"' in (tmp_path / "envkit.lock").read_text()
+    mtime = (tmp_path / "envkit.lock").stat().st_mtime_ns
+
     # upgrade to a torch whose import raises: verification fails, the exact previous set comes back
     r = run_setup(tmp_path, "--venv", str(venv), "--index-url", server.url("broken"))
     assert r.returncode == 2
     err = r.stderr.strip().splitlines()[-1]
     assert "verification failed" in err and "import torch failed" in err and "put back exactly" in err
-    assert installed(venv) == {"torch": "2.6.0+cpu", "torchvision": "0.21.0+cpu"}
+    assert installed(venv) == {"torch": "2.6.0+cpu", "torchvision": "0.21.0+cpu", "hand-made": "1.0"}
     assert subprocess.run([str(venv / "bin/python"), "-c", "import torch; assert torch.__version__ == '2.6.0+cpu'"]).returncode == 0
     assert not (venv / ".envkit-rollback").exists()
     assert (tmp_path / "envkit.lock").stat().st_mtime_ns == mtime
@@ -61,7 +72,27 @@ def test_install_rerun_and_failed_upgrade_rolled_back(server, venv, tmp_path):
     # rebuild from the lock puts the locked set back (hashes enforced)
     r = run_setup(tmp_path, "--venv", str(venv), "--lock", "envkit.lock", env={"ENVKIT_INDEX_URL": server.url("json")})
     assert r.returncode == 0, r.stderr
-    assert installed(venv) == {"torch": "2.6.0+cpu", "torchvision": "0.21.0+cpu"}
+    assert installed(venv) == {"torch": "2.6.0+cpu", "torchvision": "0.21.0+cpu", "hand-made": "1.0"}
+
+
+def _freeze(venv) -> list[str]:
+    out = subprocess.run([str(venv / "bin/python"), "-m", "pip", "freeze"], capture_output=True, text=True, check=True)
+    return out.stdout.splitlines()
+
+
+def test_a_venv_rebuilt_from_its_lock_freezes_the_same(server, venv, tmp_path):
+    """The check users make first: `pip freeze` of a venv built from the lock shows the same lines as
+    the venv the lock was taken from (pip recorded each checked wheel named by path as `torch @
+    file:///<envkit's cache>/...`)."""
+    r = run_setup(tmp_path, "--venv", str(venv), "--index-url", server.url("json"), "--with", "torchvision")
+    assert r.returncode == 0, r.stderr
+    second = tmp_path / "rebuilt"
+    r = run_setup(tmp_path, "--venv", str(second), "--lock", "envkit.lock")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "sha256 enforced" in r.stdout  # still installed from the checked files, hashes required
+    original, rebuilt = _freeze(venv), _freeze(second)
+    assert "torch==2.6.0+cpu" in original and not any("@" in line for line in rebuilt), rebuilt
+    assert rebuilt == original
 
 
 def test_nightly_pinned_test_and_specifier_into_fresh_venvs(server, venv, tmp_path):

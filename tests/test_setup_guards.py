@@ -36,3 +36,40 @@ def test_dry_run_with_nothing_to_change_writes_nothing(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "nothing to change" in r.stdout + r.stderr and "dry run: nothing written" in r.stdout + r.stderr
     assert not lock.exists() and before
+
+
+def test_a_second_setup_into_the_same_venv_is_refused_naming_the_first(tmp_path):
+    """The first setup holds the venv while its torch download stalls (the index's stall mode); a
+    second one into the same venv says in one line which PID holds it, exit 2, and changes nothing;
+    the first finishes and the venv works."""
+    import os
+    import time
+
+    from localindex import installed
+
+    wheels = build_all(tmp_path / "wheels")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTORCH_", "ENVKIT_"))}
+    env.update(ENVKIT_CACHE_DIR=str(tmp_path / "cache"), PIP_TIMEOUT="600")  # pip waits out the stall
+    args = ["setup", "--yes", "--no-selftest", "--installer", "pip", "--venv", str(venv)]
+    with LocalIndex(wheels, stall_seconds=600) as srv:
+        first = subprocess.Popen([sys.executable, "-m", "envkit", *args, "--index-url", srv.url("stall"), "--torch", "2.7.2"],
+                                 cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 120
+            while not any("torch-2.7.2" in path for path, _ in srv.requests) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            second = envkit(*args, "--index-url", srv.url("json"), "--torch", "2.6.0", cwd=tmp_path,
+                            env={"ENVKIT_CACHE_DIR": str(tmp_path / "cache")}, timeout=240)
+            srv.unstall.set()
+            out, err = first.communicate(timeout=240)
+        finally:
+            if first.poll() is None:
+                first.kill()
+    assert second.returncode == 2, second.stdout + second.stderr
+    [line] = second.stderr.strip().splitlines()
+    assert f"another envkit setup (PID {first.pid}) is changing this venv" in line and str(venv) in line, line
+    assert first.returncode == 0, err[-3000:]
+    assert installed(venv) == {"torch": "2.7.2+cpu"}
+    assert subprocess.run([str(venv / "bin/python"), "-c", "import torch; assert torch.__version__ == '2.7.2+cpu'"]).returncode == 0

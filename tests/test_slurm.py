@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import json
 import os
-import signal
+import re
+import shlex
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import ROOT, envkit
 from slurm_cluster import SlurmCluster, missing, missing_netns
@@ -91,7 +94,8 @@ def test_run_through_sbatch_completes_with_a_whole_run_folder(cluster, reference
         assert (run_dir / name).is_file(), name
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir())[-1] == f"step_{STEPS:08d}.pt"
     script = (run_dir / "slurm" / "job.sbatch").read_text()
-    assert "#SBATCH --signal=B:USR1@120" in script and "#SBATCH --requeue" in script and "srun --ntasks-per-node=1" in script and "SLURM_JOB_NUM_NODES" in script
+    assert "#SBATCH --signal=B:USR1@120" in script and "#SBATCH --requeue" in script
+    assert "srun --ntasks-per-node=1" in script and "SLURM_JOB_NUM_NODES" in script
     [row] = runs_json(cluster, cwd)
     assert row["status"] == "completed" and row["slurm"]["job_id"] == job and row["slurm"]["state"] == "COMPLETED"
     table = envkit("runs", cwd=cwd, env=env_for(cluster)).stdout
@@ -150,22 +154,9 @@ def usr1_warning(cluster: SlurmCluster, job: str) -> None:
     subprocess.run(["scancel", "--signal=USR1", "--batch", job], env=cluster.env, check=True)
 
 
-def preemption_term(cluster: SlurmCluster, job: str) -> None:
-    """A preemption's first word: SIGTERM to every process of the job. (`scancel --signal=TERM --full`
-    would also kill the job, whose revoked credential then holds the requeued one back two minutes.)"""
-    pids = cluster.job_pids(job)
-    assert len(pids) >= 4, pids  # the batch step's envkit, envkit run, torchrun and its two workers
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-
-
-@pytest.mark.parametrize("send", [usr1_warning, preemption_term], ids=["usr1-warning", "preemption-term"])
+@pytest.mark.parametrize("send", [usr1_warning], ids=["usr1-warning"])
 def test_a_signalled_job_checkpoints_requeues_and_resumes_exactly(cluster, reference, tmp_path, send):
-    """USR1 as before a time limit, or SIGTERM to every process of the job as a preemption sends
-    it: the run checkpoints, the job requeues itself and resumes."""
+    """USR1 as before a time limit: the run checkpoints, the job requeues itself and resumes."""
     ref = losses(reference[1])
     job, run_dir = submit(cluster, tmp_path, "--nodes", "1", "--nproc-per-node", "2",
                           env=env_for(cluster, ENVKIT_TRAIN_INJECT="sleep=0.15"))
@@ -181,6 +172,123 @@ def test_a_signalled_job_checkpoints_requeues_and_resumes_exactly(cluster, refer
     assert losses(run_dir) == ref  # every step, once, with the loss of the run never stopped
     [row] = runs_json(cluster, tmp_path)
     assert row["status"] == "completed" and row["slurm"]["restarts"] >= 1
+
+
+def wait_gone(cluster: SlurmCluster, job: str, timeout: float = 120) -> dict:
+    """Until no process of the job is left on the node (its batch step has done whatever it does at
+    the end), then Slurm's view of the job."""
+    end = time.monotonic() + timeout
+    while cluster.job_pids(job) and time.monotonic() < end:
+        time.sleep(0.3)
+    time.sleep(1)  # slurmctld hears of the batch step's end
+    return cluster.job(job)
+
+
+def test_scancel_ends_the_run_with_its_checkpoint_and_no_requeue(cluster, tmp_path):
+    """A user's plain `scancel` (SIGTERM to the job, no SIGUSR1 before it) cancels: the run stops at
+    a checkpoint as interrupted, and the job stays cancelled (it used to requeue itself and train on)."""
+    job, run_dir = submit(cluster, tmp_path, "--nodes", "1", "--nproc-per-node", "1",
+                          env=env_for(cluster, ENVKIT_TRAIN_INJECT="sleep=0.15"))
+    wait_step(run_dir, 4)
+    subprocess.run(["scancel", job], env=cluster.env, check=True)
+    state = wait_gone(cluster, job)
+    out = (run_dir / "slurm" / f"slurm-{job}.out").read_text()
+    assert state["JobState"] == "CANCELLED" and int(state["Restarts"]) == 0, out[-3000:]
+    assert f"job {job} cancelled (SIGTERM without Slurm's warning" in out and "requeueing" not in out, out[-1500:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["steps"] < STEPS
+    assert (run_dir / "checkpoints" / f"step_{summary['steps']:08d}.pt").is_file()
+    [row] = runs_json(cluster, tmp_path)
+    assert row["status"] == "interrupted"
+
+
+def test_a_run_folder_takes_one_slurm_job_at_a_time(cluster, tmp_path):
+    """Two submissions of one run folder at once: one is queued, the other refused in one line naming
+    it; the same script submitted by hand trains nothing there and leaves job.json to the owner; a
+    job that has ended no longer holds the folder."""
+    held = [*SMALL, "--run-id", "dup", "--nproc-per-node", "1", "--slurm", "--sbatch-arg=--hold", "--json"]
+    with ThreadPoolExecutor(2) as pool:
+        a, b = pool.map(lambda _: envkit("run", TEMPLATE, *held, cwd=tmp_path, env=env_for(cluster)), range(2))
+    assert sorted([a.returncode, b.returncode]) == [0, 2], (a.stderr, b.stderr)
+    ok, refused = (a, b) if a.returncode == 0 else (b, a)
+    job, run_dir = json.loads(ok.stdout)["job_id"], Path(json.loads(ok.stdout)["runs"][0])
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"run folder {run_dir} already has Slurm job {job} (pending)" in lines[0], lines
+    hand = subprocess.run(["sbatch", "--parsable", str(run_dir / "slurm" / "job.sbatch")], env={**os.environ, **env_for(cluster)},
+                          capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
+    assert cluster.scontrol("release", hand).returncode == 0
+    state = cluster.wait_job(hand, timeout=JOB_TIMEOUT)
+    out = (run_dir / "slurm" / f"slurm-{hand}.out").read_text()
+    assert state["JobState"] == "FAILED" and f"belongs to Slurm job {job} (pending): job {hand} leaves it alone" in out, out[-2000:]
+    assert json.loads((run_dir / "slurm" / "job.json").read_text())["job_id"] == job
+    assert not (run_dir / "config.json").exists()
+    subprocess.run(["scancel", job], env=cluster.env, check=True)
+    cluster.wait_job(job, timeout=60)
+    again = envkit("run", TEMPLATE, *held, cwd=tmp_path, env=env_for(cluster))
+    assert again.returncode == 0, again.stderr
+    subprocess.run(["scancel", json.loads(again.stdout)["job_id"]], env=cluster.env, check=True)
+
+
+def test_a_queued_job_trains_the_config_as_submitted(cluster, tmp_path):
+    """train.yaml edited while the job waits in the queue: the job trains what was submitted."""
+    cfg = tmp_path / "train.yaml"
+    data = yaml.safe_load(Path(TEMPLATE).read_text())
+    data["training"]["lr"] = 0.001
+    cfg.write_text(yaml.safe_dump(data))
+    r = envkit("run", str(cfg), *SMALL, "--nproc-per-node", "1", "--slurm", "--sbatch-arg=--hold", "--json", cwd=tmp_path, env=env_for(cluster))
+    assert r.returncode == 0, r.stderr
+    job, run_dir = json.loads(r.stdout)["job_id"], Path(json.loads(r.stdout)["runs"][0])
+    data["training"]["lr"] = 0.5
+    cfg.write_text(yaml.safe_dump(data))
+    assert cluster.scontrol("release", job).returncode == 0
+    state = cluster.wait_job(job, timeout=JOB_TIMEOUT)
+    assert state["JobState"] == "COMPLETED", (run_dir / "slurm" / f"slurm-{job}.out").read_text()[-3000:]
+    assert json.loads((run_dir / "config.json").read_text())["values"]["training"]["lr"] == 0.001
+
+
+def test_sweep_submission_hints_report_only_and_its_tasks_keep_the_submitted_grid(cluster, tmp_path):
+    """The hint after `sweep --slurm` is a command that trains nothing here; each array task trains its
+    combination of the grid as submitted, whatever the file says later."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(Path(TEMPLATE).read_text() + "\nsweep:\n  grid:\n    experiment.seed: [0, 1]\n")
+    r = envkit("sweep", str(cfg), "--slurm", "--sbatch-arg=--hold", cwd=tmp_path, env=env_for(cluster))
+    assert r.returncode == 0, r.stderr
+    job = re.search(r"submitted Slurm array job (\d+): 2 runs; `([^`]+)` shows the table", r.stdout)
+    assert job is not None, r.stdout
+    assert job.group(2) == f"envkit sweep {cfg} --report-only"
+    hint = envkit(*shlex.split(job.group(2))[1:], cwd=tmp_path, env=env_for(cluster))
+    assert hint.returncode == 0 and "starting run" not in hint.stdout + hint.stderr, hint.stderr
+    cfg.write_text(Path(TEMPLATE).read_text().replace("lr: 3.0e-3", "lr: 0.5") + "\nsweep:\n  grid:\n    experiment.seed: [0, 1]\n")
+    [record] = (tmp_path / "runs" / ".slurm").glob("c-*/job.json")
+    tasks = json.loads(record.read_text())["tasks"]
+    snapshots = {t["argv"][1] for t in tasks}
+    assert len(snapshots) == 1 and yaml.safe_load(Path(snapshots.pop()).read_text())["training"]["lr"] == 0.003
+    job_ids = [json.loads((Path(t["run_dir"]) / "slurm" / "job.json").read_text())["job_id"] for t in tasks]
+    assert job_ids == [f"{job.group(1)}_0", f"{job.group(1)}_1"]
+    subprocess.run(["scancel", job.group(1)], env=cluster.env, check=True)
+
+
+def test_a_task_requeued_by_slurm_is_left_to_slurm(cluster, tmp_path):
+    """`scontrol requeue JOB_TASK` by an admin: the task resumes when Slurm starts it again; its batch
+    step neither requeues it a second time nor tells anyone to resubmit the whole array."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(Path(TEMPLATE).read_text() + "\nsweep:\n  grid:\n    experiment.seed: [0]\n")
+    small = [a for a in SMALL if a != "--profile" and a != "cpu"]
+    r = envkit("sweep", str(cfg), "--profile", "cpu", *small, "--slurm", "--json", cwd=tmp_path,
+               env=env_for(cluster, ENVKIT_TRAIN_INJECT="sleep=0.15"))
+    assert r.returncode == 0, r.stderr
+    sub = json.loads(r.stdout)
+    task, run_dir = f"{sub['job_id']}_0", Path(sub["runs"][0])
+    wait_step(run_dir, 4)
+    assert cluster.scontrol("requeue", task).returncode == 0
+    cluster.release_requeued(task)
+    state = cluster.wait_job(task, timeout=JOB_TIMEOUT)
+    [out_file] = (tmp_path / "runs" / ".slurm").glob(f"c-*/slurm-{task}.out")
+    out = out_file.read_text()
+    assert state["JobState"] == "COMPLETED" and int(state["Restarts"]) == 1, out[-3000:]
+    assert "scontrol requeue failed" not in out and "job.sbatch" not in out, out[-3000:]  # no second requeue, no whole-array advice
+    assert f"Slurm has requeued job {task} itself" in out
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
 
 
 def test_stop_asks_the_job_to_checkpoint_and_does_not_requeue(cluster, tmp_path):

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import envkit
-from processes import LONG, alive, wait_for
+from processes import LONG, alive, checkpointed, wait_for
 
 # Another program holding the folder's owner lock the way envkit's supervisors take it. It forks
 # away from the test so that, once signalled, it is reaped (a child pytest never waits for would
@@ -123,19 +123,20 @@ def test_without_an_owner_lock_a_pid_without_start_time_is_not_trusted(tmp_path,
 
 def test_stop_sends_sigint_to_the_trainer_of_a_running_envkit_run(tmp_path):
     """Its heartbeat records the trainer's PID with its start time: the trainer itself gets SIGINT,
-    checkpoints and ends "interrupted" (envkit run ignores SIGINT while its trainer runs)."""
+    checkpoints and ends "interrupted" (envkit run ignores SIGINT while its trainer runs), and
+    `envkit run` exits 130, as for Ctrl-C: stopped, not finished."""
     (tmp_path / "train.yaml").write_text(LONG)
     run = tmp_path / "runs" / "own" / "r"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTORCH_", "ENVKIT_"))}
     first = subprocess.Popen([sys.executable, "-m", "envkit", "run", "train.yaml", "--profile", "cpu", "--run-id", "r"],
                              cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        assert wait_for(lambda: (run / "checkpoints" / "step_00000050.pt").is_file())
+        assert wait_for(lambda: checkpointed(run))
         trainer = json.loads((run / "heartbeat.json").read_text())["pid"]
         res = envkit("stop", str(run), "--grace", "120", cwd=tmp_path, timeout=400)
         assert res.returncode == 0, res.stderr[-2000:]
         assert f"sending SIGINT to pid {trainer}" in res.stderr and "SIGTERM" not in res.stderr, res.stderr
-        assert first.wait(timeout=120) == 0
+        assert first.wait(timeout=120) == 130
     finally:
         if first.poll() is None:
             first.kill()

@@ -108,7 +108,7 @@ def test_a_grid_device_this_machine_lacks_stops_before_any_run(tmp_path):
 
 
 def test_linked_keys_make_one_run_per_entry_not_a_cross_product(tmp_path):
-    from envkit.sweep.grid import expand
+    from envkit.plan.grid import expand
 
     combos = expand({"recipe": [{"training.optimizer": "sgd", "training.lr": 0.1},
                                 {"training.optimizer": "lion", "training.lr": 3e-4}],
@@ -116,3 +116,53 @@ def test_linked_keys_make_one_run_per_entry_not_a_cross_product(tmp_path):
     assert len(combos) == 6
     assert combos[0].overrides == {"training.optimizer": "sgd", "training.lr": 0.1, "experiment.seed": 0}
     assert combos[3].group == "optimizer=lion, lr=0.0003"
+
+
+MLP_SWEEP = """\
+experiment: {name: ctrlc, output_dir: runs, seed: 0}
+model: {type: mlp, hidden: 8, depth: 1}
+dataset: {type: synthetic, task: teacher, num_samples: 64}
+training: {max_steps: 100000, batch_size: 8}
+eval: {every_steps: 0}
+checkpoint: {every_steps: 10}
+logging: {every_steps: 10, device_seconds: 0}
+device: {type: cpu}
+sweep:
+  grid:
+    experiment.seed: [0, 1]
+"""
+
+
+def test_ctrl_c_stops_the_sweep_with_130_naming_the_runs_left(tmp_path):
+    """Ctrl-C to the terminal's process group (the sweep and its run): the run checkpoints, no
+    other starts, the sweep names the runs left and exits 130, so `envkit sweep && next` stops."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import default_sigint
+    from processes import checkpointed
+
+    (tmp_path / "train.yaml").write_text(MLP_SWEEP)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTORCH_", "ENVKIT_"))}
+    proc = subprocess.Popen([sys.executable, "-m", "envkit", "sweep", "train.yaml", "--profile", "cpu"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=default_sigint)
+    first = tmp_path / "runs" / "ctrlc" / "seed-0"
+    try:
+        deadline = time.monotonic() + 300
+        while not checkpointed(first) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out[-2000:] + err[-2000:]
+    assert "sweep interrupted: 2 of 2 runs left (seed-0, seed-1); `envkit sweep` again resumes them" in out, out[-2000:]
+    s = json.loads((tmp_path / "runs" / "ctrlc" / "seed-0" / "summary.json").read_text())
+    assert (s["status"], s["signal"]) == ("interrupted", "SIGINT")
+    assert (tmp_path / "runs" / "ctrlc" / "seed-0" / "checkpoints" / f"step_{s['steps']:08d}.pt").is_file()
+    assert not (tmp_path / "runs" / "ctrlc" / "seed-1").exists()  # not started after the Ctrl-C

@@ -80,7 +80,8 @@ def test_short_runs_pack_more_than_throughput_alone_since_each_round_pays_a_star
 
 
 def test_the_runs_started_for_the_probe_are_what_doubling_could_reach():
-    assert most_at_once(9, None, None) == 9 and most_at_once(3, None, None) == 3  # 1, 2, 4, 8, then the 9 there are and most_at_once(1, None, None) == 1
+    # 1, 2, 4, 8, then the 9 there are
+    assert most_at_once(9, None, None) == 9 and most_at_once(3, None, None) == 3 and most_at_once(1, None, None) == 1
     assert most_at_once(9, per_run_mb=900.0, free_mb=3000.0) == 2  # 4 x 900 MB is over 80% of 3,000 MB
 
 

@@ -259,3 +259,48 @@ def test_a_real_cuda_out_of_memory_is_survived(tmp_path):
     s = summary(tmp_path)
     assert s["status"] == "completed" and s["steps"] == 3 and s["micro_batch"] < 1048576
     assert s["micro_batch"] * s["grad_accum"] == 1048576 and any(e["event"] == "oom" for e in s["faults"])
+
+
+@pytest.mark.parametrize("kind, name", [("diskfull-metrics", "metrics.jsonl"), ("diskfull-log", "train.log"),
+                                        ("diskfull-heartbeat", "heartbeat.json"), ("diskfull-summary", "summary.json")])
+def test_disk_full_at_any_write_stops_in_one_line_with_no_half_row(tmp_path, straight, kind, name):
+    """The disk fills up as metrics.jsonl, train.log, heartbeat.json or summary.json is written: the
+    run stops (status disk_full) in one line naming the file, the last checkpoint kept, no half line
+    left (the old trainer died with a chained OSError traceback and left half a row, to which the
+    resumed run glued its next one); `envkit run` again finishes the run."""
+    at = 12 if kind == "diskfull-summary" else 5
+    every_step = ["--set", "logging.progress=plain", "--set", "logging.heartbeat_seconds=0.001"]  # each file written each step
+    res = train(tmp_path, *every_step, inject=f"{kind}@{at}")
+    assert res.returncode == 1, res.stderr[-2000:]
+    errors = [line for line in res.stderr.splitlines() if line.startswith("envkit:")]
+    assert len(errors) == 1 and f"no space left on the device while writing {name}" in errors[0], res.stderr
+    assert "Traceback" not in res.stderr
+    kept = f"step_{at - at % 2:08d}.pt"
+    assert f"checkpoint {kept} kept" in errors[0] and (folder(tmp_path) / "checkpoints" / kept).is_file()
+    for text in (folder(tmp_path) / "metrics.jsonl").read_text(), (folder(tmp_path) / "train.log").read_text():
+        assert text.endswith("\n")
+    rows = [json.loads(line) for line in (folder(tmp_path) / "metrics.jsonl").read_text().splitlines()]
+    assert max(r["step"] for r in rows) == at - (kind == "diskfull-metrics")
+    expected = None if kind == "diskfull-summary" else "disk_full"
+    assert json.loads((folder(tmp_path) / "summary.json").read_text() if expected else "{}").get("status") == expected
+    res = train(tmp_path)  # space freed
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = [json.loads(line) for line in (folder(tmp_path) / "metrics.jsonl").read_text().splitlines()]  # every line whole
+    assert summary(tmp_path)["status"] == "completed" and losses(tmp_path)[12] == straight[12]
+
+
+def test_a_resumed_run_cuts_off_a_half_row_left_at_the_end_of_metrics(tmp_path, straight):
+    """What an older envkit (or a kill mid-write) left: half a row at the end of metrics.jsonl. The
+    resumed run cuts it off, says so in train.log, and appends whole rows after it."""
+    res = train(tmp_path, "--stop-after", "6")
+    assert res.returncode == 0, res.stderr[-2000:]
+    metrics = folder(tmp_path) / "metrics.jsonl"
+    whole = metrics.read_bytes()
+    metrics.write_bytes(whole + b'{"step": 7, "loss": 2.3')
+    res = train(tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    text = metrics.read_bytes()
+    assert text.startswith(whole)
+    rows = [json.loads(line) for line in text.decode().splitlines()]  # the old trainer's row 7 glued to the half: a ValueError
+    assert [r["step"] for r in rows if "loss" in r][-6:] == list(range(7, 13))
+    assert "the last line of metrics.jsonl was cut off mid-write" in (folder(tmp_path) / "train.log").read_text()

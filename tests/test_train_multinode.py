@@ -33,7 +33,7 @@ def test_two_nodes_train_together_and_node_zero_alone_writes(tmp_path):
                                "--rdzv-id", "two-nodes"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for r in (0, 1)]
     outs = [p.communicate(timeout=400) for p in procs]
-    for p, (out, err) in zip(procs, outs):
+    for p, (_out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
     runs = list((tmp_path / "runs" / "mlp-quick-test").iterdir())
     assert [d.name for d in runs] == ["two-nodes"]  # the rendezvous id names the run on every node

@@ -39,8 +39,8 @@ def test_cifar_form_resnet18():
     assert tuple(seen["hw"]) == (32, 32)
 
 
-def training(**t) -> dict:
-    return load_config(None, data={"training": t}).values["training"]
+def training(**t):
+    return load_config(None, data={"training": t}).training
 
 
 def test_lion_matches_the_papers_update_worked_by_hand():
@@ -88,13 +88,13 @@ def test_epochs_set_the_steps_schedule_and_summary(tmp_path):
     cfg = load_config(None, data={
         "experiment": {"seed": 0}, "dataset": {"type": "cifar10", "path": str(folder)},
         "model": {"type": "cnn", "width": 4}, "device": {"type": "cpu"},
-        "training": {"epochs": 2, "batch_size": 32, "lr": 1e-3, "compile": False, "max_steps": 5},
+        "training": {"epochs": 2, "batch_size": 32, "lr": 1e-3, "compile": False},
         "eval": {"every_steps": 0, "batches": 1}, "checkpoint": {"every_steps": 0},
         "logging": {"every_steps": 3, "progress": "plain", "device_seconds": 0}})
     run_dir = tmp_path / "runs" / "exp" / "r"
     run_dir.mkdir(parents=True)
     summary = train(cfg, run_dir, resume="never", handle_signals=False).summary()
-    # 200 // 32 = 6 full batches an epoch, two epochs: 12 steps (max_steps: 5 is ignored)
+    # 200 // 32 = 6 full batches an epoch, two epochs: 12 steps (not the default max_steps, 1000)
     assert summary["status"] == "completed" and summary["steps"] == 12 and summary["epochs"] == 2
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     last = [r for r in rows if "loss" in r][-1]

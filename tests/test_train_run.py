@@ -406,3 +406,47 @@ def test_each_torchrun_process_gets_its_share_of_the_profiles_threads(monkeypatc
     monkeypatch.setattr(os, "cpu_count", lambda: 12)
     assert child_environ(SimpleNamespace(env={}), nproc=4)["OMP_NUM_THREADS"] == "3"
     assert "OMP_NUM_THREADS" not in child_environ(SimpleNamespace(env={}), nproc=1)
+
+
+# A tiny epochs-based run: training.epochs 1 sets max_steps (10) from the data when the run starts.
+EPOCHS = ["--set", "device.type=cpu", "--set", "training.epochs=1", "--set", "training.batch_size=16", "--set", "dataset.num_samples=160",
+          "--set", "dataset.input_dim=4", "--set", "model.hidden=8", "--set", "model.depth=1", "--set", "eval.every_steps=0",
+          "--set", "eval.batches=1"]
+# tests/old_runs/epochs: the run folder envkit 6a506e3 (before the typed config) wrote for EPOCHS with --stop-after 4
+OLD_EPOCHS_RUN = Path(__file__).parent / "old_runs" / "epochs"
+
+
+def checkpoint_hash(path: Path) -> str:
+    import torch
+
+    return torch.load(path, map_location="cpu", weights_only=False)["config_hash"]
+
+
+def test_an_epochs_run_has_one_config_hash_in_every_file(tmp_path):
+    """max_steps decided from epochs is recorded beside the config ("derived"), not in it: config.json,
+    summary.json and the checkpoints name the run by one hash, the one an older envkit gave the same config."""
+    res = run(tmp_path, "mlp_quick_test", *EPOCHS)
+    assert res.returncode == 0, res.stderr[-2000:]
+    d = exp_dir(tmp_path, "mlp_quick_test") / "r"
+    config = json.loads((d / "config.json").read_text())
+    hashes = {"config.json": config["config_hash"], "summary.json": summary(d)["config_hash"],
+              **{p.name: checkpoint_hash(p) for p in sorted((d / "checkpoints").iterdir())}}
+    old = json.loads((OLD_EPOCHS_RUN / "config.json").read_text())["config_hash"]
+    assert hashes == {"config.json": old, "summary.json": old, "step_00000010.pt": old}
+    assert config["values"]["training"]["max_steps"] == 1500  # as declared (the template's), not as derived
+    assert summary(d)["derived"]["training.max_steps"] == 10 == summary(d)["max_steps"]
+
+
+def test_a_run_folder_of_an_older_envkit_resumes(tmp_path):
+    """A run folder written before the typed config (config.json with "values"/"declared", a checkpoint
+    whose hash was taken after max_steps was set from epochs) resumes where it stopped."""
+    import shutil
+
+    d = exp_dir(tmp_path, "mlp_quick_test") / "old"
+    shutil.copytree(OLD_EPOCHS_RUN, d)
+    res = run(tmp_path, "mlp_quick_test", *EPOCHS, run_id="old")
+    assert res.returncode == 0, res.stderr[-2000:]
+    s = summary(d)
+    assert (s["status"], s["steps"], s["resumed_from"]) == ("completed", 10, "step_00000004.pt")
+    assert s["config_hash"] == json.loads((OLD_EPOCHS_RUN / "config.json").read_text())["config_hash"]
+    assert [step for step, _ in losses(d)] == [4, 10]  # logged where the old run stopped, then at the end of the resumed one

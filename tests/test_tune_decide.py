@@ -101,9 +101,10 @@ def test_a_failed_cuda_graphs_rung_leaves_the_later_rungs_on_the_default_compile
 
 def test_data_on_device_applies_to_in_memory_data_sets_only():
     from envkit.bench.ladder import data_can_live_on_device as can
+    from envkit.train.run.schema import Dataset
 
-    assert can({"type": "cifar10"}) and can({"type": "npz"}) and can({"type": "synthetic", "task": "teacher"})
-    assert not can({"type": "tokens"}) and not can({"type": "synthetic", "task": "images"}) and not can({"type": "imagefolder"})
+    assert can(Dataset(type="cifar10")) and can(Dataset(type="npz")) and can(Dataset(type="synthetic", task="teacher"))
+    assert not can(Dataset(type="tokens")) and not can(Dataset(type="synthetic", task="images")) and not can(Dataset(type="imagefolder"))
 
 
 def test_a_rung_whose_loss_departs_is_flagged_not_celebrated():

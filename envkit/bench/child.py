@@ -31,27 +31,24 @@ def run_config(spec: dict):
     from envkit.train.run.config import Config
 
     cfg = Config.from_resolved(spec["config"])
-    v = cfg.values
-    T, DL = v["training"], v["dataloader"]
-    v["device"].update(type=spec["device"], fallback_to_cpu=False, fallback="none")
-    T.update(precision=spec["precision"], compile="auto" if spec["compile"] == "auto" else bool(spec["compile"]), batch_size=int(spec["batch_size"]),
-             grad_accum=int(spec.get("grad_accum") or 1), empty_cache_every=int(spec.get("empty_cache_every") or 0),
-             max_steps=10**9, epochs=0)  # the clock ends the run: a config's epochs would end it first (a short epoch)
     workers = int(spec.get("num_workers") or 0)
-    DL.update(num_workers=workers, pin_memory=bool(spec.get("pin_memory")) and spec["device"] == "cuda",
-              persistent_workers=bool(spec.get("persistent_workers")) and workers > 0,
-              prefetch_factor=spec.get("prefetch_factor") if workers > 0 else None)
-    if v["model"]["type"] == "cnn":
-        v["model"]["channels_last"] = bool(spec.get("channels_last"))
+    v = {"device.type": spec["device"], "device.fallback_to_cpu": False, "device.fallback": "none",
+         "training.precision": spec["precision"], "training.compile": "auto" if spec["compile"] == "auto" else bool(spec["compile"]),
+         "training.batch_size": int(spec["batch_size"]), "training.grad_accum": int(spec.get("grad_accum") or 1),
+         "training.empty_cache_every": int(spec.get("empty_cache_every") or 0),
+         "training.max_steps": 10**9, "training.epochs": 0,  # the clock ends the run: a config's epochs would end it first (a short epoch)
+         "dataloader.num_workers": workers, "dataloader.pin_memory": bool(spec.get("pin_memory")) and spec["device"] == "cuda",
+         "dataloader.persistent_workers": bool(spec.get("persistent_workers")) and workers > 0,
+         "dataloader.prefetch_factor": spec.get("prefetch_factor") if workers > 0 else None}
+    if cfg.model.type == "cnn":
+        v["model.channels_last"] = bool(spec.get("channels_last"))
     if spec.get("compile_mode"):
-        T["compile_mode"] = spec["compile_mode"]
+        v["training.compile_mode"] = spec["compile_mode"]
     if spec.get("on_device") is not None:
-        v["dataset"]["on_device"] = bool(spec["on_device"])
-    v["eval"]["every_steps"] = 0
-    v["checkpoint"]["every_steps"] = 0
-    v["logging"].update(progress="none", trackers=[])
-    v["experiment"]["seed"] = int(spec["seed"])
-    return cfg
+        v["dataset.on_device"] = bool(spec["on_device"])
+    v.update({"eval.every_steps": 0, "checkpoint.every_steps": 0, "logging.progress": "none", "logging.trackers": [],
+              "experiment.seed": int(spec["seed"])})
+    return cfg.replace_many(v)
 
 
 def measure(spec: dict) -> dict:
@@ -64,8 +61,10 @@ def measure(spec: dict) -> dict:
         torch.set_num_threads(int(spec["threads"]))
     from envkit.train.run.batch_probe import device_memory_mb, peak_mb
 
-    real = spec["config"]["values"]["training"]  # read before run_config changes it: the run this one stands for
-    run_length = {"epochs": real.get("epochs"), "max_steps": real.get("max_steps")}
+    from envkit.train.run.config import Config
+
+    real = Config.from_resolved(spec["config"]).training  # before run_config changes it: the run this one stands for
+    run_length = {"epochs": real.epochs, "max_steps": real.max_steps}
     cfg = run_config(spec)
     device_type = spec["device"]
     if device_type == "cuda":

@@ -10,7 +10,7 @@ import time
 PROGRESS = "@@envkit-bench-progress "  # one line per timed window: the running figure
 LOSS_STEP = 2  # every rung reports the loss of step 2 (after one update): the same steps from the same seed
 
-def _sync(device_type: str) -> None:
+def sync_device(device_type: str) -> None:
     import torch
 
     if device_type == "cuda":
@@ -66,13 +66,13 @@ class StepClock:
 
     def close_window(self, per_step: int) -> float:
         """The window's rate, read after a device sync (its work done before the clock is read)."""
-        _sync(self.device_type)
+        sync_device(self.device_type)
         rate = self.n * per_step / (time.perf_counter() - self.t0)
         self.steps_timed += self.n
         return rate
 
     def _start_window(self) -> None:
-        _sync(self.device_type)
+        sync_device(self.device_type)
         self.t0, self.n = time.perf_counter(), 0
 
     def _reset_peak(self) -> None:

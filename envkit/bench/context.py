@@ -71,13 +71,13 @@ def load_context(model: str | None, config_path: str | None, profile_name: str |
                           fix=c.fix or "use --device auto")
     if config_path:
         cfg = load_config(config_path, profile=profile)
-        name = cfg.values["model"]["type"]
+        name = cfg.model.type
     else:
         name = model or "gpt"
         if name not in MODELS:
             raise EnvkitError(f"unknown model {name!r}", where="--model", fix=f"one of {', '.join(MODELS)}, or --config train.yaml")
         cfg = load_config(template_path(name), profile=profile)
-    _absolute_paths(cfg)
+    cfg = _absolute_paths(cfg)
     ctx = BenchContext(py or _this_python(), facts, checks, profile, shipped_recommendation(facts)[0], cfg, name, target)
     decide_auto_batch(ctx)
     return ctx
@@ -89,24 +89,22 @@ def decide_auto_batch(ctx: BenchContext, echo=None) -> None:
     import sys
 
     from envkit.train.run import auto_batch
-    from envkit.train.run.launcher import child_entry
+    from envkit.train.run.torchrun import child_entry
 
     if not auto_batch.is_auto(ctx.config):
         return
     say = echo or (lambda m: print(m, file=sys.stderr, flush=True))
     env = ctx.profile.child_environ(dict(os.environ)) if ctx.profile is not None else dict(os.environ)
-    choice = auto_batch.resolve(ctx.config, python=ctx.python, env=env, child_entry=child_entry(),
+    ctx.config, choice = auto_batch.resolve(ctx.config, python=ctx.python, env=env, child_entry=child_entry(),
                                 torch_settings=dict(getattr(ctx.profile, "torch", {}) or {}), device=ctx.target, echo=say)
     say(choice.note)
 
 
-def _absolute_paths(cfg) -> None:
+def _absolute_paths(cfg):
     """The child runs elsewhere: give it absolute dataset paths (as envkit run does)."""
-    from envkit.train.data.paths import resolve_path
+    from envkit.plan.resolve import absolutise_paths
 
-    d = cfg.values["dataset"]
-    if d.get("path"):
-        d["path"] = str(resolve_path(cfg, d["path"]).resolve())
+    return absolutise_paths(cfg)
 
 
 def _this_python() -> str:

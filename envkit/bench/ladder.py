@@ -92,11 +92,11 @@ def fast_path(device: str, model: str) -> tuple[dict, str, str | None]:
     return {}, "channels last", f"channels_last {why}: nothing to add"
 
 
-def data_can_live_on_device(dataset: dict | None) -> bool:
-    """Whether a config's data set can be held on the device (dataset.on_device): the CIFAR sets,
-    npz arrays and the synthetic teacher set; not token files, text, image folders or factories."""
-    d = dataset or {}
-    return d.get("type") in ON_DEVICE_DATA or (d.get("type") == "synthetic" and d.get("task") == "teacher")
+def data_can_live_on_device(dataset) -> bool:
+    """Whether a config's data set (its dataset section, train/run/schema.py) can be held on the device
+    (dataset.on_device): the CIFAR sets, npz arrays and the synthetic teacher set; not token files, text,
+    image folders or factories."""
+    return dataset.type in ON_DEVICE_DATA or (dataset.type == "synthetic" and dataset.task == "teacher")
 
 
 def describe(adds: dict, device: str, baseline: bool = False) -> str:
@@ -193,5 +193,6 @@ def judge(result, baseline) -> None:
     rel = abs(loss - ref) / max(abs(ref), 1e-8)
     if rel > LOSS_TOLERANCE:
         result.status = "flagged"
-        result.reason = (result.reason + "; " if result.reason else "") + (f"loss {loss:.4f} vs {ref:.4f} on the baseline after the same steps: {100 * rel:.0f}% apart "
-                         f"(tolerance {100 * LOSS_TOLERANCE:.0f}%): faster, but not the same training")
+        result.reason = (result.reason + "; " if result.reason else "") + (
+            f"loss {loss:.4f} vs {ref:.4f} on the baseline after the same steps: {100 * rel:.0f}% apart "
+            f"(tolerance {100 * LOSS_TOLERANCE:.0f}%): faster, but not the same training")

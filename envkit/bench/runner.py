@@ -3,7 +3,7 @@
 A fresh process per run: environment variables such as the MPS watermark ratios and
 PYTORCH_ENABLE_MPS_FALLBACK are read when torch starts, and a rung that crashes (a segfault, an
 abort, an out-of-memory kill) or hangs must not take the others down. The child imports envkit
-from the same link folder the trainer's child uses (envkit/train/run/launcher.py child_entry), put
+from the same link folder the trainer's child uses (envkit/train/run/torchrun.py child_entry), put
 LAST on sys.path so the target environment's own torch wins.
 """
 
@@ -27,7 +27,7 @@ _BOOT = ("import sys, runpy; sys.path.append({folder!r}); "
 
 
 def child_command(python: str, spec_path: Path, debug: bool = False) -> list[str]:
-    from envkit.train.run.launcher import child_entry
+    from envkit.train.run.torchrun import child_entry
 
     folder = str(child_entry().parent)
     return [python, "-u", "-c", _BOOT.format(folder=folder), str(spec_path), *(["--debug"] if debug else [])]

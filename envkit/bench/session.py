@@ -64,12 +64,12 @@ def measurement_for(rung: Rung, target: str, seconds: float | None) -> dict:
 def spec_for(ctx: BenchContext, rung: Rung, *, seconds: float | None = None) -> RunSpec:
     """A rung as a RunSpec: the config's batch and accumulation for every rung (so the losses compare)."""
     s = rung.settings
-    T = ctx.config.values["training"]
+    T = ctx.config.training
     spec = RunSpec(rung.name, rung.device, ctx.config.resolved(), precision=s.get("precision") or "fp32",
                    compile=bool(s.get("compile")), channels_last=bool(s.get("channels_last")),
                    compile_mode=s.get("compile_mode"), on_device=s.get("on_device"),
-                   batch_size=int(T["batch_size"]), grad_accum=int(T["grad_accum"]),
-                   seed=int(ctx.config.values["experiment"]["seed"]), **measurement_for(rung, ctx.target, seconds))
+                   batch_size=int(T.batch_size), grad_accum=int(T.grad_accum),
+                   seed=int(ctx.config.experiment.seed), **measurement_for(rung, ctx.target, seconds))
     if s.get("profile") and ctx.profile is not None:
         p = ctx.profile
         dl = p.dataloader
@@ -111,11 +111,11 @@ def run_bench(ctx: BenchContext, *, no_compile: bool = False, seconds: float | N
     CPU rung is skipped and the first device rung is the reference for speed-ups and losses."""
     t0 = time.monotonic()
     rungs = build_ladder(ctx.facts, ctx.checks, ctx.target, ctx.model, no_compile=no_compile,
-                         on_device_data=data_can_live_on_device(ctx.config.values.get("dataset")))
+                         on_device_data=data_can_live_on_device(ctx.config.dataset))
     timing = measurement_for(Rung("", ctx.target), ctx.target, seconds)  # a rung on the training device
     report = BenchReport(ctx.target, ctx.model, [], profile=getattr(ctx.profile, "name", None),
                          torch=getattr(ctx.facts.torch, "version", None),
-                         batch_size=int(ctx.config.values["training"]["batch_size"]),
+                         batch_size=int(ctx.config.training.batch_size),
                          seconds_per_rung=timing["seconds"], windows=timing["windows"],
                          baseline_steps=BASELINE_CAP["max_steps"] if ctx.target != "cpu" and baseline == "cpu" else None)
     if ctx.target == "cuda":

@@ -79,11 +79,11 @@ class StagedClock:
         return int(steps * per_step) if steps else None
 
     def _say_warm(self, run_samples: int | None) -> None:
-        from envkit.bench.clock import _sync
+        from envkit.bench.clock import sync_device
         from envkit.train.run.batch_probe import device_memory_mb, peak_mb
 
         b = self.base
-        _sync(b.device_type)
+        sync_device(b.device_type)
         b._read_peak()
         # as bench's measure() says it: what this process took from the device (its context and cache
         # included), the free memory it started with, its peak; on the CPU its resident peak

@@ -142,9 +142,11 @@ def _pick_xpu(gpu: GPUInfo, line: str | None) -> Pick:
                            fix=f"ask for --torch {x['first']} or newer, or use a CPU build")
     if not xpu_supported(gpu):
         return Pick("cpu", "cpu", f"PyTorch's CPU index: {gpu.name} is not a GPU PyTorch's XPU build supports",
-                    [f"torch's XPU build wants Intel Arc (Alchemist) or newer, or a Data Center GPU Max/Flex, not {gpu.name}: the CPU build is installed"])
+                    ["torch's XPU build wants Intel Arc (Alchemist) or newer, or a Data Center GPU Max/Flex, "
+                     f"not {gpu.name}: the CPU build is installed"])
     return Pick("xpu", x["index_backend"], f"PyTorch's {x['index_backend']} index: the Intel GPU build ({gpu.name})",
-                [f"{gpu.name}: XPU build of torch ({x['source']}); envkit's trainer runs on cuda, mps or cpu, so `envkit run` trains on the CPU here"])
+                [f"{gpu.name}: XPU build of torch ({x['source']}); envkit's trainer runs on cuda, mps or cpu, "
+                 "so `envkit run` trains on the CPU here"])
 
 
 def describe(facts: Facts) -> str | None:
@@ -173,14 +175,16 @@ def verdict(facts: Facts) -> tuple[str, str, str | None, str | None]:
     except NoBuildError as exc:  # stable never raises for a GPU some release holds: kept for safety
         return "fail", f"{what}: {exc.message}", exc.fix, None
     if g.vendor == "amd" and not g.arch:  # often a Ryzen's integrated graphics: not worth a warning
-        return "skip", f"{what}: seen by lspci only (no amd-smi or rocminfo), so its gfx target is unknown: install ROCm to have it judged", None, None
+        return ("skip", f"{what}: seen by lspci only (no amd-smi or rocminfo), so its gfx target is unknown: install ROCm to have it judged",
+                None, None)
     if g.vendor == "intel" and planned.backend == "cpu" and not (t.local or "") == "xpu":
         return "skip", f"{what}: {planned.notes[0]}", None, table()["xpu"]["supported_source"]
     if planned.backend == "cpu":
         # No build runs this GPU: a CPU build is the best there is (a warning, not a failure),
         # and a ROCm/XPU build installed anyway is a failure.
         if (t.local or "").startswith("rocm") or t.local == "xpu":
-            return "fail", f"{what}: torch {t.version} cannot run on it: {planned.notes[0]}", "`envkit setup --torch stable` installs the CPU build", None
+            return ("fail", f"{what}: torch {t.version} cannot run on it: {planned.notes[0]}",
+                    "`envkit setup --torch stable` installs the CPU build", None)
         fix = "train on the CPU (envkit setup installs the CPU build)" + (", or use a supported Intel GPU" if g.vendor == "intel" else "")
         return "warn", f"{what}: {planned.notes[0]}", fix, table()["xpu"]["supported_source"] if g.vendor == "intel" else None
     if not t.version:

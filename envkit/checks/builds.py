@@ -1,6 +1,6 @@
 """Which torch builds exist and which GPUs each one runs on: questions about
 envkit/data/torch_variants.toml (no rule lives here). `envkit setup` chooses from these answers
-(install/choice/variants.py); `envkit doctor` judges an installed build by them (checks/machine.py)."""
+(install/choice/variants.py); `envkit doctor` judges an installed build by them (checks/gpus.py, checks/system.py)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from envkit.checks.machine import Check, best_device, exit_code, run_checks
+from envkit.checks.device import best_device
+from envkit.checks.machine import exit_code, run_checks
+from envkit.checks.verdict import Check
 from envkit.console import MARKS, PLAIN
 from envkit.facts import Facts, machine_label
 from envkit.checks.recommend import recommend_profile

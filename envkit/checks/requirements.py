@@ -10,7 +10,7 @@ from pathlib import Path
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from envkit.checks.machine import Check
+from envkit.checks.verdict import Check
 from envkit.errors import EnvkitError
 from envkit.facts.model import Facts
 
@@ -100,7 +100,8 @@ def evaluate(req: Requirement, facts: Facts, checks: dict[str, Check], lookup_pa
     if found is None and lookup_package is not None and req.name not in ("python", "macos", "driver", "cuda"):
         found = lookup_package(req.name)
     if found is None:
-        what = {"macos": "not macOS", "driver": "no NVIDIA driver found", "cuda": "torch has no CUDA build label"}.get(req.name, f"{req.name} is not installed")
+        what = {"macos": "not macOS", "driver": "no NVIDIA driver found",
+                "cuda": "torch has no CUDA build label"}.get(req.name, f"{req.name} is not installed")
         return Result(req.text, False, None, what)
     try:
         ok = req.spec.contains(Version(found), prereleases=True)

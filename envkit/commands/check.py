@@ -84,6 +84,16 @@ def check(requires, pyproject, as_json, fmt, replay, python, lock) -> None:
             if fmt == "text" and project_line(drift):
                 click.echo(f"note: {project_line(drift)}")
         if fmt == "text":
-            failed = sum(1 for r in results if not r.ok)
-            click.echo(f"{len(results) - failed}/{len(results)} gates hold" + ("" if ok else ": FAILED"))
+            click.echo(verdict(results, drift, lock))
     sys.exit(0 if ok else 1)
+
+
+def verdict(results: list, drift: dict | None, lock: str | None) -> str:
+    """The last line: the gates, the lock, and FAILED once, for whichever failed."""
+    failed = sum(1 for r in results if not r.ok)
+    line = f"{len(results) - failed}/{len(results)} gates hold"
+    if drift is not None:
+        count = len(drift.get("lines") or [])
+        line += (f"; {count} {'difference' if count == 1 else 'differences'} from {lock} (DRIFT above)" if drift.get("changed")
+                 else f"; the environment matches {lock}")
+    return line + (": FAILED" if failed or (drift and drift.get("changed")) else "")

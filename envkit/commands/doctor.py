@@ -15,7 +15,8 @@ from envkit.errors import EnvkitError
 @click.option("--replay", "replay", type=click.Path(dir_okay=False), help="Diagnose a recorded snapshot instead of this machine.")
 @click.option("--no-runtime", is_flag=True, help="Do not import torch (judge from version gates only).")
 @click.option("--python", "python", help="Examine this interpreter (default: the project's .envkit environment if any, else envkit's own).")
-@click.option("--slurm", "slurm", is_flag=True, help="Pre-flight for `--slurm` jobs instead: Slurm answers, the partition, envkit on the nodes, the rendezvous.")
+@click.option("--slurm", "slurm", is_flag=True,
+              help="Pre-flight for `--slurm` jobs instead: Slurm answers, the partition, envkit on the nodes, the rendezvous.")
 @click.option("--partition", help="--slurm: the partition to check (default: the cluster's default).")
 @click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True, help="--slurm: nodes to probe (2 checks that they reach node 0).")
 @click.option("--gpus-per-node", type=click.IntRange(min=0), default=0, show_default=True, help="--slurm: GPUs the partition's nodes must have.")

@@ -3,13 +3,13 @@ folder, a heartbeat, restarts and a stall watchdog; `envkit stop RUN` ends a (de
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from pathlib import Path
 
 import click
 
+from envkit.console import print_json
 from envkit.errors import EnvkitError
 from envkit.slurm.options import slurm_options
 
@@ -29,7 +29,7 @@ def parse_duration(text: str | None, where: str) -> float | None:
 def torchrun_argv(argv: list[str], nproc: int, nodes, python: str, run_dir: Path) -> list[str]:
     """`python [-u] train.py ARGS` -> `python -m torch.distributed.run ... train.py ARGS`;
     `python -m pkg ARGS` keeps -m (torchrun's --module); any other program runs with --no-python."""
-    from envkit.train.run.launcher import torchrun_head
+    from envkit.train.run.torchrun import torchrun_head
 
     head = torchrun_head(python, nodes, nproc, rank_logs=run_dir / "ranks")
     if re.match(r"^python[\d.]*$", Path(argv[0]).name):
@@ -47,8 +47,10 @@ def torchrun_argv(argv: list[str], nproc: int, nodes, python: str, run_dir: Path
               help="Run a command that died again, up to N times (not one that exited 0 or that you stopped).")
 @click.option("--restart-delay", type=click.FloatRange(min=0), default=10.0, show_default=True,
               help="Seconds before the first restart; doubles each time (at most 5 minutes).")
-@click.option("--stall-timeout", metavar="DURATION", help="No output and no envkit.track metric for this long (15m, 90s): record as stalled, stop (and restart if allowed).")
-@click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True, help="Seconds between SIGINT and SIGTERM when envkit stops the command.")
+@click.option("--stall-timeout", metavar="DURATION",
+              help="No output and no envkit.track metric for this long (15m, 90s): record as stalled, stop (and restart if allowed).")
+@click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              help="Seconds between SIGINT and SIGTERM when envkit stops the command.")
 @click.option("--no-caffeinate", is_flag=True, help="macOS: let the machine sleep during the run (default: caffeinate -i -s).")
 @click.option("--no-check", is_flag=True, help="Skip the check that the managed env's torch is still the build setup installed.")
 @click.option("--nproc-per-node", type=click.IntRange(min=1), default=1, show_default=True, help="Processes via torchrun (DDP).")
@@ -69,7 +71,9 @@ def exec_(profile_name, name, runs_dir, detach, restarts, restart_delay, stall_t
     The managed venv's bin/ comes first on PATH and the profile's variables are set (one you
     exported yourself wins; environment.json records which). Writes runs/NAME/<run-id>/: the
     command, environment.json, train.log (the output, still shown live), heartbeat.json,
-    metrics.jsonl (from envkit.track.log), summary.json. Exits with the command's exit code.
+    metrics.jsonl (from envkit.track.log), summary.json. Exits with the command's exit code; one
+    that a signal interrupted (Ctrl-C, SIGTERM, `envkit stop`) exits 128 + its number (130 for
+    Ctrl-C) even when the command saved and exited 0.
 
     envkit's process owns the run folder while it runs, and the command's whole process group dies
     with it, even on kill -9 (SIGTERM, then SIGKILL after --grace); `envkit runs` then says
@@ -78,20 +82,56 @@ def exec_(profile_name, name, runs_dir, detach, restarts, restart_delay, stall_t
     With --slurm the command is submitted to a Slurm cluster (sbatch) and runs there under the same
     profile; Slurm's warning before the time limit reaches it as SIGUSR1 (save and exit: the job
     requeues and runs it again, in the same run folder)."""
-    from envkit.commands.train import _nodes
-    from envkit.slurm.options import check as check_slurm, pop_request
+    from envkit.exec import environment, rundir
+    from envkit.plan import RunRequest, make_plan
+    from envkit.slurm.options import check as check_slurm
+    from envkit.slurm.options import pop_request
 
     slurm = pop_request(slurm_kw)
     if slurm is not None:
-        check_slurm(slurm, nnodes=nnodes, detach=detach)
-    from envkit.exec import environment, rundir
-    from envkit.install.setup.managed import find_managed
-    from envkit.profiles import load_profile
-
+        check_slurm(slurm)
+    nodes = make_plan(RunRequest(None, nproc=nproc_per_node, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
+                                 rdzv_backend=rdzv_backend, rdzv_id=rdzv_id, slurm_nodes=slurm.nodes if slurm is not None else None,
+                                 detach=detach)).nodes
     argv = list(command)
     if name is not None:
         rundir.check_run_name(name)  # before anything is resolved or made
     stall = parse_duration(stall_timeout, "--stall-timeout")
+    managed, profile, xenv, resolved = _environment(profile_name, argv)
+    versions = _versions(resolved, managed, no_check)
+    if nproc_per_node > 1 and xenv.won.get("OMP_NUM_THREADS", {}).get("by") != "user":
+        from envkit.train.run.launcher import omp_threads_per_process
+
+        xenv.environ["OMP_NUM_THREADS"] = omp_threads_per_process(profile, xenv.environ, nproc_per_node)
+    options = {"restarts": restarts, "restart_delay": restart_delay, "stall_timeout": stall, "grace": grace,
+               "caffeinate": not no_caffeinate, "nproc_per_node": nproc_per_node, "nnodes": nodes.nnodes, "node_rank": nodes.node_rank}
+    # Every check is done: only now is a run folder made.
+    name = name if name is not None else rundir.run_name(argv)
+    if slurm is not None:
+        _submit(slurm, argv, profile_name, Path(runs_dir), name, nproc_per_node, profile, restarts, restart_delay, stall_timeout,
+                grace, no_check, as_json)
+        return
+    run_dir = _given_run_dir(Path(into), nodes.node_rank) if into is not None else rundir.new_run_dir(Path(runs_dir), name)
+    launched = argv
+    if nproc_per_node > 1 or nodes.nnodes > 1:
+        python = resolved if re.match(r"^python[\d.]*$", Path(argv[0]).name) else str(managed.python if managed else sys.executable)
+        launched = torchrun_argv(argv, nproc_per_node, nodes, python, run_dir)
+    rundir.write_start_files(run_dir, command=argv, launched=launched, env=xenv, child_env=xenv.environ, managed=managed,
+                             versions=versions, options=options)
+    env = environment.with_run_dir(xenv.environ, run_dir)
+    if detach:
+        _detach(run_dir, launched, env, as_json)
+        return
+    _supervise(launched, env, run_dir, options, xenv.profile, as_json)
+
+
+def _environment(profile_name, argv: list[str]):
+    """(managed env, profile, the command's environment, the command's resolved path), the profile's
+    warnings said; a command that is not there or a script that cannot run is refused."""
+    from envkit.exec import environment
+    from envkit.install.setup.managed import find_managed
+    from envkit.profiles import load_profile
+
     managed = find_managed()
     pname, warning, facts = environment.resolve_profile_name(profile_name, managed)
     profile = load_profile(pname, facts=facts)
@@ -101,46 +141,36 @@ def exec_(profile_name, name, runs_dir, detach, restarts, restart_delay, stall_t
     xenv = environment.build_environ(profile, managed.venv if managed else None)
     resolved = environment.find_command(argv, xenv.environ)
     environment.check_script(argv)
-    nodes = _nodes(nnodes, node_rank, rdzv_endpoint, rdzv_backend, rdzv_id, None)
-    versions = _versions(resolved, managed, no_check)
-    distributed = nproc_per_node > 1 or nodes.nnodes > 1
-    if distributed:
-        if nproc_per_node > 1 and xenv.won.get("OMP_NUM_THREADS", {}).get("by") != "user":
-            from envkit.train.run.launcher import omp_threads_per_process
+    return managed, profile, xenv, resolved
 
-            xenv.environ["OMP_NUM_THREADS"] = omp_threads_per_process(profile, xenv.environ, nproc_per_node)
-    options = {"restarts": restarts, "restart_delay": restart_delay, "stall_timeout": stall, "grace": grace,
-               "caffeinate": not no_caffeinate, "nproc_per_node": nproc_per_node, "nnodes": nodes.nnodes, "node_rank": nodes.node_rank}
-    # Every check is done: only now is a run folder made.
-    if slurm is not None:
-        _submit(slurm, argv, profile_name, Path(runs_dir), name if name is not None else rundir.run_name(argv), nproc_per_node,
-                profile, restarts, restart_delay, stall_timeout, grace, no_check, as_json)
-        return
-    if into is not None:
-        run_dir = _given_run_dir(Path(into), nodes.node_rank)
-    else:
-        run_dir = rundir.new_run_dir(Path(runs_dir), name if name is not None else rundir.run_name(argv))
-    launched = argv
-    if distributed:
-        python = resolved if re.match(r"^python[\d.]*$", Path(argv[0]).name) else str(managed.python if managed else sys.executable)
-        launched = torchrun_argv(argv, nproc_per_node, nodes, python, run_dir)
-    rundir.write_start_files(run_dir, command=argv, launched=launched, env=xenv, child_env=xenv.environ, managed=managed,
-                             versions=versions, options=options)
-    env = environment.with_run_dir(xenv.environ, run_dir)
-    if detach:
-        _detach(run_dir, launched, env, as_json)
-        return
+
+def _supervise(launched: list[str], env: dict, run_dir: Path, options: dict, profile_name: str, as_json: bool) -> None:
+    """The command in the foreground, to its end: summary.json (--json) and its exit code."""
+    from envkit.exec import rundir
     from envkit.exec.supervise import Options, Supervisor
 
-    click.echo(f"envkit: run {run_dir} (profile {xenv.profile})", err=True)
+    click.echo(f"envkit: run {run_dir} (profile {profile_name})", err=True)
     opts = Options(**{k: v for k, v in options.items() if k in Options.__dataclass_fields__})
     rc = Supervisor(launched, env, run_dir, opts, console=sys.stderr if as_json else None).run()  # --json: stdout holds the JSON alone
     summary = rundir.read_json(run_dir / "summary.json")
+    rc = interrupted_exit_code(rc, summary)
     if as_json:
-        click.echo(json.dumps({"run_dir": str(run_dir), **summary}, indent=2, default=str))
+        print_json({"run_dir": str(run_dir), **summary})
     else:
         click.echo(f"envkit: run {run_dir}: {summary.get('status')} (exit code {rc})", err=True)
     sys.exit(rc)
+
+
+def interrupted_exit_code(rc: int, summary: dict) -> int:
+    """A command that a signal sent to envkit interrupted (Ctrl-C, SIGTERM, `envkit stop`) and that
+    saved and exited 0 anyway is not finished: 128 + the signal's number (130 for Ctrl-C), as a shell
+    reports it, so `envkit exec ... && next` stops there. Its own non-zero code is kept."""
+    import signal
+
+    name = summary.get("signal")
+    if rc == 0 and summary.get("status") == "interrupted" and isinstance(getattr(signal, str(name), None), int):
+        return 128 + int(getattr(signal, name))
+    return rc
 
 
 def _given_run_dir(run_dir: Path, node_rank: int) -> Path:
@@ -156,9 +186,9 @@ def _given_run_dir(run_dir: Path, node_rank: int) -> Path:
 def _submit(slurm, argv, profile_name, runs_dir: Path, name: str, nproc: int, profile, restarts, restart_delay, stall_timeout,
             grace, no_check, as_json) -> None:
     from envkit.exec import rundir
-    from envkit.slurm.jobs import _made, announce, exec_job
+    from envkit.slurm.jobs import announce, exec_job, made_folders
 
-    made = _made(runs_dir / name)
+    made = made_folders(runs_dir / name)
     run_dir = rundir.new_run_dir(runs_dir, name)
     made = made or [run_dir]
     options = [*(["--profile", profile_name] if profile_name else []), "--restart-on-failure", str(restarts),
@@ -196,7 +226,7 @@ def _detach(run_dir: Path, launched: list[str], env: dict, as_json: bool) -> Non
     proc = detach.spawn(run_dir, launched, env)
     child = detach.wait_started(run_dir, proc)
     if as_json:
-        click.echo(json.dumps({"run_dir": str(run_dir), "pid": child, "envkit_pid": proc.pid}))
+        print_json({"run_dir": str(run_dir), "pid": child, "envkit_pid": proc.pid})
         return
     click.echo(f"run folder: {run_dir}")
     click.echo(f"pid: {child} (envkit's supervisor: {proc.pid})")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 import click
 
+from envkit.console import print_json
 from envkit.train.watching.runs_state import read_metrics, resolve_run, run_state
 
 QUIET_HINT_SECONDS = 120  # an exec run whose command printed nothing and logged no metric for this long
@@ -83,7 +83,7 @@ def monitor(run_dir, once, interval, as_json):
 
     if as_json:
         s = run_state(d, noticed_by="envkit monitor")
-        click.echo(json.dumps(s, indent=2, default=str))
+        print_json(s)
         raise SystemExit(1 if s["status"] in ("stalled", "dead", "killed", "orphaned", "failed", "nan") else 0)
     if once or not is_tty():
         shown: set[str] = set()
@@ -125,7 +125,8 @@ def _rich_view(s: dict, rows: list[dict]):
                 f"  loss {_fmt(s.get('loss'))}  best val {_fmt(s.get('best_val_loss'))}"
                 + (f"  ETA {fmt_duration(s['eta_seconds'])}" if s.get("eta_seconds") is not None else "")
                 + (f"  no output for {s['quiet_seconds'] / 60:.0f} minutes" if (s.get("quiet_seconds") or 0) >= QUIET_HINT_SECONDS else ""),
-                style={"running": "bold green", "stalled": "bold yellow", "dead": "bold red", "killed": "bold red", "orphaned": "bold red"}.get(s["status"] or "", "bold"))
+                style={"running": "bold green", "stalled": "bold yellow", "dead": "bold red", "killed": "bold red",
+                       "orphaned": "bold red"}.get(s["status"] or "", "bold"))
     t = Table("step", "loss", "rate", "util", "mem GiB", "data wait", box=None, padding=(0, 1))
     for r in [r for r in rows if "loss" in r][-8:]:
         rate = r.get("tokens_per_second") or r.get("samples_per_second")

@@ -138,16 +138,19 @@ def show(name: str | None, resolved: bool, as_json: bool, replay: str | None) ->
             if row.get("changed"):
                 click.echo(f"  {'':<{width}}   ! {row['changed']}")
     if resolved or replay:
-        reqs = d["requirements"]
-        if reqs:
-            click.echo("\nrequirements:")
-            for r in reqs:
-                actual = r["actual"] or "unknown"
-                click.echo(f"  {r['key']} {r['spec']}: {r['status']} (machine: {actual})"
-                           + (f": {', '.join(r['applied'])} instead" if r.get("applied") else "")
-                           + (f" ({r['note']})" if r.get("note") else ""))
+        _show_requirements(d["requirements"])
     for w in d["warnings"]:
         click.echo(f"warning: {w}", err=True)
+
+
+def _show_requirements(reqs: list[dict]) -> None:
+    if reqs:
+        click.echo("\nrequirements:")
+        for r in reqs:
+            actual = r["actual"] or "unknown"
+            click.echo(f"  {r['key']} {r['spec']}: {r['status']} (machine: {actual})"
+                       + (f": {', '.join(r['applied'])} instead" if r.get("applied") else "")
+                       + (f" ({r['note']})" if r.get("note") else ""))
 
 
 @profile.command("diff")

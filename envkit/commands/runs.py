@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
+from envkit.console import print_json
 from envkit.train.watching.runs_state import find_runs, run_state
 
 
@@ -21,20 +21,24 @@ def runs(root, as_json):
     """A table of training runs under ROOT (default ./runs): status, steps, best val loss."""
     states = [run_state(d) for d in find_runs(Path(root))] if Path(root).exists() else []
     if as_json:
-        click.echo(json.dumps(states, indent=2, default=str))
+        print_json(states)
         return
     if not states:
         click.echo(f"no runs under {root} (start one with `envkit run train.yaml`)")
         return
     from envkit.console import console, is_tty
 
-    header = ("experiment", "run", "status", "steps (epochs)" if any(s.get("epochs") for s in states) else "steps", "loss", "best val loss", "accuracy", "avg util")
+    header = ("experiment", "run", "status", "steps (epochs)" if any(s.get("epochs") for s in states) else "steps",
+              "loss", "best val loss", "accuracy", "avg util")
     rows = [(s["experiment"], s["run"], s["status"] or "?", _progress(s),
              _fmt(s.get("loss")), _fmt(s.get("best_val_loss")), _fmt(s.get("accuracy"), ".3f"),
              "-" if s.get("avg_device_util_pct") is None else f"{s['avg_device_util_pct']:.0f}%") for s in states]
     if any(s.get("slurm") for s in states):  # the job id and Slurm's word on it, beside envkit's
         header = (*header, "slurm job")
         rows = [(*r, _job(s.get("slurm"))) for r, s in zip(rows, states)]
+    if any(s.get("reproduced") for s in states):  # `envkit reproduce`: same / within tolerance / different
+        header = (*header, "reproduced")
+        rows = [(*r, (s.get("reproduced") or {}).get("outcome") or "-") for r, s in zip(rows, states)]
     if is_tty():
         from rich.table import Table
 

@@ -29,7 +29,8 @@ def _say(text: str = "", err: bool = False) -> None:
 @click.option("--python", "python_opt", metavar="PATH", help="The Python that creates the venv (default: the one running envkit).")
 @click.option("--installer", type=click.Choice(["auto", "pip", "uv"]), default="auto", show_default=True,
               help="auto: uv when it is on PATH or beside envkit's Python, pip otherwise.")
-@click.option("--index-url", "index_url", metavar="URL", help="Read and install torch from this index (a mirror), or a folder of wheels. Also ENVKIT_INDEX_URL.")
+@click.option("--index-url", "index_url", metavar="URL",
+              help="Read and install torch from this index (a mirror), or a folder of wheels. Also ENVKIT_INDEX_URL.")
 @click.option("--dry-run", is_flag=True, help="Show the plan and stop.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--lock", "lock_opt", metavar="FILE", help="Rebuild from this lock if it exists, else write the lock here (default envkit.lock).")

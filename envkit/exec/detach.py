@@ -23,7 +23,9 @@ STARTED_TIMEOUT = 30.0
 
 
 def spawn(run_dir: Path, launched: list[str], env: dict) -> subprocess.Popen:
-    log = open(Path(run_dir) / "supervisor.log", "ab")
+    from envkit.fsutil import open_append
+
+    log = os.fdopen(open_append(Path(run_dir) / "supervisor.log"), "ab")
     try:
         return subprocess.Popen([sys.executable, "-m", "envkit.exec.detach", str(run_dir), "--", *launched], env=env,
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, cwd=os.getcwd())
@@ -106,7 +108,8 @@ def _lock_holder(run_dir: Path, lock: str | None, pid, say) -> tuple[int, object
             f"(PID {holder}, its start time checked)")
         return holder, lambda s: os.kill(holder, s)
     raise NothingSent(f"{run_dir} is in use (its owner lock is held), but neither heartbeat.json (PID {pid}) nor the lock file "
-                      f"({f'PID {holder}' if holder else 'no PID'}) records the start time of a live process, so the holder cannot be told from a program "
+                      f"({f'PID {holder}' if holder else 'no PID'}) records the start time of a live process, "
+                      "so the holder cannot be told from a program "
                       "given that PID since: nothing sent",
                       fix=f"find the holder with `fuser {run_dir / OWNER_LOCK}` (macOS: `lsof {run_dir / OWNER_LOCK}`) and stop it yourself")
 

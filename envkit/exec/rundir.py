@@ -58,6 +58,9 @@ def new_run_dir(root: Path, name: str) -> Path:
             return d
         except FileExistsError:
             continue
+        except OSError as exc:  # a read-only or full runs folder: one line, not a traceback
+            raise EnvkitError(f"cannot make the run folder: {exc.strerror or exc} ({exc.filename or d})", where="--runs-dir",
+                              fix="give a --runs-dir you can write") from None
     raise EnvkitError("could not make a new run folder", where=str(exp))
 
 
@@ -75,7 +78,11 @@ def read_json(path: Path) -> dict:
 
 def write_start_files(run_dir: Path, *, command: list[str], launched: list[str], env, child_env: dict, managed, versions: dict,
                       options: dict) -> None:
-    """config.json (the command and options) and environment.json (where it ran), before it starts."""
+    """config.json (the command and options) and environment.json (where it ran), before it starts.
+    A folder holding a symlink where envkit writes is refused first (fsutil.refuse_links)."""
+    from envkit.fsutil import refuse_links
+
+    refuse_links(run_dir)
     write_json(run_dir / "config.json", {
         "kind": "exec", "name": run_dir.parent.name, "command": redact_argv(command), "launched": redact_argv(launched), "cwd": os.getcwd(),
         "profile": env.profile, "options": options, "created_at": time.time()})
@@ -85,6 +92,9 @@ def write_start_files(run_dir: Path, *, command: list[str], launched: list[str],
         # which value each profile variable has and who set it; a user's secret-named variable shows no value
         "profile_env": {k: ({**v, "value": "***"} if _secret(k) else v) for k, v in env.won.items()},
         "lock": lock_info(managed), "versions": versions, "environ": recorded_env(child_env)})
+    from envkit.record.start import write_run_record
+
+    write_run_record(run_dir, python=versions.get("interpreter"), command=list(command), detached=True)  # pylock.toml, code/, record.json
 
 
 def _secret(name: str) -> bool:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from envkit.exec.heartbeat import Heartbeat
 from envkit.exec.rundir import read_json, write_json
+from envkit.fsutil import open_append
 from envkit.redact import redact_argv, strip_userinfo
 from envkit.train.watching.cpu_fallback import FallbackCounter
 
@@ -73,7 +74,7 @@ class Supervisor:
         self.fallbacks = FallbackCounter()
         self.last_lines: deque[str] = deque(maxlen=LAST_LINES)
         self._log_lock = threading.Lock()
-        self._log = open(self.run_dir / "train.log", "ab", buffering=0)
+        self._log = os.fdopen(open_append(self.run_dir / "train.log"), "ab", buffering=0)  # never through a symlink
         self._wake = threading.Event()
         self.beat = Heartbeat(self.run_dir, interval=opts.heartbeat_seconds)
 
@@ -107,8 +108,8 @@ class Supervisor:
             for s, h in previous.items():
                 signal.signal(s, h)
             self.beat.stop()
-        warned = self.interrupted == getattr(signal, "SIGUSR1", None)  # told to save and stop: not finished, even on exit 0
-        status = ("completed" if rc == 0 and not warned else "interrupted" if self.interrupted
+        # told to stop (Ctrl-C, SIGTERM, `envkit stop`, Slurm's SIGUSR1 to save and stop): not finished, even on exit 0
+        status = ("completed" if rc == 0 and not self.interrupted else "interrupted" if self.interrupted
                   else "stalled" if attempts and attempts[-1]["how"] == "stalled" else "failed")
         self._write_summary(status, rc, started, attempts)
         self._log.close()
@@ -172,7 +173,7 @@ class Supervisor:
                                                 start_new_session=True,  # its own group (pgid = pid): signals reach torchrun's workers too
                                                 preexec_fn=die_with_parent(), pass_fds=(self.owner.fileno(),))
         except OSError as exc:  # found when checked, gone or not executable now
-            self._note(f"could not start {self.argv[0]}: {exc.strerror or exc}")
+            self._note(f"could not start {redact_argv(self.argv[:1])[0]}: {exc.strerror or exc}")
             return 127, "not started", None
         self._tell_guard(f"pgid {proc.pid}")
         self.beat.last_output_at = time.time()

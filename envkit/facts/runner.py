@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.redact import is_secret, recorded_env, redact  # noqa: F401 - is_secret: re-exported
+from envkit.redact import recorded_env, redact
 
 SNAPSHOT_VERSION = 1
 

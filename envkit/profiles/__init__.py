@@ -28,11 +28,11 @@ and adds a warning; an unknown fact (a Mac profile resolved on Linux) leaves the
 and is reported as "unknown".
 """
 
-from envkit.profiles.expr import _ExprError, evaluate
+from envkit.profiles.expr import ExprError, evaluate
 from envkit.profiles.files import ProfileInfo, Setting, list_profiles, search_dirs
 from envkit.resources import user_dir
 from envkit.profiles.resolve import Profile, diff_profiles, load_profile
 from envkit.profiles.schema import FACT_FALLBACKS, SCHEMA, SECTIONS, show_value
 
 __all__ = ["Profile", "ProfileInfo", "Setting", "load_profile", "list_profiles", "diff_profiles", "search_dirs",
-           "user_dir", "evaluate", "show_value", "SCHEMA", "SECTIONS", "FACT_FALLBACKS", "_ExprError"]
+           "user_dir", "evaluate", "show_value", "SCHEMA", "SECTIONS", "FACT_FALLBACKS", "ExprError"]

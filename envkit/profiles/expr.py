@@ -10,7 +10,7 @@ import operator
 import re
 from typing import Any
 
-from envkit.profiles.schema import _did_you_mean
+from envkit.profiles.schema import did_you_mean
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
@@ -19,7 +19,7 @@ _FUNCS = {"min": min, "max": max, "round": round, "int": int, "ceil": math.ceil,
 _EXPR_RE = re.compile(r"\{([^{}]*)\}")
 
 
-class _ExprError(Exception):
+class ExprError(Exception):
     pass
 
 
@@ -27,11 +27,11 @@ def evaluate(expr: str, values: dict[str, Any]) -> int | float:
     """Arithmetic over named facts: + - * / // %, parentheses, numbers, min/max/round/int/ceil/floor.
     No attribute access, no power, no strings: nothing else parses."""
     if len(expr) > 200:
-        raise _ExprError("expression too long")
+        raise ExprError("expression too long")
     try:
         tree = ast.parse(expr.strip(), mode="eval")
     except SyntaxError:
-        raise _ExprError(f"cannot parse {{{expr}}}")
+        raise ExprError(f"cannot parse {{{expr}}}")
 
     def walk(node):
         if isinstance(node, ast.Expression):
@@ -40,20 +40,20 @@ def evaluate(expr: str, values: dict[str, Any]) -> int | float:
             return node.value
         if isinstance(node, ast.Name):
             if node.id not in values:
-                raise _ExprError(f"unknown fact {node.id!r}{_did_you_mean(node.id, values)}; facts are {', '.join(sorted(values))}")
+                raise ExprError(f"unknown fact {node.id!r}{did_you_mean(node.id, values)}; facts are {', '.join(sorted(values))}")
             return values[node.id]
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
             left, right = walk(node.left), walk(node.right)
             try:
                 return _BINOPS[type(node.op)](left, right)
             except ZeroDivisionError:
-                raise _ExprError("division by zero")
+                raise ExprError("division by zero")
         if isinstance(node, ast.UnaryOp) and type(node.op) in _UNOPS:
             return _UNOPS[type(node.op)](walk(node.operand))
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS
                 and not node.keywords and node.args):
             return _FUNCS[node.func.id](*[walk(a) for a in node.args])
-        raise _ExprError(f"{{{expr}}}: only arithmetic on facts is allowed")
+        raise ExprError(f"{{{expr}}}: only arithmetic on facts is allowed")
 
     result = walk(tree)
     if isinstance(result, float) and result.is_integer() and "/" not in expr.replace("//", ""):
@@ -61,11 +61,11 @@ def evaluate(expr: str, values: dict[str, Any]) -> int | float:
     return result
 
 
-def _has_template(value: Any) -> bool:
+def has_template(value: Any) -> bool:
     return isinstance(value, str) and bool(_EXPR_RE.search(value.replace("{{", "").replace("}}", "")))
 
 
-def _render(value: Any, values: dict[str, Any]) -> Any:
+def render_value(value: Any, values: dict[str, Any]) -> Any:
     """A value with {expr}: the number when the whole value is one expression, else the text."""
     if not isinstance(value, str):
         return value
@@ -73,17 +73,17 @@ def _render(value: Any, values: dict[str, Any]) -> Any:
     whole = _EXPR_RE.fullmatch(text.strip())
     if whole:
         return evaluate(whole.group(1), values)
-    out = _EXPR_RE.sub(lambda m: _fmt(evaluate(m.group(1), values)), text)
+    out = _EXPR_RE.sub(lambda m: fmt_number(evaluate(m.group(1), values)), text)
     return out.replace("\x00L", "{").replace("\x00R", "}")
 
 
-def _fmt(v: Any) -> str:
+def fmt_number(v: Any) -> str:
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
     return str(v)
 
 
-def _names_in(value: Any) -> set[str]:
+def names_in(value: Any) -> set[str]:
     if not isinstance(value, str):
         return set()
     names: set[str] = set()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,7 +9,7 @@ from typing import Any
 
 from envkit.errors import EnvkitError
 from envkit.profiles.schema import (NAME_RE, ENV_NAME_RE, REQUIRE_KEYS, SCHEMA, SECTIONS, SETTING_KEYS, TOP_KEYS,
-                                    _did_you_mean)
+                                    did_you_mean)
 
 @dataclass
 class ProfileInfo:
@@ -40,21 +39,21 @@ def search_dirs() -> list[tuple[str, Path]]:
             key = d
         if key in seen:
             continue
-        if origin != "shipped" and key == _safe_resolve(shipped):
+        if origin != "shipped" and key == safe_resolve(shipped):
             continue  # running inside envkit's own checkout: ./profiles is the shipped folder
         seen.add(key)
         out.append((origin, d))
     return out
 
 
-def _safe_resolve(p: Path) -> Path:
+def safe_resolve(p: Path) -> Path:
     try:
         return p.resolve()
     except OSError:
         return p
 
 
-def _candidates(name: str) -> list[tuple[str, Path]]:
+def profile_candidates(name: str) -> list[tuple[str, Path]]:
     return [(origin, d / f"{name}.toml") for origin, d in search_dirs() if (d / f"{name}.toml").is_file()]
 
 
@@ -99,7 +98,7 @@ def _order(name: str) -> tuple:
     return (2, 0, 0, name)
 
 
-def _all_names() -> set[str]:
+def all_profile_names() -> set[str]:
     return {p.stem for _, d in search_dirs() if d.is_dir() for p in d.glob("*.toml")}
 
 
@@ -143,7 +142,7 @@ class Setting:
 
 
 @dataclass
-class _File:
+class ProfileFile:
     name: str
     path: Path
     origin: str
@@ -152,12 +151,12 @@ class _File:
     settings: dict[str, dict[str, Setting]]
 
 
-def _parse_file(name: str, path: Path, origin: str) -> _File:
+def parse_profile_file(name: str, path: Path, origin: str) -> ProfileFile:
     raw = _read(path)
     where = str(path)
     for key in raw:
         if key not in TOP_KEYS:
-            raise EnvkitError(f"unknown key {key!r}{_did_you_mean(key, TOP_KEYS)}", where=where,
+            raise EnvkitError(f"unknown key {key!r}{did_you_mean(key, TOP_KEYS)}", where=where,
                               fix=f"top-level keys are {', '.join(TOP_KEYS)}")
     if "name" in raw and raw["name"] != name:
         raise EnvkitError(f"name = {raw['name']!r} but the file is {name}.toml", where=where,
@@ -177,18 +176,18 @@ def _parse_file(name: str, path: Path, origin: str) -> _File:
         for key, item in table.items():
             kwhere = f"{where}: [{section}] {key}"
             if section in SCHEMA and key not in SCHEMA[section]:
-                raise EnvkitError(f"unknown setting{_did_you_mean(key, SCHEMA[section])}", where=kwhere,
+                raise EnvkitError(f"unknown setting{did_you_mean(key, SCHEMA[section])}", where=kwhere,
                                   fix=f"[{section}] keys are {', '.join(SCHEMA[section])}")
             if section == "env" and not ENV_NAME_RE.match(key):
                 raise EnvkitError("not a valid environment variable name", where=kwhere,
                                   fix="use letters, digits and _ (not starting with a digit)")
             if section == "requires" and key not in REQUIRE_KEYS:
-                raise EnvkitError(f"unknown requirement{_did_you_mean(key, REQUIRE_KEYS)}", where=kwhere,
+                raise EnvkitError(f"unknown requirement{did_you_mean(key, REQUIRE_KEYS)}", where=kwhere,
                                   fix=f"[requires] keys are {', '.join(REQUIRE_KEYS)}")
             if isinstance(item, dict):
                 for k in item:
                     if k not in SETTING_KEYS:
-                        raise EnvkitError(f"unknown field {k!r}{_did_you_mean(k, SETTING_KEYS)}", where=kwhere,
+                        raise EnvkitError(f"unknown field {k!r}{did_you_mean(k, SETTING_KEYS)}", where=kwhere,
                                           fix="a setting is {value, reason, source}")
                 if "value" not in item and not (section == "requires" and "gate" in item):
                     raise EnvkitError("a setting table needs a value", where=kwhere,
@@ -216,7 +215,7 @@ def _parse_file(name: str, path: Path, origin: str) -> _File:
                     raise EnvkitError("an environment value cannot hold a newline", where=kwhere)
             out[key] = s
         settings[section] = out
-    return _File(name, path, origin, desc, extends, settings)
+    return ProfileFile(name, path, origin, desc, extends, settings)
 
 
 def _gate_spec(key: str, gate: str, where: str) -> tuple[str, str]:
@@ -253,5 +252,5 @@ def _check_otherwise(other: Any, where: str) -> dict:
             raise EnvkitError(f"otherwise.{section} must be a table", where=where)
         for key in table:
             if section in SCHEMA and key not in SCHEMA[section]:
-                raise EnvkitError(f"otherwise: unknown setting {section}.{key}{_did_you_mean(key, SCHEMA[section])}", where=where)
+                raise EnvkitError(f"otherwise: unknown setting {section}.{key}{did_you_mean(key, SCHEMA[section])}", where=where)
     return other

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from envkit.errors import EnvkitError
-from envkit.profiles.expr import _ExprError, _fmt, _has_template, _names_in, _render
-from envkit.profiles.files import Setting, _File, _all_names, _candidates, _parse_file, _safe_resolve
-from envkit.profiles.schema import FACT_FALLBACKS, NAME_RE, SCHEMA, SECTIONS, _NULLABLE, _coerce, _did_you_mean, _show
+from envkit.profiles.expr import ExprError, fmt_number, has_template, names_in, render_value
+from envkit.profiles.files import Setting, ProfileFile, all_profile_names, profile_candidates, parse_profile_file, safe_resolve
+from envkit.profiles.schema import FACT_FALLBACKS, NAME_RE, SCHEMA, SECTIONS, NULLABLE, coerce_setting, did_you_mean, show_plain
 
 @dataclass
 class Profile:
@@ -84,19 +84,19 @@ def _live_facts():
     return _LIVE_FACTS[0]
 
 
-def _load_chain(name: str) -> list[_File]:
+def _load_chain(name: str) -> list[ProfileFile]:
     """The profile and its parents, child first. Same-name `extends` reaches the next folder down."""
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise EnvkitError(f"not a profile name: {name!r}", where=str(name), fix="envkit profile list")
-    chain: list[_File] = []
+    chain: list[ProfileFile] = []
     seen: list[str] = []
-    cands = _candidates(name)
+    cands = profile_candidates(name)
     if not cands:
-        names = _all_names()
-        raise EnvkitError(f"unknown profile{_did_you_mean(name, names)}", where=name, fix="envkit profile list")
-    current = _parse_file(name, cands[0][1], cands[0][0])
+        names = all_profile_names()
+        raise EnvkitError(f"unknown profile{did_you_mean(name, names)}", where=name, fix="envkit profile list")
+    current = parse_profile_file(name, cands[0][1], cands[0][0])
     while True:
-        key = str(_safe_resolve(current.path))
+        key = str(safe_resolve(current.path))
         if key in seen:
             cycle = " -> ".join([*(f.name for f in chain), current.name])
             raise EnvkitError(f"extends forms a cycle: {cycle}", where=str(current.path),
@@ -106,16 +106,16 @@ def _load_chain(name: str) -> list[_File]:
         parent = current.extends
         if not parent:
             return chain
-        pc = _candidates(parent)
+        pc = profile_candidates(parent)
         if parent == current.name:  # extend the next one of the same name down the search order
-            paths = [str(_safe_resolve(p)) for _, p in pc]
+            paths = [str(safe_resolve(p)) for _, p in pc]
             idx = paths.index(key) + 1 if key in paths else len(pc)
             pc = pc[idx:]
         if not pc:
-            names = _all_names()
-            raise EnvkitError(f"extends unknown profile {parent!r}{_did_you_mean(parent, names)}", where=str(current.path),
+            names = all_profile_names()
+            raise EnvkitError(f"extends unknown profile {parent!r}{did_you_mean(parent, names)}", where=str(current.path),
                               fix="envkit profile list shows the names")
-        current = _parse_file(parent, pc[0][1], pc[0][0])
+        current = parse_profile_file(parent, pc[0][1], pc[0][0])
         if len(chain) > 32:
             raise EnvkitError("extends chain is longer than 32 profiles", where=str(current.path))
 
@@ -138,7 +138,7 @@ def load_profile(name: str, facts=None) -> Profile:
             raise EnvkitError(f"[{section}] lacks {', '.join(missing)} after inheritance", where=str(top.path),
                               fix='extend "base" (directly or through another profile), which defines every setting')
 
-    needs_facts = bool(merged["requires"]) or any(_has_template(s.value) for sec in merged.values() for s in sec.values())
+    needs_facts = bool(merged["requires"]) or any(has_template(s.value) for sec in merged.values() for s in sec.values())
     if facts is None and needs_facts:
         facts = _live_facts()
     p.facts_source = getattr(facts, "source", None) if facts is not None else None
@@ -151,15 +151,15 @@ def load_profile(name: str, facts=None) -> Profile:
         for key, s in merged[section].items():
             where = f"{s.path}: [{section}] {key}"
             try:
-                v = _render(s.value, values)
-            except _ExprError as exc:
+                v = render_value(s.value, values)
+            except ExprError as exc:
                 raise EnvkitError(str(exc), where=where, fix="use {fact} names from `envkit profile show --help`")
             if section == "env":
-                v = _fmt(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+                v = fmt_number(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
                 if not isinstance(v, str):
                     raise EnvkitError(f"an environment value must be text, not {v!r}", where=where)
             else:
-                v = _coerce(section, key, v, where)
+                v = coerce_setting(section, key, v, where)
             out[key] = v
         setattr(p, section, out)
     p.requires = {k: s.value for k, s in merged["requires"].items()}
@@ -174,7 +174,7 @@ def _fact_values(facts, p: Profile) -> dict[str, Any]:
     used = set()
     for sec in p.settings.values():
         for s in sec.values():
-            used |= _names_in(s.value)
+            used |= names_in(s.value)
     for n in set(raw) | set(FACT_FALLBACKS):
         v = raw.get(n)
         if v is None:
@@ -225,11 +225,11 @@ def _check_requirements(p: Profile, facts) -> None:
             for section, table in (s.otherwise or {}).items():
                 for k, v in table.items():
                     where = f"{s.path}: [requires] {key} otherwise {section}.{k}"
-                    v = _coerce(section, k, v, where) if section in SCHEMA else str(v)
+                    v = coerce_setting(section, k, v, where) if section in SCHEMA else str(v)
                     old = p.section(section).get(k)
                     p.section(section)[k] = v
                     p.changed[(section, k)] = f"requires {key} {s.value}, the machine has {actual}: {old} -> {v}"
-                    applied.append(f"{section}.{k} = {_show(v)}")
+                    applied.append(f"{section}.{k} = {show_plain(v)}")
             row["applied"] = applied
             what = f": {', '.join(applied)} instead" if applied else ""
             p.warnings.append(f"{p.name} requires {key} {s.value} ({s.reason or 'see the profile'}) but the machine has {actual}{what}")
@@ -243,7 +243,7 @@ def _normalise_dataloader(p: Profile) -> None:
     for key, off in (("persistent_workers", False), ("prefetch_factor", None)):
         if dl.get(key) not in (off, None):
             p.changed[("dataloader", key)] = f"num_workers is 0: torch rejects {key} without workers"
-            p.warnings.append(f"dataloader.{key} = {_show(dl[key])} needs num_workers > 0: using {_show(off)}")
+            p.warnings.append(f"dataloader.{key} = {show_plain(dl[key])} needs num_workers > 0: using {show_plain(off)}")
             dl[key] = off
 
 
@@ -253,11 +253,11 @@ def diff_profiles(a: Profile, b: Profile) -> list[dict]:
     for section in SECTIONS:
         va, vb = a.section(section), b.section(section)
         for key in sorted(set(va) | set(vb)):
-            x, y = va.get(key, _NULLABLE), vb.get(key, _NULLABLE)
+            x, y = va.get(key, NULLABLE), vb.get(key, NULLABLE)
             if x != y or type(x) is not type(y):
                 sa, sb = a.settings[section].get(key), b.settings[section].get(key)
                 rows.append({"section": section, "key": key,
-                             "a": None if x is _NULLABLE else x, "b": None if y is _NULLABLE else y,
-                             "a_missing": x is _NULLABLE, "b_missing": y is _NULLABLE,
+                             "a": None if x is NULLABLE else x, "b": None if y is NULLABLE else y,
+                             "a_missing": x is NULLABLE, "b_missing": y is NULLABLE,
                              "a_reason": sa.reason if sa else "", "b_reason": sb.reason if sb else ""})
     return rows

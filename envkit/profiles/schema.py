@@ -17,7 +17,7 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 REQUIRE_KEYS = ("macos", "torch", "python", "compute_capability")
 
-_NULLABLE = object()
+NULLABLE = object()
 
 
 @dataclass(frozen=True)
@@ -63,12 +63,12 @@ FACT_FALLBACKS = {"perf_cores": 4, "efficiency_cores": 0, "cores": 4, "gpu_cores
                   "gpu_memory_gb": 16, "gpu_count": 0}
 
 
-def _did_you_mean(word: str, options) -> str:
+def did_you_mean(word: str, options) -> str:
     close = difflib.get_close_matches(word, list(options), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _coerce(section: str, key: str, value: Any, where: str) -> Any:
+def coerce_setting(section: str, key: str, value: Any, where: str) -> Any:
     spec = SCHEMA[section][key]
     if spec.nullable and (value is None or (isinstance(value, str) and value.lower() in ("none", "null", ""))):
         return None
@@ -78,8 +78,8 @@ def _coerce(section: str, key: str, value: Any, where: str) -> Any:
         if isinstance(value, str) and True in spec.kind and value.lower() in ("true", "false"):
             value = value.lower() == "true"
         if not any(value == v and type(value) is type(v) for v in spec.kind):
-            allowed = ", ".join(_show(v) if isinstance(v, bool) else f'"{v}"' for v in spec.kind)
-            raise EnvkitError(f"{_show(value)} is not one of {allowed}", where=where)
+            allowed = ", ".join(show_plain(v) if isinstance(v, bool) else f'"{v}"' for v in spec.kind)
+            raise EnvkitError(f"{show_plain(value)} is not one of {allowed}", where=where)
         return value
     if spec.kind is bool:
         if isinstance(value, bool):
@@ -110,7 +110,7 @@ def _coerce(section: str, key: str, value: Any, where: str) -> Any:
     return value
 
 
-def _show(v: Any) -> str:
+def show_plain(v: Any) -> str:
     if v is None:
         return "none"
     if isinstance(v, bool):
@@ -122,4 +122,4 @@ def show_value(v: Any) -> str:
     """A value as TOML would write it, for tables and diffs."""
     if isinstance(v, str):
         return f'"{v}"'
-    return _show(v)
+    return show_plain(v)

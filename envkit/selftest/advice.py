@@ -49,7 +49,8 @@ def advise(result: dict, device: str) -> tuple[str | None, str | None]:
     if name == "dataloader":
         if kind in ("timeout", "hang"):
             return ("set dataloader.num_workers = 0 in the profile (or fewer workers with persistent_workers = true); "
-                    "under spawn (macOS) the training script needs the `if __name__ == \"__main__\":` guard (pytorch#70344)"), "dataloader.num_workers"
+                    "under spawn (macOS) the training script needs the `if __name__ == \"__main__\":` guard (pytorch#70344)",
+                    "dataloader.num_workers")
         if kind == "pin-memory":
             return "set dataloader.pin_memory = false in the profile: pinned memory only helps CUDA", "dataloader.pin_memory"
         if kind == "crash":

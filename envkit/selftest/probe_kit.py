@@ -1,7 +1,8 @@
 """Helpers shared by the self-test's probes: tolerances, the error measure, the testing hook.
 
 Loaded by probes.py (the worker) under the name `envkit_probe_kit`; like every probe file it needs
-only torch and the standard library, and stays compatible with Python 3.8.
+only torch and the standard library, and stays compatible with Python 3.8. Its public names are
+what the probe files (and the worker) use; the `_` ones are its own.
 """
 
 from __future__ import print_function
@@ -36,7 +37,7 @@ def _injections():
     return out
 
 
-def _inject_before(name):
+def inject_before(name):
     what = _injections().get(name)
     if what == "crash":
         sys.stderr.write("envkit selftest: injected crash in %s\n" % name)
@@ -54,25 +55,25 @@ def _inject_before(name):
         raise RuntimeError("injected error in %s" % name)
 
 
-def _wrong(name):
+def wrong_injected(name):
     return _injections().get(name) == "wrong"
 
 
 # --------------------------------------------------------------------------------------------
 # Helpers
 
-def _dtype_name(dt):
+def dtype_name(dt):
     return str(dt).replace("torch.", "")
 
 
-def _sync(torch, device):
+def sync_device(torch, device):
     if device == "cuda":
         torch.cuda.synchronize()
     elif device == "mps":
         torch.mps.synchronize()
 
 
-def _rel_err(torch, y, ref):
+def rel_err(torch, y, ref):
     """max |y - ref| / max |ref| in float64 on the CPU; inf when y has a non-finite value where ref is finite."""
     y = y.detach().to("cpu", torch.float64)
     ref = ref.detach().to("cpu", torch.float64)
@@ -85,16 +86,16 @@ def _rel_err(torch, y, ref):
     return diff.max().item() / max(scale, 1e-30)
 
 
-def _perturb(torch, y):
+def perturb(torch, y):
     """What `wrong` injection does: shift the result by 10% of its scale."""
     return y + 0.1 * y.detach().abs().max().clamp(min=1.0)
 
 
-def _short(dtype_name):
-    return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(dtype_name, dtype_name)
+def short_dtype(name):
+    return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(name, name)
 
 
-def _fmt(x):
+def fmt_sci(x):
     return "%.1e" % x if x is not None and math.isfinite(x) else str(x)
 
 
@@ -112,7 +113,7 @@ class Ctx(object):
 
     def tol(self, dtype, op="matmul"):
         """op: matmul, conv or pointwise (softmax, layernorm: never TF32)."""
-        name = _dtype_name(dtype)
+        name = dtype_name(dtype)
         if name == "float32":
             return self.fp32_tol.get(op, TOL["float32"])
         return TOL[name]
@@ -140,16 +141,16 @@ def _fp32_tol(torch, device):
     return {"matmul": mm, "conv": conv}
 
 
-def _compare_cases(ctx, name, cases):
+def compare_cases(ctx, name, cases):
     """cases: list of (label, dtype, y_device, ref_float64, tol). One result for the probe."""
     torch = ctx.torch
     worst, worst_ratio, bad, tested = 0.0, 0.0, [], []
     per = {}
     for label, dtype, y, ref, tol in cases:
-        if _wrong(name):
-            y = _perturb(torch, y)
-        err = _rel_err(torch, y, ref)
-        key = "%s/%s" % (_dtype_name(dtype), label)
+        if wrong_injected(name):
+            y = perturb(torch, y)
+        err = rel_err(torch, y, ref)
+        key = "%s/%s" % (dtype_name(dtype), label)
         per[key] = err
         ratio = err / tol if math.isfinite(err) else float("inf")
         if ratio >= worst_ratio:
@@ -172,13 +173,13 @@ def _compare_cases(ctx, name, cases):
     details["max_error_by_dtype"] = by_dtype
     if not bad:
         return {"status": "pass", "error": worst, "tolerance": worst_tol, "details": details,
-                "message": "%s; %s" % (", ".join("%s %s" % (_short(d), _fmt(by_dtype[d])) for d in dtypes), ", ".join(labels))}
+                "message": "%s; %s" % (", ".join("%s %s" % (short_dtype(d), fmt_sci(by_dtype[d])) for d in dtypes), ", ".join(labels))}
     nan = any(not math.isfinite(e) for _, e, _ in bad)
     bad_dtypes = sorted(set(k.split("/")[0] for k, _, _ in bad))
     noncontig_only = all(("transposed" in k or "strided" in k or "channels_last" in k) for k, _, _ in bad)
     key, err, tol = max(bad, key=lambda b: b[1] / b[2] if math.isfinite(b[1]) else float("inf"))
     what = "NaN/inf" if nan else "wrong numbers"
-    msg = "%s vs the float64 CPU reference: %s (error %s, tolerance %s)" % (what, ", ".join(k for k, _, _ in bad), _fmt(err), _fmt(tol))
+    msg = "%s vs the float64 CPU reference: %s (error %s, tolerance %s)" % (what, ", ".join(k for k, _, _ in bad), fmt_sci(err), fmt_sci(tol))
     details.update({"failed": [k for k, _, _ in bad], "bad_dtypes": bad_dtypes, "noncontiguous_only": noncontig_only})
     kind = "nan" if nan else "wrong"
     if bad_dtypes and "float32" not in bad_dtypes:
@@ -188,5 +189,5 @@ def _compare_cases(ctx, name, cases):
     return {"status": "fail", "error": err, "tolerance": tol, "message": msg, "kind": kind, "details": details}
 
 
-def _ref(torch, t):
+def as_reference(torch, t):
     return t.detach().to("cpu", torch.float64)

@@ -160,7 +160,7 @@ def run_probe(name, torch, cfg):
         res = {"status": "fail", "kind": "unknown", "message": "no probe named %r" % name}
     else:
         try:
-            kit._inject_before(name)
+            kit.inject_before(name)
             ctx = kit.Ctx(torch, cfg)
             ctx.dataset_cls = SynthDataset  # defined here so that spawned DataLoader workers can unpickle it
             res = fn(ctx) or {}

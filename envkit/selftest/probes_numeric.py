@@ -9,8 +9,8 @@ from __future__ import print_function
 import math
 import time
 
-from envkit_probe_kit import (AUTOCAST_TOL, TOL, ProbeSkip, _compare_cases, _dtype_name, _fmt, _perturb, _ref,
-                              _rel_err, _sync, _wrong)
+from envkit_probe_kit import (AUTOCAST_TOL, TOL, ProbeSkip, as_reference, compare_cases, dtype_name, fmt_sci, perturb, rel_err,
+                              sync_device, wrong_injected)
 
 
 def probe_device(ctx):
@@ -21,7 +21,7 @@ def probe_device(ctx):
     s = (d + ones).sum().item()
     back = (d * 2).to("cpu")
     expect = float((a + 1).sum().item())
-    if _wrong("device"):
+    if wrong_injected("device"):
         s += 1.0
     if s != expect or not torch.equal(back, a * 2):
         return {"status": "fail", "kind": "wrong", "message": "arithmetic on %s gave %s, expected %s" % (dev, s, expect)}
@@ -31,9 +31,9 @@ def probe_device(ctx):
     for dt in ctx.dtypes[1:]:
         t = torch.ones(4, dtype=dt, device=dev)
         if t.sum().item() != 4:
-            return {"status": "fail", "kind": "wrong-lowp", "message": "%s tensors on %s are wrong" % (_dtype_name(dt), dev)}
+            return {"status": "fail", "kind": "wrong-lowp", "message": "%s tensors on %s are wrong" % (dtype_name(dt), dev)}
     name = ctx.info.get("device_name", {}).get(dev) or dev
-    return {"message": "%s: create, compute, copy back (%s)" % (name, ", ".join(_dtype_name(d) for d in ctx.dtypes))}
+    return {"message": "%s: create, compute, copy back (%s)" % (name, ", ".join(dtype_name(d) for d in ctx.dtypes))}
 
 
 def probe_matmul(ctx):
@@ -44,7 +44,7 @@ def probe_matmul(ctx):
     for dt in ctx.dtypes:
         a = torch.randn(n, n + 64, generator=g).to(dt)
         b = torch.randn(n + 64, n // 2, generator=g).to(dt)
-        ref = _ref(torch, a) @ _ref(torch, b)
+        ref = as_reference(torch, a) @ as_reference(torch, b)
         ad, bd = a.to(dev), b.to(dev)
         cases.append(("contiguous", dt, ad @ bd, ref, ctx.tol(dt)))
         # transposed views: the storage is (k, n) and (m, k); the matmul reads them transposed
@@ -54,14 +54,14 @@ def probe_matmul(ctx):
         # strided views: every other column of a wider tensor
         wide = torch.randn(n, 2 * (n + 64), generator=g).to(dt)
         aw = wide[:, ::2]
-        refw = _ref(torch, aw) @ _ref(torch, b)
+        refw = as_reference(torch, aw) @ as_reference(torch, b)
         cases.append(("strided", dt, wide.to(dev)[:, ::2] @ bd, refw, ctx.tol(dt)))
         # batched (bmm) on a permuted view
         x = torch.randn(4, 64, 8, 96, generator=g).to(dt)
         w = torch.randn(4, 8, 96, 32, generator=g).to(dt)
-        refb = _ref(torch, x).permute(0, 2, 1, 3) @ _ref(torch, w)
+        refb = as_reference(torch, x).permute(0, 2, 1, 3) @ as_reference(torch, w)
         cases.append(("bmm-permuted", dt, x.to(dev).permute(0, 2, 1, 3) @ w.to(dev), refb, ctx.tol(dt)))
-    return _compare_cases(ctx, "matmul", cases)
+    return compare_cases(ctx, "matmul", cases)
 
 
 def probe_softmax(ctx):
@@ -73,7 +73,7 @@ def probe_softmax(ctx):
     for dt in ctx.dtypes:
         tol = ctx.tol(dt, "pointwise")
         x = (torch.randn(64, 1000, generator=g) * 3).to(dt)
-        cases.append(("normal", dt, F.softmax(x.to(dev), dim=-1), F.softmax(_ref(torch, x), dim=-1), tol))
+        cases.append(("normal", dt, F.softmax(x.to(dev), dim=-1), F.softmax(as_reference(torch, x), dim=-1), tol))
         # extreme logits: huge magnitudes (softmax must subtract the row max), masked -inf
         # entries (never a whole row), values near the dtype's limit
         lim = torch.finfo(dt).max / 4 if dt == torch.float16 else 1e4
@@ -81,14 +81,14 @@ def probe_softmax(ctx):
         e[:, 0] = lim
         e[::2, 1::3] = float("-inf")
         e = e.to(dt)
-        cases.append(("extreme", dt, F.softmax(e.to(dev), dim=-1), F.softmax(_ref(torch, e), dim=-1), tol))
+        cases.append(("extreme", dt, F.softmax(e.to(dev), dim=-1), F.softmax(as_reference(torch, e), dim=-1), tol))
         # a large last dimension (NaN on MPS for large tensors, pytorch#96602)
         lg = (torch.randn(4, big_cols, generator=g) * 10).to(dt)
-        cases.append(("large", dt, F.softmax(lg.to(dev), dim=-1), F.softmax(_ref(torch, lg), dim=-1), tol))
+        cases.append(("large", dt, F.softmax(lg.to(dev), dim=-1), F.softmax(as_reference(torch, lg), dim=-1), tol))
         # non-contiguous: softmax over dim 0 of a transposed view
         t = torch.randn(300, 48, generator=g).to(dt)
-        cases.append(("transposed", dt, F.softmax(t.to(dev).t(), dim=-1), F.softmax(_ref(torch, t).t(), dim=-1), tol))
-    return _compare_cases(ctx, "softmax", cases)
+        cases.append(("transposed", dt, F.softmax(t.to(dev).t(), dim=-1), F.softmax(as_reference(torch, t).t(), dim=-1), tol))
+    return compare_cases(ctx, "softmax", cases)
 
 
 def probe_layernorm(ctx):
@@ -102,12 +102,12 @@ def probe_layernorm(ctx):
         x = (torch.randn(64, dim, generator=g) * 4 + 2).to(dt)
         w = (torch.randn(dim, generator=g) * 0.5 + 1).to(dt)
         b = (torch.randn(dim, generator=g) * 0.1).to(dt)
-        ref = F.layer_norm(_ref(torch, x), (dim,), _ref(torch, w), _ref(torch, b))
+        ref = F.layer_norm(as_reference(torch, x), (dim,), as_reference(torch, w), as_reference(torch, b))
         y = F.layer_norm(x.to(dev), (dim,), w.to(dev), b.to(dev))
         cases.append(("contiguous", dt, y, ref, tol))
         xt = x.t().contiguous().to(dev).t()  # same values, transposed storage
         cases.append(("transposed", dt, F.layer_norm(xt, (dim,), w.to(dev), b.to(dev)), ref, tol))
-    return _compare_cases(ctx, "layernorm", cases)
+    return compare_cases(ctx, "layernorm", cases)
 
 
 def probe_conv2d(ctx):
@@ -121,13 +121,13 @@ def probe_conv2d(ctx):
         x = torch.randn(4, 16, hw, hw, generator=g).to(dt)
         w = (torch.randn(32, 16, 3, 3, generator=g) * 0.2).to(dt)
         b = torch.randn(32, generator=g).to(dt)
-        ref = F.conv2d(_ref(torch, x), _ref(torch, w), _ref(torch, b), padding=1)
+        ref = F.conv2d(as_reference(torch, x), as_reference(torch, w), as_reference(torch, b), padding=1)
         cases.append(("contiguous", dt, F.conv2d(x.to(dev), w.to(dev), b.to(dev), padding=1), ref, tol))
         xl = x.to(dev).contiguous(memory_format=torch.channels_last)
         cases.append(("channels_last", dt, F.conv2d(xl, w.to(dev), b.to(dev), padding=1), ref, tol))
-        ref2 = F.conv2d(_ref(torch, x)[:, :, ::2, ::2], _ref(torch, w), None, stride=1)
+        ref2 = F.conv2d(as_reference(torch, x)[:, :, ::2, ::2], as_reference(torch, w), None, stride=1)
         cases.append(("strided", dt, F.conv2d(x.to(dev)[:, :, ::2, ::2], w.to(dev), None), ref2, tol))
-    return _compare_cases(ctx, "conv2d", cases)
+    return compare_cases(ctx, "conv2d", cases)
 
 
 def _attention_ref(torch, q, k, v, causal):
@@ -155,14 +155,14 @@ def probe_sdpa(ctx):
         qkv = torch.randn(B, T, 3, H, D, generator=g).to(dt)
         q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
         for causal in (True, False):
-            ref = _attention_ref(torch, _ref(torch, q), _ref(torch, k), _ref(torch, v), causal)
+            ref = _attention_ref(torch, as_reference(torch, q), as_reference(torch, k), as_reference(torch, v), causal)
             qd = qkv.to(dev)
             qq, kk, vv = (qd[:, :, i].transpose(1, 2) for i in range(3))
             y = F.scaled_dot_product_attention(qq, kk, vv, is_causal=causal)
             cases.append(("%s-transposed" % ("causal" if causal else "full"), dt, y, ref, tol))
         y = F.scaled_dot_product_attention(qq.contiguous(), kk.contiguous(), vv.contiguous(), is_causal=False)
         cases.append(("full-contiguous", dt, y, ref, tol))
-    return _compare_cases(ctx, "sdpa", cases)
+    return compare_cases(ctx, "sdpa", cases)
 
 
 def _mlp(torch, dim, seed):
@@ -216,39 +216,39 @@ def probe_backward(ctx):
             rgrads = [p.grad for p in ref.parameters()]
             try:
                 opt.step()
-                _sync(torch, dev)
+                sync_device(torch, dev)
             except RuntimeError as exc:
                 if label != "fused":
                     raise
                 notes.append("fused AdamW unavailable (%s)" % str(exc).splitlines()[0][:80])
                 continue
             ropt.step()
-            gerr = max(_rel_err(torch, a, b) for a, b in zip(grads, rgrads))
+            gerr = max(rel_err(torch, a, b) for a, b in zip(grads, rgrads))
             # parameter error relative to the step size: one AdamW step moves each weight ~lr
             perr = max((a.detach().cpu().double() - b.detach()).abs().max().item() for a, b in zip(mdl.parameters(), ref.parameters())) / lr
-            if _wrong("backward"):
+            if wrong_injected("backward"):
                 perr += 1.0
             cases.append((label, gerr, perr))
         if not cases:
             raise ProbeSkip("; ".join(notes))
         gtol, ptol = 1e-4, 1e-2
 
-        details = {"variants": {l: {"grad_error": g_, "param_error_over_lr": p_} for l, g_, p_ in cases}}
-        bad = [(l, g_, p_) for l, g_, p_ in cases if not (g_ <= gtol and p_ <= ptol)]
+        details = {"variants": {v: {"grad_error": g_, "param_error_over_lr": p_} for v, g_, p_ in cases}}
+        bad = [(v, g_, p_) for v, g_, p_ in cases if not (g_ <= gtol and p_ <= ptol)]
         worst_g = max(c[1] for c in cases)
         worst_p = max(c[2] for c in cases)
         if bad:
             parts = []
-            for l, g_, p_ in bad:
+            for v, g_, p_ in bad:
                 if not g_ <= gtol:
-                    parts.append("%s: gradients off by %s (tolerance %s)" % (l, _fmt(g_), _fmt(gtol)))
+                    parts.append("%s: gradients off by %s (tolerance %s)" % (v, fmt_sci(g_), fmt_sci(gtol)))
                 if not p_ <= ptol:
-                    parts.append("%s: AdamW step off by %s x lr (tolerance %s)" % (l, _fmt(p_), _fmt(ptol)))
+                    parts.append("%s: AdamW step off by %s x lr (tolerance %s)" % (v, fmt_sci(p_), fmt_sci(ptol)))
             nan = any(not (math.isfinite(g_) and math.isfinite(p_)) for _, g_, p_ in bad)
             kind = "nan" if nan else ("wrong-optimizer" if all(g_ <= gtol for _, g_, _ in bad) else "wrong")
             return {"status": "fail", "error": max(worst_g, worst_p), "tolerance": gtol if worst_g > gtol else ptol,
                     "message": "; ".join(parts), "kind": kind, "details": details}
-        msg = "grads and one AdamW step (%s) match float64 CPU; param error %s x lr" % ("+".join(c[0] for c in cases), _fmt(worst_p))
+        msg = "grads and one AdamW step (%s) match float64 CPU; param error %s x lr" % ("+".join(c[0] for c in cases), fmt_sci(worst_p))
         if notes:
             msg += "; " + "; ".join(notes)
         return {"status": "pass", "error": worst_g, "tolerance": gtol, "message": msg, "details": details}
@@ -292,7 +292,7 @@ def probe_autocast(ctx):
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[prec]
     if dtype not in ctx.dtypes:
         return {"status": "fail", "kind": "unsupported-precision",
-                "message": "the profile asks for %s but %s has no %s here" % (prec, dev, _dtype_name(dtype))}
+                "message": "the profile asks for %s but %s has no %s here" % (prec, dev, dtype_name(dtype))}
     dim, heads, T = (64, 4, 32) if ctx.quick else (128, 4, 128)
     saved = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("highest")
@@ -315,7 +315,7 @@ def probe_autocast(ctx):
             inner = mdl.qkv(x[:1].to(dev)).dtype  # a Linear under autocast must run in `dtype`
         if inner != dtype:
             return {"status": "fail", "kind": "wrong-lowp", "message": "autocast(%s, %s) ran a Linear in %s: mixed precision is not in effect"
-                    % (dev, _dtype_name(dtype), _dtype_name(inner))}
+                    % (dev, dtype_name(dtype), dtype_name(inner))}
         note = ""
         if scaler is not None:
             scaler.scale(loss).backward()
@@ -328,25 +328,25 @@ def probe_autocast(ctx):
             scaler.update()
         else:
             opt.step()
-        _sync(torch, dev)
+        sync_device(torch, dev)
         lval = loss.item()
-        if _wrong("autocast"):
+        if wrong_injected("autocast"):
             lval *= 1.5
         lerr = abs(lval - rloss.item()) / max(abs(rloss.item()), 1e-12)
         gnum = sum(((a.double() - p.grad) ** 2).sum().item() for a, p in zip(grads, ref.parameters()) if a is not None)
         gden = sum((p.grad ** 2).sum().item() for p in ref.parameters())
         gerr = math.sqrt(gnum / max(gden, 1e-30)) if math.isfinite(gnum) else float("inf")
         params_ok = all(bool(torch.isfinite(p).all().item()) for p in mdl.parameters())
-        tol = AUTOCAST_TOL[_dtype_name(dtype)]
+        tol = AUTOCAST_TOL[dtype_name(dtype)]
         err = max(lerr, gerr)
-        details = {"dtype": _dtype_name(dtype), "loss_error": lerr, "grad_error": gerr, "grad_scaler": scaler is not None}
+        details = {"dtype": dtype_name(dtype), "loss_error": lerr, "grad_error": gerr, "grad_scaler": scaler is not None}
         what = "%s autocast: linear + causal SDPA + layernorm + MLP, backward%s" % (prec, " + GradScaler step" if scaler else " + AdamW step")
         if not (math.isfinite(err) and params_ok):
             return {"status": "fail", "error": err, "tolerance": tol, "kind": "nan", "details": details,
                     "message": "%s gave NaN/inf (loss %s)" % (what, lval)}
         if err > tol:
             return {"status": "fail", "error": err, "tolerance": tol, "kind": "wrong", "details": details,
-                    "message": "%s: loss off by %s, gradients by %s (tolerance %s)" % (what, _fmt(lerr), _fmt(gerr), _fmt(tol))}
+                    "message": "%s: loss off by %s, gradients by %s (tolerance %s)" % (what, fmt_sci(lerr), fmt_sci(gerr), fmt_sci(tol))}
         return {"status": "pass", "error": err, "tolerance": tol, "details": details, "message": what + note}
     finally:
         torch.set_float32_matmul_precision(saved)
@@ -375,7 +375,7 @@ def probe_compile(ctx):
             cm = torch.compile(base)
             y = cm(x)
             y.sum().backward()
-            _sync(torch, dev)
+            sync_device(torch, dev)
         except Exception as exc:  # the many ways a backend can be missing: warn, not fail
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
             low = str(exc).lower()
@@ -384,15 +384,16 @@ def probe_compile(ctx):
         secs = time.perf_counter() - t0
         ye = eager(x)
         ye.sum().backward()
-        if _wrong("compile"):
-            y = _perturb(torch, y)
-        err = _rel_err(torch, y, ye)
-        gerr = max(_rel_err(torch, a.grad, b.grad) for a, b in zip(base.parameters(), eager.parameters()))
+        if wrong_injected("compile"):
+            y = perturb(torch, y)
+        err = rel_err(torch, y, ye)
+        gerr = max(rel_err(torch, a.grad, b.grad) for a, b in zip(base.parameters(), eager.parameters()))
         tol = 1e-4
         e = max(err, gerr)
         if not e <= tol:
             return {"status": "fail", "kind": "wrong", "error": e, "tolerance": tol,
-                    "message": "compiled model differs from eager: output %s, gradients %s (tolerance %s)" % (_fmt(err), _fmt(gerr), _fmt(tol))}
+                    "message": "compiled model differs from eager: output %s, gradients %s (tolerance %s)"
+                               % (fmt_sci(err), fmt_sci(gerr), fmt_sci(tol))}
         return {"error": e, "tolerance": tol, "details": {"compile_seconds": secs},
                 "message": "inductor, forward + backward match eager (first compile %.1f s)" % secs}
     finally:

@@ -11,7 +11,7 @@ import statistics
 import time
 import warnings
 
-from envkit_probe_kit import TOL, _dtype_name, _short, _sync, _wrong
+from envkit_probe_kit import TOL, dtype_name, short_dtype, sync_device, wrong_injected
 
 
 def probe_dataloader(ctx):
@@ -45,7 +45,7 @@ def probe_dataloader(ctx):
                 if first is None:
                     first = time.perf_counter() - t0
                 expect = torch.arange(i * bs, (i + 1) * bs)
-                if _wrong("dataloader"):
+                if wrong_injected("dataloader"):
                     y = y + 1
                 if not torch.equal(y, expect) or float(x[0, 0].item()) != float(expect[0].item()):
                     return {"status": "fail", "kind": "wrong", "message": "batch %d arrived with the wrong samples" % i}
@@ -53,7 +53,7 @@ def probe_dataloader(ctx):
                 got += 1
         caught = [str(m.message).splitlines()[0][:160] for m in w]
     secs = time.perf_counter() - t0
-    _sync(torch, ctx.device)
+    sync_device(torch, ctx.device)
     del loader
     desc = "%d workers%s, pin_memory=%s" % (workers, " (%s)" % mp_ctx if mp_ctx else "", pin)
     details = {"num_workers": workers, "batches": got, "first_batch_seconds": first, "seconds": secs,
@@ -80,7 +80,7 @@ def probe_memory(ctx):
         cuda.reset_peak_memory_stats()
         base = cuda.memory_allocated()
         t = torch.empty(n, dtype=torch.float32, device="cuda").fill_(1.0)
-        _sync(torch, dev)
+        sync_device(torch, dev)
         during = cuda.memory_allocated()
         peak = cuda.max_memory_allocated()
         reserved = cuda.memory_reserved()
@@ -102,11 +102,11 @@ def probe_memory(ctx):
         mps.empty_cache()
         base = mps.current_allocated_memory()
         t = torch.empty(n, dtype=torch.float32, device="mps").fill_(1.0)
-        _sync(torch, dev)
+        sync_device(torch, dev)
         during = mps.current_allocated_memory()
         driver = mps.driver_allocated_memory()
         del t
-        _sync(torch, dev)
+        sync_device(torch, dev)
         mps.empty_cache()
         after = mps.current_allocated_memory()
         figs = {"current_allocated_mb": _mb(during), "driver_allocated_mb": _mb(driver), "allocated_after_free_mb": _mb(after)}
@@ -140,10 +140,11 @@ def probe_memory(ctx):
                 size >> 20, figs["rss_before_mb"], figs["rss_with_tensor_mb"], figs["rss_after_free_mb"])
         else:
             msg = "CPU (no device allocator): allocated and freed a %d MB tensor" % (size >> 20)
-    if _wrong("memory"):
+    if wrong_injected("memory"):
         freed = False
     if not grew:
-        return {"status": "fail", "kind": "allocator", "message": "the allocator did not account for a %d MB tensor: %s" % (size >> 20, msg), "details": figs}
+        return {"status": "fail", "kind": "allocator", "message": "the allocator did not account for a %d MB tensor: %s" % (size >> 20, msg),
+                "details": figs}
     if not freed:
         return {"status": "warn", "kind": "leak", "message": "memory was not returned after freeing: " + msg, "details": figs}
     return {"message": msg, "details": figs}
@@ -154,13 +155,13 @@ def _matmul_tflops(torch, dev, dtype, n, min_runs=5, budget=0.25):
     b = torch.randn(n, n, device=dev, dtype=dtype)
     for _ in range(2):
         a @ b
-    _sync(torch, dev)
+    sync_device(torch, dev)
     times = []
     t_end = time.perf_counter() + budget
     while len(times) < min_runs or (time.perf_counter() < t_end and len(times) < 50):
         t0 = time.perf_counter()
         c = a @ b
-        _sync(torch, dev)
+        sync_device(torch, dev)
         times.append(time.perf_counter() - t0)
     if not bool(torch.isfinite(c[:4, :4]).all().item()):
         raise RuntimeError("matmul produced non-finite values")
@@ -178,8 +179,8 @@ def probe_throughput(ctx):
         if dev == "cpu" and dt != torch.float32:
             continue  # CPU low precision is not what anyone trains with here
         tf = _matmul_tflops(torch, dev, dt, n)
-        figs["%s_%s_tflops" % (dev, _dtype_name(dt))] = tf
-        label = _short(_dtype_name(dt))
+        figs["%s_%s_tflops" % (dev, dtype_name(dt))] = tf
+        label = short_dtype(dtype_name(dt))
         if dt == torch.float32 and ctx.fp32_tol["matmul"] > TOL["float32"] and dev == "cuda":
             label += " (tf32)"
         parts.append("%s %s %.3g" % (dev, label, tf))
@@ -202,10 +203,10 @@ def probe_throughput(ctx):
 def _copy_gbps(torch, src, dev, runs=5, non_blocking=False):
     times = []
     for i in range(runs + 1):
-        _sync(torch, dev)
+        sync_device(torch, dev)
         t0 = time.perf_counter()
         d = src.to(dev, non_blocking=non_blocking) if dev != "cpu" else src.clone()
-        _sync(torch, dev)
+        sync_device(torch, dev)
         if i:
             times.append(time.perf_counter() - t0)
         del d

@@ -195,7 +195,8 @@ def run_probes(python: str, env: dict[str, str], probes: list[str], make_config,
                     if current is not None:
                         err = worker.stderr_summary()
                         _finish({"name": current, "status": "fail", "kind": "crash", "seconds": round(time.monotonic() - started, 2),
-                                 "message": f"the interpreter crashed: {describe_exit(ev.data.get('returncode'))}" + (f"; stderr: {err}" if err else ""),
+                                 "message": f"the interpreter crashed: {describe_exit(ev.data.get('returncode'))}"
+                                            + (f"; stderr: {err}" if err else ""),
                                  "details": {"returncode": ev.data.get("returncode"), "stderr_tail": list(worker.stderr_tail)[-10:]}},
                                 results, pending, on_result)
                     else:

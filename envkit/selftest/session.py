@@ -12,8 +12,7 @@ from envkit.selftest.results import ProbeResult, SelftestReport
 from envkit.selftest.runner import TIMEOUTS, run_probes
 from envkit.selftest.settings import load_settings
 
-PROBES = ["device", "matmul", "softmax", "layernorm", "conv2d", "sdpa", "backward", "autocast",
-          "memory", "throughput", "bandwidth", "dataloader", "compile"]
+from envkit.selftest.probes import PROBES  # the worker script's own list: one list, where the probes are
 DEVICES = ("auto", "mps", "cuda", "cpu")
 
 

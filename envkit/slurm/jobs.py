@@ -3,7 +3,6 @@ made on this machine, and for each the envkit command its nodes run (node.py add
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import time
@@ -11,11 +10,9 @@ from pathlib import Path
 
 import click
 
-from envkit.errors import EnvkitError
-
+from envkit.console import print_json
 from envkit.slurm.options import SlurmRequest
 from envkit.slurm.submit import need_sbatch, submit
-
 
 NETWORK_FS = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "cifs", "smb3", "cephfs", "panfs", "wekafs", "9p", "virtiofs")
 
@@ -23,7 +20,8 @@ NETWORK_FS = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "cifs", "smb3", "cephfs
 def filesystem_of(path: Path) -> tuple[str, str] | None:
     """(mount point, type) holding path, from /proc/mounts (Linux); None elsewhere."""
     try:
-        mounts = [line.split()[1:3] for line in open("/proc/mounts")]
+        with open("/proc/mounts") as f:
+            mounts = [line.split()[1:3] for line in f]
     except OSError:
         return None
     target = str(Path(path).resolve())
@@ -48,7 +46,7 @@ def local_note(python: str) -> str | None:
     return None
 
 
-def _made(folder: Path) -> list[Path]:
+def made_folders(folder: Path) -> list[Path]:
     """The top-most folder that creating `folder` makes (removed again if sbatch refuses)."""
     top = None
     p = folder
@@ -75,35 +73,21 @@ def _common(overrides, profile, python) -> list[str]:
     return out
 
 
-def run_job(p, config: str, *, overrides, profile, python, run_id, resume, nproc, stop_after, req: SlurmRequest) -> dict:
-    from envkit.train.run import launcher
-
+def run_job(p, *, stop_after, req: SlurmRequest) -> dict:
+    """Submit the one run of a plan (envkit/plan/, checked there for a run on req.nodes nodes)."""
     need_sbatch()
-    if resume not in ("auto", "never"):
-        raise EnvkitError("--slurm resumes a run folder by itself (--run-id), not from a checkpoint file", where="--resume",
-                          fix="--run-id <the run's folder name>")
-    from envkit.train.run import auto_batch
-
-    if auto_batch.is_auto(p.cfg) and req.nodes > 1:  # each node would probe on its own and could decide differently
-        raise EnvkitError("training.batch_size auto is decided per machine; with --nodes every node needs the same number",
-                          where=launcher._where(p.cfg, "training.batch_size"),
-                          fix="run once on one node (--nodes 1) to see the probed batch, then --set training.batch_size=N")
-    from envkit.train.run.sharding import config_problem
-
-    if problem := config_problem(p.cfg.values, nproc * req.nodes):  # before the job waits in the queue
-        raise EnvkitError(problem[0], where=launcher._where(p.cfg, "training.parallel"), fix=problem[1])
-    run_dir, resuming, note = launcher.choose_run_dir(p.cfg, run_id, resume)
-    if note:
-        click.echo(note, err=True)
-    if p.cfg.values["device"]["type"] == "auto" and req.gpus_per_node is None:
+    run, ask = p.run, p.request
+    if run.note:
+        click.echo(run.note, err=True)
+    if p.cfg.device.type == "auto" and req.gpus_per_node is None:
         click.echo("note: device.type auto is decided on the node: this job asks for no GPUs "
                    "(--gpus-per-node N, or device.type: cuda, asks for them)", err=True)
-    config_arg = [] if config == "<defaults>" else [str(Path(config).resolve())]
-    argv = ["run", *config_arg, "--run-id", run_dir.name, "--nproc-per-node", str(nproc),
-            *_common(overrides, profile, python), *(["--stop-after", str(stop_after)] if stop_after else [])]
-    record = submit(kind="run", req=req, folder=run_dir / "slurm", tasks=[{"run_dir": str(run_dir), "argv": argv}],
-                    command=_shown(), job_name=f"envkit-{run_dir.parent.name}", gpus=gpus_for(p.cfg.values["device"]["type"], nproc, req),
-                    made=_made(run_dir))
+    files = snapshot(p.cfg.source, run.run_dir / "slurm")
+    argv = ["run", *files, "--run-id", run.run_dir.name, "--nproc-per-node", str(ask.nproc),
+            *_common(ask.overrides, ask.profile, ask.python), *(["--stop-after", str(stop_after)] if stop_after else [])]
+    record = submit(kind="run", req=req, folder=run.run_dir / "slurm", tasks=[{"run_dir": str(run.run_dir), "argv": argv}],
+                    command=_shown(), job_name=f"envkit-{run.run_dir.parent.name}", gpus=gpus_for(p.cfg.device.type, ask.nproc, req),
+                    made=made_folders(run.run_dir), files=files)
     record["trainer_python"] = p.python
     return record
 
@@ -125,12 +109,39 @@ def sweep_job(runs, config: str, *, overrides, profile, python, parallel: int | 
     root = todo[0].run_dir.parent.parent  # the runs folder (experiment.output_dir)
     stem = re.sub(r"[^\w.-]+", "-", Path(config).stem)
     folder = root / ".slurm" / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    files = snapshot(config, folder)  # the grid as submitted: every task trains its combination of it
     tasks = [{"run_dir": str(r.run_dir),
-              "argv": ["run", str(Path(config).resolve()), "--run-id", r.run_dir.name, *_common([*overrides, *r.combo.set_args()], profile, python),
+              "argv": ["run", *files, "--run-id", r.run_dir.name, *_common([*overrides, *r.combo.set_args()], profile, python),
                        *(["--stop-after", str(stop_after)] if stop_after else [])]} for r in todo]
-    device = todo[0].plan.cfg.values["device"]["type"]
-    return submit(kind="sweep", req=req, folder=folder, tasks=tasks, command=_shown(), job_name=f"envkit-sweep-{Path(config).stem}",
-                  gpus=gpus_for(device, 1, req), made=_made(folder), array_throttle=parallel)
+    device = todo[0].plan.cfg.device.type
+    record = submit(kind="sweep", req=req, folder=folder, tasks=tasks, command=_shown(), job_name=f"envkit-sweep-{Path(config).stem}",
+                    gpus=gpus_for(device, 1, req), made=made_folders(folder), array_throttle=parallel,
+                    files=files)
+    record["report"] = ["envkit", "sweep", config, *_common(overrides, profile, python), "--report-only"]
+    return record
+
+
+def snapshot(config: str, folder: Path) -> dict[str, str]:
+    """{path: text} of the config as submitted, which the job trains (empty for the defaults): a job
+    waits in the queue, and train.yaml edited meanwhile must not change what it trains. The file's
+    own mapping, with a relative dataset.path made absolute from the file's folder (where the
+    original would have found it); --set and --profile stay on the job's command line."""
+    if config == "<defaults>":
+        return {}
+    import types
+
+    import yaml
+
+    from envkit.train.data.paths import resolve_path
+    from envkit.train.run.config import read_yaml
+
+    data = read_yaml(config)
+    ds = data.get("dataset")
+    if isinstance(ds, dict) and isinstance(ds.get("path"), str) and ds["path"]:
+        ds["path"] = str(resolve_path(types.SimpleNamespace(source=str(config)), ds["path"]).resolve())
+    text = (f"# {Path(config).resolve()} as submitted to Slurm ({time.strftime('%Y-%m-%d %H:%M:%S')}): the job trains this copy\n"
+            + yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
+    return {str(folder / "train.yaml"): text}
 
 
 def _shown() -> list[str]:
@@ -146,16 +157,20 @@ def announce(record: dict, as_json: bool) -> None:
         click.echo(note, err=True)  # after sbatch took the job: a refused option stays one line
     if record.get("dry_run"):
         if as_json:
-            click.echo(json.dumps({"dry_run": True, "script": record["script"], "tasks": record["tasks"]}, indent=2))
+            print_json({"dry_run": True, "script": record["script"], "tasks": record["tasks"]})
         else:
             click.echo(record["script"], nl=False)
         return
     folder = Path(record["tasks"][0]["run_dir"]) if record["kind"] != "sweep" else None
     if as_json:
-        click.echo(json.dumps({"job_id": record["job_id"], "kind": record["kind"], "runs": [t["run_dir"] for t in record["tasks"]]}, indent=2))
+        print_json({"job_id": record["job_id"], "kind": record["kind"], "runs": [t["run_dir"] for t in record["tasks"]]})
         return
     if folder is not None:
         click.echo(f"submitted Slurm job {record['job_id']}: run folder {folder} (script {folder / 'slurm' / 'job.sbatch'}); "
                    f"`envkit runs` shows its state, `envkit monitor {folder}` follows it")
     else:
-        click.echo(f"submitted Slurm array job {record['job_id']}: {len(record['tasks'])} runs; `envkit sweep` (without --slurm) shows the table")
+        import shlex
+
+        report = " ".join(shlex.quote(a) for a in record.get("report") or ["envkit", "sweep", "--report-only"])
+        click.echo(f"submitted Slurm array job {record['job_id']}: {len(record['tasks'])} runs; `{report}` shows the table "
+                   "(it trains nothing here)")

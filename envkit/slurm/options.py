@@ -56,15 +56,11 @@ def time_seconds(text: str) -> int | None:
     return int(days) * 86400 + h * 3600 + m * 60 + s
 
 
-def check(req: SlurmRequest, *, nnodes: int = 1, detach: bool = False) -> SlurmRequest:
+def check(req: SlurmRequest) -> SlurmRequest:
+    """The Slurm options as sbatch would read them; what --slurm cannot take with the run's own
+    options (--nnodes, --detach, --resume CHECKPOINT) is envkit/plan/refusals.py's."""
     if req.nodes < 1:
         raise EnvkitError(f"--nodes {req.nodes}: a job needs at least one node", where="--nodes", fix="--nodes 1 or more")
-    if nnodes > 1:
-        raise EnvkitError("--slurm places the nodes itself: --nnodes is for starting each node by hand",
-                          where="--nnodes", fix="use --nodes N with --slurm")
-    if detach:
-        raise EnvkitError("--slurm returns as soon as the job is queued: --detach has nothing to add", where="--detach",
-                          fix="drop --detach")
     if req.gpus_per_node is not None and req.gpus_per_node < 0:
         raise EnvkitError("--gpus-per-node cannot be negative", where="--gpus-per-node", fix="0 on CPU nodes")
     if req.time is not None:
@@ -77,45 +73,57 @@ def check(req: SlurmRequest, *, nnodes: int = 1, detach: bool = False) -> SlurmR
     return req
 
 
+# Every Slurm option, declared once: (the keyword the command gets, the flag, click's settings).
+# `slurm_options` builds the click options from it and `pop_request` knows them all by it.
+SLURM_OPTIONS: tuple[tuple[str, str, dict], ...] = (
+    ("s_nodes", "--nodes", dict(type=int, default=1, show_default=True, help="--slurm: nodes for the job.")),
+    ("s_gpus", "--gpus-per-node", dict(type=int, help="--slurm: GPUs on each node (default: what the device needs, 0 on the CPU).")),
+    ("s_cpus", "--cpus-per-task", dict(type=int, help="--slurm: CPUs for envkit's one task on each node.")),
+    ("s_mem", "--mem", dict(help="--slurm: memory per node (64G).")),
+    ("s_time", "--time", dict(help="--slurm: time limit (02:00:00, 1-12).")),
+    ("s_partition", "--partition", dict(help="--slurm: partition.")),
+    ("s_account", "--account", dict(help="--slurm: account.")),
+    ("s_qos", "--qos", dict(help="--slurm: quality of service.")),
+    ("s_args", "--sbatch-arg", dict(multiple=True, metavar="ARG",
+                                    help="--slurm: any other sbatch option, e.g. --sbatch-arg=--constraint=h100 (repeatable).")),
+    ("s_grace", "--slurm-grace", dict(type=click.IntRange(min=10), default=120, show_default=True,
+                                      help="--slurm: seconds of warning (SIGUSR1) before the time limit: the run checkpoints and the job requeues.")),
+    ("s_no_requeue", "--no-requeue", dict(is_flag=True, help="--slurm: checkpoint on the warning or a preemption, but do not requeue.")),
+    ("s_dry_run", "--dry-run", dict(is_flag=True, help="--slurm: print the sbatch script, submit nothing.")),
+)
+SLURM_KEYS = ("slurm_on", *(key for key, _, _ in SLURM_OPTIONS))
+
+
 def slurm_options(fn):
     """The options `run`, `exec` and `sweep` share; the command gets one `slurm` argument (a
     SlurmRequest, or None without --slurm)."""
-    opts = [
-        click.option("--slurm", "slurm_on", is_flag=True, help="Submit to a Slurm cluster with sbatch and return (see --nodes ... below)."),
-        click.option("--nodes", "s_nodes", type=int, default=1, show_default=True, help="--slurm: nodes for the job."),
-        click.option("--gpus-per-node", "s_gpus", type=int, help="--slurm: GPUs on each node (default: what the device needs, 0 on the CPU)."),
-        click.option("--cpus-per-task", "s_cpus", type=int, help="--slurm: CPUs for envkit's one task on each node."),
-        click.option("--mem", "s_mem", help="--slurm: memory per node (64G)."),
-        click.option("--time", "s_time", help="--slurm: time limit (02:00:00, 1-12)."),
-        click.option("--partition", "s_partition", help="--slurm: partition."),
-        click.option("--account", "s_account", help="--slurm: account."),
-        click.option("--qos", "s_qos", help="--slurm: quality of service."),
-        click.option("--sbatch-arg", "s_args", multiple=True, metavar="ARG", help="--slurm: any other sbatch option, e.g. --sbatch-arg=--constraint=h100 (repeatable)."),
-        click.option("--slurm-grace", "s_grace", type=click.IntRange(min=10), default=120, show_default=True,
-                     help="--slurm: seconds of warning (SIGUSR1) before the time limit: the run checkpoints and the job requeues."),
-        click.option("--no-requeue", "s_no_requeue", is_flag=True, help="--slurm: checkpoint on the warning or a preemption, but do not requeue."),
-        click.option("--dry-run", "s_dry_run", is_flag=True, help="--slurm: print the sbatch script, submit nothing."),
-    ]
+    opts = [click.option("--slurm", "slurm_on", is_flag=True, help="Submit to a Slurm cluster with sbatch and return (see --nodes ... below).")]
+    opts += [click.option(flag, key, **settings) for key, flag, settings in SLURM_OPTIONS]
     for opt in reversed(opts):
         fn = opt(fn)
     return fn
 
 
-SLURM_KEYS = ("slurm_on", "s_nodes", "s_gpus", "s_cpus", "s_mem", "s_time", "s_partition", "s_account", "s_qos", "s_args",
-              "s_grace", "s_no_requeue", "s_dry_run")
+def _given(key: str, value) -> bool:
+    """Whether the user gave this option: click's own record where a command is running, else a
+    value other than the default."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.get_parameter_source(key) is not None:
+        return ctx.get_parameter_source(key) not in (click.core.ParameterSource.DEFAULT, click.core.ParameterSource.DEFAULT_MAP)
+    default = next(settings.get("default") for k, _, settings in SLURM_OPTIONS if k == key)
+    return value not in (default, (), None, False)
 
 
 def pop_request(kwargs: dict) -> SlurmRequest | None:
-    """Take the Slurm options out of a command's kwargs: a SlurmRequest with --slurm, else None
-    (and a Slurm-only option given without --slurm is refused)."""
+    """Take the Slurm options out of a command's kwargs: a SlurmRequest with --slurm, else None.
+    Every Slurm-only option given without --slurm is refused: one that would be ignored silently
+    (`--mem 64G` on a run that trains here) is a mistake the user should hear about."""
     v = {k: kwargs.pop(k) for k in SLURM_KEYS}
     if not v["slurm_on"]:
-        given = [k for k, default in (("s_nodes", 1), ("s_gpus", None), ("s_time", None), ("s_partition", None),
-                                      ("s_dry_run", False), ("s_args", ())) if v[k] not in (default, (), None) and v[k] != default]
+        given = [flag for key, flag, _ in SLURM_OPTIONS if _given(key, v[key])]
         if given:
-            name = "--" + {"s_nodes": "nodes", "s_gpus": "gpus-per-node", "s_time": "time", "s_partition": "partition",
-                           "s_dry_run": "dry-run", "s_args": "sbatch-arg"}[given[0]]
-            raise EnvkitError("a Slurm option, given without --slurm", where=name, fix="add --slurm to submit the job, or drop it")
+            raise EnvkitError("a Slurm option, given without --slurm" if len(given) == 1 else "Slurm options, given without --slurm",
+                              where=", ".join(given), fix="add --slurm to submit the job, or drop " + ", ".join(given))
         return None
     return SlurmRequest(nodes=v["s_nodes"], gpus_per_node=v["s_gpus"], cpus_per_task=v["s_cpus"], mem=v["s_mem"], time=v["s_time"],
                         partition=v["s_partition"], account=v["s_account"], qos=v["s_qos"], sbatch_args=list(v["s_args"]),

@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import sys
 
-from envkit.checks.machine import Check
+from envkit.checks.verdict import Check
 
 GROUP = "Slurm"
 COMMANDS = ("sbatch", "srun", "squeue", "scontrol", "sinfo", "scancel")

@@ -1,3 +1,4 @@
 """`envkit sweep`: every combination of a config's `sweep.grid` as an ordinary run folder, then a
-table per group (mean and std across seeds). A stage after train: it orchestrates `envkit run`'s
-parent side (envkit/train/run/launcher.py) and reads what the runs wrote."""
+table per group (mean and std across seeds). A stage after plan: each combination is planned
+by envkit/plan/ and started through `envkit run`'s parent side (envkit/train/run/launcher.py); it
+reads what the runs wrote."""

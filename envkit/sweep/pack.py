@@ -169,24 +169,23 @@ def probe_spec(run, seconds: float = PROBE_SECONDS):
     from envkit.checks import trainer_device
 
     cfg = run.plan.cfg
-    v = cfg.values
-    T, DL = v["training"], v["dataloader"]
-    if T["batch_size"] == "auto":
+    T, DL = cfg.training, cfg.dataloader
+    if T.batch_size == "auto":
         raise EnvkitError("--pack auto: training.batch_size auto sizes each run to the device's free memory, so runs "
                           "packed together would each count on all of it", where="--pack",
                           fix="set training.batch_size, or use --pack N / --parallel N")
-    device = v["device"]["type"]
+    device = cfg.device.type
     if device == "auto":
         device = trainer_device(run.plan.facts)
-    workers = int(DL.get("num_workers") or 0)
-    return RunSpec(f"pack {run.combo.run_id}", device, cfg.resolved(), precision=T["precision"], compile=T["compile"],
-                   channels_last=bool(v["model"].get("channels_last")), batch_size=int(T["batch_size"]),
-                   grad_accum=int(T.get("grad_accum") or 1), num_workers=workers, pin_memory=bool(DL.get("pin_memory")),
-                   persistent_workers=bool(DL.get("persistent_workers")), prefetch_factor=DL.get("prefetch_factor"),
-                   empty_cache_every=int(T.get("empty_cache_every") or 0),
+    workers = int(DL.num_workers or 0)
+    return RunSpec(f"pack {run.combo.run_id}", device, cfg.resolved(), precision=T.precision, compile=T.compile,
+                   channels_last=bool(cfg.model.channels_last), batch_size=int(T.batch_size),
+                   grad_accum=int(T.grad_accum or 1), num_workers=workers, pin_memory=bool(DL.pin_memory),
+                   persistent_workers=bool(DL.persistent_workers), prefetch_factor=DL.prefetch_factor,
+                   empty_cache_every=int(T.empty_cache_every or 0),
                    torch_settings=dict(getattr(run.plan.profile, "torch", None) or {}) or None,
-                   warmup_steps=3 if T["compile"] else 2, seconds=seconds, windows=2,
-                   seed=int(v["experiment"]["seed"]))
+                   warmup_steps=3 if T.compile else 2, seconds=seconds, windows=2,
+                   seed=int(cfg.experiment.seed))
 
 
 def start_run(spec, index: int, folder: str, python: str, env: dict):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from envkit.train.run.launcher import read_json
+from envkit.plan.rundirs import read_json
 from envkit.train.watching.runs_state import read_metrics
 
 

@@ -69,7 +69,7 @@ def shipped_settings(ctx: BenchContext) -> Settings:
     threads = env.get("OMP_NUM_THREADS")
     batch = train["batch_size"]
     if batch == "auto":  # the profile leaves it to the probe: the batch load_context decided (bench/context.py)
-        batch = ctx.config.values["training"]["batch_size"]
+        batch = ctx.config.training.batch_size
     return Settings(precision, (ctx.target == "cuda") if comp == "auto" else bool(comp), int(batch),
                     int(train["grad_accum"]), int(dl["num_workers"]), bool(dl["persistent_workers"]), dl["prefetch_factor"],
                     bool(dl["pin_memory"]), int(threads) if threads and str(threads).isdigit() else None,
@@ -91,7 +91,7 @@ def spec_of(ctx: BenchContext, s: Settings, name: str, seconds: float | None, sp
                    empty_cache_every=s.empty_cache_every, threads=s.threads, torch_settings=dict(ctx.profile.torch),
                    env=env, warmup_steps=(2 if s.compile else 1) if on_cpu else 3,
                    seconds=seconds or (3.0 if on_cpu else 5.0), windows=3, split_oom=split_oom,
-                   seed=int(ctx.config.values["experiment"]["seed"]))
+                   seed=int(ctx.config.experiment.seed))
 
 
 def device_memory_mb(ctx: BenchContext) -> float | None:
@@ -211,106 +211,120 @@ def _done(result: TuneResult, t0: float) -> TuneResult:
 def _search(dim: str, ctx: BenchContext, current: Settings, base: Measurement, shipped: Settings, measure, result: TuneResult):
     """One dimension: measure its candidates against the incumbent, record the decision; returns
     the new incumbent settings and its measurement."""
-    base = replace(base)
+    return SEARCHES[dim](ctx, current, replace(base), shipped, measure, result)
 
-    if dim == "threads":
-        cores = ctx.facts.chip.perf_cores or ctx.facts.chip.cores
-        logical = _logical_cores()
-        base.value = current.threads or "torch's default"
-        cands, stopped = _measure_each(decide.thread_candidates(current.threads, cores, logical),
-                                       lambda n: measure(f"threads {n}", replace(current, threads=n), n))
-        if not cands:
-            _raise(stopped)
-            return current, base
-        win, why = decide.pick(base, cands, fmt=lambda v: f"{v} thread{'s' if v != 1 else ''}" if isinstance(v, int) else str(v))
-        if win is not base:
-            current = replace(current, threads=int(win.value))
-        if current.threads:
-            result.decisions.append(Decision("env", "OMP_NUM_THREADS", str(current.threads), why,
-                                             current.threads != shipped.threads, [base, *cands]))
+
+def _search_threads(ctx: BenchContext, current: Settings, base: Measurement, shipped: Settings, measure,
+                    result: TuneResult) -> tuple[Settings, Measurement]:
+    """Threads (CPU): torch's intra-op threads, written as OMP_NUM_THREADS."""
+    cores = ctx.facts.chip.perf_cores or ctx.facts.chip.cores
+    logical = _logical_cores()
+    base.value = current.threads or "torch's default"
+    cands, stopped = _measure_each(decide.thread_candidates(current.threads, cores, logical),
+                                   lambda n: measure(f"threads {n}", replace(current, threads=n), n))
+    if not cands:
         _raise(stopped)
-        return current, win
+        return current, base
+    win, why = decide.pick(base, cands, fmt=lambda v: f"{v} thread{'s' if v != 1 else ''}" if isinstance(v, int) else str(v))
+    if win is not base:
+        current = replace(current, threads=int(win.value))
+    if current.threads:
+        result.decisions.append(Decision("env", "OMP_NUM_THREADS", str(current.threads), why,
+                                         current.threads != shipped.threads, [base, *cands]))
+    _raise(stopped)
+    return current, win
 
-    if dim == "workers":
-        base.value = current.num_workers
-        cands, stopped = _measure_each(decide.worker_candidates(current.num_workers, ctx.facts.chip.cores, ctx.target),
-                                       lambda w: measure(f"workers {w}", replace(current, num_workers=w, persistent_workers=w > 0), w))
-        if not cands:
-            _raise(stopped)
-            return current, base
-        win, why = decide.pick(base, cands, compare_loss=False, fmt=lambda v: f"{v} workers")
-        current = replace(current, num_workers=int(win.value), persistent_workers=int(win.value) > 0)
-        result.decisions.append(Decision("dataloader", "num_workers", current.num_workers, why,
-                                         current.num_workers != shipped.num_workers, [base, *cands]))
-        if current.num_workers > 0:
-            result.decisions.append(Decision("dataloader", "persistent_workers", True,
-                                             f"measured with num_workers {current.num_workers}: workers are kept between epochs",
-                                             not shipped.persistent_workers))
+
+def _search_workers(ctx: BenchContext, current: Settings, base: Measurement, shipped: Settings, measure,
+                    result: TuneResult) -> tuple[Settings, Measurement]:
+    """DataLoader workers, kept between epochs when there are any."""
+    base.value = current.num_workers
+    cands, stopped = _measure_each(decide.worker_candidates(current.num_workers, ctx.facts.chip.cores, ctx.target),
+                                   lambda w: measure(f"workers {w}", replace(current, num_workers=w, persistent_workers=w > 0), w))
+    if not cands:
         _raise(stopped)
-        return current, win
+        return current, base
+    win, why = decide.pick(base, cands, compare_loss=False, fmt=lambda v: f"{v} workers")
+    current = replace(current, num_workers=int(win.value), persistent_workers=int(win.value) > 0)
+    result.decisions.append(Decision("dataloader", "num_workers", current.num_workers, why,
+                                     current.num_workers != shipped.num_workers, [base, *cands]))
+    if current.num_workers > 0:
+        result.decisions.append(Decision("dataloader", "persistent_workers", True,
+                                         f"measured with num_workers {current.num_workers}: workers are kept between epochs",
+                                         not shipped.persistent_workers))
+    _raise(stopped)
+    return current, win
 
-    if dim == "batch":
-        return _search_batch(ctx, current, base, shipped, measure, result)
 
-    if dim == "precision":
-        low, _ = low_precision(ctx.target, ctx.facts, ctx.checks)
-        base.value = current.precision
-        cands, stopped = _measure_each(decide.precision_candidates(ctx.target, low, current.precision),
-                                       lambda p: measure(f"precision {p}", replace(current, precision=p), p))
-        if not cands:
-            _raise(stopped)
-            return current, base
-        win, why = decide.pick(base, cands)
-        current = replace(current, precision=str(win.value))
-        result.decisions.append(Decision("train", "precision", current.precision, why,
-                                         current.precision != shipped.precision, [base, *cands]))
+def _search_precision(ctx: BenchContext, current: Settings, base: Measurement, shipped: Settings, measure,
+                      result: TuneResult) -> tuple[Settings, Measurement]:
+    """The precision: fp32 and the device's low precision (bf16, or fp16 where bf16 is not native)."""
+    low, _ = low_precision(ctx.target, ctx.facts, ctx.checks)
+    base.value = current.precision
+    cands, stopped = _measure_each(decide.precision_candidates(ctx.target, low, current.precision),
+                                   lambda p: measure(f"precision {p}", replace(current, precision=p), p))
+    if not cands:
         _raise(stopped)
-        return current, win
+        return current, base
+    win, why = decide.pick(base, cands)
+    current = replace(current, precision=str(win.value))
+    result.decisions.append(Decision("train", "precision", current.precision, why,
+                                     current.precision != shipped.precision, [base, *cands]))
+    _raise(stopped)
+    return current, win
 
-    if dim == "compile":
-        c = ctx.checks.get("compile")
-        if c is not None and c.status != "pass":
-            result.notes.append(f"compile not measured: {c.message} (doctor check 'compile')")
-            return current, base
-        base.value = current.compile
-        cand = measure(f"compile {'off' if current.compile else 'on'}", replace(current, compile=not current.compile),
-                       not current.compile, expensive=not current.compile)
-        win, why = decide.pick(base, [cand], fmt=lambda v: f"compile {decide.show(v)}")
-        current = replace(current, compile=bool(win.value))
-        result.decisions.append(Decision("train", "compile", current.compile, why, current.compile != shipped.compile, [base, cand]))
-        return current, win
 
-    if dim == "compile_mode":
-        modes, why_not = decide.compile_mode_candidates(ctx.target, current.compile, current.compile_mode)
-        if not modes:
-            result.notes.append(why_not)  # one line: why this machine has nothing to choose
-            return current, base
-        base.value = current.compile_mode
-        # every mode compiles afresh (max-autotune-no-cudagraphs tunes kernels): each is as costly as compile was
-        cands, stopped = _measure_each(modes, lambda m: measure(f"compile_mode {m}", replace(current, compile_mode=m), m,
-                                                              expensive=True))
-        if not cands:
-            _raise(stopped)
-            return current, base
-        win, why = decide.choose_compile_mode(base, cands, device_memory_mb(ctx))
-        current = replace(current, compile_mode=str(win.value))
-        result.decisions.append(Decision("train", "compile_mode", current.compile_mode, why,
-                                         current.compile_mode != shipped.compile_mode, [base, *cands]))
+def _search_compile(ctx: BenchContext, current: Settings, base: Measurement, shipped: Settings, measure,
+                    result: TuneResult) -> tuple[Settings, Measurement]:
+    """torch.compile on or off, where doctor's compile check passes."""
+    c = ctx.checks.get("compile")
+    if c is not None and c.status != "pass":
+        result.notes.append(f"compile not measured: {c.message} (doctor check 'compile')")
+        return current, base
+    base.value = current.compile
+    cand = measure(f"compile {'off' if current.compile else 'on'}", replace(current, compile=not current.compile),
+                   not current.compile, expensive=not current.compile)
+    win, why = decide.pick(base, [cand], fmt=lambda v: f"compile {decide.show(v)}")
+    current = replace(current, compile=bool(win.value))
+    result.decisions.append(Decision("train", "compile", current.compile, why, current.compile != shipped.compile, [base, cand]))
+    return current, win
+
+
+def _search_compile_mode(ctx: BenchContext, current: Settings, base: Measurement, shipped: Settings, measure,
+                         result: TuneResult) -> tuple[Settings, Measurement]:
+    """The compile mode (CUDA): each one compiles afresh."""
+    modes, why_not = decide.compile_mode_candidates(ctx.target, current.compile, current.compile_mode)
+    if not modes:
+        result.notes.append(why_not)  # one line: why this machine has nothing to choose
+        return current, base
+    base.value = current.compile_mode
+    # every mode compiles afresh (max-autotune-no-cudagraphs tunes kernels): each is as costly as compile was
+    cands, stopped = _measure_each(modes, lambda m: measure(f"compile_mode {m}", replace(current, compile_mode=m), m,
+                                                          expensive=True))
+    if not cands:
         _raise(stopped)
-        return current, win
+        return current, base
+    win, why = decide.choose_compile_mode(base, cands, device_memory_mb(ctx))
+    current = replace(current, compile_mode=str(win.value))
+    result.decisions.append(Decision("train", "compile_mode", current.compile_mode, why,
+                                     current.compile_mode != shipped.compile_mode, [base, *cands]))
+    _raise(stopped)
+    return current, win
 
-    if dim == "empty_cache":
-        base.value = current.empty_cache_every
-        cands = [measure(f"empty_cache every {n}", replace(current, empty_cache_every=n), n)
-                 for n in (0, 10, 50) if n != current.empty_cache_every]
-        every, why = decide.choose_empty_cache([base, *cands], shipped.empty_cache_every, device_memory_mb(ctx))
-        win = next(m for m in [base, *cands] if m.value == every)
-        current = replace(current, empty_cache_every=every)
-        result.decisions.append(Decision("train", "empty_cache_every", every, why, every != shipped.empty_cache_every, [base, *cands]))
-        _, wm_why = decide.watermark_settings()
-        result.notes.append(f"watermark ratios: {wm_why}")
-        return current, win
-    raise ValueError(dim)
+
+def _search_empty_cache(ctx: BenchContext, current: Settings, base: Measurement, shipped: Settings, measure,
+                        result: TuneResult) -> tuple[Settings, Measurement]:
+    """How often the MPS cache is emptied (every 0, 10 or 50 steps), and the watermark ratios."""
+    base.value = current.empty_cache_every
+    cands = [measure(f"empty_cache every {n}", replace(current, empty_cache_every=n), n)
+             for n in (0, 10, 50) if n != current.empty_cache_every]
+    every, why = decide.choose_empty_cache([base, *cands], shipped.empty_cache_every, device_memory_mb(ctx))
+    win = next(m for m in [base, *cands] if m.value == every)
+    current = replace(current, empty_cache_every=every)
+    result.decisions.append(Decision("train", "empty_cache_every", every, why, every != shipped.empty_cache_every, [base, *cands]))
+    _, wm_why = decide.watermark_settings()
+    result.notes.append(f"watermark ratios: {wm_why}")
+    return current, win
 
 
 def _search_batch(ctx: BenchContext, current: Settings, base: Measurement, shipped: Settings, measure, result: TuneResult):
@@ -343,6 +357,11 @@ def _search_batch(ctx: BenchContext, current: Settings, base: Measurement, shipp
                             f"({', '.join(str(m.value) for m in measured)})")
     _raise(stopped)
     return current, win
+
+
+# dimension -> its search; ORDER says which run on which device
+SEARCHES = {"threads": _search_threads, "workers": _search_workers, "batch": _search_batch, "precision": _search_precision,
+            "compile": _search_compile, "compile_mode": _search_compile_mode, "empty_cache": _search_empty_cache}
 
 
 def _measure_each(values, run_one) -> tuple[list[Measurement], "_Budget | None"]:

@@ -49,7 +49,7 @@ STATS_1094_TEXT = """+-o AGXAcceleratorG13X  <class AGXAcceleratorG13X, id 0x100
       "IOSourceVersion" = "190.22"
       "IOPersonalityPublisher" = "com.apple.AGXG13X"
     }
-"""
+"""  # noqa: E501 - verbatim from the issue: ioreg prints the dictionary on one line
 STATS_1094_PERF = {"TiledSceneBytes": 1572864, "Alloc system memory": 1214005248, "Tiler Utilization %": 2,
                    "recoveryCount": 0, "Renderer Utilization %": 2, "SplitSceneCount": 0, "Allocated PB Size": 17956864,
                    "Device Utilization %": 2, "In use system memory": 340983808}

@@ -28,7 +28,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from build_snapshots import UBUNTU, linux  # noqa: E402
+from build_snapshots import UBUNTU, linux  # noqa: E402 - importable only once this folder is on sys.path (the line above)
 
 ROCMINFO_HEAD = """ROCk module is loaded
 =====================    
@@ -46,7 +46,7 @@ DMAbuf Support:          YES
 ==========               
 HSA Agents               
 ==========               
-"""
+"""  # noqa: W291 - rocminfo as recorded: its trailing spaces are part of the output the parser reads
 
 
 def agent(n: int, name: str, marketing: str, vendor: str, device_type: str, uuid: str, isa: str | None = None) -> str:
@@ -105,7 +105,7 @@ XPU_SMI = """
                 GFX Firmware Name: GFX                            
                 GFX Firmware Version: DG02_1.3253                 
                 GFX Firmware Status: normal                       
-"""
+"""  # noqa: W291, W293 - xpu-smi as recorded, padded to its table width
 
 SYCL_LS = ("[level_zero:gpu][level_zero:0] Intel(R) oneAPI Unified Runtime over Level-Zero, Intel(R) Arc(TM) A770 Graphics 12.55.8 [1.6.33578]\n"
            "[opencl:cpu][opencl:0] Intel(R) OpenCL, 13th Gen Intel(R) Core(TM) i7-13700K OpenCL 3.0 (Build 0) [2024.18.7.0.11_160000]\n")

@@ -91,7 +91,8 @@ def fetch_wheel(url: str, filename: str, sha256: str | None) -> Path:
                     for chunk in resp.iter_content(1 << 20):
                         fh.write(chunk)
         if sha256 and sha256_file(tmp) != sha256:
-            raise EnvkitError(f"the wheel {filename} does not match the sha256 the index gave", fix="try again; if it persists, the index or a proxy is corrupting files")
+            raise EnvkitError(f"the wheel {filename} does not match the sha256 the index gave",
+                              fix="try again; if it persists, the index or a proxy is corrupting files")
         os.replace(tmp, dest)
     except OSError as exc:
         raise EnvkitError(f"cannot download {url}: {exc}", fix="check the network and the disk space")

@@ -51,7 +51,8 @@ class Plan:
 
     def unresolved_spec(self) -> str:
         spec = {"stable": "newest stable", "nightly": "newest nightly (X.Y.Z.devYYYYMMDD)",
-                "test": "newest release candidate"}.get(self.request, f"torch{self.request}" if self.request[:1] in "<>=!~" else f"torch=={self.request}")
+                "test": "newest release candidate"}.get(
+            self.request, f"torch{self.request}" if self.request[:1] in "<>=!~" else f"torch=={self.request}")
         if str(self.choice.limit):
             spec += f", limited to {self.choice.limit}"
         if self.choice.local:

@@ -61,7 +61,8 @@ def _macos(facts: Facts, request: Request, channel: str) -> Choice:
     macos = gates.V(facts.os.version)
     if facts.is_apple_silicon and facts.python.rosetta:
         raise EnvkitError("this Python is x86_64 running under Rosetta: it never sees MPS, and x86_64 macOS torch stops at 2.2.2",
-                          fix="install a native arm64 Python (e.g. python.org's universal2 installer or `brew install python`) and pass it with --python")
+                          fix="install a native arm64 Python (e.g. python.org's universal2 installer or `brew install python`) "
+                              "and pass it with --python")
     if not facts.is_apple_silicon:
         g = gates.gates()["intel_mac"]
         if channel != "stable":
@@ -73,7 +74,8 @@ def _macos(facts: Facts, request: Request, channel: str) -> Choice:
                       notes=[f"Intel Macs stop at torch {g['max_torch']}: no MPS, CPU only"])
     floor_min = gates.V(gates.gates()["mps"]["min_macos"])
     if macos is not None and macos < floor_min:
-        raise EnvkitError(f"macOS {facts.os.version} is older than {floor_min}, the first macOS with MPS", fix=f"update macOS to {floor_min} or newer")
+        raise EnvkitError(f"macOS {facts.os.version} is older than {floor_min}, the first macOS with MPS",
+                          fix=f"update macOS to {floor_min} or newer")
     if channel == "stable":
         choice = Choice(device="mps", backend="pypi", channel="stable", index_url=model.index_for("pypi", "stable"),
                         index_why="PyPI: its macOS arm64 wheels are the MPS builds")

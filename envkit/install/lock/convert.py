@@ -15,16 +15,21 @@ from envkit.install.lock.resolve import size_of
 from envkit.install.lock.targets import Target, platform_of_machine
 
 
-def _target(lock, where: str) -> tuple[Target, str]:
+def _target(lock, where: str) -> tuple[Target, str, str]:
+    """(the pylock target, its Python X.Y for wheel tags, the locked interpreter's full version for
+    requires-python: a package's `>=3.11.5` holds for the 3.11.7 that was locked, not for "3.11")."""
     p = lock.platform
     platform = platform_of_machine(str(p.get("system", "")), str(p.get("arch", "")))
     python = p.get("python_minor") or ".".join(str(p.get("python", "")).split(".")[:2])
+    full = str(p.get("python") or "")
+    if not full.startswith(f"{python}.") or full.count(".") != 2:
+        full = python  # an old lock without the full version: X.Y, as before
     if platform is None or not python:
         raise EnvkitError(f"the lock's platform ({p.get('system')} {p.get('arch')}, Python {python or '?'}) has no pylock target",
                           where=where, fix="lock that machine with `envkit lock --target ...` instead")
     backend = str(p.get("backend") or "")
     build = "mps" if platform == "macos-arm64" else backend if backend and backend != "pypi" else "cpu"
-    return Target(platform, build, f"--from {where}"), python
+    return Target(platform, build, f"--from {where}"), python, full
 
 
 class _Sources:
@@ -50,26 +55,26 @@ class _Sources:
                 self.pages[src, name] = []
         return self.pages[src, name]
 
-    def find(self, name: str, version: str, target: Target, python: str):
+    def find(self, name: str, version: str, target: Target, python: str, full: str):
         """(source, wheel, sha256) of this exact version on the first source that has a wheel of it
-        for the platform, or (None, None, None)."""
+        for the platform and the interpreter's full version, or (None, None, None)."""
         from envkit.install.lock.index_hashes import local_sha256
 
         tags = target.tags(python)
         order = {t: i for i, t in enumerate(tags)}
         for src in self.order:
-            fit = [c for c in self.read(src, name) if str(c.version) == version and c.fits(frozenset(tags), python)
+            fit = [c for c in self.read(src, name) if str(c.version) == version and c.fits(frozenset(tags), full)
                    and (c.sha256 or c.url.startswith("file://"))]
             if fit:
                 cand = min(fit, key=lambda c: min(order.get(t, 10**6) for t in c.tags))
                 return src, cand, cand.sha256 or local_sha256(cand.url)
         return None, None, None
 
-    def versions(self, name: str, target: Target, python: str) -> list[str]:
+    def versions(self, name: str, target: Target, python: str, full: str) -> list[str]:
         from packaging.version import Version
 
         tags = frozenset(target.tags(python))
-        return sorted({str(c.version) for src in self.order for c in self.read(src, name) if c.fits(tags, python)}, key=Version)
+        return sorted({str(c.version) for src in self.order for c in self.read(src, name) if c.fits(tags, full)}, key=Version)
 
 
 def convert(path: Path, output: Path, rest: tuple[list[str], list[str]], say, rest_label: str = "pip's configured sources"
@@ -90,7 +95,7 @@ def convert(path: Path, output: Path, rest: tuple[list[str], list[str]], say, re
                           fix="pass the envkit.lock that `envkit setup` wrote")
     if lock.note:
         say(lock.note, err=True)
-    target, python = _target(lock, where)
+    target, python, full = _target(lock, where)
     srcs = _Sources(lock.index_urls, rest)
     tl = TargetLock(target=target, torch_index=(lock.index_urls or [""])[0])
     missing, elsewhere = [], {}
@@ -99,7 +104,7 @@ def convert(path: Path, output: Path, rest: tuple[list[str], list[str]], say, re
             tl.packages[p.name] = Locked(p.name, p.version, next(iter(lock.index_urls), ""),
                                          Wheel(p.url, p.sha256, p.size or size_of(p.url), p.filename))
             continue
-        src, cand, sha = srcs.find(p.name, p.version, target, python)
+        src, cand, sha = srcs.find(p.name, p.version, target, python, full)
         if cand is None:
             missing.append(p)
             continue
@@ -109,7 +114,7 @@ def convert(path: Path, output: Path, rest: tuple[list[str], list[str]], say, re
                                      Wheel(cand.url, sha, cand.size or size_of(cand.url), cand.filename))
     if missing:
         what = ", ".join(f"{p.name} {p.version}" for p in missing)
-        have = "; ".join(f"{p.name} {', '.join(srcs.versions(p.name, target, python)[-8:]) or '(no wheel for this platform)'}"
+        have = "; ".join(f"{p.name} {', '.join(srcs.versions(p.name, target, python, full)[-8:]) or '(no wheel for this platform)'}"
                          for p in missing)
         raise EnvkitError(f"{what} {'is' if len(missing) == 1 else 'are'} on none of: "
                           f"{sources.tried_text(srcs.order, srcs.unreachable) or 'no source (the lock names no index)'}; "

@@ -41,7 +41,24 @@ def installed(python: str, lock=None) -> tuple[dict[str, str], dict | None]:
     found = probe(python)
     versions = {k: d["version"] for k, d in found.dists.items() if not d.get("editable")}
     project = lock.project if lock is not None else None
+    if project is None and lock is not None:
+        project = _editable_project(found.dists)
     return versions, (installed_for(project, found.dists, found.markers) if project else None)
+
+
+def _editable_project(dists: dict[str, dict]) -> dict | None:
+    """A lock written outside the project (no [tool.envkit.project]) checked against the project's
+    environment: the project installed there in editable mode (`pip install -e '.[test]'`) and what
+    it pulled in are outside the lock's scope, as they are for a lock that names its project. The
+    extras are those its metadata declares; installed_for keeps the ones installed as such."""
+    import re
+
+    editable = sorted(n for n, d in dists.items() if d.get("editable"))
+    if len(editable) != 1:  # none, or several: which one the lock belongs to is not ours to guess
+        return None
+    requires = dists[editable[0]].get("requires") or []
+    extras = sorted({m for line in requires for m in re.findall(r"extra\s*==\s*[\"']([^\"']+)[\"']", line)})
+    return {"name": editable[0], "extras": extras}
 
 
 def project_line(report: dict) -> str | None:

@@ -36,7 +36,7 @@ class Grouping:
             builds.setdefault(t.platform, [])
             if t.build not in builds[t.platform]:
                 builds[t.platform].append(t.build)
-        for plat, names in builds.items():
+        for names in builds.values():
             if "cpu" in names:  # the CPU build is what a box without an accelerator gets: the default
                 names.remove("cpu")
                 names.insert(0, "cpu")

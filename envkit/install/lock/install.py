@@ -56,13 +56,29 @@ def install_command(venv_python: str, sel, lock: LockFile) -> tuple[list[str], b
 
 
 def requirements(sel, paths: list[Path], hashed: bool) -> str:
-    """The checked files and the versions-only pins, each with its sha256 where all have one."""
+    """Every package pinned by name and version, each with its sha256 where all have one. With hashes,
+    the checked files are found by pip in a folder of their own (--find-links, see `checked_folder`),
+    not named by path: pip records a file named by path as a direct URL (PEP 610), and `pip freeze`
+    of the rebuilt venv then shows `torch @ file:///...envkit cache...` where the venv the lock was
+    taken from shows `torch==2.6.0+cpu`. Without hashes, a name could be satisfied from an index by
+    another file, so the checked files are named by path."""
     files = iter(paths)
     lines = []
     for p in sel.picks:
-        line = str(next(files)) if p.has_file else f"{p.name}=={p.version}"
+        line = str(next(files)) if p.has_file and not hashed else f"{p.name}=={p.version}"
         lines.append(line + (f" --hash=sha256:{p.sha256}" if hashed else ""))
     return "\n".join(lines) + "\n"
+
+
+def checked_folder(paths: list[Path], folder: Path) -> list[str]:
+    """pip's options to find exactly the checked wheels: a folder of links to them and nothing else
+    (the cache may hold other builds of the same version)."""
+    if not paths:
+        return []
+    folder.mkdir()
+    for path in paths:
+        (folder / path.name).symlink_to(path.resolve())
+    return ["--find-links", str(folder)]
 
 
 def install_from_lock(lock: LockFile, facts, profile, venv: Path, base_python: str, dry_run: bool, yes: bool,
@@ -111,12 +127,16 @@ def install_from_lock(lock: LockFile, facts, profile, venv: Path, base_python: s
     if dry_run:
         return False
     ui.confirm(yes)
+    from envkit.install.setup.venv_lock import hold_venv
+
+    held = hold_venv(venv, create)  # noqa: F841 - one setup at a time per venv, until this returns
     paths = fetch_verified([p for p in sel.picks if p.has_file], lock.index_urls, sel.target, say)
     want = {k: v for k, v in sel.versions.items() if k in TORCH_FAMILY}
     with tempfile.TemporaryDirectory(prefix="envkit-lock-") as tmp:
         req_file = Path(tmp) / "requirements.txt"
         req_file.write_text(requirements(sel, paths, hashed))
-        install_with_rollback(venv, venv_python, base_python, "pip", create, cmd + ["-r", str(req_file)], want, sel.device,
+        links = checked_folder(paths, Path(tmp) / "wheels") if hashed else []
+        install_with_rollback(venv, venv_python, base_python, "pip", create, cmd + links + ["-r", str(req_file)], want, sel.device,
                               say, after=leave_only_locked(venv_python, extras, sel.versions, lock))
     _write_state(root, profile, venv, venv_python, lock, sel.versions.get("torch"), say)
     return True

@@ -23,6 +23,9 @@ def upgrade(data: dict, where: str) -> dict:
     if data.get("lock_version") != LOCK_VERSION:
         raise EnvkitError(f"not an envkit lock of version {LOCK_VERSION} (lock_version = {data.get('lock_version')!r})",
                           where=where, fix=FIX_CORRUPT)
+    from envkit.install.lock import validate
+
+    validate.check(data, where, FIX_CORRUPT, old=True)
     pkgs = data.get("package", [])
     if not isinstance(pkgs, list) or not all(isinstance(p, dict) and isinstance(p.get("name"), str)
                                              and isinstance(p.get("version"), str) for p in pkgs):

@@ -1,7 +1,8 @@
 """The one reader of envkit's locks, whatever their name or age: a pylock.toml of many targets
 (`envkit lock`, or uv, pdm, pip), an envkit.lock (a pylock of one target: `envkit setup`), or an
-envkit.lock in the old format (old_format.py), all read into one shape. Every problem is one line
-naming the file."""
+envkit.lock in the old format (old_format.py), all read into one shape. Every value is checked
+first (validate.py): a lock is shared, and what it names reaches pip. Every problem is one line
+naming the file (and the entry)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.install.lock import old_format
+from envkit.install.lock import old_format, validate
 from envkit.install.lock.model import Pick, wheel_filename
 
 FIX_PYLOCK = "write it again with `envkit lock`, or restore it from version control"
@@ -26,7 +27,7 @@ def require_pylock(where: str) -> None:
     try:
         from packaging.pylock import Pylock
 
-        Pylock.select  # noqa: B018 (26.0 has the module without select)
+        Pylock.select  # noqa: B018 - reading it is the check: packaging 26.0 has the module without select
     except (ImportError, AttributeError):
         raise EnvkitError("pylock.toml support needs packaging 26.1 or newer", where=where,
                           fix="pip install 'envkit[lock]' (or pip install -U packaging)")
@@ -137,9 +138,11 @@ def read(path: Path) -> LockFile:
     pylock_name = is_pylock(path)
     fix = FIX_PYLOCK if pylock_name else old_format.FIX_CORRUPT
     data = read_toml(path, "envkit lock" if pylock_name else "envkit setup", fix)
-    lock = LockFile(path, data)
     if "lock_version" in data:
-        lock = LockFile(path, old_format.upgrade(data, where), old_format=True)
+        lock = LockFile(path, old_format.upgrade(data, where), old_format=True)  # its values checked there
+    else:
+        validate.check(data, where, fix)  # every value, before anything uses one (validate.py)
+        lock = LockFile(path, data)
     _validate(lock, where, fix)
     if lock.single and "torch" not in lock.versions:
         raise EnvkitError("the lock names no torch", where=where, fix=fix)

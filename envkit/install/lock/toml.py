@@ -47,6 +47,8 @@ def dumps(doc: dict, header: list[str]) -> str:
     """`header`: comment lines (without '#') saying what wrote the file and how it is used."""
     lines = [f"# {h}".rstrip() for h in header] + [""]
     lines += [f"{_k(k)} = {_v(v)}" for k, v in doc.items() if k not in ("packages", "tool") and v is not None]
+    if not doc.get("packages"):  # PEP 751 requires the key: a lock whose every package is pinned by version only
+        lines.append("packages = []")
     lines.append("")
     for p in doc.get("packages", []):
         lines.append("[[packages]]")

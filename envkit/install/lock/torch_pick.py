@@ -122,7 +122,7 @@ def pick_torch(targets: list[Target], request, python: str, channel: str, rest: 
     located = {t: locate(t, request, python, channel, rest, list(links), label) for t in targets}
     fits = {t: [c for c in loc.fitting if request.admits(c.version)] for t, loc in located.items()}
     common = None
-    for t, cands in fits.items():
+    for cands in fits.values():
         have = {c.version.public for c in cands}
         common = have if common is None else common & have
     if not common:

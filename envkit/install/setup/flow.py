@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from envkit.errors import EnvkitError
@@ -21,6 +21,7 @@ from envkit.install.lock.index_hashes import index_hashes
 from envkit.install.setup.options import (DEFAULT_EXTRAS, SetupOptions, index_override, parse_with, pick_installer,
                                           venv_path, venv_python_of)
 from envkit.install.setup.outputs import write_outputs
+from envkit.install.setup.venv_lock import hold_venv
 
 __all__ = ["Installed", "SetupOptions", "run_setup"]
 
@@ -53,13 +54,12 @@ def run_setup(opts: SetupOptions, ui) -> Installed | None:
     lock_in = read(lock_path) if opts.lock and (lock_path.exists() or is_pylock(lock_path)) else None
     venv = venv_path(opts.venv, root)
     base_python = python_opt or sys.executable
-    override, override_why = index_override(opts.index_url)
+    override = index_override(opts.index_url)
 
     from envkit.facts import gather, machine_label
 
     facts = gather(replay, runtime=False, gpu_detail=False, python=None if replay else python_opt)
     profile = load_setup_profile(opts.profile, facts, lock_in, say)
-    asked_installer = opts.installer
     installer = pick_installer(opts.installer, replay=bool(replay))
 
     if lock_in is not None:
@@ -70,87 +70,118 @@ def run_setup(opts: SetupOptions, ui) -> Installed | None:
         return None
 
     from envkit.install.act import plan as planmod
-    from envkit.install.choice.variants import choose
 
-    choice = choose(facts, request, override, override_why, companions)
     venv_python = venv_python_of(venv)
     create = not Path(venv_python).exists()
-    notes: list[str] = []
-    versions, index_used, sources, installed = None, choice.index_url, [], {}
-    resolved = None
-    if replay and not override:
-        notes.append("planned for a recorded machine without reading the index: the version is resolved when it runs there "
-                     "(pass --index-url to resolve against a mirror)")
-    else:
-        from envkit.install.act import interp
-        from envkit.install.choice import resolve
-
-        if replay:
-            py = facts.python
-            tags = interp.computed_tags(py.version or "3.11", py.implementation or "cpython", facts.os.system,
-                                        py.machine or "x86_64", macos=facts.os.version)
-            pyver = py.version or "3.11"
-            installed = {k: v for k, v in facts.packages.items() if v}
-        else:
-            python_here = interp.probe(venv_python if not create else base_python, dists=not create)
-            tags, pyver = python_here.tags, python_here.version
-            installed = python_here.installed if not create else {}
-        missing: dict[str, str] = {}
-        while True:  # the table says a build exists; its index page may disagree (a build withdrawn, a late release)
-            try:
-                resolved = resolve.resolve(choice, request, frozenset(tags), pyver, companions, explicit_index=bool(override),
-                                           extras=[] if no_numpy else list(DEFAULT_EXTRAS),
-                                           pip_python=base_python)
-                break
-            except resolve.NoMatchingTorch as exc:
-                if override or choice.device != "cuda" or choice.backend in missing:
-                    raise
-                missing[choice.backend] = f"{choice.backend}: {choice.index_url} holds no torch {request.text} for this Python"
-                choice = choose(facts, request, override, override_why, companions, missing)
-        versions, index_used, sources = resolved.versions(), resolved.index_url, resolved.sources
-        notes += resolved.notes
-    if index_used is None and installer == "uv":
+    found = read_index(facts, request, companions, override, venv_python=venv_python, create=create, base_python=base_python,
+                       replay=replay, extras=not no_numpy)
+    if found.index_url is None and installer == "uv":
         installer = "pip"
-        notes.append(("--installer uv" if asked_installer == "uv" else "installer auto (uv)")
-                     + ": switching to pip, because torch comes from pip's configured sources (pip.conf, PIP_* variables: "
-                     + ", ".join(sources) + "), which uv does not read")
-    plan = planmod.make_plan(machine=machine_label(facts), profile=profile.name, request=request, choice=choice,
+        found.notes.append(("--installer uv" if opts.installer == "uv" else "installer auto (uv)")
+                           + ": switching to pip, because torch comes from pip's configured sources (pip.conf, PIP_* variables: "
+                           + ", ".join(found.sources) + "), which uv does not read")
+    resolved, versions = found.resolved, found.versions
+    extras = () if no_numpy or (resolved and "numpy" not in resolved.extras) else DEFAULT_EXTRAS
+    plan = planmod.make_plan(machine=machine_label(facts), profile=profile.name, request=request, choice=found.choice,
                              venv=str(venv), python=venv_python, base_python=base_python, create_venv=create,
-                             installer=installer, versions=versions, index_url=index_used, sources=sources,
-                             installed=installed, notes=notes,
-                             wanted=["torch", *companions, *(() if no_numpy or (resolved and "numpy" not in resolved.extras) else DEFAULT_EXTRAS)])
+                             installer=installer, versions=versions, index_url=found.index_url, sources=found.sources,
+                             installed=found.installed, notes=found.notes, wanted=["torch", *companions, *extras])
     ui.show_plan(plan.to_dict(), as_json)
-    if plan.nothing_to_do and dry_run:
-        say(f"nothing to change: {', '.join(f'{k} {v}' for k, v in versions.items())} already installed in {venv} (dry run: nothing written)", err=as_json)
-        return None
     if plan.nothing_to_do:
+        have = ", ".join(f"{k} {v}" for k, v in versions.items())
+        if dry_run:
+            say(f"nothing to change: {have} already installed in {venv} (dry run: nothing written)", err=as_json)
+            return None
+        held = hold_venv(venv, create)  # noqa: F841 - one setup at a time per venv, until this returns
         write_outputs(root, venv, venv_python, profile, plan, facts, lock_path, report=None, cached={}, say=say,
                       quiet_if_same=True)
-        say(f"nothing to change: {', '.join(f'{k} {v}' for k, v in versions.items())} already installed in {venv}", err=as_json)
+        say(f"nothing to change: {have} already installed in {venv}", err=as_json)
         return None
     if dry_run:
         return None
     ui.confirm(yes)
+    held = hold_venv(venv, create)  # noqa: F841 - before the first change; released when this returns (or the process ends)
+    with tempfile.TemporaryDirectory(prefix="envkit-setup-") as tmp:
+        report = Path(tmp) / "pip-report.json"
+        known = _install(found, installer, venv, venv_python, create, base_python, report, say)
+        write_outputs(root, venv, venv_python, profile, plan, facts, lock_path, report=report, cached=found.cached, say=say,
+                      known_hashes=known)
+    return Installed(venv_python, profile, root)
 
+
+@dataclass
+class IndexAnswer:
+    """What reading the index decided: the build (another one where the table's was withdrawn), the
+    versions to install, where they come from, what the environment has now."""
+    choice: object
+    resolved: object | None = None  # choice.resolve's answer; None: planned for a recorded machine, index unread
+    versions: dict | None = None
+    index_url: str | None = None
+    sources: list = field(default_factory=list)
+    installed: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)
+    cached: dict = field(default_factory=dict)  # name -> the wheel file kept in envkit's cache (nightlies)
+
+
+def read_index(facts, request, companions, override, *, venv_python: str, create: bool, base_python: str, replay,
+               extras: bool) -> IndexAnswer:
+    """The build for this machine and the versions its index holds for this Python. With --replay
+    (a recorded machine) the index is read only when --index-url names one."""
+    from envkit.install.choice.variants import choose
+
+    url, why = override
+    choice = choose(facts, request, url, why, companions)
+    if replay and not url:
+        return IndexAnswer(choice, index_url=choice.index_url, notes=[
+            "planned for a recorded machine without reading the index: the version is resolved when it runs there "
+            "(pass --index-url to resolve against a mirror)"])
+    from envkit.install.act import interp
+    from envkit.install.choice import resolve
+
+    if replay:
+        py = facts.python
+        tags = interp.computed_tags(py.version or "3.11", py.implementation or "cpython", facts.os.system,
+                                    py.machine or "x86_64", macos=facts.os.version)
+        pyver = py.version or "3.11"
+        installed = {k: v for k, v in facts.packages.items() if v}
+    else:
+        python_here = interp.probe(venv_python if not create else base_python, dists=not create)
+        tags, pyver = python_here.tags, python_here.version
+        installed = python_here.installed if not create else {}
+    missing: dict[str, str] = {}
+    while True:  # the table says a build exists; its index page may disagree (a build withdrawn, a late release)
+        try:
+            resolved = resolve.resolve(choice, request, frozenset(tags), pyver, companions, explicit_index=bool(url),
+                                       extras=list(DEFAULT_EXTRAS) if extras else [],
+                                       pip_python=base_python)
+            break
+        except resolve.NoMatchingTorch:
+            if url or choice.device != "cuda" or choice.backend in missing:
+                raise
+            missing[choice.backend] = f"{choice.backend}: {choice.index_url} holds no torch {request.text} for this Python"
+            choice = choose(facts, request, url, why, companions, missing)
+    return IndexAnswer(choice, resolved, resolved.versions(), resolved.index_url, resolved.sources, installed, list(resolved.notes))
+
+
+def _install(found: IndexAnswer, installer: str, venv: Path, venv_python: str, create: bool, base_python: str,
+             report: Path, say) -> dict:
+    """Install the plan's versions (rolled back on failure) and return the sha256 of each file."""
     from envkit.install.act import execute
+    from envkit.install.act import plan as planmod
 
-    wheels, cached = {}, {}
+    resolved, versions, index_used = found.resolved, found.versions, found.index_url
+    wheels = {}
     for name, cand in ([("torch", resolved.torch)] + list(resolved.companions.items())):
         if cand.version.is_devrelease:  # nightlies vanish from the index: keep them in envkit's cache
             path = execute.fetch_wheel(cand.url, cand.filename, cand.sha256)
-            wheels[name], cached[name] = str(path), path.name
-    with tempfile.TemporaryDirectory(prefix="envkit-setup-") as tmp:
-        report = Path(tmp) / "pip-report.json"
-        cmd = planmod.install_command(installer, venv_python, versions, index_used, choice.channel,
-                                      str(report) if installer == "pip" else None, wheels)
-        install_with_rollback(venv, venv_python, base_python, installer, create, cmd, versions, verify_device(choice), say)
-        # uv has no `--report`: the hashes come from the index entries the resolver read and pinned
-        known = index_hashes(venv_python, [("torch", resolved.torch)] + list(resolved.companions.items())
-                              + list(resolved.extras.items()),
-                              index_used if installer == "uv" else None, installed)
-        write_outputs(root, venv, venv_python, profile, plan, facts, lock_path, report=report, cached=cached, say=say,
-                      known_hashes=known)
-    return Installed(venv_python, profile, root)
+            wheels[name], found.cached[name] = str(path), path.name
+    cmd = planmod.install_command(installer, venv_python, versions, index_used, found.choice.channel,
+                                  str(report) if installer == "pip" else None, wheels)
+    install_with_rollback(venv, venv_python, base_python, installer, create, cmd, versions, verify_device(found.choice), say)
+    # uv has no `--report`: the hashes come from the index entries the resolver read and pinned
+    return index_hashes(venv_python, [("torch", resolved.torch)] + list(resolved.companions.items())
+                        + list(resolved.extras.items()),
+                        index_used if installer == "uv" else None, found.installed)
 
 
 class _Profile:

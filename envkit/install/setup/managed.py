@@ -44,7 +44,8 @@ def find_managed(start: Path | None = None) -> Managed | None:
     """The nearest .envkit/state.json in `start` (default: cwd) or its parents, if its Python exists.
     ENVKIT_HOME points at a .envkit folder explicitly."""
     explicit = os.environ.get("ENVKIT_HOME")
-    candidates = [Path(explicit)] if explicit else [p / MANAGED_DIR for p in [(start or Path.cwd()).resolve(), *(start or Path.cwd()).resolve().parents]]
+    here = (start or Path.cwd()).resolve()
+    candidates = [Path(explicit)] if explicit else [p / MANAGED_DIR for p in [here, *here.parents]]
     for root in candidates:
         state_path = root / STATE_FILE
         if state_path.is_file():

@@ -43,7 +43,7 @@ def write_outputs(root: Path, venv: Path, venv_python: str, profile, plan, facts
         previous=previous, cached=cached,
         envkit_version=__version__, project=read_project(lock_path.absolute().parent))
     if record.write(lock_path, lock):
-        say(f"wrote {lock_path}", err=True)
+        say(lock_news(lock_path, previous), err=True)
     state = {"profile": profile.name, "venv": str(venv), "python": venv_python, "torch": python_here.installed.get("torch"),
              "index_url": strip_userinfo(plan.index_url) if plan.index_url else None, "lock": str(lock_path.resolve())}
     state_file = root / "state.json"
@@ -64,3 +64,26 @@ def write_outputs(root: Path, venv: Path, venv_python: str, profile, plan, facts
             return
         if written:
             say("wrote " + ", ".join(str(p) for p in written), err=True)
+
+
+def lock_news(path: Path, previous) -> str:
+    """What a rewritten envkit.lock changed, and why: setup locks everything the venv holds, so a
+    package installed by hand since the last setup (`pip install -e '.[test]'`) enters the lock,
+    and a second setup says so rather than a bare "wrote envkit.lock"."""
+    from envkit.install.lock.read import read
+
+    if previous is None:
+        return f"wrote {path}"
+    before, after = previous.versions, read(path).versions
+    added = [f"{n} {after[n]}" for n in sorted(set(after) - set(before))]
+    removed = [f"{n} {before[n]}" for n in sorted(set(before) - set(after))]
+    changed = [f"{n} {before[n]} -> {after[n]}" for n in sorted(set(before) & set(after)) if before[n] != after[n]]
+    parts = [f"{len(group)} {what}: {_first(group)}" for group, what in
+             ((added, "added"), (removed, "removed"), (changed, "changed")) if group]
+    if not parts:
+        return f"updated {path}: the same {len(after)} versions, recorded anew (wheel hashes, the profile or the platform)"
+    return f"updated {path} to what the venv holds now: " + "; ".join(parts)
+
+
+def _first(items: list[str], shown: int = 5) -> str:
+    return ", ".join(items[:shown]) + (f" and {len(items) - shown} more" if len(items) > shown else "")

@@ -165,25 +165,25 @@ def _load(files, kind: str, labels: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def cifar(cfg, seed: int) -> DataBundle:
-    d = cfg.values["dataset"]
-    kind = d["type"]
-    labels = d.get("labels", "fine") if kind == "cifar100" else "fine"
-    if not d["path"]:
+    d = cfg.dataset
+    kind = d.type
+    labels = d.labels if kind == "cifar100" else "fine"
+    if not d.path:
         raise EnvkitError(f"dataset type {kind} needs a path", where="dataset.path",
                           fix=f"point it at {cifar_files.FORMATS[kind].folder}/ (from {cifar_files.DOWNLOAD})")
-    folder = cifar_files.check_folder(resolve_path(cfg, d["path"]), kind, where=f"dataset.path {d['path']}")
+    folder = cifar_files.check_folder(resolve_path(cfg, d.path), kind, where=f"dataset.path {d.path}")
     fmt = cifar_files.FORMATS[kind]
     x, y = _load([folder / n for n in fmt.train], kind, labels)
     xv, yv = _load([folder / fmt.test], kind, labels)
     k = cifar_files.num_classes(kind, labels)
     notes = [f"{kind}: {len(y)} training and {len(yv)} test images, {k} {labels} classes, from {folder}"
-             + ("" if d["augment"] else " (no augmentation)")]
-    if d["label_noise"] > 0:
-        y, flipped = flip_labels(y, d["label_noise"], k, seed)
-        notes.append(note(flipped, len(y), d["label_noise"], seed))
+             + ("" if d.augment else " (no augmentation)")]
+    if d.label_noise > 0:
+        y, flipped = flip_labels(y, d.label_noise, k, seed)
+        notes.append(note(flipped, len(y), d.label_noise, seed))
     mean, std = channel_stats(x)
     counts = torch.bincount(y, minlength=k)
     val_counts = torch.bincount(yv, minlength=k)
-    return DataBundle("classify", CifarImages(x, y, mean, std, d["augment"], seed), CifarImages(xv, yv, mean, std, False, seed),
+    return DataBundle("classify", CifarImages(x, y, mean, std, d.augment, seed), CifarImages(xv, yv, mean, std, False, seed),
                       {"num_classes": k, "in_channels": 3, "image_size": 32},
                       baseline_loss=label_entropy(counts), chance_accuracy=float(val_counts.max()) / len(yv), notes=notes)

@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import Dataset
 
 from envkit.errors import EnvkitError
-from envkit.train.data.bundle import DataBundle, ResumableBatchSampler, label_entropy
+from envkit.train.data.bundle import DataBundle, label_entropy
 from envkit.train.data.cifar import cifar
 from envkit.train.data.imagefolder import imagefolder
 from envkit.train.data.paths import resolve_path
@@ -98,14 +98,15 @@ class ClassImages(Dataset):
 # ---------------------------------------------------------------- builders
 
 
-BUILTIN_DATASETS = ("synthetic", "text", "npz", "tokens", "cifar10", "cifar100", "imagefolder")  # dataset.type values envkit reads itself (anything else: a factory)
+# dataset.type values envkit reads itself (anything else: a factory)
+BUILTIN_DATASETS = ("synthetic", "text", "npz", "tokens", "cifar10", "cifar100", "imagefolder")
 
 
 def build_data(cfg, *, seed: int) -> DataBundle:
-    d = cfg.values["dataset"]
-    kind = d["type"]
+    d = cfg.dataset
+    kind = d.type
     if kind == "synthetic":
-        return {"arithmetic": arithmetic, "teacher": teacher, "images": images}[d["task"]](cfg, seed)
+        return {"arithmetic": arithmetic, "teacher": teacher, "images": images}[d.task](cfg, seed)
     if kind == "text":
         return text(cfg)
     if kind == "npz":
@@ -122,21 +123,21 @@ def build_data(cfg, *, seed: int) -> DataBundle:
 def arithmetic(cfg, seed: int) -> DataBundle:
     """Lines like `07+45=052\\n` (fixed width). Held-out operand pairs form the validation set, so
     exact-match accuracy measures addition learned, not memorised."""
-    d, block = cfg.values["dataset"], cfg.values["model"]["block_size"]
-    nd = d["digits"]
+    d, block = cfg.dataset, cfg.model.block_size
+    nd = d.digits
     base = 10 ** nd
     stoi = {c: i for i, c in enumerate(ARITH_VOCAB)}
     line_len = 3 * nd + 4
     g = torch.Generator().manual_seed(seed)
     total = base * base
-    n_val = max(1, int(total * d["val_fraction"])) if total <= 1 << 22 else 4096
+    n_val = max(1, int(total * d.val_fraction)) if total <= 1 << 22 else 4096
     if total <= 1 << 22:
         perm = torch.randperm(total, generator=g)
         val_pairs, train_pool = perm[:n_val], perm[n_val:]
-        train_ids = train_pool[torch.randint(len(train_pool), (d["num_samples"],), generator=g)]
+        train_ids = train_pool[torch.randint(len(train_pool), (d.num_samples,), generator=g)]
     else:  # huge operand spaces: sample both sets; an overlap is vanishingly rare
         val_pairs = torch.randint(total, (n_val,), generator=g)
-        train_ids = torch.randint(total, (d["num_samples"],), generator=g)
+        train_ids = torch.randint(total, (d.num_samples,), generator=g)
 
     def encode(ids: torch.Tensor) -> torch.Tensor:
         a, b = ids // base, ids % base
@@ -151,7 +152,7 @@ def arithmetic(cfg, seed: int) -> DataBundle:
         raise EnvkitError(f"model.block_size {block} is longer than the validation text ({len(val_tokens)} tokens)",
                           where="model.block_size", fix="lower model.block_size or raise dataset.val_fraction")
     counts = torch.bincount(train_tokens, minlength=len(ARITH_VOCAB))
-    n_score = cfg.values["eval"]["accuracy_samples"]
+    n_score = cfg.eval.accuracy_samples
     score_ids = val_pairs[:n_score]
 
     @torch.no_grad()
@@ -177,15 +178,15 @@ def arithmetic(cfg, seed: int) -> DataBundle:
 
 def teacher(cfg, seed: int) -> DataBundle:
     """x ~ N(0, I); y = argmax of a fixed random 2-layer network (the teacher)."""
-    d = cfg.values["dataset"]
+    d = cfg.dataset
     g = torch.Generator().manual_seed(seed)
-    dim, k = d["input_dim"], d["num_classes"]
+    dim, k = d.input_dim, d.num_classes
     w1 = torch.randn(dim, 64, generator=g) / math.sqrt(dim)
     w2 = torch.randn(64, k, generator=g) / math.sqrt(64)
-    n_val = max(256, int(d["num_samples"] * d["val_fraction"]))
-    x = torch.randn(d["num_samples"] + n_val, dim, generator=g)
+    n_val = max(256, int(d.num_samples * d.val_fraction))
+    x = torch.randn(d.num_samples + n_val, dim, generator=g)
     y = (torch.tanh(x @ w1) @ w2).argmax(1)
-    n = d["num_samples"]
+    n = d.num_samples
     counts = torch.bincount(y[:n], minlength=k)
     return DataBundle("classify", TensorPairs(x[:n], y[:n]), TensorPairs(x[n:], y[n:]), {"input_dim": dim, "num_classes": k},
                       baseline_loss=label_entropy(counts), chance_accuracy=float(counts.max()) / n,
@@ -193,17 +194,17 @@ def teacher(cfg, seed: int) -> DataBundle:
 
 
 def images(cfg, seed: int) -> DataBundle:
-    d = cfg.values["dataset"]
+    d = cfg.dataset
     g = torch.Generator().manual_seed(seed)
-    k, s = d["num_classes"], d["image_size"]
+    k, s = d.num_classes, d.image_size
     coarse = torch.randn(k, 3, 4, 4, generator=g)
     protos = torch.nn.functional.interpolate(coarse, size=(s, s), mode="bilinear", align_corners=False)
     protos = (protos - protos.mean()) / protos.std()
-    n_val = max(256, int(d["num_samples"] * d["val_fraction"]))
-    train = ClassImages(protos, d["num_samples"], seed, d["noise"])
-    val = ClassImages(protos, n_val, seed, d["noise"], offset=10 ** 9)
+    n_val = max(256, int(d.num_samples * d.val_fraction))
+    train = ClassImages(protos, d.num_samples, seed, d.noise)
+    val = ClassImages(protos, n_val, seed, d.noise, offset=10 ** 9)
     return DataBundle("classify", train, val, {"num_classes": k, "in_channels": 3}, baseline_loss=math.log(k),
-                      chance_accuracy=1.0 / k, notes=[f"images: {k} classes of {s}x{s} patterns, noise {d['noise']}"])
+                      chance_accuracy=1.0 / k, notes=[f"images: {k} classes of {s}x{s} patterns, noise {d.noise}"])
 
 
 def _read_text(path: Path, level: str) -> bytes | str:
@@ -216,42 +217,42 @@ def _read_text(path: Path, level: str) -> bytes | str:
 
 
 def text(cfg) -> DataBundle:
-    d, block = cfg.values["dataset"], cfg.values["model"]["block_size"]
-    path = resolve_path(cfg, d["path"])
-    raw = _read_text(path, d["level"])
-    if d["level"] == "byte":
+    d, block = cfg.dataset, cfg.model.block_size
+    path = resolve_path(cfg, d.path)
+    raw = _read_text(path, d.level)
+    if d.level == "byte":
         tokens, vocab = torch.tensor(list(raw), dtype=torch.long), 256
         itos = None
     else:
         chars = sorted(set(raw))
         stoi = {c: i for i, c in enumerate(chars)}
         tokens, vocab, itos = torch.tensor([stoi[c] for c in raw], dtype=torch.long), len(chars), "".join(chars)
-    n_val = int(len(tokens) * d["val_fraction"])
+    n_val = int(len(tokens) * d.val_fraction)
     train_t, val_t = tokens[:len(tokens) - n_val], tokens[len(tokens) - n_val:]
     if len(val_t) <= block + 1 or len(train_t) <= block + 1:
-        raise EnvkitError(f"the text ({len(tokens)} tokens) is too short for block_size {block} with val_fraction {d['val_fraction']}",
-                          where=f"dataset.path {d['path']}", fix="use more text or lower model.block_size")
+        raise EnvkitError(f"the text ({len(tokens)} tokens) is too short for block_size {block} with val_fraction {d.val_fraction}",
+                          where=f"dataset.path {d.path}", fix="use more text or lower model.block_size")
     counts = torch.bincount(train_t, minlength=vocab)
     info = {"vocab_size": vocab, "block_size": block}
     if itos:
         info["itos"] = itos
     return DataBundle("lm", TokenWindows(train_t, block), TokenWindows(val_t, block, stride=max(1, block // 2)), info,
                       baseline_loss=label_entropy(counts), tokens_per_sample=block,
-                      notes=[f"text: {len(tokens)} {d['level']} tokens, vocab {vocab}"])
+                      notes=[f"text: {len(tokens)} {d.level} tokens, vocab {vocab}"])
 
 
 def npz(cfg) -> DataBundle:
-    d = cfg.values["dataset"]
+    d = cfg.dataset
     try:
         import numpy as np
     except ImportError:
         raise EnvkitError("dataset type npz needs numpy in the training environment", where="dataset.type",
                           fix="pip install numpy")
-    path = resolve_path(cfg, d["path"])
+    path = resolve_path(cfg, d.path)
     try:
         arrays = dict(np.load(path, allow_pickle=False))
-    except Exception as exc:  # noqa: BLE001
-        raise EnvkitError(f"cannot read npz: {exc}", where=f"dataset.path {d['path']}")
+    except Exception as exc:  # noqa: BLE001 - numpy raises ValueError, OSError, zipfile.BadZipFile... for a bad file
+        raise EnvkitError(f"cannot read npz: {exc}", where=f"dataset.path {d.path}")
 
     def pick(*names):
         for n in names:
@@ -262,7 +263,7 @@ def npz(cfg) -> DataBundle:
     x, y = pick("x", "x_train", "X"), pick("y", "y_train", "Y")
     if x is None or y is None:
         raise EnvkitError(f"the npz needs arrays x and y (or x_train/y_train); it has {', '.join(arrays) or 'none'}",
-                          where=f"dataset.path {d['path']}")
+                          where=f"dataset.path {d.path}")
     xv, yv = pick("x_val", "x_test"), pick("y_val", "y_test")
 
     def to_x(a):
@@ -276,7 +277,7 @@ def npz(cfg) -> DataBundle:
 
     X, Y = to_x(x), torch.from_numpy(np.asarray(y)).long().view(-1)
     if xv is None or yv is None:
-        n_val = max(1, int(len(Y) * d["val_fraction"]))
+        n_val = max(1, int(len(Y) * d.val_fraction))
         Xv, Yv, X, Y = X[-n_val:], Y[-n_val:], X[:-n_val], Y[:-n_val]
     else:
         Xv, Yv = to_x(xv), torch.from_numpy(np.asarray(yv)).long().view(-1)
@@ -293,14 +294,14 @@ def npz(cfg) -> DataBundle:
 def from_factory(cfg, seed: int) -> DataBundle:
     """`factory(seed=..., block_size=..., **kwargs)` returns {"train": Dataset, "val": Dataset,
     "kind": "lm" | "classify", "info": {...}} (info feeds the model: vocab_size or num_classes...)."""
-    d = cfg.values["dataset"]
-    fn = import_factory(d["type"], "dataset")
-    extra = {k: v for k, v in {"seed": seed, "block_size": cfg.values["model"]["block_size"]}.items() if k in accepted_args(fn)}
-    out = fn(**(d.get("kwargs") or {}), **extra)
+    d = cfg.dataset
+    fn = import_factory(d.type, "dataset")
+    extra = {k: v for k, v in {"seed": seed, "block_size": cfg.model.block_size}.items() if k in accepted_args(fn)}
+    out = fn(**(d.kwargs or {}), **extra)
     if not isinstance(out, dict) or "train" not in out or "val" not in out:
-        raise EnvkitError(f"{d['type']} must return a dict with train and val datasets (and kind, info)", where="dataset.type")
+        raise EnvkitError(f"{d.type} must return a dict with train and val datasets (and kind, info)", where="dataset.type")
     kind = out.get("kind", "classify")
     if kind not in ("lm", "classify"):
-        raise EnvkitError(f"{d['type']} returned kind {kind!r}; expected lm or classify", where="dataset.type")
+        raise EnvkitError(f"{d.type} returned kind {kind!r}; expected lm or classify", where="dataset.type")
     return DataBundle(kind, out["train"], out["val"], dict(out.get("info", {})),
-                      tokens_per_sample=cfg.values["model"]["block_size"] if kind == "lm" else 1)
+                      tokens_per_sample=cfg.model.block_size if kind == "lm" else 1)

@@ -115,13 +115,13 @@ def scan(folder: Path, where: str) -> tuple[list[str], list[tuple[str, int]]]:
 
 
 def imagefolder(cfg, seed: int) -> DataBundle:
-    d = cfg.values["dataset"]
-    where = f"dataset.path {d['path']}"
-    if not d["path"]:
+    d = cfg.dataset
+    where = f"dataset.path {d.path}"
+    if not d.path:
         raise EnvkitError("dataset type imagefolder needs a path (a folder with train/ and val/)", where="dataset.path")
     pil_images.pillow()  # missing: one line now, not in a worker at the first batch
-    root = resolve_path(cfg, d["path"])
-    size = d["image_size"]
+    root = resolve_path(cfg, d.path)
+    size = d.image_size
     classes, train_samples = scan(_split(root, SPLITS[0], where), where)
     val_classes, val_samples = scan(_split(root, SPLITS[1], where), where)
     if classes != val_classes:
@@ -129,12 +129,12 @@ def imagefolder(cfg, seed: int) -> DataBundle:
     k = len(classes)
     y = torch.tensor([label for _, label in train_samples], dtype=torch.long)
     notes = [f"imagefolder: {len(train_samples)} training and {len(val_samples)} validation images, {k} classes, {size}px, from {root}"]
-    if d["label_noise"] > 0:
-        y, flipped = flip_labels(y, d["label_noise"], k, seed)
+    if d.label_noise > 0:
+        y, flipped = flip_labels(y, d.label_noise, k, seed)
         train_samples = [(path, int(label)) for (path, _), label in zip(train_samples, y.tolist())]
-        notes.append(note(flipped, len(y), d["label_noise"], seed))
-    skipped = SkippedFiles() if d["on_bad_file"] == "skip" else None
-    train = FolderImages(train_samples, size, "random" if d["augment"] else "center", seed, skipped)
+        notes.append(note(flipped, len(y), d.label_noise, seed))
+    skipped = SkippedFiles() if d.on_bad_file == "skip" else None
+    train = FolderImages(train_samples, size, "random" if d.augment else "center", seed, skipped)
     val = FolderImages(val_samples, size, "val", seed, skipped)
 
     def check_batch(batch):

@@ -165,9 +165,9 @@ def tokens(cfg):
 
     import torch
 
-    d, block = cfg.values["dataset"], cfg.values["model"]["block_size"]
-    bs = cfg.values["training"]["batch_size"]
-    tf = check_token_folder(resolve_path(cfg, d["path"]), d["dtype"], d["vocab_size"], batch_tokens=bs * (block + 1))
+    d, block = cfg.dataset, cfg.model.block_size
+    bs = cfg.training.batch_size
+    tf = check_token_folder(resolve_path(cfg, d.path), d.dtype, d.vocab_size, batch_tokens=bs * (block + 1))
     # Training windows are read in DataLoader workers, where an exception arrives as a traceback:
     # they are checked in the trainer's process instead (check_batch); validation reads in-process.
     train = TokenFile(tf.train, tf.dtype, tf.n_train, block, tf.vocab_size, check=False)

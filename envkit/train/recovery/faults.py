@@ -13,6 +13,9 @@ Testing hook (like the self-test's ENVKIT_SELFTEST_INJECT):
   ENVKIT_TRAIN_INJECT="oom@5,nan@8,device@12,diskfull@6"
 raises that fault while optimizer step N is made (diskfull: when checkpoint step N is written;
 diskfull@start: when `envkit run` writes the run's files before training).
+  ENVKIT_TRAIN_INJECT="diskfull-metrics@34"  (also diskfull-log, diskfull-heartbeat, diskfull-summary)
+fills the disk while that file is written at step N: an append (metrics.jsonl, train.log) after half
+its line is written, a whole-file write (heartbeat.json, summary.json) before it is renamed.
 Each fires once per run folder (recorded in faults.jsonl), so a restarted or resumed run goes on.
   ENVKIT_TRAIN_INJECT="oom-above=16"
 makes every step whose micro-batch is above 16 samples raise the device's out-of-memory error, as
@@ -20,6 +23,9 @@ a device whose memory holds 16 samples would: the trainer splits, bench and tune
 fit" and search below it (so CI drives those paths on the CPU).
   ENVKIT_TRAIN_INJECT="sleep=0.05"
 makes every step that much slower, so a test can signal a run mid-training on any machine.
+  ENVKIT_TRAIN_INJECT="slow@N"
+makes optimizer step N take SLOW_STEP seconds more (once per run folder): a step far longer than
+any test waits, to kill or signal a run in the middle of one.
 Needs only torch and the standard library (it runs in the trainer's child process).
 """
 
@@ -33,7 +39,10 @@ from pathlib import Path
 
 ENV_INJECT = "ENVKIT_TRAIN_INJECT"
 ENV_DEVICE = "ENVKIT_TRAIN_DEVICE"  # set by the child for itself after a switch to the CPU
-KINDS = ("oom", "nan", "device", "diskfull")
+WRITE_FAULTS = {"metrics.jsonl": "diskfull-metrics", "train.log": "diskfull-log", "heartbeat.json": "diskfull-heartbeat",
+                "summary.json": "diskfull-summary"}
+KINDS = ("oom", "nan", "device", "diskfull", "slow", *WRITE_FAULTS.values())
+SLOW_STEP = 300.0  # seconds: slow@N
 OOM_ABOVE = "oom-above"  # oom-above=N: a pretend device memory that holds N samples per micro-batch
 SLEEP = "sleep"  # sleep=SECONDS: added to every step
 EVENTS = "faults.jsonl"
@@ -46,11 +55,15 @@ def record(run_dir: Path, event: dict) -> None:
     """Append one event to RUN_DIR/faults.jsonl (rank 0 only), flushed to disk."""
     if int(os.environ.get("RANK", "0")) != 0:
         return
+    from envkit.fsutil import append_line, open_append
+
     line = json.dumps({"time": time.time(), **event}, default=str)
-    with open(Path(run_dir) / EVENTS, "a", encoding="utf-8") as fh:
-        fh.write(line + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+    fd = open_append(Path(run_dir) / EVENTS)  # never through a symlink planted in the run folder
+    try:
+        append_line(fd, (line + "\n").encode("utf-8"), Path(run_dir) / EVENTS)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def events(run_dir: Path) -> list[dict]:
@@ -111,7 +124,8 @@ def oom_above() -> int | None:
             if not value.strip().isdigit():
                 from envkit.errors import EnvkitError
 
-                raise EnvkitError(f"bad fault {part.strip()!r}", where=ENV_INJECT, fix=f"{OOM_ABOVE}=N with N a number of samples, e.g. {OOM_ABOVE}=16")
+                raise EnvkitError(f"bad fault {part.strip()!r}", where=ENV_INJECT,
+                                  fix=f"{OOM_ABOVE}=N with N a number of samples, e.g. {OOM_ABOVE}=16")
             return int(value)
     return None
 
@@ -150,6 +164,8 @@ def inject_before_step(run_dir: Path, step: int, model, micro_batch: int | None 
     limit = oom_above()
     if limit is not None and micro_batch is not None and micro_batch > limit:
         raise injected_oom(micro_batch, limit)
+    if take(run_dir, "slow", step):
+        time.sleep(SLOW_STEP)
     if take(run_dir, "oom", step):
         raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate 20.00 GiB (injected by {ENV_INJECT} at step {step})")
     if take(run_dir, "device", step):
@@ -162,6 +178,13 @@ def inject_before_step(run_dir: Path, step: int, model, micro_batch: int | None 
 
 def inject_disk_full(run_dir: Path, step: int) -> bool:
     return bool(os.environ.get(ENV_INJECT)) and take(run_dir, "diskfull", step)
+
+
+def inject_write_full(run_dir: Path, name: str, step: int) -> bool:
+    """diskfull-metrics@N and the like: the disk is full as `name` is first written at step N or later."""
+    if not os.environ.get(ENV_INJECT) or name not in WRITE_FAULTS:
+        return False
+    return any(k == WRITE_FAULTS[name] and step >= at and take(run_dir, k, at) for k, at in planned())
 
 
 def disk_full_error(path: Path) -> OSError:
@@ -299,8 +322,13 @@ def switch_device(run_dir: Path, policy: str, exc: BaseException) -> None:
             f"last checkpoint {how} (device.fallback: {policy})")
     record(run_dir, {"event": "device_switch", "from": device, "to": "cpu" if switch == "cpu" else f"{device}+cpu-fallback",
                      "switch": switch, "step": summary.get("steps"), "error": f"{type(exc).__name__}: {first}"})
-    with open(Path(run_dir) / "train.log", "a", encoding="utf-8") as fh:
-        fh.write(time.strftime("%Y-%m-%d %H:%M:%S ") + line + "\n")
+    from envkit.fsutil import append_line, open_append
+
+    fd = open_append(Path(run_dir) / "train.log")
+    try:
+        append_line(fd, (time.strftime("%Y-%m-%d %H:%M:%S ") + line + "\n").encode("utf-8"), Path(run_dir) / "train.log")
+    finally:
+        os.close(fd)
     print(line, file=sys.stderr, flush=True)
     sys.stdout.flush()
     os.execve(sys.executable, restart_argv(sys.orig_argv), child_env_for(switch))

@@ -1,5 +1,6 @@
 """The run itself. Read in this order: `schema` and `config` (train.yaml -> a validated Config),
-`launcher` (the parent: run folder, environment, child or torchrun), `child` (the trainer's
+`launcher` (the parent: given a plan from envkit/plan/, the run's files, the child and its
+signals), `torchrun` (the child's command line, one process or torchrun), `child` (the trainer's
 process), `loop` (the loop, top to bottom). One training step is four files: `step` (train_step:
 forward, backward, clip, step; `LossModule`), `state` (`TrainState`, the step clock,
 `TrainResult` -> summary.json), `trainer` (what the step trains with: `Trainer`, built once;

@@ -38,7 +38,7 @@ class Choice:
 
 
 def is_auto(cfg) -> bool:
-    return cfg.values["training"]["batch_size"] == AUTO
+    return cfg.training.batch_size == AUTO
 
 
 def _gb(mb: float) -> str:
@@ -103,7 +103,8 @@ def choose(probes: list[dict], *, fraction: float, cap: int, world: int = 1, mea
     if per_sample is not None:
         note += f" ({per_sample:,.1f} MB per sample + {_gb(fixed)})"
     if budget is not None:
-        note += f"; budget {_gb(budget)} ({fraction:.0%} of {_gb(total)}" + (", within what is free" if free is not None and free < fraction * total else "") + ")"
+        within = ", within what is free" if free is not None and free < fraction * total else ""
+        note += f"; budget {_gb(budget)} ({fraction:.0%} of {_gb(total)}{within})"
     if limits:
         note += "; " + "; ".join(limits)
     return Choice(batch, note, probes)
@@ -133,19 +134,17 @@ def search(run_probe, **rule) -> Choice:
 
 
 def resolve(cfg, *, python: str, env: dict, child_entry: Path, torch_settings: dict | None, world: int = 1,
-            device: str | None = None, echo=print) -> Choice:
-    """Probe (on `device`, else the config's device), choose, and write the batch into cfg
-    (declared auto: the config hash keeps `auto`)."""
-    T = cfg.values["training"]
+            device: str | None = None, echo=print) -> tuple[object, Choice]:
+    """Probe (on `device`, else the config's device) and choose: (cfg with the batch derived, the choice).
+    The declared batch stays auto, and so does the config hash."""
+    T = cfg.training
 
     def run_probe(batch: int) -> dict:
         echo(f"training.batch_size auto: probing one step at batch {batch} ...")
         with tempfile.TemporaryDirectory(prefix="envkit-batch-probe-") as tmp:
             stage = Path(tmp)
-            resolved = cfg.resolved()
-            resolved["values"]["training"]["batch_size"] = batch
-            if device:
-                resolved["values"]["device"]["type"] = device
+            staged = cfg.derive(KEY, batch)
+            resolved = (staged.derive("device.type", device) if device else staged).resolved()
             resolved["torch_settings"] = torch_settings
             atomic_write_text(stage / "config.json", json.dumps(resolved, default=str))
             out = stage / "probe.json"
@@ -157,20 +156,17 @@ def resolve(cfg, *, python: str, env: dict, child_entry: Path, torch_settings: d
                                   where=KEY, fix="set training.batch_size to a number, or run `envkit run` with --debug")
             return json.loads(out.read_text())
 
-    choice = search(run_probe, fraction=float(T["memory_fraction"]), cap=int(T["batch_size_max"]), world=world)
-    T["batch_size"] = choice.batch
-    cfg.declared[KEY] = AUTO
-    cfg.origin[KEY] = "auto: " + choice.note.split(": ", 1)[1]
-    return choice
+    choice = search(run_probe, fraction=float(T.memory_fraction), cap=int(T.batch_size_max), world=world)
+    return cfg.derive(KEY, choice.batch, origin="auto: " + choice.note.split(": ", 1)[1]), choice
 
 
-def keep_resumed(cfg, saved: dict) -> bool:
+def keep_resumed(cfg, saved: dict):
     """Resuming a run whose batch was decided by a probe: keep that batch (its checkpoints and data
-    position were written at it). True when the saved batch was taken."""
-    values = (saved.get("values") or {}).get("training") or {}
-    if (saved.get("declared") or {}).get(KEY) != AUTO or not isinstance(values.get("batch_size"), int):
-        return False
-    cfg.values["training"]["batch_size"] = values["batch_size"]
-    cfg.declared[KEY] = AUTO
-    cfg.origin[KEY] = (saved.get("origin") or {}).get(KEY, "auto")
-    return True
+    position were written at it). cfg with the saved batch derived, or None when there is none.
+    `saved` is the run's config.json, written by this envkit or one before the typed config."""
+    from envkit.train.run.config import Config
+
+    batch = Config.from_resolved(saved).derived.get(KEY) if saved.get("values") else None
+    if not isinstance(batch, int) or isinstance(batch, bool):
+        return None
+    return cfg.derive(KEY, batch, origin=(saved.get("origin") or {}).get(KEY, "auto"))

@@ -14,15 +14,13 @@ import sys
 from pathlib import Path
 
 
-def probe_config(cfg) -> None:
+def probe_config(cfg):
     """The config as a probe runs it: one step at its batch, no eval, checkpoint, tracker or workers."""
-    v = cfg.values
-    v["training"].update(compile=False, epochs=None, max_steps=10**9, empty_cache_every=0)
-    v["eval"]["every_steps"] = 0
-    v["checkpoint"]["every_steps"] = 0
-    v["logging"].update(progress="none", trackers=[])
-    v["device"].update(fallback_to_cpu=False, fallback="none")
-    v["dataloader"].update(num_workers=0, persistent_workers=False, prefetch_factor=None)
+    return cfg.replace_many({
+        "training.compile": False, "training.epochs": None, "training.max_steps": 10**9, "training.empty_cache_every": 0,
+        "eval.every_steps": 0, "checkpoint.every_steps": 0, "logging.progress": "none", "logging.trackers": [],
+        "device.fallback_to_cpu": False, "device.fallback": "none",
+        "dataloader.num_workers": 0, "dataloader.persistent_workers": False, "dataloader.prefetch_factor": None})
 
 
 def device_memory_mb(device_type: str) -> tuple[float | None, float | None]:
@@ -72,13 +70,13 @@ def probe(cfg, run_dir: Path, torch_settings: dict | None = None) -> dict:
     from envkit.train.recovery.guards import resolve_device
     from envkit.train.run.loop import train
 
-    probe_config(cfg)
-    batch = int(cfg.values["training"]["batch_size"])
-    device_type = resolve_device(cfg.values["device"]["type"], False, lambda _m: None)
+    cfg = probe_config(cfg)
+    batch = int(cfg.training.batch_size)
+    device_type = resolve_device(cfg.device.type, False, lambda _m: None)
     if device_type == "cuda":
         torch.cuda.init()
     total, free = device_memory_mb(device_type)
-    examples = len(build_data(cfg, seed=int(cfg.values["experiment"]["seed"])).train)
+    examples = len(build_data(cfg, seed=int(cfg.experiment.seed)).train)
     out = {"batch": batch, "device": device_type, "total_mb": total, "free_mb": free, "train_examples": examples}
     if batch > examples:
         return {**out, "status": "small-data"}

@@ -13,6 +13,7 @@ temporary file removed, the previous checkpoints untouched."""
 from __future__ import annotations
 
 import contextlib
+import os
 import errno
 import io
 import random
@@ -22,7 +23,8 @@ from pathlib import Path
 import torch
 
 from envkit.train.run import sharded_checkpoint as sharded
-from envkit.train.run.verified_file import TRAILER, CorruptCheckpoint, verified_bytes, write_verified  # noqa: F401 - kept importable from here
+from envkit.train.run.verified_file import CorruptCheckpoint, verified_bytes, write_verified
+from envkit.errors import EnvkitError
 from envkit.train.recovery.guards import TrainingStopped
 
 NAME = re.compile(r"^step_(\d+)\.(?:pt|dcp)$")  # .dcp: a folder, training.parallel fsdp (sharded_checkpoint.py)
@@ -154,7 +156,6 @@ def _stat_key(path: Path) -> tuple[int, int, int] | None:
 
 
 def _move_aside(path: Path, log=None) -> Path:
-    import os
     import time
 
     aside = path.parent / UNREADABLE
@@ -170,9 +171,14 @@ def _move_aside(path: Path, log=None) -> Path:
         log(line)
     else:  # the trainer's log is RUN_DIR/train.log (watching/telemetry.py): one line there, and on the console
         try:
-            with open(path.parent.parent / "train.log", "a", encoding="utf-8") as fh:
-                fh.write(time.strftime("%Y-%m-%d %H:%M:%S ") + line + "\n")
-        except OSError:
+            from envkit.fsutil import append_line, open_append
+
+            fd = open_append(path.parent.parent / "train.log")  # never through a symlink
+            try:
+                append_line(fd, (time.strftime("%Y-%m-%d %H:%M:%S ") + line + "\n").encode("utf-8"), path.parent.parent / "train.log")
+            finally:
+                os.close(fd)
+        except (OSError, EnvkitError):
             pass
         print(line, flush=True)
     return dest

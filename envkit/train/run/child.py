@@ -31,9 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     from envkit.errors import EnvkitError
     from envkit.train.recovery.guards import TrainingStopped
 
+    from envkit.train.run.determinism import environ_before_cuda, op_error
     from envkit.train.run.parent_watch import watch_parent
+    from envkit.train.run.stopping import exit_code, parent_gone
 
-    watch_parent()  # stop when envkit run/sweep dies, however it dies (pdeathsig's stand-in on macOS)
+    watch_parent(on_gone=parent_gone)  # stop when envkit run/sweep dies, however it dies, mid-step included
     run_dir = Path(args.run_dir)
     try:
         resolved = json.loads((run_dir / "config.json").read_text())
@@ -41,12 +43,13 @@ def main(argv: list[str] | None = None) -> int:
         from envkit.train.run.loop import train
 
         cfg = Config.from_resolved(resolved)
+        environ_before_cuda(cfg)  # training.deterministic: cuBLAS and Inductor read these when they start
         if args.probe:
             from envkit.train.run.batch_probe import probe
 
             Path(args.probe).write_text(json.dumps(probe(cfg, run_dir, resolved.get("torch_settings"))))
             return 0
-        from envkit.train.run.launcher import parse_profile_steps
+        from envkit.train.run.torchrun import parse_profile_steps
 
         result = train(cfg, run_dir, stop_after=args.stop_after, resume=args.resume,
                         torch_settings=resolved.get("torch_settings"), profile_steps=parse_profile_steps(args.profile_steps))
@@ -64,16 +67,23 @@ def main(argv: list[str] | None = None) -> int:
         print("envkit: training aborted", file=sys.stderr, flush=True)
         return 130
     except Exception as exc:  # noqa: BLE001 - a device error gets its meaning and fix, not only a traceback
+        if op_error(exc) and not args.debug:  # an op with no deterministic kernel
+            print(op_error(exc), file=sys.stderr, flush=True)
+            return 2
         if not args.debug:
             from envkit.train.recovery.faults import switch_device
 
-            switch_device(run_dir, resolved["values"]["device"].get("fallback", "auto"), exc)  # returns only without a switch
+            switch_device(run_dir, cfg.device.fallback if "cfg" in locals() else "auto", exc)  # returns only without a switch
         advice = device_error_advice(exc)
         if advice is None or args.debug:
             raise
         print(f"envkit: error: {advice}", file=sys.stderr, flush=True)
         return 1
-    return 0 if result.status in ("completed", "stopped", "interrupted") else 1
+    if result.status == "interrupted":
+        # 128 + the signal's number, as a shell reports it (130 Ctrl-C, 143 SIGTERM): `envkit run && next` stops
+        # here. Under torchrun 0: it calls a worker's other codes a failure; envkit run reads summary.json's signal.
+        return 0 if int(os.environ.get("WORLD_SIZE", "1")) > 1 else exit_code(result.signal)
+    return 0 if result.status in ("completed", "stopped") else 1
 
 
 def device_error_advice(exc: BaseException) -> str | None:

@@ -13,7 +13,6 @@ bench, tune, the batch-size probe and the benchmarks. `state.step` counts comple
 from __future__ import annotations
 
 import os
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from envkit.train.run.memory import empty_cache, peak_memory_mb
 from envkit.train.run.optim import lr_at
 from envkit.train.run.state import TrainResult, TrainState
 from envkit.train.run.step import StepOut, train_step
+from envkit.train.run.stopping import Stopper
 from envkit.train.run.trainer import Trainer
 from envkit.train.watching.mfu import mfu as compute_mfu
 from envkit.train.watching.profiling import StepProfiler
@@ -44,27 +44,33 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
     on_step(step=, loss=, micro_batch=, per_step=, unit=, epoch_samples=) returning True stops; split_oom=False
     re-raises an out of memory instead of splitting the micro-batch."""
     run_dir = Path(run_dir)
-    training, logging = cfg.values["training"], cfg.values["logging"]
-    tel = Telemetry(run_dir, total_steps=training["max_steps"], unit="", heartbeat_seconds=logging["heartbeat_seconds"],
-                    progress=logging["progress"], enabled=os.environ.get("RANK", "0") == "0")
+    training, logging = cfg.training, cfg.logging
+    tel = Telemetry(run_dir, total_steps=training.max_steps, unit="", heartbeat_seconds=logging.heartbeat_seconds,
+                    progress=logging.progress, enabled=os.environ.get("RANK", "0") == "0")
+    tel.stopped = TrainingStopped  # a full disk at any write: status disk_full, one line
+    tel.write_fault = lambda name, step: faults.inject_write_full(run_dir, name, step)  # tests only
     tr = Trainer.build(cfg, run_dir, torch_settings, tel.log)
-    if training["epochs"]:
-        tel.set_epochs(training["epochs"], training["max_steps"])
-    state = TrainState(micro_batch=training["batch_size"], grad_accum=training["grad_accum"])
-    result = TrainResult(status="running", max_steps=training["max_steps"], epochs=training["epochs"], unit=tr.unit,
+    cfg, training = tr.cfg, tr.training  # with what the trainer derived (max_steps from epochs)
+    if training.epochs:
+        tel.set_epochs(training.epochs, training.max_steps)
+    state = TrainState(micro_batch=training.batch_size, grad_accum=training.grad_accum)
+    result = TrainResult(status="running", max_steps=training.max_steps, epochs=training.epochs, unit=tr.unit,
                          device=tr.device_type, device_name=tr.device_name, precision=tr.precision, world_size=tr.world,
                          parallel=tr.parallel, parameters=tr.parameters, config_hash=cfg.config_hash(), flops_per_token=tr.flops_per_token,
                          baseline_loss=tr.data.baseline_loss, chance_accuracy=tr.data.chance_accuracy)
     if resume != "never":
         result.resumed_from = recover.resume(tr, state, resume)
-    guard = NanGuard(training["nan_policy"], training["nan_lr_factor"], training["max_rollbacks"], state.rollbacks)
-    watch = RunWatch(run_dir, cfg.values, tr.device_type, tr.device, tr.log, enabled=tr.master, telemetry=tel, local_devices=tr.world)
+    guard = NanGuard(training.nan_policy, training.nan_lr_factor, training.max_rollbacks, state.rollbacks)
+    watch = RunWatch(run_dir, cfg.run_dict(), tr.device_type, tr.device, tr.log, enabled=tr.master, telemetry=tel, local_devices=tr.world)
     tr.start(state, watch.next_batch)
     result.compile = tr.compile_note
+    result.derived = dict(tr.cfg.derived)
     loop = _Loop(tr, state, guard, result, tel, watch, StepProfiler(run_dir, profile_steps, tr.device_type, tr.rank, tr.world, tr.log),
-                 stop_after=stop_after, on_step=on_step, split_oom=split_oom, elapsed_mark=time.perf_counter())
+                 stop_after=stop_after, on_step=on_step, split_oom=split_oom, elapsed_mark=time.perf_counter(), saved_step=state.step)
     _say_start(tr, state, tel)
-    stop = _StopOnSignal(tr.log if tr.master else (lambda m: None)) if handle_signals else None
+    stop = Stopper(tr.log if tr.master else (lambda m: None), tr.world) if handle_signals else None
+    if stop is not None:  # a step given up (envkit's process gone, SIGTERM's grace over): summary.json says so
+        stop.on_give_up = lambda reason: _given_up(loop, result, tel, reason)
     try:
         result.status = loop.run(stop)
     except TrainingStopped as exc:
@@ -77,6 +83,7 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
         raise TrainingStopped(str(exc)) from exc
     except BaseException as exc:
         status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        result.signal = "SIGINT" if isinstance(exc, KeyboardInterrupt) else None  # a second Ctrl-C
         _finish(tr, state, result, tel, watch, status, error=f"{type(exc).__name__}: {exc}")
         raise
     finally:
@@ -101,11 +108,15 @@ class _Loop:
     on_step: object
     split_oom: bool
     elapsed_mark: float  # perf_counter at the last checkpoint: state.elapsed grows by what follows
+    saved_step: int = 0  # the step the newest checkpoint holds (the one resumed from, at first)
+    eta: float | None = None  # seconds left, as of the last logged step
 
     def run(self, stop) -> str:
         """Steps until max_steps (completed), --stop-after or on_step (stopped), or a signal (interrupted)."""
         tr, state, training = self.tr, self.state, self.tr.training
-        while state.step < training["max_steps"]:
+        while state.step < training.max_steps:
+            if stop is not None and not stop.enter_step():  # asked to stop between two steps
+                return self.stop_between(stop)
             self.profiler.before_step(state.step)
             lr = lr_at(state.step, T=training) * state.lr_scale  # warm-up, then cosine (train/run/optim.py)
             try:
@@ -114,8 +125,13 @@ class _Loop:
             except Exception as exc:  # noqa: BLE001 - out of memory: split the micro-batch, redo this step
                 recover.split_after_oom(tr, state, exc, split=self.split_oom, metrics=self.tel.metrics)
                 continue
+            finally:
+                if stop is not None:
+                    stop.leave_step()
+            if state.trained is not None:  # None: resumed from a checkpoint that did not count it
+                state.trained += tr.per_step(state)  # samples or tokens, for the run's overall rate
             self.profiler.after_step(state.step)
-            if training["empty_cache_every"] and state.step % training["empty_cache_every"] == 0:
+            if training.empty_cache_every and state.step % training.empty_cache_every == 0:
                 empty_cache(tr.device_type)
             if self.on_step is not None and self.on_step(step=state.step, loss=out.loss, micro_batch=state.micro_batch,
                                                          per_step=tr.per_step(state), unit=tr.unit,
@@ -123,23 +139,40 @@ class _Loop:
                                                          epoch_samples=tr.sampler.per_epoch * tr.per_step(state) // state.grad_accum):
                 return "stopped"
             signalled = stop is not None and stop.agreed(tr.world)
-            if not self.after_step(out, lr, at_end=state.step in (training["max_steps"], self.stop_after) or signalled):
+            if not self.after_step(out, lr, at_end=state.step in (training.max_steps, self.stop_after) or signalled):
                 continue  # rolled back: the steps since that checkpoint are trained again
             if state.step == self.stop_after:
                 tr.log(f"stopped after step {state.step} (--stop-after); `envkit run` again resumes")
                 return "stopped"
             if signalled:
-                tr.log(f"interrupted at step {state.step} ({stop.signal}); checkpoint written; `envkit run` again resumes")
-                return "interrupted"
+                return self.interrupted(stop)
         return "completed"
+
+    def stop_between(self, stop) -> str:
+        """A stop that came after the last step's check: the last completed step is checkpointed
+        (unless it is already), then the loop ends. Several processes cannot checkpoint without
+        each other, and the others may be in the next step: this one gives up alone."""
+        if self.tr.world > 1:
+            stop.give_up(stop.signal or "a stop between steps")
+        if self.state.step > self.saved_step:
+            with self.tr.clock.pause():
+                self.save()
+        return self.interrupted(stop)
+
+    def interrupted(self, stop) -> str:
+        self.result.signal = stop.signal if str(stop.signal).startswith("SIG") else None
+        kept = "checkpoint written" if self.saved_step else "no step to checkpoint yet"
+        self.tr.log(f"interrupted at step {self.state.step} ({stop.signal}); {kept}; `envkit run` again resumes")
+        return "interrupted"
 
     def after_step(self, out: StepOut, lr: float, at_end: bool) -> bool:
         """Log, eval and checkpoint, each when due. These steps sync with the device, so the
         non-finite check happens here, once: False after a rollback."""
         step, training = self.state.step, self.tr.training
-        every = {name: self.tr.cfg.values[name]["every_steps"] for name in ("logging", "eval", "checkpoint")}
+        c = self.tr.cfg
+        every = {"logging": c.logging.every_steps, "eval": c.eval.every_steps, "checkpoint": c.checkpoint.every_steps}
         do_log = step % every["logging"] == 0 or at_end
-        do_eval = bool(every["eval"] and step % every["eval"] == 0) or step == training["max_steps"]
+        do_eval = bool(every["eval"] and step % every["eval"] == 0) or step == training.max_steps
         do_save = bool(every["checkpoint"] and step % every["checkpoint"] == 0) or at_end
         if not (do_log or do_eval or do_save):
             return True
@@ -164,7 +197,7 @@ class _Loop:
         tr, state, result = self.tr, self.state, self.result
         dt, steps = tr.clock.read()  # eval and checkpoint time left out
         rate = tr.per_step(state) / dt if dt > 0 else None
-        if tr.clock.readings > 1 or steps > 2 * tr.cfg.values["logging"]["every_steps"]:
+        if tr.clock.readings > 1 or steps > 2 * tr.cfg.logging.every_steps:
             result.rates.append(rate)  # the first interval holds warm-up and compilation
         result.final_loss = loss
         row = {"step": state.step, "loss": round(loss, 6), "lr": lr, "dt_ms": round(1000 * dt, 3),
@@ -179,7 +212,7 @@ class _Loop:
             row["memory_mb"] = memory
         self.watch.on_log(row)
         self.tel.metrics(row)
-        eta = dt * (tr.training["max_steps"] - state.step)
+        eta = self.eta = dt * (tr.training.max_steps - state.step)
         self.tel.progress(state.step, row, eta)
         self.tel.heartbeat(step=state.step, loss=loss, eta=eta, mfu=row.get("mfu"), memory_mb=row.get("memory_mb"))
         if row.get("memory_mb"):
@@ -200,59 +233,21 @@ class _Loop:
         state.elapsed += now - self.elapsed_mark
         self.elapsed_mark = now
         path = tr.save_checkpoint(state)  # every process: fsdp writes its shards
+        self.saved_step = state.step
         if tr.master:
-            self.tel.heartbeat(step=state.step, loss=self.result.final_loss, eta=None, force=True, checkpoint=path.name)
+            # the last logged ETA: a run that checkpoints more often than it beats would otherwise show none
+            self.tel.heartbeat(step=state.step, loss=self.result.final_loss, eta=self.eta, force=True,
+                               checkpoint=path.name)
         if tr.world > 1:
             torch.distributed.barrier()
-
-
-class _StopOnSignal:
-    """SIGINT, SIGTERM or SIGUSR1 (what Slurm sends before a time limit, passed on by envkit): stop
-    after this step with a checkpoint; a second one aborts. Every rank listens, and with several
-    processes they agree after each step (an all-reduce of one flag): a signal reaches the ranks at
-    slightly different steps, and a checkpoint needs all of them at the same one. Only a second
-    Ctrl-C aborts: a preempted Slurm job delivers SIGTERM to each process and envkit's SIGUSR1 too."""
-
-    SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGUSR1") if hasattr(signal, n))
-
-    def __init__(self, log):
-        self.signal, self.log, self.group = None, log, None
-        self.old = {s: signal.signal(s, self.on_signal) for s in self.SIGNALS}
-
-    def on_signal(self, signum, frame):
-        if self.signal and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        if self.signal:
-            return
-        self.signal = signal.Signals(signum).name
-        self.log(f"{self.signal}: stopping after this step with a checkpoint (Ctrl-C again to abort)")
-
-    def agreed(self, world: int) -> bool:
-        """One process: whether it was signalled. Several: whether any was. The flag travels on a
-        gloo group (the CPU), so NCCL runs pay no device sync for it: tens of microseconds a step."""
-        if world == 1:
-            return self.signal is not None
-        import torch.distributed as dist
-
-        if self.group is None:
-            self.group = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else dist.group.WORLD
-        flag = torch.tensor([1 if self.signal else 0], dtype=torch.int32)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)
-        if flag.item() and self.signal is None:
-            self.signal = "a signal on another rank"
-        return bool(flag.item())
-
-    def restore(self) -> None:
-        for s, handler in self.old.items():
-            signal.signal(s, handler)
 
 
 def _say_start(tr: Trainer, state: TrainState, tel: Telemetry) -> None:
     training = tr.training
     tel.start(state.step)
-    if tr.cfg.declared.get("training.batch_size") == "auto":  # decided by envkit run's probe (train/run/auto_batch.py)
-        tr.log(f"training.batch_size {training['batch_size']} ({tr.cfg.origin.get('training.batch_size', 'auto')})")
-    tr.log(f"training {tr.cfg.values['model']['type']} for {training['max_steps']} steps ({state.micro_batch} x {state.grad_accum} accum x "
+    if tr.cfg.declared.training.batch_size == "auto":  # decided by envkit run's probe (train/run/auto_batch.py)
+        tr.log(f"training.batch_size {training.batch_size} ({tr.cfg.origin.get('training.batch_size', 'auto')})")
+    tr.log(f"training {tr.cfg.model.type} for {training.max_steps} steps ({state.micro_batch} x {state.grad_accum} accum x "
            f"{tr.world} proc, {tr.precision}, compile {tr.compile_note}) from step {state.step}; run folder {tr.run_dir}")
     tel.heartbeat(step=state.step, loss=None, eta=None, force=True)
 
@@ -262,6 +257,7 @@ def _finish(tr: Trainer, state: TrainState, result: TrainResult, tel: Telemetry,
     """The result's last fields, summary.json and the last heartbeat (rank 0)."""
     result.status, result.error, result.steps = status, error, state.step
     result.best_val_loss, result.rollbacks, result.elapsed_seconds = state.best_val_loss, state.rollbacks, state.elapsed
+    result.trained = state.trained
     result.micro_batch, result.grad_accum = state.micro_batch, state.grad_accum
     result.faults = faults.events(tr.run_dir)
     if result.unit == "tokens":
@@ -272,16 +268,38 @@ def _finish(tr: Trainer, state: TrainState, result: TrainResult, tel: Telemetry,
         if tr.data.skipped.count:
             tel.log(tr.data.skipped.line())  # once, at the end: the count is whole only then
     if tel.enabled:
-        write_json(tr.run_dir / "summary.json", result.summary())
+        tel.summary(result.summary())  # a full disk here stops with one line (status disk_full)
         tel.heartbeat(step=state.step, loss=result.final_loss, eta=None, status=status, force=True)
-        rate = result.per_second
-        tel.log(f"{status}: {state.step}/{result.max_steps} steps, final loss {_f(result.final_loss)}, best val loss "
-                f"{_f(state.best_val_loss)}" + (f", accuracy {result.accuracy:.3f}" if result.accuracy is not None else "")
-                + f", {f'{rate:,.0f} {result.unit}/s' if rate else 'n/a'}" + (f", mfu {100 * result.mfu:.1f}%" if result.mfu else "")
-                + f", {fmt_duration(state.elapsed)} of training")
+        tel.log(f"{status}: {state.step}/{result.max_steps} steps, final loss {_f(result.final_loss, 'no step logged')}, "
+                f"best val loss {_f(state.best_val_loss, 'no eval yet')}"
+                + (f", accuracy {result.accuracy:.3f}" if result.accuracy is not None else "") + ", " + _rates(result)
+                + (f", mfu {100 * result.mfu:.1f}%" if result.mfu else "") + f", {fmt_duration(state.elapsed)} of training")
     tel.close()
     return result
 
 
-def _f(x) -> str:
-    return "n/a" if x is None else f"{x:.4f}"
+def _given_up(loop: _Loop, result: TrainResult, tel: Telemetry, reason: str) -> None:
+    """summary.json and one line for a step given up unfinished. Called from another thread while the
+    main thread is inside the step: nothing is closed or joined here, the process ends right after."""
+    state, kept = loop.state, loop.saved_step
+    result.status, result.steps, result.signal = "interrupted", state.step, "SIGTERM" if reason.startswith("SIGTERM") else None
+    result.error = f"{reason}: step {state.step + 1} was given up unfinished; the newest checkpoint holds step {kept}"
+    tel.log(f"interrupted in step {state.step + 1} ({reason}): given up unfinished; `envkit run` again resumes from "
+            + (f"the checkpoint of step {kept}" if kept else "the start"))
+    if tel.enabled:
+        write_json(loop.tr.run_dir / "summary.json", result.summary())
+        tel.heartbeat(step=state.step, loss=result.final_loss, eta=None, status="interrupted", force=True)
+
+
+def _f(x, missing: str) -> str:
+    return f"n/a ({missing})" if x is None else f"{x:.4f}"
+
+
+def _rates(result: TrainResult) -> str:
+    """The run's rate: everything it trained over its training time (evals and checkpoints in), and
+    beside it, named, the median rate of the logged windows (steady state, which MFU is taken from)."""
+    unit = result.unit
+    overall = f"{result.overall_per_second:,.0f} {unit}/s overall" if result.overall_per_second else f"{unit}/s n/a (no time measured)"
+    steady = (f"{result.per_second:,.0f} {unit}/s median of the logged windows" if result.per_second
+              else "no steady rate (too few logged windows: the first holds the warm-up)")
+    return f"{overall} ({steady})"

@@ -20,6 +20,6 @@ def peak_memory_mb(device_type: str, device) -> float | None:
             return torch.cuda.max_memory_allocated(device) / 2**20
         if device_type == "mps":
             return torch.mps.current_allocated_memory() / 2**20
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - a figure the backend cannot give is left out
         return None
     return None

@@ -146,29 +146,29 @@ class ResNet(nn.Module):
 
 def build_model(cfg, info: dict, device_type: str) -> nn.Module:
     """info comes from the data: vocab_size, num_classes, input_dim, in_channels."""
-    m = cfg.values["model"]
-    kind = m["type"]
+    m = cfg.model
+    kind = m.type
     if kind == "gpt":
         if "vocab_size" not in info:
             raise EnvkitError("model gpt needs a token dataset (text or synthetic arithmetic)", where="model.type")
-        return GPT(info["vocab_size"], m["block_size"], m["n_layer"], m["n_head"], m["n_embd"], m["dropout"], m["bias"])
+        return GPT(info["vocab_size"], m.block_size, m.n_layer, m.n_head, m.n_embd, m.dropout, m.bias)
     if kind == "mlp":
-        return MLP(info["input_dim"], info["num_classes"], m["hidden"], m["depth"], m["dropout"])
+        return MLP(info["input_dim"], info["num_classes"], m.hidden, m.depth, m.dropout)
     if kind in ("cnn", "resnet18", "resnet34", "resnet50"):
         if kind == "cnn":
-            model = ResNet(info["num_classes"], info.get("in_channels", 3), m["width"], m["blocks"])
+            model = ResNet(info["num_classes"], info.get("in_channels", 3), m.width, m.blocks)
         else:
-            width = m["width"] if cfg.origin.get("model.width") in ("yaml", "cli") else 64  # the schema's 32 is cnn's
-            model, source = build_resnet(int(kind[6:]), info["num_classes"], info.get("in_channels", 3), m["stem"], width)
+            width = m.width if cfg.origin.get("model.width") in ("yaml", "cli") else 64  # the schema's 32 is cnn's
+            model, source = build_resnet(int(kind[6:]), info["num_classes"], info.get("in_channels", 3), m.stem, width)
             model.definition = source  # "torchvision" or "envkit": the trainer's log says which
-        cl = m["channels_last"]
+        cl = m.channels_last
         # auto: everywhere envkit trains convolutions; on this repository's 2-core CPU too, ResNet-18 trained
         # 6% faster at width 64 and 8% at width 8 in channels-last (benchmarks/RESULTS.md)
         if cl is True or (cl == "auto" and device_type in ("cuda", "mps", "cpu")):
             model = model.to(memory_format=torch.channels_last)
         return model
     factory = import_factory(kind, "model")
-    model = factory(**(m.get("kwargs") or {}), **{k: v for k, v in info.items() if k in accepted_args(factory)})
+    model = factory(**(m.kwargs or {}), **{k: v for k, v in info.items() if k in accepted_args(factory)})
     if not isinstance(model, nn.Module):
         raise EnvkitError(f"{kind} returned {type(model).__name__}, not a torch.nn.Module", where="model.type")
     return model

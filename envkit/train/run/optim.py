@@ -17,30 +17,30 @@ def build_optimizer(model: torch.nn.Module, T: dict, device_type: str, origin: d
     """`origin` (the config's value origins) tells a beta2 the user set from the schema's default."""
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": T["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}]
-    kind, lr = T["optimizer"], T["lr"]
+    groups = [{"params": decay, "weight_decay": T.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    kind, lr = T.optimizer, T.lr
     if kind in ("adamw", "adam"):
         fused = {"fused": True} if device_type == "cuda" else {}
         cls = torch.optim.AdamW if kind == "adamw" else torch.optim.Adam  # adam: weight decay as L2 in the gradient
-        return cls(groups, lr=lr, betas=(T["beta1"], T["beta2"]), **fused)
+        return cls(groups, lr=lr, betas=(T.beta1, T.beta2), **fused)
     if kind == "lion":
-        beta2 = T["beta2"] if (origin or {}).get("training.beta2", "default") != "default" else LION_BETA2
-        return Lion(groups, lr=lr, betas=(T["beta1"], beta2))
+        beta2 = T.beta2 if (origin or {}).get("training.beta2", "default") != "default" else LION_BETA2
+        return Lion(groups, lr=lr, betas=(T.beta1, beta2))
     fused = {"fused": True} if device_type == "cuda" else {}  # one kernel for all parameters (torch >= 2.3)
-    return torch.optim.SGD(groups, lr=lr, momentum=T["momentum"], nesterov=T.get("nesterov", False) and T["momentum"] > 0, **fused)
+    return torch.optim.SGD(groups, lr=lr, momentum=T.momentum, nesterov=T.nesterov and T.momentum > 0, **fused)
 
 
 def lr_at(step: int, T: dict) -> float:
     """Warm-up over warmup_steps, then cosine from lr to min_lr (default lr/10) at max_steps, or constant.
     With `training.epochs` set, max_steps has been resolved from the data (steps_for_epochs)."""
-    if step < T["warmup_steps"]:
-        return T["lr"] * (step + 1) / T["warmup_steps"]
-    if T["schedule"] == "constant":
-        return T["lr"]
-    min_lr = T["min_lr"] if T["min_lr"] is not None else T["lr"] / 10
-    span = max(1, T["max_steps"] - T["warmup_steps"])
-    ratio = min(1.0, (step - T["warmup_steps"]) / span)
-    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (T["lr"] - min_lr)
+    if step < T.warmup_steps:
+        return T.lr * (step + 1) / T.warmup_steps
+    if T.schedule == "constant":
+        return T.lr
+    min_lr = T.min_lr if T.min_lr is not None else T.lr / 10
+    span = max(1, T.max_steps - T.warmup_steps)
+    ratio = min(1.0, (step - T.warmup_steps) / span)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (T.lr - min_lr)
 
 
 def steps_for_epochs(epochs: int, batches_per_epoch: int, grad_accum: int) -> int:

@@ -1,8 +1,10 @@
 """The trainer's side of "die with the supervisor" (spawn.spawn_child): a daemon thread blocks on
 reading the pipe whose write end only `envkit run`/`envkit sweep` holds. EOF means that process is
-gone (the kernel closed its end, SIGKILL included): the trainer sends itself SIGTERM, its handler
-checkpoints and stops, as for `envkit stop`. This works where PR_SET_PDEATHSIG does not exist
-(macOS). Only the trainer itself: its process group may hold the caller's shell or test runner."""
+gone (the kernel closed its end, SIGKILL included): `on_gone` runs in this thread, at once, whatever
+the main thread is doing (stopping.parent_gone: a step under way is given up, between steps the last
+one is checkpointed, so no trainer outlives its supervisor by a long step). This works where
+PR_SET_PDEATHSIG does not exist (macOS). Only the trainer itself: its process group may hold the
+caller's shell or test runner."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ import threading
 PARENT_FD_ENV = "ENVKIT_PARENT_FD"
 
 
-def watch_parent(environ=os.environ) -> threading.Thread | None:
+def watch_parent(environ=os.environ, on_gone=None) -> threading.Thread | None:
+    """Start the watching thread; `on_gone()` when the parent is gone (default: SIGTERM to this process)."""
     spec = environ.pop(PARENT_FD_ENV, None)  # not for this process's own children
     if not spec:
         return None
@@ -35,7 +38,10 @@ def watch_parent(environ=os.environ) -> threading.Thread | None:
                 pass
         except OSError:
             return
-        os.kill(os.getpid(), signal.SIGTERM)
+        if on_gone is not None:
+            on_gone()
+        else:
+            os.kill(os.getpid(), signal.SIGTERM)
 
     t = threading.Thread(target=wait, name="envkit-parent-watch", daemon=True)
     t.start()

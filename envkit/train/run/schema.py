@@ -1,8 +1,11 @@
-"""train.yaml's schema: every section, key, type, default, range and one line of help, and which
-keys apply to which built-in model and dataset. Data, not logic: `config.py` reads it."""
+"""train.yaml's schema: one frozen dataclass per section (torchtitan's way), each key with its type,
+default, range and one line of help as the field's metadata, and which keys apply to which built-in
+model and dataset. Data, not logic: `config.py` reads it."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +14,9 @@ AUTO = "auto"
 
 @dataclass(frozen=True)
 class Field:
-    kind: str  # int | int_auto (auto|int) | float | str | name (a folder name) | bool | list | dict | compile (auto|bool)
+    """What train.yaml may hold at one key (a dataclass field's metadata["spec"])."""
+
+    kind: str  # int | int_auto (auto|int) | float | str | name (a folder name) | bool | list | dict | auto_bool (auto|true|false)
     default: Any = None
     choices: tuple | None = None
     min: float | None = None
@@ -21,140 +26,196 @@ class Field:
     nullable: bool = False
 
 
-F = Field
+def F(kind: str, default: Any = None, **spec) -> Any:
+    """One key of a section: a dataclass field whose metadata["spec"] is its Field."""
+    meta = {"spec": Field(kind, default, **spec)}
+    if isinstance(default, (list, dict)):  # a fresh one per config: a list default is never shared
+        return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 TRACKERS = ("tensorboard", "wandb")
 
-SCHEMA: dict[str, dict[str, Field]] = {
-    "experiment": {
-        "name": F("name", "experiment", help="runs/<name>/<run-id>/ (one folder name: not '.', '..', empty or holding '/')"),
-        "output_dir": F("str", "runs", help="folder holding <name>/<run-id>/"),
-        "seed": F("int", 1337, min=0, help="seeds python, torch (all devices) and the data order"),
-        "tags": F("list", [], help="free-form labels, kept in the run's config.yaml and config.json"),
-        "notes": F("str", "", help="free-form text, kept in the run's config.yaml and config.json"),
-    },
-    "dataset": {
-        "type": F("str", "synthetic", help="synthetic | text | npz | tokens | cifar10 | cifar100 | imagefolder | package.module:factory"),
-        "task": F("str", "arithmetic", help="synthetic task: arithmetic (gpt) | teacher (mlp) | images (cnn)"),
-        "path": F("str", None, nullable=True, help="text file or folder (text), .npz file (npz), folder of train.bin/val.bin (tokens), "
-                                                   "cifar-10-batches-bin/ or cifar-100-binary/ (cifar), train/ and val/ class folders (imagefolder)"),
-        "labels": F("str", "fine", choices=("fine", "coarse"), help="cifar100: the 100 fine or the 20 coarse classes"),
-        "on_device": F("compile", AUTO,
-                       help="cifar/npz/synthetic teacher: hold the training and validation sets on the training device and build "
-                            "each batch there (gather, crop, flip, normalise as batched tensor operations; no DataLoader workers). "
-                            "auto: where the sets fit in a quarter of the device's free memory"),
-        "augment": F("bool", True, help="training images: random crop (padding 4) and horizontal flip (cifar), random resized crop and flip (imagefolder)"),
-        "label_noise": F("float", 0.0, min=0, max=1, help="cifar/imagefolder: fraction of training labels flipped to another class (seeded)"),
-        "on_bad_file": F("str", "stop", choices=("stop", "skip"),
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Experiment:
+    name: str = F("name", "experiment", help="runs/<name>/<run-id>/ (one folder name: not '.', '..', empty or holding '/')")
+    output_dir: str = F("str", "runs", help="folder holding <name>/<run-id>/")
+    seed: int = F("int", 1337, min=0, help="seeds python, torch (all devices) and the data order")
+    tags: list = F("list", [], help="free-form labels, kept in the run's config.yaml and config.json")
+    notes: str = F("str", "", help="free-form text, kept in the run's config.yaml and config.json")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Dataset:
+    type: str = F("str", "synthetic", help="synthetic | text | npz | tokens | cifar10 | cifar100 | imagefolder | package.module:factory")
+    task: str = F("str", "arithmetic", help="synthetic task: arithmetic (gpt) | teacher (mlp) | images (cnn)")
+    path: str | None = F("str", None, nullable=True,
+                         help="text file or folder (text), .npz file (npz), folder of train.bin/val.bin (tokens), "
+                              "cifar-10-batches-bin/ or cifar-100-binary/ (cifar), train/ and val/ class folders (imagefolder)")
+    labels: str = F("str", "fine", choices=("fine", "coarse"), help="cifar100: the 100 fine or the 20 coarse classes")
+    on_device: bool | str = F("auto_bool", AUTO,
+                              help="cifar/npz/synthetic teacher: hold the training and validation sets on the training device and build "
+                                   "each batch there (gather, crop, flip, normalise as batched tensor operations; no DataLoader workers). "
+                                   "auto: where the sets fit in a quarter of the device's free memory")
+    augment: bool = F("bool", True, help="training images: random crop (padding 4) and horizontal flip (cifar), "
+                                         "random resized crop and flip (imagefolder)")
+    label_noise: float = F("float", 0.0, min=0, max=1, help="cifar/imagefolder: fraction of training labels flipped to another class (seeded)")
+    on_bad_file: str = F("str", "stop", choices=("stop", "skip"),
                          help="imagefolder: an image file that does not decode (truncated, corrupt). stop: the run ends with one "
                               "line naming the file; skip: the next readable image takes its place, and train.log and "
-                              "summary.json (skipped_files) give the count and the first paths"),
-        "dtype": F("str", "uint16", choices=("uint16", "uint32"), help="tokens: the .bin files' integer type (uint32 above 65,535 tokens)"),
-        "vocab_size": F("int", None, nullable=True, min=2, help="tokens: vocabulary size (default: DIR/meta.json's vocab_size)"),
-        "level": F("str", "char", choices=("char", "byte"), help="text tokenisation"),
-        "val_fraction": F("float", 0.1, gt=0, max=0.5, help="share of the examples held out for validation (synthetic, text, npz)"),
-        "num_samples": F("int", 20000, min=16, help="synthetic: training examples (teacher/images) or problems (arithmetic)"),
-        "num_classes": F("int", 10, min=2, help="teacher/images task: classes"),
-        "input_dim": F("int", 32, min=1, help="teacher task: input features"),
-        "image_size": F("int", 32, min=8, help="images task: side in pixels"),
-        "noise": F("float", 0.5, min=0, help="images/teacher task: noise level"),
-        "digits": F("int", 2, min=1, max=6, help="arithmetic task: digits per operand"),
-        "kwargs": F("dict", {}, help="arguments for a package.module:factory dataset"),
-    },
-    "model": {
-        "type": F("str", "gpt", help="gpt | mlp | cnn | resnet18 | resnet34 | resnet50 | package.module:factory"),
-        "stem": F("str", "cifar", choices=("cifar", "imagenet"), help="resnet: cifar (3x3 conv, no max-pool) | imagenet (7x7/2 conv + max-pool)"),
-        "n_layer": F("int", 4, min=1, help="gpt: transformer blocks"),
-        "n_head": F("int", 4, min=1, help="gpt: attention heads per block (n_embd must be divisible by it)"),
-        "n_embd": F("int", 128, min=8, help="gpt: embedding width"),
-        "block_size": F("int", 64, min=4, help="context length in tokens"),
-        "dropout": F("float", 0.0, min=0, max=0.9, help="gpt/mlp: dropout probability"),
-        "bias": F("bool", False, help="gpt: biases in the Linear and LayerNorm layers"),
-        "hidden": F("int", 256, min=1, help="mlp: hidden width"),
-        "depth": F("int", 2, min=1, help="mlp: hidden layers"),
-        "width": F("int", 32, min=4, help="cnn: channels of the first stage; resnet: of the stem (default 64, the published model)"),
-        "blocks": F("int", 1, min=1, help="cnn: residual blocks per stage (3 stages)"),
-        "channels_last": F("compile", AUTO, help="cnn/resnet: memory format (auto: on CUDA, MPS and the CPU)"),
-        "kwargs": F("dict", {}, help="arguments for a package.module:factory model"),
-    },
-    "training": {
-        "max_steps": F("int", 1000, min=1, help="optimizer steps (ignored when epochs is set)"),
-        "epochs": F("int", None, nullable=True, min=1, help="passes over the training set; sets max_steps from the data size"),
-        "batch_size": F("int_auto", 32, min=1, help="per micro-step, per process; auto: the largest power of two whose memory, "
-                                                   "measured by probing one step, fits in memory_fraction of the device"),
-        "memory_fraction": F("float", 0.8, gt=0, max=1, help="batch_size auto: the share of the device's memory the run may plan for"),
-        "batch_size_max": F("int", 1024, min=1, help="batch_size auto: never above this"),
-        "grad_accum": F("int", 1, min=1, help="micro-steps per optimizer step"),
-        "lr": F("float", 3e-4, gt=0, help="peak learning rate"),
-        "min_lr": F("float", None, nullable=True, min=0, help="end of the cosine (default lr/10)"),
-        "schedule": F("str", "cosine", choices=("cosine", "constant"), help="after the warm-up: cosine from lr to min_lr, or constant lr"),
-        "warmup_steps": F("int", 0, min=0, help="steps of linear warm-up to lr"),
-        "optimizer": F("str", "adamw", choices=("adamw", "adam", "sgd", "lion"), help="lion: lr 3-10x below AdamW's (train/run/lion.py)"),
-        "weight_decay": F("float", 0.1, min=0, help="applied to parameters of 2 or more dimensions only (decoupled for adamw, lion)"),
-        "beta1": F("float", 0.9, min=0, max=1, help="adamw/adam/lion: first-moment decay"),
-        "beta2": F("float", 0.95, min=0, max=1, help="adamw/adam; lion's default is 0.99 unless set"),
-        "momentum": F("float", 0.9, min=0, max=1, help="SGD"),
-        "nesterov": F("bool", False, help="SGD: Nesterov momentum"),
-        "grad_clip": F("float", 1.0, min=0, help="max grad norm; 0 = off"),
-        "precision": F("str", AUTO, choices=PRECISIONS, help="autocast dtype; auto: bf16 on CUDA with bf16, else fp32"),
-        "compile": F("compile", AUTO, help="torch.compile: auto (CUDA only) | true | false"),
-        "compile_mode": F("str", "default", choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
-                          help="torch.compile mode (reduce-overhead: CUDA graphs; max-autotune: minutes of tuning)"),
-        "sdpa_backend": F("str", AUTO, choices=("auto", "flash", "efficient", "cudnn", "math"),
-                          help="CUDA attention kernel for scaled_dot_product_attention; auto: PyTorch's choice"),
-        "parallel": F("str", AUTO, choices=("auto", "ddp", "fsdp"),
+                              "summary.json (skipped_files) give the count and the first paths")
+    dtype: str = F("str", "uint16", choices=("uint16", "uint32"), help="tokens: the .bin files' integer type (uint32 above 65,535 tokens)")
+    vocab_size: int | None = F("int", None, nullable=True, min=2, help="tokens: vocabulary size (default: DIR/meta.json's vocab_size)")
+    level: str = F("str", "char", choices=("char", "byte"), help="text tokenisation")
+    val_fraction: float = F("float", 0.1, gt=0, max=0.5, help="share of the examples held out for validation (synthetic, text, npz)")
+    num_samples: int = F("int", 20000, min=16, help="synthetic: training examples (teacher/images) or problems (arithmetic)")
+    num_classes: int = F("int", 10, min=2, help="teacher/images task: classes")
+    input_dim: int = F("int", 32, min=1, help="teacher task: input features")
+    image_size: int = F("int", 32, min=8, help="images task: side in pixels")
+    noise: float = F("float", 0.5, min=0, help="images/teacher task: noise level")
+    digits: int = F("int", 2, min=1, max=6, help="arithmetic task: digits per operand")
+    kwargs: dict = F("dict", {}, help="arguments for a package.module:factory dataset")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Model:
+    type: str = F("str", "gpt", help="gpt | mlp | cnn | resnet18 | resnet34 | resnet50 | package.module:factory")
+    stem: str = F("str", "cifar", choices=("cifar", "imagenet"), help="resnet: cifar (3x3 conv, no max-pool) | imagenet (7x7/2 conv + max-pool)")
+    n_layer: int = F("int", 4, min=1, help="gpt: transformer blocks")
+    n_head: int = F("int", 4, min=1, help="gpt: attention heads per block (n_embd must be divisible by it)")
+    n_embd: int = F("int", 128, min=8, help="gpt: embedding width")
+    block_size: int = F("int", 64, min=4, help="context length in tokens")
+    dropout: float = F("float", 0.0, min=0, max=0.9, help="gpt/mlp: dropout probability")
+    bias: bool = F("bool", False, help="gpt: biases in the Linear and LayerNorm layers")
+    hidden: int = F("int", 256, min=1, help="mlp: hidden width")
+    depth: int = F("int", 2, min=1, help="mlp: hidden layers")
+    width: int = F("int", 32, min=4, help="cnn: channels of the first stage; resnet: of the stem (default 64, the published model)")
+    blocks: int = F("int", 1, min=1, help="cnn: residual blocks per stage (3 stages)")
+    channels_last: bool | str = F("auto_bool", AUTO, help="cnn/resnet: memory format (auto: on CUDA, MPS and the CPU)")
+    kwargs: dict = F("dict", {}, help="arguments for a package.module:factory model")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Training:
+    max_steps: int = F("int", 1000, min=1, help="optimizer steps (epochs, when set, decides instead: setting both is refused)")
+    epochs: int | None = F("int", None, nullable=True, min=1, help="passes over the training set; sets max_steps from the data size")
+    batch_size: int | str = F("int_auto", 32, min=1, help="per micro-step, per process; auto: the largest power of two whose memory, "
+                                                         "measured by probing one step, fits in memory_fraction of the device")
+    memory_fraction: float = F("float", 0.8, gt=0, max=1, help="batch_size auto: the share of the device's memory the run may plan for")
+    batch_size_max: int = F("int", 1024, min=1, help="batch_size auto: never above this")
+    grad_accum: int = F("int", 1, min=1, help="micro-steps per optimizer step")
+    lr: float = F("float", 3e-4, gt=0, help="peak learning rate")
+    min_lr: float | None = F("float", None, nullable=True, min=0, help="end of the cosine (default lr/10)")
+    schedule: str = F("str", "cosine", choices=("cosine", "constant"), help="after the warm-up: cosine from lr to min_lr, or constant lr")
+    warmup_steps: int = F("int", 0, min=0, help="steps of linear warm-up to lr")
+    optimizer: str = F("str", "adamw", choices=("adamw", "adam", "sgd", "lion"), help="lion: lr 3-10x below AdamW's (train/run/lion.py)")
+    weight_decay: float = F("float", 0.1, min=0, help="applied to parameters of 2 or more dimensions only (decoupled for adamw, lion)")
+    beta1: float = F("float", 0.9, min=0, max=1, help="adamw/adam/lion: first-moment decay")
+    beta2: float = F("float", 0.95, min=0, max=1, help="adamw/adam; lion's default is 0.99 unless set")
+    momentum: float = F("float", 0.9, min=0, max=1, help="SGD")
+    nesterov: bool = F("bool", False, help="SGD: Nesterov momentum")
+    grad_clip: float = F("float", 1.0, min=0, help="max grad norm; 0 = off")
+    precision: str = F("str", AUTO, choices=PRECISIONS, help="autocast dtype; auto: bf16 on CUDA with bf16, else fp32")
+    compile: bool | str = F("auto_bool", AUTO, help="torch.compile: auto (CUDA only) | true | false")
+    compile_mode: str = F("str", "default", choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+                          help="torch.compile mode (reduce-overhead: CUDA graphs; max-autotune: minutes of tuning)")
+    deterministic: bool = F("bool", False,
+                            help="the same numbers on every run of this config on this kind of device and torch build: "
+                                 "deterministic kernels only (torch.use_deterministic_algorithms), cuBLAS's fixed workspace, "
+                                 "no cudnn benchmark, compile without CUDA graphs or autotuning; an op with no deterministic "
+                                 "kernel stops the run, named (docs/reproduce.md)")
+    sdpa_backend: str = F("str", AUTO, choices=("auto", "flash", "efficient", "cudnn", "math"),
+                          help="CUDA attention kernel for scaled_dot_product_attention; auto: PyTorch's choice")
+    parallel: str = F("str", AUTO, choices=("auto", "ddp", "fsdp"),
                       help="several processes: ddp replicates the model on each; fsdp shards weights, gradients and optimizer "
-                           "state over them (FSDP2); auto: ddp while they fit one device with headroom, else fsdp"),
-        "activation_checkpointing": F("str", "none", choices=("none", "full"),
+                           "state over them (FSDP2); auto: ddp while they fit one device with headroom, else fsdp")
+    activation_checkpointing: str = F("str", "none", choices=("none", "full"),
                                       help="full: each block (GPT) or stage (ResNet) recomputes its activations in the backward: "
-                                           "less memory, about a third more compute"),
-        "ddp_bucket_mb": F("float", 25.0, gt=0, help="several processes: DDP's gradient bucket size in MB (torch's default 25; profiles may set it)"),
-        "ddp_comm_dtype": F("str", "fp32", choices=("fp32", "bf16"),
-                            help="several processes on CUDA: dtype of the gradient all-reduce (bf16: half the bytes)"),
-        "empty_cache_every": F("int", 0, min=0, help="MPS/CUDA: empty_cache() every N steps; 0 = never"),
-        "nan_policy": F("str", "rollback", choices=("rollback", "stop"),
-                        help="non-finite loss: roll back to the last good checkpoint with a lower lr, or stop"),
-        "nan_lr_factor": F("float", 0.5, gt=0, max=1, help="nan_policy rollback: the learning rate is multiplied by this at each rollback"),
-        "max_rollbacks": F("int", 3, min=0, help="nan_policy rollback: rollbacks before the run stops"),
-    },
-    "eval": {
-        "every_steps": F("int", 100, min=0, help="0 = only at the end"),
-        "batches": F("int", 20, min=1, help="validation batches per eval"),
-        "accuracy_samples": F("int", 256, min=0, help="arithmetic: problems scored by exact match"),
-    },
-    "checkpoint": {
-        "every_steps": F("int", 200, min=0, help="0 = only at the end"),
-        "keep_last": F("int", 3, min=1, help="checkpoints kept (the newest that verify); older ones are deleted"),
-    },
-    "logging": {
-        "every_steps": F("int", 10, min=1, help="metrics.jsonl and progress cadence"),
-        "heartbeat_seconds": F("float", 5.0, gt=0, help="seconds between writes of heartbeat.json"),
-        "progress": F("str", AUTO, choices=("auto", "rich", "plain", "none"),
-                     help="progress display; auto: a rich bar on a terminal, plain lines otherwise"),
-        "device_seconds": F("float", 3.0, min=0, help="seconds between device samples (utilization, memory, power); 0 = off"),
-        "trackers": F("list", [], choices=TRACKERS, help="also write metrics through: tensorboard, wandb (metrics.jsonl stays)"),
-    },
-    "device": {
-        "type": F("str", AUTO, choices=DEVICES, help="device to train on; auto: the profile's, else cuda, then mps, then cpu"),
-        "fallback_to_cpu": F("bool", False, help="train on the CPU when the device is unusable at run time (reported)"),
-        "fallback": F("str", AUTO, choices=("auto", "cpu", "mps-fallback", "none"),
+                                           "less memory, about a third more compute")
+    ddp_bucket_mb: float = F("float", 25.0, gt=0,
+                             help="several processes: DDP's gradient bucket size in MB (torch's default 25; profiles may set it)")
+    ddp_comm_dtype: str = F("str", "fp32", choices=("fp32", "bf16"),
+                            help="several processes on CUDA: dtype of the gradient all-reduce (bf16: half the bytes)")
+    empty_cache_every: int = F("int", 0, min=0, help="MPS/CUDA: empty_cache() every N steps; 0 = never")
+    nan_policy: str = F("str", "rollback", choices=("rollback", "stop"),
+                        help="non-finite loss: roll back to the last good checkpoint with a lower lr, or stop")
+    nan_lr_factor: float = F("float", 0.5, gt=0, max=1, help="nan_policy rollback: the learning rate is multiplied by this at each rollback")
+    max_rollbacks: int = F("int", 3, min=0, help="nan_policy rollback: rollbacks before the run stops")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Eval:
+    every_steps: int = F("int", 100, min=0, help="0 = only at the end")
+    batches: int = F("int", 20, min=1, help="validation batches per eval")
+    accuracy_samples: int = F("int", 256, min=0, help="arithmetic: problems scored by exact match")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Checkpoint:
+    every_steps: int = F("int", 200, min=0, help="0 = only at the end")
+    keep_last: int = F("int", 3, min=1, help="checkpoints kept (the newest that verify); older ones are deleted")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Logging:
+    every_steps: int = F("int", 10, min=1, help="metrics.jsonl and progress cadence")
+    heartbeat_seconds: float = F("float", 5.0, gt=0, help="seconds between writes of heartbeat.json")
+    progress: str = F("str", AUTO, choices=("auto", "rich", "plain", "none"),
+                     help="progress display; auto: a rich bar on a terminal, plain lines otherwise")
+    device_seconds: float = F("float", 3.0, min=0, help="seconds between device samples (utilization, memory, power); 0 = off")
+    trackers: list = F("list", [], choices=TRACKERS, help="also write metrics through: tensorboard, wandb (metrics.jsonl stays)")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Device:
+    type: str = F("str", AUTO, choices=DEVICES, help="device to train on; auto: the profile's, else cuda, then mps, then cpu")
+    fallback_to_cpu: bool = F("bool", False, help="train on the CPU when the device is unusable at run time (reported)")
+    fallback: str = F("str", AUTO, choices=("auto", "cpu", "mps-fallback", "none"),
                       help="after a device fault mid-run, restart from the last checkpoint: mps-fallback (missing MPS "
-                           "operators on the CPU), cpu (the whole run), none (stop); auto: mps-fallback for a missing operator"),
-    },
-    "dataloader": {
-        "num_workers": F("int", 0, min=0, help="DataLoader worker processes; 0: batches are loaded in the training process"),
-        "pin_memory": F("compile", AUTO, help="auto: on CUDA only"),
-        "persistent_workers": F("bool", False, help="keep DataLoader workers alive between epochs (needs num_workers > 0)"),
-        "prefetch_factor": F("int", None, nullable=True, min=1, help="batches each worker loads ahead (needs num_workers > 0); null: torch's default"),
-        "fetch_ahead": F("compile", AUTO, help="read and copy the next batch while the GPU computes; auto: on CUDA/MPS "
-                                              "with workers or a built-in dataset (train/prefetch.py)"),
-    },
-    "sweep": {
-        "grid": F("dict", {}, help="`envkit sweep`: section.key -> list of values (or any other name -> list of mappings of keys "
-                                   "set together); every combination is a run"),
-    },
-}
+                           "operators on the CPU), cpu (the whole run), none (stop); auto: mps-fallback for a missing operator")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Dataloader:
+    num_workers: int = F("int", 0, min=0, help="DataLoader worker processes; 0: batches are loaded in the training process")
+    pin_memory: bool | str = F("auto_bool", AUTO, help="auto: on CUDA only")
+    persistent_workers: bool = F("bool", False, help="keep DataLoader workers alive between epochs (needs num_workers > 0)")
+    prefetch_factor: int | None = F("int", None, nullable=True, min=1,
+                                    help="batches each worker loads ahead (needs num_workers > 0); null: torch's default")
+    fetch_ahead: bool | str = F("auto_bool", AUTO, help="read and copy the next batch while the GPU computes; auto: on CUDA/MPS "
+                                                     "with workers or a built-in dataset (train/prefetch.py)")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Sweep:
+    grid: dict = F("dict", {}, help="`envkit sweep`: section.key -> list of values (or any other name -> list of mappings of keys "
+                                    "set together); every combination is a run")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrainConfig:
+    """A whole train.yaml, as declared (defaults < profile < YAML < --set): what the config hash covers."""
+
+    experiment: Experiment = dataclasses.field(default_factory=Experiment)
+    dataset: Dataset = dataclasses.field(default_factory=Dataset)
+    model: Model = dataclasses.field(default_factory=Model)
+    training: Training = dataclasses.field(default_factory=Training)
+    eval: Eval = dataclasses.field(default_factory=Eval)
+    checkpoint: Checkpoint = dataclasses.field(default_factory=Checkpoint)
+    logging: Logging = dataclasses.field(default_factory=Logging)
+    device: Device = dataclasses.field(default_factory=Device)
+    dataloader: Dataloader = dataclasses.field(default_factory=Dataloader)
+    sweep: Sweep = dataclasses.field(default_factory=Sweep)
+
+
+SECTIONS: dict[str, type] = {"experiment": Experiment, "dataset": Dataset, "model": Model, "training": Training, "eval": Eval,
+                             "checkpoint": Checkpoint, "logging": Logging, "device": Device, "dataloader": Dataloader, "sweep": Sweep}
+# section -> key -> Field, in the order train.yaml, --print-config and the reference list them
+SCHEMA: dict[str, dict[str, Field]] = {name: {f.name: f.metadata["spec"] for f in dataclasses.fields(cls)}
+                                       for name, cls in SECTIONS.items()}
 
 # Which model keys apply to which built-in model (others are an error, not silently ignored).
 MODEL_KEYS = {
@@ -173,6 +234,30 @@ DATASET_KEYS = {
     "imagefolder": {"type", "path", "augment", "label_noise", "image_size", "on_bad_file"},
 }
 SYNTHETIC_TASKS = {"arithmetic": "gpt", "teacher": "mlp", "images": "cnn"}
+
+# A key another key makes moot: the trainer never reads it then (optim.py, trainer.py). A value the
+# user set (train.yaml or --set, other than the default) that this drops is said in one line, or
+# refused where setting both can only be a mistake (the last field: the refusal's fix); nothing is
+# said when the deciding key was set later (--set over the file): that later word winning is what
+# the precedence promises.
+# (key, deciding key, the deciding values that make key moot ("set": any but null; "number": not auto), why, fix if refused)
+MOOT_WHEN = (
+    ("training.max_steps", "training.epochs", "set", "epochs sets the run's length from the data",
+     "drop training.max_steps, or --set training.epochs=null to train {value} steps"),
+    ("training.min_lr", "training.schedule", ("constant",), "a constant schedule never decays to min_lr", None),
+    ("training.momentum", "training.optimizer", ("adamw", "adam", "lion"), "only sgd uses momentum", None),
+    ("training.nesterov", "training.optimizer", ("adamw", "adam", "lion"), "only sgd uses Nesterov momentum", None),
+    ("training.nesterov", "training.momentum", (0.0,), "Nesterov momentum needs momentum above 0", None),
+    ("training.beta1", "training.optimizer", ("sgd",), "sgd has no betas (its momentum is training.momentum)", None),
+    ("training.beta2", "training.optimizer", ("sgd",), "sgd has no betas (its momentum is training.momentum)", None),
+    ("training.compile_mode", "training.compile", (False,), "compile_mode is torch.compile's mode", None),
+    ("training.memory_fraction", "training.batch_size", "number", "only batch_size auto plans with it", None),
+    ("training.batch_size_max", "training.batch_size", "number", "only batch_size auto is capped by it", None),
+    ("training.nan_lr_factor", "training.nan_policy", ("stop",), "nan_policy stop never rolls back", None),
+    ("training.max_rollbacks", "training.nan_policy", ("stop",), "nan_policy stop never rolls back", None),
+    ("dataloader.persistent_workers", "dataloader.num_workers", (0,), "it keeps DataLoader workers, and there are none", None),
+    ("dataloader.prefetch_factor", "dataloader.num_workers", (0,), "it is per DataLoader worker, and there are none", None),
+)
 
 # training/dataloader/device keys whose defaults come from the profile (profile key -> config path)
 PROFILE_KEYS = {
@@ -198,6 +283,7 @@ HASH_EXCLUDED = {"logging", "checkpoint", "sweep"}
 HASH_EXCLUDED_KEYS = {"experiment.name", "experiment.output_dir", "experiment.tags", "experiment.notes",
                       "eval.batches", "eval.accuracy_samples", "device.fallback_to_cpu", "device.fallback", "dataloader.num_workers",
                       "training.compile_mode", "training.sdpa_backend", "training.ddp_bucket_mb",  # speed only: same computation
+                      "training.deterministic",  # which kernels compute it: the same steps (and old run folders keep their hash)
                       "training.parallel", "training.activation_checkpointing",  # the same steps, spread or recomputed
                       "training.memory_fraction", "training.batch_size_max",  # only how batch_size auto is decided
                       "dataloader.pin_memory", "dataloader.persistent_workers", "dataloader.prefetch_factor",

@@ -36,7 +36,7 @@ KINDS = {
     "bool": "`true` / `false`",
     "list": "list",
     "dict": "mapping",
-    "compile": "`auto` / `true` / `false`",
+    "auto_bool": "`auto` / `true` / `false`",
 }
 
 

@@ -49,11 +49,11 @@ def shard_units(model: nn.Module, model_type: str) -> list[nn.Module] | None:
     return None
 
 
-def state_bytes(model: nn.Module, training: dict) -> int:
+def state_bytes(model: nn.Module, training) -> int:
     """Weights + gradients + optimizer state, in bytes, as ddp would hold them on each device."""
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    kind = training["optimizer"]
-    copies = STATE_COPIES.get(kind, 1 if training.get("momentum", 0) > 0 else 0)
+    kind = training.optimizer
+    copies = STATE_COPIES.get(kind, 1 if training.momentum > 0 else 0)
     return weights * (2 + copies)
 
 
@@ -72,18 +72,18 @@ def free_bytes(device: torch.device, world_on_host: int) -> int | None:
     return None
 
 
-def config_problem(values: dict, processes: int) -> tuple[str, str] | None:
-    """(what is wrong, the fix) for a config that cannot train as asked, before any process starts."""
-    training, model_type = values["training"], values["model"]["type"]
-    if training.get("parallel") != "fsdp":
+def config_problem(cfg, processes: int) -> tuple[str, str] | None:
+    """(what is wrong, the fix) for a config (train/run/config.py) that cannot train as asked, before any process starts."""
+    training, model_type = cfg.training, cfg.model.type
+    if training.parallel != "fsdp":
         return None
-    if values["device"]["type"] == "mps":
+    if cfg.device.type == "mps":
         return ("training.parallel fsdp needs several processes, and MPS is one device that gloo/nccl cannot carry",
                 "set training.parallel to auto (one process) or train on CUDA or the CPU")
     if processes < 2:
         return ("training.parallel fsdp shards over several processes, and this run starts one",
                 "add --nproc-per-node 2 (or more, or --nnodes), or set training.parallel to auto")
-    if training.get("precision") == "fp16":
+    if training.precision == "fp16":
         return ("training.precision fp16 needs a GradScaler that sharded gradients do not have under training.parallel fsdp",
                 "use training.precision bf16 (or auto), or training.parallel ddp")
     if ":" not in model_type and model_type != "gpt" and not model_type.startswith("resnet"):
@@ -92,7 +92,7 @@ def config_problem(values: dict, processes: int) -> tuple[str, str] | None:
     return None
 
 
-def choose(setting: str, *, world: int, device: torch.device, model: nn.Module, model_type: str, training: dict,
+def choose(setting: str, *, world: int, device: torch.device, model: nn.Module, model_type: str, training,
            local_world: int) -> tuple[str, str]:
     """("ddp" | "fsdp" | "single", the reason in words). Bad combinations stop the run in one line."""
     if setting == "fsdp":
@@ -111,7 +111,7 @@ def choose(setting: str, *, world: int, device: torch.device, model: nn.Module, 
     if setting == "ddp":
         return "ddp", "as set"
     need, free = state_bytes(model, training), free_bytes(device, local_world)
-    what = f"weights + gradients + {training['optimizer']} state {_gb(need)}"
+    what = f"weights + gradients + {training.optimizer} state {_gb(need)}"
     if free is None or need <= HEADROOM * free:
         where = f"{_gb(free)} free on {device.type}" if free is not None else f"free memory of {device.type} unknown"
         return "ddp", f"auto: {what} fit one device ({where}, ddp while at most {HEADROOM:.0%})"

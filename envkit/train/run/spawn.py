@@ -61,6 +61,10 @@ def spawn_child(cmd: list[str], env: dict, owner=None, **popen_kw) -> subprocess
     finally:
         os.close(read_end)
     proc.envkit_parent_pipe = write_end
+    if owner is not None:
+        from envkit.fsutil import note_owner_child
+
+        note_owner_child(owner, proc.pid)  # a refusal names the child once this process is gone
     return proc
 
 

@@ -95,7 +95,7 @@ class FallbackOnFirstCall(torch.nn.Module):
             return self.compiled(*args, **kwargs)
         try:
             out = self.compiled(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - compile is an optimisation: fall back to eager, say so
             self._log(f"warning: torch.compile failed at the first step ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
                       "training eager (set training.compile: false to skip the attempt)")
             self.compiled = self._eager[0]

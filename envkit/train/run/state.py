@@ -27,8 +27,9 @@ class TrainState:
     lr_scale: float = 1.0  # lowered by each NaN rollback (training.nan_lr_factor)
     rollbacks: int = 0
     elapsed: float = 0.0  # seconds of training, summed over resumes
+    trained: float | None = 0.0  # samples or tokens trained, summed over resumes (None: resumed from a checkpoint without it)
 
-    LOOP_KEYS = ("best_val_loss", "lr_scale", "rollbacks", "elapsed", "micro_batch", "grad_accum")
+    LOOP_KEYS = ("best_val_loss", "lr_scale", "rollbacks", "elapsed", "micro_batch", "grad_accum", "trained")
 
     def checkpoint_fields(self) -> dict:
         """The checkpoint's "step", "data" and "loop" entries (the format resume reads)."""
@@ -48,6 +49,7 @@ class TrainState:
         self.best_val_loss = loop.get("best_val_loss")
         self.lr_scale, self.rollbacks = loop.get("lr_scale", 1.0), loop.get("rollbacks", 0)
         self.elapsed = loop.get("elapsed", 0.0)
+        self.trained = loop.get("trained")  # a checkpoint from before envkit counted it: the overall rate is unknown
 
 
 class StepClock:
@@ -114,8 +116,10 @@ class TrainResult:
     rates: list = field(default_factory=list)  # per logged interval, the first (warm-up, compilation) left out
     resumed_from: str | None = None
     rollbacks: int = 0
-    config_hash: str | None = None
+    config_hash: str | None = None  # of the declared config: the same in config.json and every checkpoint
+    derived: dict = field(default_factory=dict)  # what the run decided at start ("training.max_steps" from epochs, ...)
     elapsed_seconds: float = 0.0
+    trained: float | None = None  # samples or tokens trained (all of the run's steps, over resumes)
     baseline_loss: float | None = None
     chance_accuracy: float | None = None
     flops_per_token: float | None = None
@@ -124,22 +128,31 @@ class TrainResult:
     grad_accum: int | None = None
     faults: list = field(default_factory=list)
     error: str | None = None
+    signal: str | None = None  # the signal that interrupted the run (SIGINT, SIGTERM, SIGUSR1): its exit code is 128 + its number
     skipped_files: dict | None = None  # {"count", "paths"}: unreadable files skipped (dataset.on_bad_file: skip)
     watch: dict = field(default_factory=dict)  # device and data-wait figures (watching/watch.py)
 
     @property
     def per_second(self) -> float | None:
+        """The median rate of the logged windows: steady state (MFU is taken from it)."""
         rates = [r for r in self.rates if r]
         return statistics.median(rates) if rates else None
+
+    @property
+    def overall_per_second(self) -> float | None:
+        """Everything trained over the training time: what the run really took."""
+        return self.trained / self.elapsed_seconds if self.trained and self.elapsed_seconds > 0 else None
 
     def summary(self) -> dict:
         out = {"status": self.status, "steps": self.steps, "max_steps": self.max_steps, "epochs": self.epochs,
                "final_loss": self.final_loss, "best_val_loss": self.best_val_loss, "final_val_loss": self.final_val_loss,
                "device": self.device, "device_name": self.device_name, "precision": self.precision, "compile": self.compile,
                "world_size": self.world_size, "parallel": self.parallel,
-               "peak_memory_mb": None if self.peak_memory_mb is None else round(self.peak_memory_mb, 1), "parameters": self.parameters, f"{self.unit}_per_second": self.per_second,
+               "peak_memory_mb": None if self.peak_memory_mb is None else round(self.peak_memory_mb, 1), "parameters": self.parameters,
+               f"{self.unit}_per_second": self.overall_per_second, f"{self.unit}_per_second_median_window": self.per_second,
+               self.unit: self.trained,
                "resumed_from": self.resumed_from, "rollbacks": self.rollbacks, "config_hash": self.config_hash,
-               "elapsed_seconds": round(self.elapsed_seconds, 2), "updated_at": time.time()}
+               "derived": self.derived, "elapsed_seconds": round(self.elapsed_seconds, 2), "updated_at": time.time()}
         if self.accuracy is not None:
             out["accuracy"] = self.accuracy
         out["baseline_loss"] = self.baseline_loss
@@ -150,6 +163,8 @@ class TrainResult:
         out.update(micro_batch=self.micro_batch, grad_accum=self.grad_accum, faults=self.faults)
         if self.error:
             out["error"] = self.error
+        if self.signal:
+            out["signal"] = self.signal
         if self.skipped_files is not None:
             out["skipped_files"] = self.skipped_files
         out.update(self.watch)

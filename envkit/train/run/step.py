@@ -20,9 +20,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-# Kept importable from here (benchmarks and older code): the speed switches live in speed.py.
-from envkit.train.run.speed import COMPILE_MODES, SDPA_BACKENDS, apply_sdpa_backend, compile_kwargs  # noqa: F401
-
 
 class LossModule(nn.Module):
     """`LossModule(model, accum)(x, y)` -> the mean cross-entropy / accum.
@@ -53,9 +50,9 @@ def train_step(tr, state, lr: float) -> StepOut:
     loss = forward_backward(tr, state.grad_accum)
     tr.loss_sum.add_(loss)  # no sync: its finiteness is read at the step's checks (recover.py)
     grad_norm = None
-    if tr.training["grad_clip"] > 0:
+    if tr.training.grad_clip > 0:
         tr.scaler.unscale_(tr.optimizer)
-        grad_norm = torch.nn.utils.clip_grad_norm_(tr.model.parameters(), tr.training["grad_clip"])
+        grad_norm = torch.nn.utils.clip_grad_norm_(tr.model.parameters(), tr.training.grad_clip)
         if hasattr(grad_norm, "full_tensor"):  # fsdp: the norm of all shards, a DTensor
             grad_norm = grad_norm.full_tensor()
     tr.scaler.step(tr.optimizer)

@@ -19,12 +19,13 @@ from pathlib import Path
 import torch
 
 from envkit.train.data import on_device
-from envkit.train.data.bundle import DataBundle
-from envkit.train.data.datasets import BUILTIN_DATASETS, ResumableBatchSampler, build_data
+from envkit.train.data.bundle import DataBundle, ResumableBatchSampler
+from envkit.train.data.datasets import BUILTIN_DATASETS, build_data
 from envkit.train.data.prefetch import DeviceBatches, want_fetch_ahead
 from envkit.train.recovery.guards import resolve_device
 from envkit.train.run import checkpoint as ckpt
-from envkit.train.run.config import Config
+from envkit.train.run import determinism
+from envkit.train.run.config import Config, Dataloader, Training
 from envkit.train.recovery.guards import TrainingStopped
 from envkit.train.run import sharded_checkpoint as sharded
 from envkit.train.run import sharding
@@ -70,18 +71,18 @@ class Trainer:
     clock: StepClock = field(default_factory=StepClock)
     loss_sum: torch.Tensor | None = None  # the step losses summed on the device since the last rollback: non-finite once any was
 
-    # -- config sections, by name
+    # -- config sections, as the run uses them
     @property
-    def training(self) -> dict:
-        return self.cfg.values["training"]
+    def training(self) -> Training:
+        return self.cfg.training
 
     @property
-    def loader_cfg(self) -> dict:
-        return self.cfg.values["dataloader"]
+    def loader_cfg(self) -> Dataloader:
+        return self.cfg.dataloader
 
     @property
     def seed(self) -> int:
-        return self.cfg.values["experiment"]["seed"]
+        return self.cfg.experiment.seed
 
     @property
     def master(self) -> bool:
@@ -109,7 +110,7 @@ class Trainer:
         return tr
 
     def _setup_device(self, torch_settings: dict | None) -> None:
-        self.device_type = resolve_device(self.cfg.values["device"]["type"], self.cfg.values["device"]["fallback_to_cpu"], self.log)
+        self.device_type = resolve_device(self.cfg.device.type, self.cfg.device.fallback_to_cpu, self.log)
         self.device = torch.device(f"cuda:{self.local_rank}" if self.device_type == "cuda" else self.device_type)
         if self.device_type == "cuda":
             torch.cuda.set_device(self.device)
@@ -120,8 +121,10 @@ class Trainer:
             init_distributed(self.device)
         random.seed(self.seed)
         torch.manual_seed(self.seed)  # seeds CPU, CUDA and MPS generators
-        for message in (apply_torch_settings(torch_settings, self.device_type)
-                        + apply_sdpa_backend(self.training["sdpa_backend"], self.device_type)):
+        self.cfg, torch_settings, notes = determinism.prepare(self.cfg, torch_settings)
+        for message in (notes + apply_torch_settings(torch_settings, self.device_type)
+                        + apply_sdpa_backend(self.training.sdpa_backend, self.device_type)
+                        + (determinism.apply(self.device_type) if self.training.deterministic else [])):
             self.log(message)
         self.loss_sum = torch.zeros((), dtype=torch.float32, device=self.device)
 
@@ -130,30 +133,30 @@ class Trainer:
         self.data = build_data(self.cfg, seed=self.seed)
         for note in self.data.notes:
             self.log(note)
-        dataset = self.cfg.values["dataset"]
-        self.data_on_device = on_device.place(self.data, dataset.get("on_device", "auto"), self.device_type, self.device,
-                                         bool(getattr(self.data.train, "augment", False)), loader["num_workers"], self.log)
-        self.pin_memory = loader["pin_memory"] if loader["pin_memory"] != "auto" else self.device_type == "cuda"
-        self.sampler = self._sampler(training["batch_size"])
-        if training["epochs"]:  # max_steps follows the data: the schedule, log, ETA and summary count to it
-            training["max_steps"] = steps_for_epochs(training["epochs"], self.sampler.per_epoch, training["grad_accum"])
-        self.val_batches = val_batches(self.data.val, training["batch_size"], self.cfg.values["eval"]["batches"])
+        dataset = self.cfg.dataset
+        self.data_on_device = on_device.place(self.data, dataset.on_device, self.device_type, self.device,
+                                         bool(getattr(self.data.train, "augment", False)), loader.num_workers, self.log)
+        self.pin_memory = loader.pin_memory if loader.pin_memory != "auto" else self.device_type == "cuda"
+        self.sampler = self._sampler(training.batch_size)
+        if training.epochs:  # max_steps follows the data: the schedule, log, ETA and summary count to it (derived: not hashed)
+            self.cfg = self.cfg.derive("training.max_steps", steps_for_epochs(training.epochs, self.sampler.per_epoch, training.grad_accum))
+        self.val_batches = val_batches(self.data.val, training.batch_size, self.cfg.eval.batches)
 
     def _setup_model(self) -> None:
         """Built on the CPU (one initialisation for every mode), then moved, or sharded over the
         processes (training.parallel, train/run/sharding.py)."""
-        model_type = self.cfg.values["model"]["type"]
+        model_type = self.cfg.model.type
         model = build_model(self.cfg, self.data.info, self.device_type)
         self.parameters = sum(p.numel() for p in model.parameters())
         self.flops_per_token = model.flops_per_token() if hasattr(model, "flops_per_token") else None
-        self.parallel, why = sharding.choose(self.training["parallel"], world=self.world, device=self.device, model=model,
+        self.parallel, why = sharding.choose(self.training.parallel, world=self.world, device=self.device, model=model,
                                              model_type=model_type, training=self.training,
                                              local_world=int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-        self.compile_mode, changed = compile_mode_for(self.training["compile_mode"], self.world)
-        if changed and want_compile(self.training["compile"], self.device_type) == "on":
+        self.compile_mode, changed = compile_mode_for(self.training.compile_mode, self.world)
+        if changed and want_compile(self.training.compile, self.device_type) == "on":
             self.log(changed)
         units = sharding.shard_units(model, model_type)
-        if self.training["activation_checkpointing"] == "full":
+        if self.training.activation_checkpointing == "full":
             if units is None:
                 raise TrainingStopped(f"training.activation_checkpointing full: model.type {model_type} has no blocks to "
                                       "checkpoint (gpt and resnet18/34/50 have; a factory's model may define shard_units())")
@@ -161,7 +164,7 @@ class Trainer:
         self.log(f"model {model_type}: {self.parameters / 1e6:.2f}M parameters on {self.device_type}"
                  + (f" ({self.device_name})" if self.device_type == "cuda" else ""))
         if self.parallel == "fsdp":
-            compiling = want_compile(self.training["compile"], self.device_type) == "on"
+            compiling = want_compile(self.training.compile, self.device_type) == "on"
             done = sharding.apply_fsdp(model, units, self.device, self.precision, self.world,
                                        compile_unit=self._compile_unit if compiling else None)
             self.compile_note = f"on, per {'block' if model_type == 'gpt' else 'unit'} and the whole step" if compiling else "off"
@@ -176,7 +179,7 @@ class Trainer:
         unit.compile(**compile_kwargs(self.compile_mode))
 
     def _setup_precision(self) -> None:
-        precision = self.training["precision"]
+        precision = self.training.precision
         if precision == "auto":
             precision = "bf16" if self.device_type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
         self.precision = precision
@@ -196,16 +199,26 @@ class Trainer:
         # fsdp: each unit was compiled as it was sharded (_setup_model); the step is compiled whole as well, so the
         # head and the loss are fused (on one H100, GPT-2 small: 10.8 GB peak against 15.7 with the loss eager,
         # and the fastest of the three ways, benchmarks/bench_fsdp_one_process.py)
-        self.model, note = maybe_compile(self.loss_module, want_compile(training["compile"], self.device_type),
+        self.model, note = maybe_compile(self.loss_module, want_compile(training.compile, self.device_type),
                                          self.log, self.compile_mode)
         if self.parallel != "fsdp":
             self.compile_note = note
         if self.parallel == "ddp":
-            self.model = wrap_ddp(self.model, self.device, self.local_rank, training["ddp_bucket_mb"], training["ddp_comm_dtype"], self.log)
-        ahead = want_fetch_ahead(self.loader_cfg["fetch_ahead"], self.device_type, self.loader_cfg["num_workers"],
-                                 self.cfg.values["dataset"]["type"] in BUILTIN_DATASETS)
+            self.model = wrap_ddp(self.model, self.device, self.local_rank, training.ddp_bucket_mb, training.ddp_comm_dtype, self.log)
+        ahead = want_fetch_ahead(self.loader_cfg.fetch_ahead, self.device_type, self.loader_cfg.num_workers,
+                                 self.cfg.dataset.type in BUILTIN_DATASETS)
         self.sampler = self._sampler(state.micro_batch)
         self.batches = DeviceBatches(self._loader(state.batches), self.device, self.pin_memory, next_batch, ahead=ahead)
+        self._derive_decisions()
+
+    def _derive_decisions(self) -> None:
+        """What `auto` became on this machine, recorded beside the config (summary.json's "derived"), never in its hash."""
+        decided = {"device.type": self.device_type, "training.precision": self.precision,
+                   "training.compile": want_compile(self.training.compile, self.device_type) == "on",
+                   "training.compile_mode": self.compile_mode, "training.parallel": self.parallel,
+                   "dataset.on_device": self.data_on_device, "dataloader.pin_memory": bool(self.pin_memory)}
+        for path, value in decided.items():
+            self.cfg = self.cfg.derive(path, value)
 
     # -- moving the position
     def rewind(self, state: TrainState) -> None:
@@ -227,11 +240,11 @@ class Trainer:
         if self.data_on_device:  # built where the data lives: no DataLoader (train/data/on_device.py)
             built = on_device.batches(self.data.train, self.sampler)
             return built if self.data.check_batch is None else map(self.data.check_batch, built)
-        if loader_cfg["num_workers"] > 0:
-            kw["persistent_workers"] = loader_cfg["persistent_workers"]
-            if loader_cfg["prefetch_factor"]:
-                kw["prefetch_factor"] = loader_cfg["prefetch_factor"]
-        loader = torch.utils.data.DataLoader(self.data.train, batch_sampler=self.sampler, num_workers=loader_cfg["num_workers"],
+        if loader_cfg.num_workers > 0:
+            kw["persistent_workers"] = loader_cfg.persistent_workers
+            if loader_cfg.prefetch_factor:
+                kw["prefetch_factor"] = loader_cfg.prefetch_factor
+        loader = torch.utils.data.DataLoader(self.data.train, batch_sampler=self.sampler, num_workers=loader_cfg.num_workers,
                                              pin_memory=self.pin_memory, generator=torch.Generator().manual_seed(self.seed), **kw)
         return iter(loader) if self.data.check_batch is None else map(self.data.check_batch, loader)
 
@@ -246,7 +259,7 @@ class Trainer:
     def save_checkpoint(self, state: TrainState) -> Path | None:
         """Every process calls it. A step_*.pt file written by rank 0, or under fsdp a step_*.dcp
         folder written by all (train/run/sharded_checkpoint.py); the path on rank 0."""
-        folder, keep = self.run_dir / "checkpoints", self.cfg.values["checkpoint"]["keep_last"]
+        folder, keep = self.run_dir / "checkpoints", self.cfg.checkpoint.keep_last
         if self.parallel != "fsdp":
             return ckpt.save(folder, self.checkpoint(state), keep) if self.master else None
         with ckpt.disk_full_said(sharded.partial_path(folder, state.step)):
@@ -258,7 +271,7 @@ class Trainer:
     def load(self, state: TrainState, path: Path, saved: dict) -> None:
         """Weights, optimizer, scaler, RNG and counters from a checkpoint of this config."""
         config_hash = self.cfg.config_hash()
-        if saved["config_hash"] != config_hash:
+        if saved["config_hash"] not in self.cfg.hashes_accepted():  # an epochs run's checkpoint of an older envkit too
             from envkit.train.recovery.guards import TrainingStopped
 
             raise TrainingStopped(f"checkpoint {path.name} was written by a different config (hash {saved['config_hash']} != "
@@ -278,5 +291,5 @@ class Trainer:
                      f"optimizer state {'resharded' if self.parallel == 'fsdp' or saved.get('format') == 'dcp' else 'loaded'}; "
                      f"the data position is kept in samples, and each step now trains {self.world}/{written_by} of the batch "
                      "it did (batch_size is per process)")
-        state.restore(saved, self.training["batch_size"], self.training["grad_accum"], world=self.world)
+        state.restore(saved, self.training.batch_size, self.training.grad_accum, world=self.world)
         ckpt.set_rng_state(saved["rng"])

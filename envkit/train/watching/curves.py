@@ -90,7 +90,7 @@ def draw_runs(runs: list[tuple[Path, str]], out: Path, title: str = "sweep") -> 
     fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(12, 4.5))
     colours: dict[str, str] = {}
     val_key = "val_loss"
-    for d, group in runs:
+    for d, _group in runs:
         rows = read_metrics(d) if d.is_dir() else []
         if any(r.get("accuracy") is not None for r in rows):
             val_key = "accuracy"

@@ -125,7 +125,7 @@ def cuda_uuids(device_type: str, local_devices: int) -> list[str]:
                 text = str(uuid)
                 out.append(text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}")
         return out
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - no UUIDs is an answer: the sampler then watches every GPU nvidia-smi lists
         return []
 
 

@@ -96,7 +96,8 @@ def diagnose(rows: list[dict], ctx: HintContext) -> list[Hint]:
         hints.append(Hint("input-pipeline", "the input pipeline is the bottleneck: the device waits for batches", evidence,
                           _input_fix(ctx)))
     elif util is not None and util < UNDERUSED_UTIL_PCT and ctx.device != "cpu" and (wait is None or wait < INPUT_WAIT_FRACTION):
-        hints.append(Hint("device-underused", f"the {_DEVICE_NOUN.get(ctx.device, ctx.device)} is busy only part of the time although batches arrive on time",
+        noun = _DEVICE_NOUN.get(ctx.device, ctx.device)
+        hints.append(Hint("device-underused", f"the {noun} is busy only part of the time although batches arrive on time",
                           f"median of the last {len(recent)} logs: {ctx.device} utilization {util:.0f}%, "
                           f"{100 * (wait or 0):.0f}% of step time waiting for data, step {dt:.0f} ms",
                           f"a larger training.batch_size{f' (now {ctx.batch_size})' if ctx.batch_size else ''}"

@@ -9,8 +9,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import torch
-
 
 class StepProfiler:
     def __init__(self, run_dir: Path, steps: tuple[int, int] | None, device_type: str, rank: int, world: int, log):

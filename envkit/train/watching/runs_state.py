@@ -91,7 +91,10 @@ def notice_killed(run_dir: Path, noticed_by: str) -> dict | None:
                "steps": steps[-1] if steps else beat.get("step"), "max_steps": beat.get("max_steps"),
                "final_loss": losses[-1] if losses else None, "hints": [],
                "reason": "its supervisor died without a word (SIGKILL, a crash, the machine lost power); nothing runs in the folder"}
-        atomic_write_text(run_dir / "summary.json", json.dumps(out, indent=2) + "\n")
+        try:
+            atomic_write_text(run_dir / "summary.json", json.dumps(out, indent=2) + "\n")
+        except OSError as exc:  # a read-only or full disk: what was noticed is still shown, just not recorded
+            out["not_recorded"] = f"cannot write {run_dir / 'summary.json'}: {exc.strerror or exc}"
         return out
 
 
@@ -108,6 +111,10 @@ def run_state(run_dir: Path, now: float | None = None, noticed_by: str = "envkit
     if isinstance(beat.get("last_output_at"), (int, float)):  # exec runs: when the command last printed or logged
         out["quiet_seconds"] = now - max(beat["last_output_at"], beat.get("last_metric_at") or 0)
     rows = read_metrics(run_dir)
+    from envkit.record.files import read_reproductions
+
+    if done := read_reproductions(run_dir):  # `envkit reproduce`: the newest outcome, and how many
+        out["reproduced"] = {"outcome": done[-1].get("outcome"), "run": done[-1].get("run"), "count": len(done)}
     from envkit.train.watching.slurm_state import ACTIVE, slurm_fields
 
     slurm = slurm_fields(run_dir)
@@ -165,7 +172,9 @@ def _device_state(out: dict, run_dir: Path, rows: list[dict], beat: dict, summar
     if summary and "hints" in summary:
         out["hints"] = summary["hints"]
         return
-    config = (_read(run_dir / "config.json") or {}).get("values", {})
+    doc = _read(run_dir / "config.json") or {}
+    config = {s: {**kv, **{p.split(".", 1)[1]: v for p, v in (doc.get("derived") or {}).items() if p.split(".")[0] == s}}
+              for s, kv in (doc.get("values") or {}).items() if isinstance(kv, dict)}  # the values the run used
     device = (summary or {}).get("device") or (beat.get("device") or {}).get("device") or "cpu"
     out["hints"] = [h.to_dict() for h in diagnose(rows, HintContext.from_config(config, device))]
 

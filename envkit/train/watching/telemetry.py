@@ -1,6 +1,11 @@
 """What a run tells the world: train.log, metrics.jsonl (one JSON object per logged step),
 heartbeat.json (rewritten atomically every few seconds: step, loss, ETA, pid, updated_at) and the
-progress display: a rich bar on a terminal, plain unbuffered lines otherwise. Rank 0 only."""
+progress display: a rich bar on a terminal, plain unbuffered lines otherwise. Rank 0 only.
+
+A disk that fills up at any of these writes stops the run (TrainingStopped, status disk_full) with one
+line; a line is appended with one write and cut back if the disk fills mid-line, so no half row is
+left for the resumed run to glue its next one to (and a half row an older envkit or a kill left is cut
+off when the run resumes)."""
 
 from __future__ import annotations
 
@@ -10,7 +15,9 @@ import sys
 import time
 from pathlib import Path
 
-from envkit.fsutil import atomic_write_text, process_start_time
+import errno
+
+from envkit.fsutil import append_line, atomic_write_text, cut_torn_line, open_append, process_start_time
 from envkit.redact import strip_userinfo
 
 
@@ -46,8 +53,14 @@ class Telemetry:
         self._pid_start = process_start_time(os.getpid()) if enabled else None
         self.extra_fields = None  # a callable adding fields to every heartbeat (the device sample, hints)
         self.sinks: list = []  # callables receiving every metrics row (trackers)
-        self._log = open(self.dir / "train.log", "a", buffering=1, encoding="utf-8") if enabled else None
-        self._metrics = open(self.dir / "metrics.jsonl", "a", buffering=1, encoding="utf-8") if enabled else None
+        self.step = 0  # the latest step logged: where an injected disk fault fires (recovery/faults.py)
+        self.full: Path | None = None  # the file the disk filled up on: the run is stopping
+        # set by the loop (train/run), which may import train/recovery: the stop a full disk raises
+        # (TrainingStopped(message, status=)) and the tests' fault hook (name, step) -> bool
+        self.stopped, self.write_fault = None, None
+        torn = [name for name in ("metrics.jsonl", "train.log") if enabled and cut_torn_line(self.dir / name)]
+        self._log = open_append(self.dir / "train.log") if enabled else None
+        self._metrics = open_append(self.dir / "metrics.jsonl") if enabled else None
         mode = progress
         if mode == "auto":
             mode = "rich" if sys.stdout.isatty() else "plain"
@@ -62,6 +75,44 @@ class Telemetry:
             self._bar = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
                                  TimeRemainingColumn(), transient=False)
             self._task = self._bar.add_task("train", total=total_steps, info="")
+        for name in torn:
+            self.log(f"warning: the last line of {name} was cut off mid-write (a full disk or a kill): removed it")
+
+    # -- writes: one line at once, a full disk stops the run
+    def _fault(self, name: str) -> bool:
+        return self.write_fault is not None and self.write_fault(name, self.step)
+
+    def _append(self, fd: int | None, name: str, text: str) -> None:
+        if fd is None:  # closed: the run has ended
+            return
+        try:
+            append_line(fd, text.encode("utf-8"), self.dir / name, fault=lambda: self._fault(name))
+        except OSError as exc:
+            self._disk_full(exc, name)
+
+    def _atomic(self, name: str, data: dict) -> None:
+        try:
+            if self._fault(name):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.dir / name))
+            write_json(self.dir / name, data)
+        except OSError as exc:
+            self._disk_full(exc, name)
+
+    def _disk_full(self, exc: OSError, name: str) -> None:
+        """ENOSPC: stop the run in one line naming the file and the checkpoint kept. Once stopping,
+        what cannot be written any more is dropped (the console still shows it)."""
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or self.stopped is None:
+            raise exc
+        if self.full is not None:
+            return
+        self.full = self.dir / name
+        kept = sorted(p.name for p in (self.dir / "checkpoints").glob("step_*.pt"))
+        raise self.stopped(f"no space left on the device while writing {name} in {self.dir} at step {self.step}: the run "
+                              f"stopped with nothing half-written ({'checkpoint ' + kept[-1] + ' kept' if kept else 'no checkpoint yet'}); "
+                              "free some space, then `envkit run` again resumes", status="disk_full") from None
+
+    def summary(self, data: dict) -> None:
+        self._atomic("summary.json", data)
 
     # -- lines
     def log(self, message: str) -> None:
@@ -69,7 +120,12 @@ class Telemetry:
             return
         message = strip_userinfo(message)  # a URL in a message (a dataset, an index) keeps no password
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        self._log.write(f"{stamp} {message}\n")
+        try:
+            self._append(self._log, "train.log", f"{stamp} {message}\n")
+        finally:  # shown even when the disk is full
+            self._show(message)
+
+    def _show(self, message: str) -> None:
         if self._bar is not None and self._bar.live.is_started:
             self._bar.console.print(message, highlight=False, markup=False)
         elif self.mode != "none":
@@ -92,7 +148,8 @@ class Telemetry:
 
     def metrics(self, row: dict) -> None:
         if self.enabled:
-            self._metrics.write(json.dumps(row, default=float) + "\n")
+            self.step = row.get("step", self.step)
+            self._append(self._metrics, "metrics.jsonl", json.dumps(row, default=float) + "\n")
             for sink in self.sinks:
                 sink(row)
 
@@ -120,7 +177,7 @@ class Telemetry:
             pct = 100.0 * step / max(1, self.total)
             line = f"step {step}/{self.total} ({pct:.0f}%) | " + " | ".join(parts) + f" | dt {row.get('dt_ms', 0):.0f}ms | ETA {fmt_duration(eta)}"
             print(line, flush=True)
-            self._log.write(time.strftime("%Y-%m-%d %H:%M:%S ") + line + "\n")
+            self._append(self._log, "train.log", time.strftime("%Y-%m-%d %H:%M:%S ") + line + "\n")
 
     def heartbeat(self, *, step: int, loss: float | None, eta: float | None, status: str = "running", force: bool = False,
                   **extra) -> None:
@@ -130,7 +187,8 @@ class Telemetry:
         if not force and now - self._last_beat < self.heartbeat_seconds:
             return
         self._last_beat = now
-        write_json(self.dir / "heartbeat.json", {"status": status, "step": step, "max_steps": self.total, "loss": loss,
+        self.step = step
+        self._atomic("heartbeat.json", {"status": status, "step": step, "max_steps": self.total, "loss": loss,
                                                  "eta_seconds": None if eta is None else round(eta, 1), "pid": os.getpid(),
                                                  "pid_start": self._pid_start,
                                                  "host": os.uname().nodename if hasattr(os, "uname") else None,
@@ -140,6 +198,7 @@ class Telemetry:
 
     def close(self) -> None:
         self.stop()
-        for fh in (self._log, self._metrics):
-            if fh:
-                fh.close()
+        for fd in (self._log, self._metrics):
+            if fd is not None:
+                os.close(fd)
+        self._log = self._metrics = None

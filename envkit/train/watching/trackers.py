@@ -91,7 +91,7 @@ class Trackers:
         for tracker in list(self.active):
             try:
                 tracker.log(row)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - a tracker must never stop a run
                 self._log(f"tracker {tracker.name}: failed ({type(exc).__name__}: {exc}); stopped writing to it")
                 self.active.remove(tracker)
 

@@ -1,6 +1,6 @@
 """What the trainer's loop calls to watch the device (rank 0 only), in a few lines:
 
-    watch = RunWatch(run_dir, cfg.values, device_type, device, log, enabled=master, telemetry=tel)
+    watch = RunWatch(run_dir, cfg.run_dict(), device_type, device, log, enabled=master, telemetry=tel)
     x, y = watch.next_batch(loader_iterator)   # times the wait for data
     watch.on_log(row)                       # adds data_wait_fraction and the latest device sample
     summary.update(watch.finish())          # averages and hints; stops the sampler and trackers

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 
 from envkit.errors import EnvkitError
-from envkit.train.run.config import _field, coerce
+from envkit.train.run.coerce import coerce, field_for
 
 SEED_KEY = "experiment.seed"
 
@@ -95,4 +95,4 @@ def count_runs(grid: dict, source: str, max_runs: int = MAX_RUNS) -> int:
 def _check_value(key: str, value, where: str, source: str) -> None:
     if key.startswith("sweep."):
         raise EnvkitError(f"{key!r} cannot be swept", where=where, fix="use a section.key of the trainer, e.g. training.lr")
-    coerce(value, _field(key, f"{source}: sweep.grid"), where)
+    coerce(value, field_for(key, f"{source}: sweep.grid"), where)

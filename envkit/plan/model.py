@@ -1,0 +1,114 @@
+"""What a command asks for (`RunRequest`) and what the plan stage answers (`Plan`): frozen values,
+so that what was checked is what runs. No torch here."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from envkit.plan.grid import MAX_RUNS, Combination
+from envkit.train.run.torchrun import Nodes
+
+if TYPE_CHECKING:  # types only: the plan is made without importing what these modules start
+    from envkit.facts.model import Facts
+    from envkit.install.setup.managed import Managed
+    from envkit.profiles.resolve import Profile
+    from envkit.train.run.config import Config
+
+PURPOSES = ("train", "validate", "print-config")
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """Everything `envkit run`, `sweep`, `validate` and `exec` were asked, as options, before any of
+    it is checked. `config=None` is a command of the user's own (`envkit exec`): no train.yaml, so
+    only the process count, the nodes and Slurm are planned."""
+
+    config: str | None = "train.yaml"
+    overrides: tuple[str, ...] = ()
+    profile: str | None = None
+    python: str | None = None
+    replay: str | None = None  # a doctor snapshot to hold the config against (`envkit validate --replay`)
+    nproc: int = 1  # processes per node (--nproc-per-node)
+    nnodes: int = 1  # machines started by hand (--nnodes ... --rdzv-endpoint)
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    rdzv_backend: str = "static"
+    rdzv_id: str | None = None
+    slurm_nodes: int | None = None  # None: trains here; N: submitted with --slurm to N nodes
+    detach: bool = False  # `envkit exec --detach`
+    run_id: str | None = None
+    resume: str = "auto"  # auto | never | a checkpoint's path
+    sweep: bool = False  # every combination of the config's sweep.grid, each its own run
+    max_runs: int = MAX_RUNS
+    purpose: str = "train"  # train: every check; validate: config and machine; print-config: the config alone
+
+    def __post_init__(self):
+        if self.purpose not in PURPOSES:
+            raise ValueError(f"purpose {self.purpose!r} is not one of {PURPOSES}")
+
+    @property
+    def here(self) -> bool:
+        """Whether this machine trains (without --slurm the login node is not the one that trains)."""
+        return self.slurm_nodes is None
+
+    @property
+    def node_count(self) -> int:
+        return self.nnodes if self.here else self.slurm_nodes
+
+    @property
+    def world(self) -> int:
+        """Processes in all: each of a sweep's runs is one process per node."""
+        return (1 if self.sweep else self.nproc) * self.node_count
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run folder and the config trained in it."""
+
+    cfg: Config
+    run_dir: Path
+    state: str  # new | resume | completed (a sweep's finished run: skipped)
+    note: str | None = None  # why this folder: resuming an unfinished run, or not resuming one whose config differs
+    batch_note: str | None = None  # training.batch_size auto: the number kept from the run's start, said before it
+    combination: Combination | None = None  # a sweep's: the grid values this run trains
+
+    @property
+    def resuming(self) -> bool:
+        return self.state == "resume"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A request checked against the config, the profile and the machine: nothing here is refused
+    later for a reason known now. `cfg` is the run's config (a sweep's before its grid); `runs`
+    one PlannedRun for `envkit run`, one per combination for a sweep, none for validate and
+    print-config. The config fields are None for a command of the user's own (`envkit exec`)."""
+
+    request: RunRequest
+    nodes: Nodes
+    cfg: Config | None = None
+    facts: Facts | None = None
+    profile: Profile | None = None
+    python: str = ""
+    managed: Managed | None = None
+    warnings: tuple[str, ...] = ()  # said before the run: the profile's warnings, the machine's (compile), the profile's note
+    runs: tuple[PlannedRun, ...] = field(default_factory=tuple)
+
+    @property
+    def run(self) -> PlannedRun:
+        """The one run of `envkit run`."""
+        if len(self.runs) != 1:
+            raise ValueError(f"a plan of {len(self.runs)} runs has no single run")
+        return self.runs[0]
+
+    def of(self, run: PlannedRun) -> Plan:
+        """The plan of one of its runs (a sweep's combination): that run's config."""
+        return dataclasses.replace(self, cfg=run.cfg, runs=(run,))
+
+    def with_cfg(self, cfg: Config) -> Plan:
+        """The same plan with a config the run decided when it started (training.batch_size auto)."""
+        runs = tuple(dataclasses.replace(r, cfg=cfg) for r in self.runs)
+        return dataclasses.replace(self, cfg=cfg, runs=runs)

@@ -1,0 +1,152 @@
+"""Run folders: runs/<experiment.name>/<run-id>/ under experiment.output_dir, chosen before
+anything is written.
+- `--run-id ID` names the folder; if it exists and is unfinished it is resumed.
+- Without it (and without `--resume never`) the newest unfinished run of the experiment whose
+  config hash matches is resumed; otherwise a new run-id (a timestamp) is made.
+- `--resume PATH` continues from that checkpoint file, in its run folder.
+A folder is resumed only with the config it started with (its config.json's hash)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+from envkit.errors import EnvkitError
+from envkit.train.run.config import Config, where_set
+
+FINISHED = ("completed",)
+
+
+def runs_root(cfg: Config, base: Path | None = None) -> Path:
+    """experiment.output_dir: the folder every run folder of this config must be inside."""
+    return (base or Path.cwd()) / cfg.experiment.output_dir
+
+
+def experiment_dir(cfg: Config, base: Path | None = None) -> Path:
+    """runs/<experiment.name>/, the name made a slug (spaces and the like become '-'); a name that is
+    not one folder name ('..', '/') was refused when the config was read (config.py), and is again
+    here, with the folder checked to be inside the runs folder."""
+    from envkit.fsutil import check_inside, check_name
+
+    e = cfg.experiment
+    where = where_set(cfg, "experiment.name")
+    check_name(e.name, where, "experiment.name")
+    name = re.sub(r"[^\w.-]+", "-", e.name).strip("-") or "experiment"
+    check_name(name, where, "experiment.name")
+    root = runs_root(cfg, base)
+    return check_inside(root, root / name, where)
+
+
+def check_run_id(run_id: str) -> str:
+    """--run-id: one folder name of letters, digits, '.', '_' and '-', never '.' or '..'."""
+    from envkit.fsutil import check_name
+
+    check_name(run_id, "--run-id", "run id")
+    if not re.fullmatch(r"[\w.-]+", run_id):
+        raise EnvkitError(f"run id {run_id!r} may hold letters, digits, '.', '_' and '-' only", where="--run-id")
+    return run_id
+
+
+def run_dir_inside(cfg: Config, run_dir: Path, where: str) -> Path:
+    """The chosen run folder, checked to be inside runs/<experiment>/ before anything is written."""
+    from envkit.fsutil import check_inside
+
+    return check_inside(experiment_dir(cfg), run_dir, where)
+
+
+def read_json(path: Path) -> dict | None:
+    try:
+        data = json.loads(Path(path).read_text())
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def choose_run_dir(cfg: Config, run_id: str | None, resume: str) -> tuple[Path, bool, str | None]:
+    """(run folder, resuming?, note)."""
+    from envkit.fsutil import check_inside
+
+    exp = experiment_dir(cfg)
+    h = cfg.config_hash()
+    if resume not in ("auto", "never"):
+        ck = Path(resume).resolve()
+        if not (ck.is_file() or (ck.is_dir() and ck.suffix == ".dcp")):
+            raise EnvkitError("checkpoint not found", where=f"--resume {resume}",
+                              fix="give a checkpoints/step_*.pt file or step_*.dcp folder, auto or never")
+        return ck.parent.parent, True, f"resuming from {ck}"
+    if run_id:
+        d = check_inside(exp, exp / check_run_id(run_id), "--run-id")
+        if d.exists() and (d / "config.json").exists():
+            if resume == "never":
+                raise EnvkitError(f"run folder {d} exists", where="--run-id", fix="choose another --run-id, or drop --resume never to continue it")
+            s = read_json(d / "summary.json") or {}
+            if s.get("status") in FINISHED:
+                raise EnvkitError(f"run {run_id} already completed {s.get('steps')} steps", where=str(d),
+                                  fix="choose another --run-id (or raise training.max_steps in a new run)")
+            return d, True, None
+        return d, False, None
+    if resume == "auto" and exp.is_dir():
+        candidates = sorted((p for p in exp.iterdir() if (p / "config.json").is_file()), key=lambda p: p.stat().st_mtime, reverse=True)
+        for d in candidates:
+            s = read_json(d / "summary.json") or {}
+            if s.get("status") in FINISHED:
+                continue
+            saved = read_json(d / "config.json") or {}
+            if saved.get("config_hash") == h:
+                return d, True, f"resuming unfinished run {d.name} (same config; --resume never starts a new one)"
+            return new_run(exp), False, f"not resuming {d.name}: its config differs (hash {saved.get('config_hash')} != {h})"
+    return new_run(exp), False, None
+
+
+def new_run(exp: Path) -> Path:
+    base = time.strftime("%Y%m%d-%H%M%S")
+    d, i = exp / base, 1
+    while d.exists():
+        i += 1
+        d = exp / f"{base}-{i}"
+    return d
+
+
+def run_state(cfg: Config, run_dir: Path) -> str:
+    """A sweep's run folder: new, resume or completed; one started with another config is refused
+    (nothing is overwritten)."""
+    if not (run_dir / "config.json").is_file():
+        return "new"
+    saved = read_json(run_dir / "config.json") or {}
+    if saved.get("config_hash") != cfg.config_hash():
+        raise EnvkitError(f"{run_dir} was started with a different config (hash {saved.get('config_hash')}, "
+                          f"now {cfg.config_hash()})", where=str(run_dir),
+                          fix="restore the config it ran with, set another experiment.name, or move that folder away")
+    summary = read_json(run_dir / "summary.json") or {}
+    return "completed" if summary.get("status") in FINISHED else "resume"
+
+
+def place_combination(cfg: Config, run_name: str, config: str) -> tuple[Path, str]:
+    """(run folder, state) of a sweep's combination: runs/<experiment>/<run_name>/."""
+    from envkit.fsutil import check_inside, check_name
+
+    exp = experiment_dir(cfg)
+    run_dir = check_inside(exp, exp / check_name(run_name, f"{config}: sweep.grid", "run name"), f"{config}: sweep.grid")
+    return run_dir, run_state(cfg, run_dir)
+
+
+def choose_for_run(cfg: Config, run_id: str | None, resume: str) -> tuple[Path, bool, str | None, dict]:
+    """choose_run_dir, checked before anything is read or written there: no symlink planted where
+    envkit writes, and a resumed folder's config.json (returned) of this config."""
+    from envkit.fsutil import refuse_links
+
+    run_dir, resuming, note = choose_run_dir(cfg, run_id, resume)
+    if run_dir.is_dir():
+        refuse_links(run_dir)
+    return run_dir, resuming, note, check_resumable(cfg, run_dir) if resuming else {}
+
+
+def check_resumable(cfg: Config, run_dir: Path) -> dict:
+    """The config.json of a run folder about to be resumed, refused when it was another config."""
+    saved = read_json(run_dir / "config.json") or {}
+    if saved.get("config_hash") != cfg.config_hash():
+        raise EnvkitError(f"run {run_dir.name} was started with a different config (hash {saved.get('config_hash')})",
+                          where=str(run_dir), fix="restore that config, use another --run-id, or --resume never")
+    return saved

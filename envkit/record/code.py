@@ -1,0 +1,147 @@
+"""The code state of a git working tree, kept so that the exact code can be put back: the commit,
+the branch, a binary patch of the uncommitted changes to tracked files (`git diff --binary HEAD`,
+which `git apply --binary` restores), and the untracked files git does not ignore, copied into a
+tar file when they are source-sized.
+
+Untracked files: each at most 1 MiB and not binary (no NUL byte in its first 8 KiB), 16 MiB and
+2,000 files in all. A script, a module or a config someone has not added yet is a few KiB; what is
+larger or binary and untracked is data (record/data.py fingerprints the data a run names),
+a checkpoint, a log or an export, and copying it into every run folder would cost each run's
+start more than its record is worth. Files credentials live in (.env, .netrc, keys) or named like a
+secret are never copied (the run folder is shared). What is left out is named in the record, with why.
+Run folders inside the tree (`runs/` is often not ignored) and `.envkit/` are never copied."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import re
+import subprocess
+import tarfile
+from pathlib import Path
+
+from envkit.fsutil import atomic_write_bytes
+from envkit.redact import strip_userinfo
+
+UNTRACKED_FILE_MAX = 1 << 20
+UNTRACKED_TOTAL_MAX = 16 << 20
+UNTRACKED_COUNT_MAX = 2000
+LISTED_SKIPPED = 50
+
+
+def git(folder: Path, *args: str, timeout: float = 20) -> subprocess.CompletedProcess | None:
+    try:
+        return subprocess.run(["git", "-C", str(folder), *args], check=False, capture_output=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _out(proc) -> str | None:
+    return proc.stdout.decode(errors="replace").strip() if proc is not None and proc.returncode == 0 else None
+
+
+def toplevel(folder: Path) -> Path | None:
+    top = _out(git(folder, "rev-parse", "--show-toplevel"))
+    return Path(top) if top else None
+
+
+_SECRET_FILES = re.compile(r"^(\.env(\..*)?|\.netrc|\.pypirc|\.npmrc|id_(rsa|ed25519|ecdsa|dsa).*|credentials.*|.*\.(pem|key|p12|pfx|keystore))$",
+                           re.IGNORECASE)
+
+
+def may_hold_secrets(name: str) -> bool:
+    """A file that credentials live in (.env, .netrc, keys) or named like a secret (by whole words,
+    envkit/redact.py: `monkey.py` is code): never copied into a run folder, which is shared."""
+    from envkit.redact import is_secret_arg
+
+    return bool(_SECRET_FILES.match(name)) or is_secret_arg(name.split(".")[0])
+
+
+def _binary(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return b"\0" in fh.read(8192)
+    except OSError:
+        return True
+
+
+def untracked(top: Path, pathspec: list[str], exclude: list[Path]) -> tuple[list[tuple[str, Path]], list[dict]]:
+    """([(relative path, file)] to keep, [{path, why}] left out) of the untracked, unignored files."""
+    proc = git(top, "ls-files", "--others", "--exclude-standard", "-z", "--", *pathspec)
+    names = [n for n in (proc.stdout.decode(errors="surrogateescape").split("\0") if proc and proc.returncode == 0 else []) if n]
+    keep, skipped, total = [], [], 0
+    outside = [e.resolve() for e in exclude]
+    for rel in sorted(names):
+        path = top / rel
+        if rel.startswith(".envkit/") or any(path.resolve().is_relative_to(e) for e in outside):
+            continue
+        try:
+            size = path.lstat().st_size
+        except OSError:
+            continue
+        why = ("may hold secrets" if may_hold_secrets(path.name) else "a link" if path.is_symlink()
+               else f"{size:,} bytes, over {UNTRACKED_FILE_MAX >> 20} MiB" if size > UNTRACKED_FILE_MAX
+               else "binary" if _binary(path) else f"over the {UNTRACKED_TOTAL_MAX >> 20} MiB kept in all" if total + size > UNTRACKED_TOTAL_MAX
+               else f"over {UNTRACKED_COUNT_MAX} files" if len(keep) >= UNTRACKED_COUNT_MAX else None)
+        if why:
+            skipped.append({"path": rel, "why": why})
+            continue
+        keep.append((rel, path))
+        total += size
+    return keep, skipped
+
+
+def _tar(files: list[tuple[str, Path]]) -> bytes:
+    """A tar of the files with fixed owners and times: the same files make the same bytes."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for rel, path in files:
+            data = path.read_bytes()
+            info = tarfile.TarInfo(rel)
+            info.size, info.mode, info.mtime = len(data), path.stat().st_mode & 0o777, 0
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def code_state(folder: Path, *, role: str, out_dir: Path | None, pathspec: list[str] | None = None,
+               exclude: list[Path] = ()) -> dict | None:
+    """The state of the git working tree holding `folder`, its patch and untracked files written
+    into out_dir (run folder's code/) as <role>.patch and <role>-untracked.tar; None outside git."""
+    top = toplevel(folder)
+    if top is None:
+        return None
+    spec = pathspec or []
+    commit = _out(git(top, "rev-parse", "HEAD"))
+    branch = _out(git(top, "rev-parse", "--abbrev-ref", "HEAD"))
+    remote = _out(git(top, "remote", "get-url", "origin"))
+    diff = git(top, "diff", "--binary", "HEAD", "--", *spec) if commit else None
+    patch = diff.stdout if diff is not None and diff.returncode == 0 else b""
+    files, skipped = untracked(top, spec, list(exclude))
+    h = hashlib.sha256(f"{commit}\n".encode() + patch)
+    listed = []
+    for rel, path in files:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        listed.append({"path": rel, "sha256": digest})
+        h.update(f"\n{rel} {digest}".encode())
+    state = {"role": role, "folder": str(top), "relative": str(Path(folder).resolve().relative_to(top.resolve()))
+             if Path(folder).resolve().is_relative_to(top.resolve()) else ".",
+             "commit": commit, "branch": branch if branch != "HEAD" else None, "remote": strip_userinfo(remote) if remote else None,
+             "pathspec": spec, "dirty": bool(patch) or bool(files), "patch": None, "patch_sha256": None, "untracked": listed,
+             "untracked_archive": None, "untracked_skipped": skipped[:LISTED_SKIPPED], "untracked_skipped_count": len(skipped),
+             "code_hash": h.hexdigest()[:16]}
+    if out_dir is not None and patch:
+        atomic_write_bytes(out_dir / f"{role}.patch", patch)
+        state["patch"], state["patch_sha256"] = f"code/{role}.patch", hashlib.sha256(patch).hexdigest()
+    if out_dir is not None and files:
+        atomic_write_bytes(out_dir / f"{role}-untracked.tar", _tar(files))
+        state["untracked_archive"] = f"code/{role}-untracked.tar"
+    return state
+
+
+def tracked(top: Path, paths: list[Path]) -> set[Path]:
+    """Those of `paths` git tracks in the tree `top` (their content is the code state's)."""
+    rels = [str(p.resolve().relative_to(top.resolve())) for p in paths if p.resolve().is_relative_to(top.resolve())]
+    if not rels:
+        return set()
+    out = _out(git(top, "ls-files", "--", *rels)) or ""
+    return {(top / line).resolve() for line in out.splitlines() if line}

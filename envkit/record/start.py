@@ -1,0 +1,196 @@
+"""`write_run_record`: the one call that gives a run folder what `envkit reproduce` needs, made
+when the run starts (`envkit run`, each sweep combination, Slurm's nodes through those, `envkit
+exec`). A resumed run keeps the record of its start.
+
+Never a reason for a run not to start, nor to start later: it is written by a thread while the
+trainer starts, and each part that fails (no git, an unreadable data path, an interpreter that
+cannot be examined) is recorded as an error line while the rest goes on."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+from envkit.fsutil import atomic_write_text
+from envkit.record import files
+from envkit.redact import redact, redact_argv
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _guard(errors: list[str], what: str, fn, *args, **kw):
+    try:
+        return fn(*args, **kw)
+    except OSError as exc:
+        if exc.errno in _DISK_FULL:
+            raise
+        errors.append(f"{what}: {exc.strerror or exc}")
+    except Exception as exc:  # noqa: BLE001 - a record that cannot be completed says so; the run goes on
+        errors.append(f"{what}: {getattr(exc, 'message', None) or exc}")
+    return None
+
+
+def config_record(cfg) -> dict:
+    """The declared config, the overrides (--set), what the run derived at its start, and the one
+    config hash (config.json, summary.json and every checkpoint carry the same). What the trainer
+    derives later (max_steps from epochs, the resolved precision and compile) is summary.json's
+    `derived`."""
+    declared = cfg.to_dict()
+    overrides = {k: v for k, v, o in cfg.rows() if o == "cli"}
+    derived = dict(cfg.derived)
+    whole = hashlib.sha256(json.dumps({"declared": declared, "derived": derived}, sort_keys=True, default=str).encode())
+    return {"declared": declared, "overrides": overrides, "derived_at_start": derived, "origin": dict(cfg.origin),
+            "profile": cfg.profile, "source": cfg.source, "config_hash": cfg.config_hash(),
+            "values_hash": whole.hexdigest()[:16]}
+
+
+def data_paths(cfg) -> list[tuple[str, str]]:
+    """(config key, path) of every data path the config names: dataset.path and path-like strings
+    in dataset.kwargs (a factory's files)."""
+    out = []
+    if cfg.dataset.path:
+        out.append(("dataset.path", str(cfg.dataset.path)))
+    for k, v in (cfg.dataset.kwargs or {}).items():
+        if isinstance(v, str) and ("/" in v or os.sep in v) and Path(v).exists():
+            out.append((f"dataset.kwargs.{k}", str(Path(v).resolve())))
+    return out
+
+
+def command_paths(command: list[str], top: Path | None) -> list[tuple[str, str]]:
+    """Arguments of an exec command that name an existing file or folder outside git's tracked
+    files (`--data /x/train.bin`, `--data=/x`): its data, as far as envkit can tell."""
+    from envkit.record.code import tracked
+
+    candidates = []
+    for i, arg in enumerate(command[1:], 1):
+        value = arg.split("=", 1)[1] if arg.startswith("-") and "=" in arg else arg
+        if value.startswith("-") or not value or len(value) > 4096:
+            continue
+        p = Path(value)
+        if p.exists() and not p.is_symlink() and str(p.resolve()) != "/":
+            candidates.append((f"argv[{i}]", p.resolve()))
+    code = tracked(top, [p for _, p in candidates if p.is_file()]) if top else set()
+    script = Path(command[1]).resolve() if len(command) > 1 and command[1].endswith(".py") else None
+    return [(k, str(p)) for k, p in candidates if p not in code and p != script and not (p.is_file() and p.suffix == ".py")]
+
+
+def write_run_record(run_dir: Path, *, python: str | None, config=None, command: list[str] | None = None,
+                     project: Path | None = None, facts=None, detached: bool = False) -> threading.Thread | None:
+    """pylock.toml, code/ and record.json in run_dir (config: a train Config, for `envkit run`;
+    command: the argv of `envkit exec`), written by a thread while the trainer or the command
+    starts (its imports take seconds; the record, tens of milliseconds with the caches warm, seconds
+    for an environment's first lock), so a run reaches its first step no later than without it. The
+    thread is not a daemon: envkit's process, which waits for the run, ends only once the record is
+    written. None for a resumed run (its record is its start's).
+
+    `detached` (`envkit exec`, whose process may return at once with --detach): a process of its own
+    writes it instead (files.PENDING marks the run folder until the record is there)."""
+    run_dir = Path(run_dir)
+    if (run_dir / files.RECORD).is_file():
+        return None
+    if detached:
+        _spawn(run_dir, {"python": python, "command": command, "project": str(Path(project or os.getcwd()).resolve()),
+                         "cwd": os.getcwd()})
+        return None
+    t = threading.Thread(target=_write_quietly, name="envkit-record", args=(run_dir,),
+                         kwargs={"python": python, "config": config, "command": command, "facts": facts,
+                                 "project": Path(project or os.getcwd()).resolve(), "cwd": os.getcwd()})
+    t.start()
+    return t
+
+
+def _spawn(run_dir: Path, spec: dict) -> None:
+    import subprocess
+    import sys
+
+    # the spec (the command whole, secrets and all) goes through a pipe, never into the shared run folder
+    proc = subprocess.Popen([sys.executable, "-m", "envkit.record.start", str(run_dir)], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, cwd=spec["cwd"])
+    atomic_write_text(run_dir / files.PENDING, json.dumps({"pid": proc.pid}))
+    proc.stdin.write(json.dumps(spec).encode())
+    proc.stdin.close()
+
+
+def _write_quietly(run_dir: Path, **kw) -> None:
+    try:
+        record_now(run_dir, **kw)
+    except OSError:
+        pass  # a full disk: the run's own files say so (train.log, summary.json); no record is written
+
+
+def record_now(run_dir: Path, *, python: str | None, config=None, command: list[str] | None = None,
+               project: Path | None = None, facts=None, cwd: str | None = None) -> dict:
+    """The record, written now (write_run_record's thread)."""
+    run_dir = Path(run_dir)
+    from envkit import __version__
+    from envkit.record import code, data, envlock
+
+    t0 = time.perf_counter()
+    errors: list[str] = []
+    rec: dict = {"format": files.FORMAT, "kind": "run" if config is not None else "exec", "created_at": time.time(),
+                 "envkit": __version__, "python": python, "cwd": cwd or os.getcwd()}
+    device = _guard(errors, "device", _device, facts) if facts is not None else None
+    lock = _guard(errors, "environment lock", envlock.environment_lock, python, device=device,
+                  profile=getattr(config, "profile", None)) if python else None
+    if lock is not None:
+        envlock.write(run_dir, lock)
+        rec["environment"] = lock.summary()
+    out_dir = run_dir / files.CODE_DIR
+    runs_root = run_dir.parent.parent
+    project = Path(project or os.getcwd())
+    rec["code"] = [s for s in (
+        _guard(errors, "code state", code.code_state, project, role="project", out_dir=out_dir, exclude=[runs_root]),
+        _guard(errors, "envkit's code state", code.code_state, Path(__file__).resolve().parents[1], role="envkit",
+               out_dir=out_dir, pathspec=["envkit"], exclude=[runs_root]),
+    ) if s]
+    for local in (lock.local if lock is not None else []):
+        folder = Path(local["folder"]) if local.get("folder") else None
+        if folder and folder.is_dir() and not any(Path(s["folder"]) == code.toplevel(folder) for s in rec["code"]):
+            state = _guard(errors, f"code state of {local['name']}", code.code_state, folder, role=f"local-{local['name']}",
+                           out_dir=out_dir, exclude=[runs_root])
+            rec["code"].append(state or {"role": f"local-{local['name']}", "folder": str(folder), "commit": None})
+    if config is not None:
+        rec["config"] = config_record(config)
+        rec["determinism"] = {"deterministic": bool(getattr(config.training, "deterministic", False))}
+        paths = data_paths(config)
+    else:
+        rec["command"] = redact_argv(command or [])
+        top = code.toplevel(project)
+        paths = _guard(errors, "data paths", command_paths, command or [], top) or []
+    rec["data"] = [_guard(errors, f"data {p}", data.fingerprint, p, key) or {"key": key, "path": p, "kind": "unreadable"}
+                   for key, p in paths]
+    rec["errors"] = errors
+    rec["seconds"] = round(time.perf_counter() - t0, 3)
+    atomic_write_text(run_dir / files.RECORD, json.dumps(redact(rec), indent=2, default=str) + "\n")
+    return rec
+
+
+def _device(facts) -> str:
+    from envkit.install.lock.machine import machine_device
+
+    return machine_device(facts)
+
+
+def main(argv: list[str]) -> int:
+    """`python -m envkit.record.start RUN_DIR`: the record of a spec left by write_run_record(detached=True)."""
+    import sys
+
+    run_dir = Path(argv[0])
+    pending = run_dir / files.PENDING
+    try:
+        spec = json.loads(sys.stdin.read())
+        _write_quietly(run_dir, **spec)
+    finally:
+        pending.unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,161 @@
+"""`envkit reproduce --check`: the run's record held against what is here now, each difference one
+line: the interpreter's installed set against the run's pylock.toml (a package added, removed or
+at another version), each recorded git tree's code (another commit, other uncommitted changes, an
+untracked file changed), each data path's fingerprint, and the config file the run was started
+from read again with the same overrides and profile.
+
+A changed or missing data set, or a missing record, means the run cannot be made again as it was:
+`blocking`. The rest can be made again (a fresh venv from the lock, the code from git), so it is a
+difference, not a stop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from envkit.errors import EnvkitError
+from envkit.record import files
+
+
+@dataclass
+class CheckReport:
+    environment: list[str] = field(default_factory=list)
+    code: list[str] = field(default_factory=list)
+    data: list[str] = field(default_factory=list)
+    config: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    python: str | None = None
+
+    @property
+    def blocking(self) -> list[str]:
+        return list(self.data)
+
+    @property
+    def differences(self) -> list[str]:
+        return [*self.environment, *self.code, *self.data, *self.config]
+
+    def to_dict(self) -> dict:
+        return {"python": self.python, "environment": self.environment, "code": self.code, "data": self.data,
+                "config": self.config, "notes": self.notes, "same": not self.differences}
+
+
+class CannotReproduce(EnvkitError):
+    """An artifact of the run or its data is missing or changed: exit 2, one line saying what."""
+
+
+def load(run_dir: Path) -> tuple[dict, Path]:
+    """(record.json, pylock.toml's path), or one line naming what is missing."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.json").is_file():
+        raise CannotReproduce("not a run folder (no config.json)", where=str(run_dir), fix="`envkit runs` lists the runs")
+    rec = files.read_record(run_dir, wait=120)  # an exec run's record may still be being written
+    if rec is None:
+        raise CannotReproduce(f"the run has no {files.RECORD}: it was started by an envkit that did not record runs",
+                              where=str(run_dir), fix="start the run again with this envkit; its folder will hold the record")
+    lock = run_dir / files.LOCK
+    if not lock.is_file():
+        raise CannotReproduce(f"the run has no {files.LOCK} ({'; '.join(rec.get('errors') or []) or 'not written'})",
+                              where=str(run_dir), fix="the environment the run used cannot be rebuilt; start the run again")
+    return rec, lock
+
+
+def environment_lines(lock_path: Path, python: str, rec: dict) -> list[str]:
+    """The interpreter's installed set against the lock (local and editable installs are code, not packages)."""
+    from envkit.install.act.interp import probe
+    from envkit.install.lock.drift import compare
+    from envkit.install.lock.read import read
+
+    lock = read(lock_path)
+    local = {d["name"] for d in (rec.get("environment") or {}).get("local") or []}
+    found = probe(python)
+    have = {k: d["version"] for k, d in found.dists.items() if not d.get("editable") and k not in local}
+    want = {k: v for k, v in lock.versions.items() if k not in local}
+    return [f"environment: {line}" for line in compare(want, have)["lines"]]
+
+
+def code_lines(rec: dict) -> list[str]:
+    from envkit.record.code import code_state
+
+    out = []
+    for state in rec.get("code") or []:
+        folder, role = Path(state.get("folder") or "."), state.get("role")
+        if not state.get("commit"):
+            continue
+        now = code_state(folder / (state.get("relative") or "."), role=role, out_dir=None, pathspec=state.get("pathspec"))
+        where = f"code ({role}) {folder}"
+        if now is None:
+            out.append(f"{where}: not a git working tree any more")
+            continue
+        if now["commit"] != state["commit"]:
+            out.append(f"{where}: HEAD is {now['commit'][:12]}, the run had {state['commit'][:12]}")
+        if now["code_hash"] == state["code_hash"]:
+            continue
+        if now["commit"] == state["commit"]:
+            out.append(f"{where}: uncommitted changes or untracked files differ from the run's")
+    return out
+
+
+def data_lines(rec: dict) -> list[str]:
+    from envkit.record.data import differences, fingerprint
+
+    out = []
+    for recorded in rec.get("data") or []:
+        out += [f"data: {line}" for line in differences(recorded, fingerprint(recorded["path"], recorded.get("key", "data")))]
+    return out
+
+
+def config_lines(rec: dict) -> list[str]:
+    """The config file read again now, with the run's overrides and profile, against the run's values."""
+    cfg_rec = rec.get("config") or {}
+    source = cfg_rec.get("source")
+    if not source or source == "<defaults>":
+        return []
+    path = Path(source) if Path(source).is_absolute() else Path(rec.get("cwd") or ".") / source
+    if not path.is_file():
+        return [f"config: {path} is gone (the run's values are in its config.json)"]
+    from envkit.profiles import load_profile
+    from envkit.train.run.config import load_config
+
+    try:
+        profile = load_profile(cfg_rec["profile"]) if cfg_rec.get("profile") else None
+        overrides = [f"{k}={_text(v)}" for k, v in (cfg_rec.get("overrides") or {}).items()]
+        now = load_config(path, overrides=overrides, profile=profile).to_dict()
+    except EnvkitError as exc:
+        return [f"config: {path} no longer loads: {exc.message}"]
+    was = cfg_rec.get("declared") or {}
+    out = []
+    for section, kv in now.items():
+        for key, value in kv.items():
+            old = (was.get(section) or {}).get(key)
+            if key == "path" and section == "dataset" and value and old and Path(path.parent, value).resolve() == Path(old).resolve():
+                continue  # the same path, relative in the file, absolute in the run
+            if old != value and not (section == "experiment" and key == "output_dir"):
+                out.append(f"config: {section}.{key} is {value!r} in {path.name}, the run had {old!r}")
+    return out
+
+
+def _text(value) -> str:
+    import json
+
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def check(run_dir: Path, python: str | None = None) -> CheckReport:
+    """Every difference between the run's record and this environment (`python`: the interpreter to
+    hold against the lock; default the one the run trained with, where it still exists)."""
+    rec, lock = load(run_dir)
+    report = CheckReport()
+    python = python or rec.get("python")
+    if python and Path(python).exists():
+        report.python = python
+        report.environment = environment_lines(lock, python, rec)
+    else:
+        report.notes.append(f"the interpreter the run used ({python}) is gone: give --venv DIR to check another")
+    report.code = code_lines(rec)
+    report.data = data_lines(rec)
+    report.config = config_lines(rec)
+    missing = (rec.get("environment") or {}).get("missing_hashes") or []
+    if missing:
+        report.notes.append(f"{len(missing)} packages were recorded without a wheel hash (offline or a private index when "
+                            f"the run started): {', '.join(missing)}; a rebuild installs them by version")
+    return report

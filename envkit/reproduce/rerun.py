@@ -1,0 +1,94 @@
+"""Train again, into a new run folder beside the original (`<run-id>-repro1`, `-repro2`, ...), as the
+user would: `envkit run` with the run's declared config (its values exactly, so the config hash is
+the same; the runs folder given as an absolute path, which the hash leaves out) and the run's
+profile, training with the reproduction's venv (--python); `envkit exec --run-dir` with the run's
+command in the restored code, the venv made the managed one (ENVKIT_HOME). Both go through this
+envkit's command line in a child process, with the run's own envkit code first on PYTHONPATH when it
+was put back in a worktree."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from envkit.reproduce.check import CannotReproduce
+
+
+def next_dir(run_dir: Path) -> Path:
+    for i in range(1, 1000):
+        d = run_dir.parent / f"{run_dir.name}-repro{i}"
+        if not d.exists():
+            return d
+    raise CannotReproduce("too many reproductions beside this run", where=str(run_dir))
+
+
+def _env(restored, venv: Path) -> dict:
+    from envkit.reproduce.venv import HOME
+
+    env = dict(os.environ)
+    envkit_tree = restored.folders.get("envkit")
+    if envkit_tree is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(envkit_tree), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
+    env["ENVKIT_HOME"] = str(venv / HOME)
+    return env
+
+
+def _cwd(restored, rec: dict, fallback: Path) -> Path:
+    cwd = restored.path_for(rec.get("cwd") or fallback)
+    return cwd if cwd.is_dir() else fallback
+
+
+def run_config(run_dir: Path, new_dir: Path) -> tuple[Path, list[str], list[str]]:
+    """(a train.yaml of the run's declared values, the --set pins, notes). batch_size auto is pinned
+    to the number the probe chose when the run started: probing again could choose another."""
+    saved = json.loads((run_dir / "config.json").read_text())
+    origin = saved.get("origin") or {}
+    # the values that were set (train.yaml, --set, the profile): a default stays a default, and a key
+    # that does not apply to the model is never written (config.py refuses it)
+    values: dict = {}
+    for section, kv in (saved.get("values") or {}).items():
+        for key, value in kv.items():
+            if origin.get(f"{section}.{key}", "default") != "default":
+                values.setdefault(section, {})[key] = value
+    values.setdefault("experiment", {})["output_dir"] = str(run_dir.parent.parent.resolve())
+    pins, notes = [], []
+    derived = saved.get("derived") or {}
+    if values.get("training", {}).get("batch_size") == "auto" and "training.batch_size" in derived:
+        pins.append(f"training.batch_size={derived['training.batch_size']}")
+        notes.append(f"training.batch_size auto: pinned to {derived['training.batch_size']}, as the probe chose when the run started")
+    folder = Path(tempfile.mkdtemp(prefix="envkit-reproduce-"))
+    path = folder / "train.yaml"
+    path.write_text(f"# envkit reproduce {run_dir}: the run's declared config\n" + yaml.safe_dump(values, sort_keys=False))
+    return path, pins, notes
+
+
+def rerun(run_dir: Path, rec: dict, new_dir: Path, venv: Path, restored, steps: int | None, say) -> int:
+    """Train the reproduction; its exit code."""
+    from envkit.reproduce.venv import python_of
+
+    env = _env(restored, venv)
+    if rec.get("kind") == "exec":
+        saved = json.loads((run_dir / "config.json").read_text())
+        if steps is not None:
+            say("note: --steps applies to `envkit run` runs; an exec run's command runs whole")
+        new_dir.mkdir(parents=True)
+        cmd = [sys.executable, "-m", "envkit", "exec", *(["--profile", saved["profile"]] if saved.get("profile") else []),
+               "--run-dir", str(new_dir), "--", *saved["command"]]
+        cwd = _cwd(restored, saved, run_dir)
+    else:
+        path, pins, notes = run_config(run_dir, new_dir)
+        for n in notes:
+            say(f"note: {n}")
+        profile = (rec.get("config") or {}).get("profile")
+        cmd = [sys.executable, "-m", "envkit", "run", str(path), "--run-id", new_dir.name, "--resume", "never",
+               "--python", python_of(venv), *(["--profile", profile] if profile else []),
+               *[a for p in pins for a in ("--set", p)], *(["--stop-after", str(steps)] if steps else [])]
+        cwd = _cwd(restored, rec, run_dir.parent.parent.parent)
+    say(f"training again into {new_dir}: {' '.join(cmd[3:])}")
+    return subprocess.run(cmd, env=env, cwd=cwd, stdout=sys.stderr, check=False).returncode

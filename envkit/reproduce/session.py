@@ -1,0 +1,94 @@
+"""`envkit reproduce RUN_DIR` as one function: the record read and its data checked (changed data:
+exit 2), a venv from the run's lock (venv.py), the code put back (restore.py), the run trained
+again beside the original (rerun.py), the metrics compared step by step (metrics.py) and judged
+(verdict.py), the outcome written into the original run folder (reproductions.json), where
+`envkit runs` shows it."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from envkit.fsutil import atomic_write_text
+from envkit.record import files
+from envkit.reproduce import metrics, verdict
+from envkit.reproduce.check import CannotReproduce, data_lines, load
+
+EXIT = {"same": 0, "within tolerance": 0, "different": 1}
+
+
+def _read(path: Path) -> dict:
+    return files.read_json(path) or {}
+
+
+def _facts(run: Path) -> dict:
+    return verdict.facts_of(_read(run / "summary.json"), files.read_record(run) or {}, _read(run / "environment.json"))
+
+
+def _train(run_dir: Path, rec: dict, venv: Path, restored, steps: int | None, say) -> Path:
+    from envkit.reproduce.rerun import next_dir, rerun
+
+    new_dir = next_dir(run_dir)
+    rc = rerun(run_dir, rec, new_dir, venv, restored, steps, say)
+    if not (new_dir / "metrics.jsonl").is_file():
+        raise CannotReproduce(f"the reproduction wrote no metrics (exit code {rc}; its log: {new_dir / 'train.log'})",
+                              where=str(new_dir), fix="read its train.log; `envkit reproduce --check` names what differs")
+    return new_dir
+
+
+def record_outcome(run_dir: Path, entry: dict) -> None:
+    """Append to the original run's reproductions.json (written whole, atomically)."""
+    path = Path(run_dir) / files.REPRODUCTIONS
+    data = files.read_json(path) or {}
+    data["reproductions"] = [*files.read_reproductions(run_dir), entry]
+    atomic_write_text(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def reproduce(run_dir: Path, *, venv: Path | None = None, steps: int | None = None, tolerance: float | None = None,
+              say=print) -> dict:
+    from envkit.reproduce import venv as venvs
+    from envkit.reproduce.restore import restore
+
+    run_dir = Path(run_dir).resolve()
+    rec, lock = load(run_dir)
+    changed = data_lines(rec)
+    if changed:
+        raise CannotReproduce(f"the run's data changed: {changed[0]}" + (f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""),
+                              where=str(run_dir), fix="put the data back as it was; `envkit reproduce --check` lists every change")
+    missing = (rec.get("environment") or {}).get("missing_hashes") or []
+    if missing:
+        say(f"note: {len(missing)} packages were recorded without a wheel hash (the index was unreachable or needed "
+            f"credentials when the run started): {', '.join(missing)}; the venv holds them at the recorded versions")
+    profile = (rec.get("config") or {}).get("profile") or (_read(run_dir / "config.json").get("profile"))
+    venv_dir, built = venvs.prepare(lock, rec, venv, profile, say)
+    restored = restore(run_dir, rec, say=say)
+    try:
+        new_dir = _train(run_dir, rec, venv_dir, restored, steps, say)
+        a, b = _facts(run_dir), _facts(new_dir)
+        required, why = verdict.identical_required(a, b)
+        upto = steps
+        cmp = metrics.compare(metrics.read_rows(run_dir), metrics.read_rows(new_dir), upto)
+        spread, spread_dir, spread_from = None, None, None
+        if not required and tolerance is None and not all(m["identical"] for m in cmp["metrics"].values()):
+            key = verdict.spread_key(b, rec, cmp["steps"])
+            spread = verdict.cached_spread(key)
+            spread_from = "cached" if spread is not None else None
+            if spread is None:
+                say("not held to identical (" + why + "): training a second reproduction to measure this device's run-to-run spread")
+                spread_dir = _train(run_dir, rec, venv_dir, restored, steps, say)
+                spread = metrics.compare(metrics.read_rows(new_dir), metrics.read_rows(spread_dir), upto)["metrics"]
+                verdict.keep_spread(key, spread)
+                spread_from = f"measured: {new_dir.name} against {spread_dir.name}"
+        outcome, tol = verdict.decide(cmp, required, tolerance, spread)
+        if cmp["missing_steps"] and steps is None:
+            outcome, why = "different", f"the reproduction logged no step {cmp['missing_steps'][0]} (it stopped early)"
+    finally:
+        restored.close()
+    entry = {"at": time.time(), "run": new_dir.name, "path": str(new_dir), "outcome": outcome, "identical_required": required,
+             "why": why, "steps_compared": cmp["steps"], "missing_steps": cmp["missing_steps"][:20],
+             "metrics": cmp["metrics"], "tolerance": tol, "tolerance_from": "--tolerance" if tolerance is not None else spread_from,
+             "spread_run": spread_dir.name if spread_dir else None, "venv": str(venv_dir), "venv_built": built,
+             "code": {k: str(v) for k, v in restored.folders.items()}, "facts": {"original": a, "reproduction": b}}
+    record_outcome(run_dir, entry)
+    return {"run_dir": str(run_dir), "exit_code": EXIT[outcome], **entry}

@@ -1,0 +1,95 @@
+"""What "the same" means for a reproduction, and the verdict.
+
+Identical is required, at every step both runs logged, where nothing but the kernels' order could
+make them differ and envkit fixes that order: on the CPU (envkit's runs are bit-identical there,
+resume included), and on a GPU when the run was deterministic (training.deterministic) and the
+reproduction ran on the same kind of device with the same torch build and process count.
+
+Otherwise the two runs are held against this device's run-to-run spread, which is measured, not
+assumed: a second reproduction is trained beside the first, and the largest |difference| per
+metric between those two is the spread of two runs of this config here. A figure measured on one
+model, length and learning rate says little about another (the issue's ResNet-18 drifts to 0.8
+apart in a few hundred steps, GPT-2 small stays within 6e-4 over 60), so none is stored per
+device; the measured spread is kept in envkit's cache for this run's kind (device, torch build,
+config hash, steps) so later reproductions of the same kind pay for it once. The original is
+within tolerance when its largest difference from the first reproduction is at most twice the
+spread (each is one draw of the same noise; the largest of a few such draws spreads by about that).
+`--tolerance X` states an absolute tolerance instead, for every metric."""
+
+from __future__ import annotations
+
+import json
+
+SPREAD_FACTOR = 2.0
+
+
+def facts_of(summary: dict, rec: dict, env: dict) -> dict:
+    """The facts that decide (and explain) whether two runs can be identical."""
+    cfg = rec.get("config") or {}
+    declared = (cfg.get("declared") or {}).get("training") or {}
+    torch = (env.get("versions") or {}).get("torch") or ((env.get("doctor") or {}).get("facts", {}).get("packages") or {}).get("torch")
+    return {"device": summary.get("device") or "cpu", "device_name": summary.get("device_name"),
+            "torch": torch, "precision": summary.get("precision"), "processes": summary.get("world_size") or 1,
+            "compile": summary.get("compile"), "deterministic": bool(declared.get("deterministic"))}
+
+
+def identical_required(a: dict, b: dict) -> tuple[bool, str]:
+    """(must the runs be identical, why or why not) from the two runs' facts."""
+    same_kind = all(a.get(k) == b.get(k) for k in ("device", "device_name", "torch", "processes"))
+    if a.get("device") == "cpu" and b.get("device") == "cpu" and same_kind:
+        return True, "both on the CPU with the same torch build: envkit's CPU runs are bit-identical"
+    if a.get("deterministic") and same_kind:
+        return True, f"deterministic, same device ({a.get('device_name')}), torch build and process count"
+    diffs = [f"{k} {a.get(k)} -> {b.get(k)}" for k in ("device_name", "torch", "precision", "processes", "compile") if a.get(k) != b.get(k)]
+    why = "; ".join(diffs) if diffs else f"not deterministic on {a.get('device_name') or a.get('device')}"
+    return False, why
+
+
+def spread_key(facts: dict, rec: dict, steps: int) -> str:
+    cfg = rec.get("config") or {}
+    return "|".join(str(x) for x in (facts.get("device_name"), facts.get("torch"), facts.get("processes"), facts.get("precision"),
+                                     cfg.get("config_hash") or " ".join(rec.get("command") or []), steps))
+
+
+def cached_spread(key: str) -> dict | None:
+    from envkit.record.envstate import cache_root
+
+    try:
+        return json.loads((cache_root() / "spreads.json").read_text()).get(key)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def keep_spread(key: str, spread: dict) -> None:
+    from envkit.fsutil import atomic_write_text
+    from envkit.record.envstate import cache_root
+
+    path = cache_root() / "spreads.json"
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = {}
+    known[key] = spread
+    try:
+        atomic_write_text(path, json.dumps(known, indent=1))
+    except OSError:
+        pass
+
+
+def decide(comparison: dict, required: bool, tolerance: float | None, spread: dict | None) -> tuple[str, dict]:
+    """("same" | "within tolerance" | "different", {metric: its tolerance})."""
+    metrics = comparison["metrics"]
+    if comparison["steps"] == 0:
+        return "different", {}
+    if all(m["identical"] for m in metrics.values()):
+        return "same", {k: 0.0 for k in metrics}
+    if required:
+        return "different", {k: 0.0 for k in metrics}
+    if tolerance is not None:
+        tol = {k: tolerance for k in metrics}
+    elif spread is not None:
+        tol = {k: SPREAD_FACTOR * (spread.get(k) or {}).get("max_abs", 0.0) for k in metrics}
+    else:
+        return "different", {}
+    ok = all(m["max_abs"] <= tol[k] for k, m in metrics.items())
+    return ("within tolerance" if ok else "different"), tol

@@ -1,0 +1,259 @@
+"""`envkit reproduce`, end to end on the CPU, as a user meets it: a venv with the real torch 2.13.0
+CPU wheel installed from a package index on 127.0.0.1 (tests/localindex.py) trains a run; its
+folder's pylock.toml rebuilds a fresh venv (no system site-packages) and the run trained again there
+gives the same losses at every logged step. An exec run in a git repository with an uncommitted
+change, reproduced after the tree moved on, runs the changed code. A run started with the index
+unreachable names its missing hashes and still reproduces. `--check` names a package added to the
+venv, an edited config and a changed data file. The fresh venv is built once (the first test) and
+reused by the others (`reproduce` reuses a venv only when it holds exactly the lock)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import envkit
+from localindex import LocalIndex, build_wheel, refused_url
+
+TINY = ("experiment: {name: tiny, seed: 7}\n"
+        "dataset: {type: synthetic, task: teacher, input_dim: 8, num_classes: 4, num_samples: 512}\n"
+        "model: {type: mlp, hidden: 16, depth: 1}\n"
+        "training: {max_steps: 40, batch_size: 16, lr: 0.01}\n"
+        "eval: {every_steps: 20, batches: 2}\n"
+        "checkpoint: {every_steps: 0}\n"
+        "logging: {every_steps: 5}\n"
+        "device: {type: cpu}\n")
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory):
+    d = tmp_path_factory.mktemp("real-wheels")
+    r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:", "-d", str(d), "torch==2.13.0+cpu"],
+                       capture_output=True, text=True, timeout=600, check=False)
+    torch = list(d.glob("torch-2.13.0+cpu-*.whl"))
+    if r.returncode != 0 or not torch:
+        pytest.skip("the real torch 2.13.0+cpu wheel is not reachable through pip's configuration here")
+    return {"cpu": torch, "pypi": [p for p in d.glob("*.whl") if p not in torch]}
+
+
+@pytest.fixture(scope="module")
+def index(wheels):
+    with LocalIndex(wheels) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, index):
+    """The environment every command of this module runs with: pip reads the local index alone (no
+    pip.conf, no find-links), envkit's cache is the module's own."""
+    root = tmp_path_factory.mktemp("world")
+    env = {"PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": None, "PIP_INDEX_URL": f"{index.base}/pypi/simple",
+           "PIP_EXTRA_INDEX_URL": f"{index.base}/whl/cpu", "PIP_NO_COMPILE": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+           "ENVKIT_CACHE_DIR": str(root / "cache"), "ENVKIT_HOME": str(root / "no-managed-env")}
+    return root, env
+
+
+def _env(extra: dict) -> dict:
+    out = dict(os.environ)
+    for k, v in extra.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = v
+    return out
+
+
+@pytest.fixture(scope="module")
+def train_venv(world):
+    """The venv the original runs train in: torch 2.13.0+cpu and its dependencies from the local index."""
+    root, env = world
+    venv = root / "train-venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    r = subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "torch==2.13.0+cpu"], env=_env(env),
+                       capture_output=True, text=True, timeout=900, check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return venv
+
+
+def _run(tmp: Path, env: dict, python: Path, *extra: str, name: str = "train.yaml", text: str = TINY):
+    (tmp / name).write_text(text)
+    r = envkit("run", name, "--profile", "cpu", "--python", str(python), "--run-id", "orig", *extra, cwd=tmp, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return tmp / "runs" / "tiny" / "orig"
+
+
+def _record(run_dir: Path) -> dict:
+    """record.json, once written (an exec run's is written by a process of its own, in the background)."""
+    import time
+
+    deadline = time.monotonic() + 120
+    while not (run_dir / "record.json").is_file() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return json.loads((run_dir / "record.json").read_text())
+
+
+def _losses(run_dir: Path) -> dict[int, float]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in rows if "loss" in r}
+
+
+@pytest.fixture(scope="module")
+def first_run(world, train_venv, tmp_path_factory):
+    env = world[1]
+    return _run(tmp_path_factory.mktemp("first"), env, train_venv / "bin/python")
+
+
+@pytest.fixture(scope="module")
+def fresh_venv(world):
+    return world[0] / "fresh-venv"
+
+
+def test_a_run_reproduced_in_a_fresh_venv_gives_identical_losses(world, first_run, fresh_venv):
+    env = world[1]
+    lock = (first_run / "pylock.toml").read_text()
+    assert 'name = "torch"' in lock and "sha256" in lock and 'version = "2.13.0+cpu"' in lock
+    assert not fresh_venv.exists()
+    r = envkit("reproduce", str(first_run), "--venv", str(fresh_venv), "--json", env=env, timeout=1200)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    assert out["outcome"] == "same" and out["venv_built"] is True, out
+    again = first_run.parent / out["run"]
+    assert again.name == "orig-repro1"
+    original, reproduced = _losses(first_run), _losses(again)
+    assert sorted(original) == list(range(5, 41, 5)) and reproduced == original
+    # a fresh venv: its own site-packages only, holding the lock's torch, and the reproduction trained with it
+    assert "include-system-site-packages = false" in (fresh_venv / "pyvenv.cfg").read_text()
+    assert json.loads((again / "environment.json").read_text())["python"] == str(fresh_venv / "bin/python")
+    assert "sha256 enforced" in r.stderr
+    # the original run says how it was reproduced, and `envkit runs` shows it
+    saved = json.loads((first_run / "reproductions.json").read_text())["reproductions"]
+    assert [x["outcome"] for x in saved] == ["same"] and saved[0]["run"] == "orig-repro1"
+    table = envkit("runs", str(first_run.parent.parent.parent), env=env)
+    row = next(line for line in table.stdout.splitlines() if line.startswith("tiny") and " orig " in f" {line} ")
+    assert row.split()[-1] == "same", table.stdout
+
+
+def test_a_run_that_came_out_different_is_named_with_metric_and_step(world, first_run, fresh_venv, tmp_path):
+    """The original's loss at step 25 nudged by 1e-4 (as a GPU's other reduction order would): exit 1, naming it."""
+    env = world[1]
+    import shutil
+
+    copy = tmp_path / "runs" / "tiny" / "orig"
+    shutil.copytree(first_run, copy)
+    (copy / "reproductions.json").unlink()
+    rows = [json.loads(line) for line in (copy / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:
+        if row.get("step") == 25 and "loss" in row:
+            row["loss"] += 1e-4
+    (copy / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    r = envkit("reproduce", str(copy), "--venv", str(fresh_venv), env=env, timeout=600)
+    assert r.returncode == 1, r.stdout + r.stderr[-2000:]
+    assert "reusing" in r.stdout
+    line = next(x for x in r.stdout.splitlines() if x.strip().startswith("loss "))
+    assert "max |diff| 0.0001 at step 25 (first at step 25)" in line
+    assert r.stdout.strip().splitlines()[-1].startswith("different:")
+
+
+REPO_TRAIN = "import envkit.track as track\n\nfor step in range(1, 6):\n    track.log(step=step, loss={expr})\n"
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
+
+
+def test_an_exec_run_reproduced_after_the_tree_moved_on_runs_the_changed_code(world, train_venv, fresh_venv, tmp_path):
+    env = world[1]
+    repo = tmp_path / "proj"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    _git(repo, "config", "user.email", "t@example.com")
+    _git(repo, "config", "user.name", "t")
+    (repo / ".gitignore").write_text("runs/\ndata/\n")
+    (repo / "data").mkdir()
+    (repo / "data" / "offset.txt").write_text("0.5\n")  # ignored by git: data, linked into the restored tree
+    (repo / "train.py").write_text(REPO_TRAIN.format(expr="1.0 / step"))
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "one")
+    first = _git(repo, "rev-parse", "HEAD").strip()
+    # uncommitted: train.py edited, and a new module not yet added
+    (repo / "train.py").write_text("import sys\nfrom helper import SCALE\nOFFSET = float(open(sys.argv[1]).read())\n"
+                                   + REPO_TRAIN.format(expr="(SCALE + OFFSET) / step"))
+    (repo / "helper.py").write_text("SCALE = 7.0\n")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "state.json").write_text(json.dumps({"venv": str(train_venv), "python": str(train_venv / "bin/python"), "profile": "cpu"}))
+    run_env = {**env, "ENVKIT_HOME": str(home)}
+    r = envkit("exec", "--profile", "cpu", "--name", "proj", "--", "python", "train.py", "data/offset.txt", cwd=repo, env=run_env,
+               timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    run = next((repo / "runs" / "proj").iterdir())
+    assert _losses(run) == {s: 7.5 / s for s in range(1, 6)}
+    assert [d["path"] for d in _record(run)["data"]] == [str((repo / "data" / "offset.txt").resolve())]
+    # the tree moves on: a new commit, the helper gone
+    (repo / "train.py").write_text(REPO_TRAIN.format(expr="3.0 / step"))
+    (repo / "helper.py").unlink()
+    _git(repo, "commit", "-qam", "two")
+    check = envkit("reproduce", str(run), "--check", "--venv", str(fresh_venv), env=env, timeout=300)
+    assert check.returncode == 1 and f"the run had {first[:12]}" in check.stdout, check.stdout + check.stderr
+    r = envkit("reproduce", str(run), "--venv", str(fresh_venv), "--json", env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    assert out["outcome"] == "same" and _losses(run.parent / out["run"]) == {s: 7.5 / s for s in range(1, 6)}
+    assert "with its uncommitted changes is checked out in" in r.stderr
+    # the user's tree is as they left it, the temporary worktree gone
+    assert (repo / "train.py").read_text() == REPO_TRAIN.format(expr="3.0 / step") and not (repo / "helper.py").exists()
+    assert len(_git(repo, "worktree", "list").splitlines()) == 1
+
+
+def test_a_run_started_offline_reproduces_with_its_missing_hashes_named(world, train_venv, fresh_venv, tmp_path):
+    env = world[1]
+    dead = refused_url()
+    offline = {**env, "PIP_INDEX_URL": dead, "PIP_EXTRA_INDEX_URL": None, "ENVKIT_CACHE_DIR": str(tmp_path / "cache")}
+    run = _run(tmp_path, offline, train_venv / "bin/python")
+    rec = json.loads((run / "record.json").read_text())
+    missing = rec["environment"]["missing_hashes"]
+    assert "torch" in missing and dead in rec["environment"]["unreachable_indexes"]
+    r = envkit("reproduce", str(run), "--venv", str(fresh_venv), env=env, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr[-2000:]
+    named = next(x for x in r.stdout.splitlines() if "without a wheel hash" in x)
+    assert "torch" in named and f"{len(missing)} packages" in named
+    assert r.stdout.strip().splitlines()[-1].startswith("same:")
+
+
+TEXT = ("experiment: {name: tiny, seed: 3}\n"
+        "dataset: {type: text, path: corpus.txt, level: char}\n"
+        "model: {type: gpt, n_layer: 1, n_head: 2, n_embd: 16, block_size: 16}\n"
+        "training: {max_steps: 5, batch_size: 8, lr: 0.01}\n"
+        "eval: {every_steps: 0, batches: 1}\n"
+        "checkpoint: {every_steps: 0}\n"
+        "logging: {every_steps: 5}\n"
+        "device: {type: cpu}\n")
+
+
+def test_check_names_an_added_package_an_edited_config_and_changed_data(world, train_venv, tmp_path):
+    """Last in the module: it adds a package to the venv the other runs trained in."""
+    env = world[1]
+    (tmp_path / "corpus.txt").write_text("the quick brown fox jumps over the lazy dog. " * 40)
+    run = _run(tmp_path, env, train_venv / "bin/python", text=TEXT)
+    r = envkit("reproduce", str(run), "--check", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (tmp_path / "extra").mkdir()
+    extra = build_wheel(tmp_path / "extra", "tinyextra", "1.0", tag="py3-none-any")
+    subprocess.run([str(train_venv / "bin/python"), "-m", "pip", "install", "-q", "--no-deps", str(extra)], check=True,
+                   env=_env(env), capture_output=True)
+    r = envkit("reproduce", str(run), "--check", env=env)
+    assert r.returncode == 1 and "environment: tinyextra 1.0 is installed but not in the lock" in r.stdout, r.stdout
+    (tmp_path / "train.yaml").write_text(TEXT.replace("lr: 0.01", "lr: 0.02"))
+    r = envkit("reproduce", str(run), "--check", env=env)
+    assert r.returncode == 1 and "config: training.lr is 0.02 in train.yaml, the run had 0.01" in r.stdout, r.stdout
+    (tmp_path / "corpus.txt").write_text("the quick brown fox jumps over the lazy cat. " * 40)
+    r = envkit("reproduce", str(run), "--check", "--json", env=env)
+    assert r.returncode == 2, r.stdout
+    data = json.loads(r.stdout)["data"]
+    assert len(data) == 1 and "corpus.txt: content changed (sha256)" in data[0]
+    r = envkit("reproduce", str(run), env=env)
+    assert r.returncode == 2 and r.stdout == "" and "the run's data changed" in r.stderr, r.stderr
