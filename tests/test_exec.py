@@ -421,3 +421,22 @@ def test_monitor_says_when_an_exec_run_has_printed_nothing(tmp_path):
                                         "last_metric_at": None, "device": {"device": "cpu", "cpu_pct": 99.0, "rss_mb": 2048.0}})
     r = envkit("monitor", "--once", str(run), cwd=tmp_path)
     assert "no output for 10 minutes" in r.stdout and "cpu 99%" in r.stdout
+
+
+def test_monitor_without_a_run_follows_the_run_started_last_not_the_folder_touched_last(tmp_path):
+    """A finished run whose folder is written to late (its record, its summary) is not "the newest":
+    `envkit monitor` with no RUN_DIR shows the run started after it (the exec.md tour's order)."""
+    from envkit.exec.rundir import write_json
+
+    now = time.time()
+    done, live = tmp_path / "runs" / "train_demo" / "r1", tmp_path / "runs" / "long_demo" / "r2"
+    for run in (done, live):
+        run.mkdir(parents=True)
+        write_json(run / "config.json", {"kind": "exec"})
+    os.utime(done / "config.json", (now - 60, now - 60))
+    write_json(done / "heartbeat.json", {"status": "completed", "pid": None, "updated_at": now - 30, "step": 3})
+    write_json(live / "heartbeat.json", {"status": "running", "pid": os.getpid(), "updated_at": now, "step": 6})
+    (done / "record.json").write_text("{}")  # the finished run's folder is now the most recently changed
+    os.utime(live, (now - 10, now - 10))
+    r = envkit("monitor", "--once", cwd=tmp_path)
+    assert r.stdout.startswith("long_demo/r2 | running"), r.stdout

@@ -202,7 +202,19 @@ def find_runs(root: Path) -> list[Path]:
     found = [p.parents[len(m.split("/")) - 1] for m in marks for p in [*root.glob(f"*/*/{m}"), *root.glob(f"*/{m}")]]
     if (root / "runs").is_dir() and not found:
         found = [p.parents[len(m.split("/")) - 1] for m in marks for p in (root / "runs").glob(f"*/*/{m}")]
-    return sorted(set(found), key=lambda p: p.stat().st_mtime, reverse=True)
+    return sorted(set(found), key=started_at, reverse=True)
+
+
+def started_at(run_dir: Path) -> float:
+    """When the run started: its config.json's time (written once at the start, again at a resume),
+    else its Slurm job's. Not the folder's: a record or a summary written late touches that, and a
+    run that ended made "the newest run" look like the one started after it."""
+    for mark in ("config.json", "slurm/job.json"):
+        try:
+            return (run_dir / mark).stat().st_mtime
+        except OSError:
+            continue
+    return 0.0
 
 
 def resolve_run(run_dir: str | None) -> Path:
