@@ -4,15 +4,22 @@ Under `envkit exec` each call appends one JSON line to the run's metrics.jsonl (
 from ENVKIT_RUN_DIR, which exec sets), so `envkit plot`, `envkit monitor` and the stall watchdog
 see it. Anywhere else it does nothing, so a script keeps working without envkit. Standard library
 only: the script's own interpreter (the managed venv) imports it from envkit's folder or its own.
+
+`envkit reproduce --steps N` of an exec run sets ENVKIT_STOP_AFTER_STEP=N: the call that logs step N
+writes its line, then ends the script with exit code 0 (SystemExit, so `finally` blocks and atexit
+handlers run; every rank of a torchrun job logs the same steps, so all of them stop there).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
+import threading
 import time
 
 RUN_DIR_VAR = "ENVKIT_RUN_DIR"
+STOP_VAR = "ENVKIT_STOP_AFTER_STEP"
 _calls = 0  # the step of a call that gives none: `envkit plot` draws against steps
 
 
@@ -23,11 +30,16 @@ def log(step: int | None = None, loss: float | None = None, **metrics) -> None:
     run_dir = os.environ.get(RUN_DIR_VAR)
     if not run_dir:
         return
-    if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 speaks for the run
-        return
     global _calls
     _calls += 1
-    row = {"step": _calls if step is None else int(step), "time": round(time.time(), 3)}
+    n = _calls if step is None else int(step)
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for the run
+        _write(run_dir, n, loss, metrics)
+    _stop_after(n)
+
+
+def _write(run_dir: str, step: int, loss, metrics: dict) -> None:
+    row = {"step": step, "time": round(time.time(), 3)}
     if loss is not None:
         row["loss"] = _number(loss)
     row.update({str(k): _number(v) for k, v in metrics.items()})
@@ -36,6 +48,21 @@ def log(step: int | None = None, loss: float | None = None, **metrics) -> None:
             fh.write(json.dumps(row) + "\n")
     except OSError:
         pass  # the run folder went away: a curve is never worth a crashed training run
+
+
+def _stop_after(step: int) -> None:
+    """End the script once `step` reaches $ENVKIT_STOP_AFTER_STEP (its line is written already)."""
+    try:
+        limit = int(os.environ.get(STOP_VAR) or 0)
+    except ValueError:
+        return
+    if limit <= 0 or step < limit:
+        return
+    print(f"envkit.track: stopping after step {step} ({STOP_VAR}={limit}: envkit reproduce --steps)", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    if threading.current_thread() is threading.main_thread():
+        raise SystemExit(0)
+    os._exit(0)  # from another thread SystemExit would end that thread only
 
 
 def _number(value):

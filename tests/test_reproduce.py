@@ -224,6 +224,47 @@ def test_a_run_started_offline_reproduces_with_its_missing_hashes_named(world, t
     assert r.stdout.strip().splitlines()[-1].startswith("same:")
 
 
+DEMO = ("import envkit.track\n\n"
+        "for step in range(1, 9):\n"
+        "    loss = 1.0 / step\n"
+        "    print(f'step {step} loss {loss:.3f}')\n"
+        "    envkit.track.log(step=step, loss=loss)\n"
+        "print('done')\n")
+
+
+def _managed(tmp: Path, env: dict, train_venv: Path) -> dict:
+    """The env of an `envkit exec` whose managed venv is the one the original runs train in."""
+    home = tmp / "home"
+    home.mkdir()
+    (home / "state.json").write_text(json.dumps({"venv": str(train_venv), "python": str(train_venv / "bin/python"), "profile": "cpu"}))
+    return {**env, "ENVKIT_HOME": str(home)}
+
+
+def _exec(cwd: Path, env: dict, name: str, *command: str) -> Path:
+    r = envkit("exec", "--profile", "cpu", "--name", name, "--", *command, cwd=cwd, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    run = next((cwd / "runs" / name).iterdir())
+    _record(run)
+    return run
+
+
+def test_an_exec_run_reproduced_with_steps_stops_after_that_step(world, train_venv, fresh_venv, tmp_path):
+    """docs/exec.md's train_demo.py, 8 steps: `--steps 3` ends the script once envkit.track logs step 3."""
+    env = world[1]
+    (tmp_path / "train_demo.py").write_text(DEMO)
+    run = _exec(tmp_path, _managed(tmp_path, env, train_venv), "demo", "python", "train_demo.py")
+    assert sorted(_losses(run)) == list(range(1, 9))
+    r = envkit("reproduce", str(run), "--venv", str(fresh_venv), "--steps", "3", "--json", env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    assert out["outcome"] == "same" and out["steps_compared"] == 3 and out["missing_steps"] == [], out
+    again = run.parent / out["run"]
+    assert _losses(again) == {s: 1.0 / s for s in (1, 2, 3)}
+    log = (again / "train.log").read_text()
+    assert "step 3 loss 0.333" in log and "step 4 loss" not in log and "done" not in log
+    assert json.loads((again / "summary.json").read_text())["exit_code"] == 0
+
+
 TEXT = ("experiment: {name: tiny, seed: 3}\n"
         "dataset: {type: text, path: corpus.txt, level: char}\n"
         "model: {type: gpt, n_layer: 1, n_head: 2, n_embd: 16, block_size: 16}\n"

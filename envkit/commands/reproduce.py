@@ -20,7 +20,8 @@ def _say(as_json: bool):
               help="Only compare the venv, code, data and config with the run's record, naming each difference.")
 @click.option("--venv", "venv", type=click.Path(file_okay=True), metavar="DIR",
               help="Build the venv here (or reuse it if it holds exactly the run's lock); with --check: the venv to compare.")
-@click.option("--steps", type=click.IntRange(min=1), help="Train again up to this step only (envkit run runs), and compare those.")
+@click.option("--steps", type=click.IntRange(min=1), help="Train again up to this step only, and compare those "
+              "(an exec run: its script stops once envkit.track has logged that step).")
 @click.option("--tolerance", type=click.FloatRange(min=0), help="Accept differences up to this (absolute, every metric) "
               "instead of the measured run-to-run spread, where identical is not required.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")

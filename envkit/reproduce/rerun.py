@@ -2,7 +2,9 @@
 user would: `envkit run` with the run's declared config (its values exactly, so the config hash is
 the same; the runs folder given as an absolute path, which the hash leaves out) and the run's
 profile, training with the reproduction's venv (--python); `envkit exec --run-dir` with the run's
-command in the restored code, the venv made the managed one (ENVKIT_HOME). Both go through this
+command in the restored code, the venv made the managed one (ENVKIT_HOME). `--steps N`: `--stop-after
+N` for `envkit run`; for exec, ENVKIT_STOP_AFTER_STEP=N, which envkit.track.log honours by ending the
+script (exit 0) once it has logged step N. Both go through this
 envkit's command line in a child process, with the run's own envkit code first on PYTHONPATH when it
 was put back in a worktree."""
 
@@ -18,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from envkit.reproduce.check import CannotReproduce
+from envkit.track import STOP_VAR
 
 
 def next_dir(run_dir: Path) -> Path:
@@ -76,7 +79,7 @@ def rerun(run_dir: Path, rec: dict, new_dir: Path, venv: Path, restored, steps: 
     if rec.get("kind") == "exec":
         saved = json.loads((run_dir / "config.json").read_text())
         if steps is not None:
-            say("note: --steps applies to `envkit run` runs; an exec run's command runs whole")
+            env[STOP_VAR] = str(steps)  # envkit.track.log ends the script once it logs step N
         new_dir.mkdir(parents=True)
         cmd = [sys.executable, "-m", "envkit", "exec", *(["--profile", saved["profile"]] if saved.get("profile") else []),
                "--run-dir", str(new_dir), "--", *saved["command"]]

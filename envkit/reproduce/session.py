@@ -37,6 +37,26 @@ def _train(run_dir: Path, rec: dict, venv: Path, restored, steps: int | None, sa
     return new_dir
 
 
+def steps_apply(run_dir: Path, rec: dict, steps: int | None, say) -> None:
+    """--steps of an exec run works through envkit.track (ENVKIT_STOP_AFTER_STEP): one line where
+    the run's script logged no steps, so nothing can stop it at one."""
+    if steps is None or rec.get("kind") != "exec" or metrics.read_rows(run_dir):
+        return
+    say(f"note: --steps {steps} cannot apply: the run's script logged no steps through envkit.track "
+        "(its metrics.jsonl has none), so its command runs whole")
+
+
+def stopped_at(new_dir: Path, rec: dict, steps: int | None, say) -> None:
+    """An exec reproduction that went on past step N: its envkit.track did not stop it (a script
+    that imports another envkit's, older than --steps); what lies beyond N is not compared."""
+    if steps is None or rec.get("kind") != "exec":
+        return
+    beyond = [s for s in metrics.read_rows(new_dir) if s > steps]
+    if beyond:
+        say(f"note: the reproduction went on past step {steps} to step {max(beyond)} (the envkit.track its script "
+            f"imports did not stop it); steps after {steps} are not compared")
+
+
 def record_outcome(run_dir: Path, entry: dict) -> None:
     """Append to the original run's reproductions.json (written whole, atomically)."""
     path = Path(run_dir) / files.REPRODUCTIONS
@@ -63,8 +83,10 @@ def reproduce(run_dir: Path, *, venv: Path | None = None, steps: int | None = No
     profile = (rec.get("config") or {}).get("profile") or (_read(run_dir / "config.json").get("profile"))
     venv_dir, built = venvs.prepare(lock, rec, venv, profile, say)
     restored = restore(run_dir, rec, say=say)
+    steps_apply(run_dir, rec, steps, say)
     try:
         new_dir = _train(run_dir, rec, venv_dir, restored, steps, say)
+        stopped_at(new_dir, rec, steps, say)
         a, b = _facts(run_dir), _facts(new_dir)
         required, why = verdict.identical_required(a, b)
         upto = steps
