@@ -37,7 +37,10 @@ def wheels(tmp_path_factory):
     torch = list(d.glob("torch-2.13.0+cpu-*.whl"))
     if r.returncode != 0 or not torch:
         pytest.skip("the real torch 2.13.0+cpu wheel is not reachable through pip's configuration here")
-    return {"cpu": torch, "pypi": [p for p in d.glob("*.whl") if p not in torch]}
+    # a build backend for the local project (pip builds it in an isolated environment from the index)
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:", "-d", str(d / "build"), "flit_core"],
+                   capture_output=True, timeout=300, check=False)
+    return {"cpu": torch, "pypi": [p for p in d.glob("*.whl") if p not in torch] + list(d.glob("build/flit_core-*.whl"))}
 
 
 @pytest.fixture(scope="module")
@@ -263,6 +266,55 @@ def test_an_exec_run_reproduced_with_steps_stops_after_that_step(world, train_ve
     log = (again / "train.log").read_text()
     assert "step 3 loss 0.333" in log and "step 4 loss" not in log and "done" not in log
     assert json.loads((again / "summary.json").read_text())["exit_code"] == 0
+
+
+MYLIB = ('[build-system]\nrequires = ["flit_core>=3.4"]\nbuild-backend = "flit_core.buildapi"\n\n'
+         '[project]\nname = "mylib"\nversion = "0.1"\ndescription = "the run imports it"\n')
+
+
+def test_an_editable_local_project_is_installed_again_from_the_runs_commit(world, train_venv, fresh_venv, tmp_path):
+    """A project installed with `pip install -e` into the venv the run trained in, its tree moved on
+    after the run: the reproduction's venv gets it again, editable, from the run's commit."""
+    env = world[1]
+    lib = tmp_path / "mylib"
+    lib.mkdir()
+    _git(lib, "init", "-q")
+    _git(lib, "config", "user.email", "t@example.com")
+    _git(lib, "config", "user.name", "t")
+    (lib / "pyproject.toml").write_text(MYLIB)
+    (lib / "mylib.py").write_text("SCALE = 2.0\n")
+    _git(lib, "add", "-A")
+    _git(lib, "commit", "-qm", "one")
+    pip = [str(train_venv / "bin/python"), "-m", "pip", "install", "-q", "--no-deps", "-e", str(lib)]
+    r = subprocess.run(pip, env=_env(env), capture_output=True, text=True, timeout=300, check=False)
+    if r.returncode != 0:
+        pytest.skip(f"no build backend for the local project on this index: {r.stderr[-300:]}")
+    try:
+        work = tmp_path / "work"
+        work.mkdir()
+        (work / "train.py").write_text("import envkit.track\nimport mylib\n\nfor step in range(1, 6):\n"
+                                       "    envkit.track.log(step=step, loss=mylib.SCALE / step)\n")
+        run = _exec(work, _managed(tmp_path, env, train_venv), "lib", "python", "train.py")
+        assert _losses(run) == {s: 2.0 / s for s in range(1, 6)}
+        local = _record(run)["environment"]["local"]
+        assert [(x["name"], x["editable"], x["folder"]) for x in local] == [("mylib", True, str(lib))]
+        (lib / "mylib.py").write_text("SCALE = 5.0\n")  # the tree moves on
+        _git(lib, "commit", "-qam", "two")
+        r = envkit("reproduce", str(run), "--venv", str(fresh_venv), "--json", env=env, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        out = json.loads(r.stdout)
+        assert out["outcome"] == "same" and out["local"] == ["mylib"], out
+        again = run.parent / out["run"]
+        assert _losses(again) == {s: 2.0 / s for s in range(1, 6)}
+        # installed editable, from the run's commit in a temporary worktree, and gone from the venv afterwards
+        assert "local: mylib 0.1 installed editable from " in r.stderr and "has moved on" in r.stderr
+        mine = next(x for x in _record(again)["environment"]["local"] if x["name"] == "mylib")
+        assert mine["editable"] and mine["folder"] != str(lib) and not Path(mine["folder"]).exists()
+        left = subprocess.run([str(fresh_venv / "bin/python"), "-m", "pip", "show", "mylib"], capture_output=True, check=False)
+        assert left.returncode != 0
+        assert (lib / "mylib.py").read_text() == "SCALE = 5.0\n" and len(_git(lib, "worktree", "list").splitlines()) == 1
+    finally:
+        subprocess.run([str(train_venv / "bin/python"), "-m", "pip", "uninstall", "-q", "-y", "mylib"], capture_output=True, check=False)
 
 
 TEXT = ("experiment: {name: tiny, seed: 3}\n"

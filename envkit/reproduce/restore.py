@@ -20,6 +20,7 @@ class Restored:
     def __init__(self):
         self.folders: dict[str, Path] = {}
         self.recorded: dict[str, str] = {}  # role -> the folder the run's code was in
+        self.missing: dict[str, str] = {}  # role -> why its code could not be put back (a local distribution's)
         self._worktrees: list[tuple[Path, Path]] = []  # (repository, worktree)
 
     def close(self) -> None:
@@ -96,17 +97,26 @@ def _extract(tar: tarfile.TarFile, dest: Path) -> None:
     tar.extractall(dest)  # every member was checked above
 
 
-def restore(run_dir: Path, rec: dict, roles: tuple[str, ...] = ("project", "envkit"), say=print) -> Restored:
+def restore(run_dir: Path, rec: dict, say=print) -> Restored:
+    """Every recorded git tree put back: the project's, envkit's and each local distribution's
+    (`local-NAME`). A local distribution's that cannot be is named in `missing` (local.py goes on
+    without it); the project's or envkit's is exit 2."""
     out = Restored()
     for state in rec.get("code") or []:
         role = state.get("role")
-        if role not in roles or not state.get("commit"):
+        if not role or not state.get("commit"):
             continue
         out.recorded[role] = state["folder"]
         if _unchanged(state):
             out.folders[role] = Path(state["folder"])
             continue
-        tree = worktree(run_dir, state, out)
+        try:
+            tree = worktree(run_dir, state, out)
+        except CannotReproduce as exc:
+            if not role.startswith("local-"):
+                raise
+            out.missing[role] = exc.message
+            continue
         out.folders[role] = tree
         say(f"code ({role}): {state['folder']} has moved on; the run's commit {state['commit'][:12]}"
             + (" with its uncommitted changes" if state.get("dirty") else "") + f" is checked out in {tree}")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from envkit.fsutil import atomic_write_text
 from envkit.record import files
-from envkit.reproduce import metrics, verdict
+from envkit.reproduce import local, metrics, verdict
 from envkit.reproduce.check import CannotReproduce, data_lines, load
 
 EXIT = {"same": 0, "within tolerance": 0, "different": 1}
@@ -84,7 +84,9 @@ def reproduce(run_dir: Path, *, venv: Path | None = None, steps: int | None = No
     venv_dir, built = venvs.prepare(lock, rec, venv, profile, say)
     restored = restore(run_dir, rec, say=say)
     steps_apply(run_dir, rec, steps, say)
+    local_installed: list[str] = []
     try:
+        local_installed = local.install(rec, venvs.python_of(venv_dir), restored, say)
         new_dir = _train(run_dir, rec, venv_dir, restored, steps, say)
         stopped_at(new_dir, rec, steps, say)
         a, b = _facts(run_dir), _facts(new_dir)
@@ -106,11 +108,13 @@ def reproduce(run_dir: Path, *, venv: Path | None = None, steps: int | None = No
         if cmp["missing_steps"] and steps is None:
             outcome, why = "different", f"the reproduction logged no step {cmp['missing_steps'][0]} (it stopped early)"
     finally:
+        local.remove(venvs.python_of(venv_dir), local_installed)
         restored.close()
     entry = {"at": time.time(), "run": new_dir.name, "path": str(new_dir), "outcome": outcome, "identical_required": required,
              "why": why, "steps_compared": cmp["steps"], "missing_steps": cmp["missing_steps"][:20],
              "metrics": cmp["metrics"], "tolerance": tol, "tolerance_from": "--tolerance" if tolerance is not None else spread_from,
              "spread_run": spread_dir.name if spread_dir else None, "venv": str(venv_dir), "venv_built": built,
-             "code": {k: str(v) for k, v in restored.folders.items()}, "facts": {"original": a, "reproduction": b}}
+             "code": {k: str(v) for k, v in restored.folders.items()},
+             "local": local_installed, "facts": {"original": a, "reproduction": b}}
     record_outcome(run_dir, entry)
     return {"run_dir": str(run_dir), "exit_code": EXIT[outcome], **entry}
