@@ -161,6 +161,95 @@ def test_a_run_that_came_out_different_is_named_with_metric_and_step(world, firs
     assert r.stdout.strip().splitlines()[-1].startswith("different:")
 
 
+MAC_PLATFORM = {"system": "Darwin", "os": "Darwin 25.1.0", "arch": "arm64", "python": "3.11.7", "python_minor": "3.11",
+                "implementation": "cpython", "device": "mps", "backend": "pypi"}  # record/envlock.py's, on an M4 Max
+
+
+def _as_on_a_mac(run: Path, tmp: Path, nudge: float) -> None:
+    """Make a real run folder of this machine the one an M4 Max (macOS 26.1, Python 3.11.7, torch 2.13.0
+    from the index, no +cpu) would have written: its pylock.toml written by envkit's lock writer with
+    the Mac's wheels (a compiled package's macOS arm64 file; pure Python wheels are the same files),
+    environment.json's doctor facts from tests/snapshots/m4_max_tahoe.json, and every loss moved by
+    `nudge` relative (the Mac's kernels round differently)."""
+    import hashlib
+
+    from conftest import snapshot_path
+    from envkit.checks.report import diagnose
+    from envkit.facts import gather
+    from envkit.install.lock import toml
+    from envkit.install.lock.read import read
+    from envkit.install.lock.single import doc
+    from envkit.record.envlock import HEADER
+
+    lock = read(run / "pylock.toml")
+    entries = []
+    for pick in lock.picks():
+        version, url = pick.version.replace("+cpu", ""), pick.url
+        if not pick.filename.endswith("-none-any.whl"):  # a compiled wheel: the Mac has its own file
+            py = pick.filename.split("-")[2]
+            name = f"{pick.name.replace('-', '_')}-{version}-{py}-{'none' if pick.name == 'torch' else py}-macosx_11_0_arm64.whl"
+            url = url.rsplit("/", 1)[0] + "/" + name
+        sha = pick.sha256 if url == pick.url else hashlib.sha256(url.encode()).hexdigest()  # a file this machine never fetches
+        entries.append({"name": pick.name, "version": version, "url": url, "sha256": sha})
+    d = doc(platform=MAC_PLATFORM, profile=lock.profile, source=lock.source, env={}, entries=entries, envkit_version="0.1.0")
+    d["tool"]["envkit"]["record"] = {**lock.tool["record"], "python": "/Users/me/proj/.venv/bin/python"}
+    (run / "pylock.toml").write_text(toml.dumps(d, HEADER))
+    snap = json.loads(snapshot_path("m4_max_tahoe").read_text())
+    snap["python"]["version"], snap["packages"] = "3.11.7", {"torch": "2.13.0"}
+    (tmp / "m4.json").write_text(json.dumps(snap))
+    env_doc = json.loads((run / "environment.json").read_text())
+    env_doc["doctor"] = diagnose(gather(str(tmp / "m4.json"), runtime=False)).to_dict()
+    env_doc["packages"], env_doc["python"] = env_doc["doctor"]["facts"].get("packages"), "/Users/me/proj/.venv/bin/python"
+    (run / "environment.json").write_text(json.dumps(env_doc, default=str))
+    rec = json.loads((run / "record.json").read_text())
+    (run / "record.json").write_text(json.dumps({**rec, "python": "/Users/me/proj/.venv/bin/python"}))
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:
+        for key in ("loss", "val_loss"):
+            if key in row:
+                row[key] *= 1 + nudge
+    (run / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def test_a_run_recorded_on_a_mac_is_rebuilt_with_this_machines_torch_and_held_to_a_stated_tolerance(world, index, first_run, tmp_path):
+    import shutil
+
+    from envkit.reproduce.metrics import read_rows
+
+    env = {**world[1], "ENVKIT_PYTORCH_INDEX": f"{index.base}/whl"}  # PyTorch's index, as the test index serves it
+    mac = tmp_path / "runs" / "tiny" / "mac"
+    shutil.copytree(first_run, mac, ignore=shutil.ignore_patterns("reproductions.json"))
+    _as_on_a_mac(mac, tmp_path, 2e-4)
+    r = envkit("setup", "--lock", str(mac / "pylock.toml"), "--venv", str(tmp_path / "strict"), "--yes", env=env, timeout=300)
+    assert r.returncode == 2 and "the lock was made on another platform" in r.stderr, r.stderr  # setup --lock stays strict
+    venv = tmp_path / "here-venv"
+    r = envkit("reproduce", str(mac), "--venv", str(venv), "--json", env=env, timeout=1200)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    other = out["another_machine"]
+    assert out["outcome"] == "within tolerance" and out["identical_required"] is False and out["venv_built"] is True, out
+    assert other["torch_recorded"] == "2.13.0" and other["torch_here"] == "2.13.0+cpu" and other["index"] == f"{index.base}/whl/cpu"
+    assert other["by_version"] == ["markupsafe 3.0.4"] and "filelock" in other["kept"] and not other["added"]
+    line = ("another machine: recorded on macOS arm64 mps (torch 2.13.0), reproduced here on Linux x86_64 cpu with torch 2.13.0+cpu "
+            f"from {index.base}/whl/cpu")
+    assert line in r.stderr and other["line"].startswith(line)
+    # the tolerance is stated: 1e-3 of the largest loss, this CPU's spread being 0 (no second run trained)
+    top = max(row["loss"] for row in read_rows(mac).values() if "loss" in row)
+    assert out["tolerance"]["loss"] == pytest.approx(1e-3 * top) and out["spread_run"] is None
+    assert "another machine" in out["tolerance_from"] and "0.001 x each metric's largest |value|" in out["tolerance_from"]
+    assert f"compared within tolerance accuracy {out['tolerance']['accuracy']:.2g}" in other["line"]
+    held = subprocess.run([str(venv / "bin/python"), "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
+    assert held.stdout.strip() == "2.13.0+cpu"
+    # moved by 1% instead: beyond that tolerance, exit 1, the venv reused
+    far = tmp_path / "runs" / "tiny" / "mac-far"
+    shutil.copytree(first_run, far, ignore=shutil.ignore_patterns("reproductions.json"))
+    _as_on_a_mac(far, tmp_path, 1e-2)
+    r = envkit("reproduce", str(far), "--venv", str(venv), env=env, timeout=600)
+    assert r.returncode == 1, r.stdout + r.stderr[-2000:]
+    assert "reusing" in r.stdout and r.stdout.strip().splitlines()[-1].startswith("different:")
+    assert any(x.startswith(line) and "compared within tolerance" in x for x in r.stdout.splitlines())
+
+
 REPO_TRAIN = "import envkit.track as track\n\nfor step in range(1, 6):\n    track.log(step=step, loss={expr})\n"
 
 

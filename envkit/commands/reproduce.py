@@ -73,6 +73,8 @@ def _render(r: dict) -> None:
     facts = r["facts"]["reproduction"]
     click.echo(f"  facts: {facts['device_name'] or facts['device']}, torch {facts['torch']}, {facts['precision']}, "
                f"{facts['processes']} process(es), deterministic {'on' if facts['deterministic'] else 'off'}; {r['why']}")
-    if r.get("tolerance_from"):
+    if r.get("another_machine"):
+        click.echo(r["another_machine"]["line"])  # the tolerance and where it came from are in it
+    elif r.get("tolerance_from"):
         click.echo(f"  tolerance from: {r['tolerance_from']}")
     click.echo(f"{r['outcome']}: {r['run']} against {Path(r['run_dir']).name}, {r['steps_compared']} logged steps compared")

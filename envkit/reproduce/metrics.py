@@ -38,7 +38,7 @@ def read_rows(run_dir: Path) -> dict[int, dict[str, float]]:
 
 
 def compare(a: dict[int, dict[str, float]], b: dict[int, dict[str, float]], upto: int | None = None) -> dict:
-    """{metrics: {name: {steps, max_abs, at_step, first_diff, identical}}, steps, missing_steps}."""
+    """{metrics: {name: {steps, max_abs, at_step, first_diff, identical}}, steps, missing_steps, upto}."""
     steps = sorted(s for s in a if s in b and (upto is None or s <= upto))
     wanted = sorted(s for s in a if upto is None or s <= upto)
     metrics: dict[str, dict] = {}
@@ -54,4 +54,4 @@ def compare(a: dict[int, dict[str, float]], b: dict[int, dict[str, float]], upto
                 m["max_abs"], m["at_step"] = d, s
     for m in metrics.values():
         m["identical"] = m["first_diff"] is None
-    return {"metrics": metrics, "steps": len(steps), "missing_steps": [s for s in wanted if s not in b]}
+    return {"metrics": metrics, "steps": len(steps), "missing_steps": [s for s in wanted if s not in b], "upto": upto}

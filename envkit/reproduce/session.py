@@ -65,8 +65,63 @@ def record_outcome(run_dir: Path, entry: dict) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
+def _spread(run_dir, rec, new_dir, b: dict, cmp: dict, venv_dir, restored, steps, why: str, say) -> tuple[dict | None, str | None, Path | None]:
+    """(this device's run-to-run spread, where it came from, the second reproduction trained for it)."""
+    if b.get("device") == "cpu":
+        return {}, "0 on the CPU, where envkit's runs are bit-identical", None
+    key = verdict.spread_key(b, rec, cmp["steps"])
+    spread = verdict.cached_spread(key)
+    if spread is not None:
+        return spread, "cached", None
+    say("not held to identical (" + why + "): training a second reproduction to measure this device's run-to-run spread")
+    spread_dir = _train(run_dir, rec, venv_dir, restored, steps, say)
+    spread = metrics.compare(metrics.read_rows(new_dir), metrics.read_rows(spread_dir), steps)["metrics"]
+    verdict.keep_spread(key, spread)
+    return spread, f"measured: {new_dir.name} against {spread_dir.name}", spread_dir
+
+
+def _judge(run_dir: Path, rec: dict, new_dir: Path, venv_dir: Path, restored, steps: int | None, tolerance: float | None,
+           elsewhere, say) -> dict:
+    """The comparison and its verdict, with what it was held to and why."""
+    a, b = _facts(run_dir), _facts(new_dir)
+    required, why = verdict.identical_required(a, b)
+    if elsewhere is not None:
+        required, why = False, f"recorded on another machine ({'; '.join(elsewhere.differences)}): other kernels"
+    original = metrics.read_rows(run_dir)
+    cmp = metrics.compare(original, metrics.read_rows(new_dir), steps)
+    spread, spread_from, spread_dir = None, None, None
+    identical = all(m["identical"] for m in cmp["metrics"].values())
+    if not required and tolerance is None and not identical:
+        spread, spread_from, spread_dir = _spread(run_dir, rec, new_dir, b, cmp, venv_dir, restored, steps, why, say)
+    bounds = None
+    if elsewhere is not None and tolerance is None:
+        bounds = verdict.across_machines(cmp, original, spread)
+        spread_from = (f"the larger of {verdict.SPREAD_FACTOR:g} x this machine's run-to-run spread ("
+                       + (spread_from or "not measured: the runs came out identical") + f") and {verdict.REL_ACROSS:g} x each "
+                       "metric's largest |value| in the original, as for any run from another machine")
+    outcome, tol = verdict.decide(cmp, required, tolerance, spread, bounds)
+    if cmp["missing_steps"] and steps is None:
+        outcome, why = "different", f"the reproduction logged no step {cmp['missing_steps'][0]} (it stopped early)"
+    return {"outcome": outcome, "identical_required": required, "why": why, "steps_compared": cmp["steps"],
+            "missing_steps": cmp["missing_steps"][:20], "metrics": cmp["metrics"], "tolerance": tol,
+            "tolerance_from": "--tolerance" if tolerance is not None else spread_from,
+            "spread_run": spread_dir.name if spread_dir else None, "facts": {"original": a, "reproduction": b}}
+
+
+def _another_machine(lock: Path, facts, say):
+    """A run recorded on another kind of machine: the lock made for this one (elsewhere.py), said in one line."""
+    from envkit.install.lock.read import read
+    from envkit.reproduce.elsewhere import adapt
+
+    elsewhere = adapt(read(lock), facts, say)
+    if elsewhere is not None:
+        say(elsewhere.line())
+    return elsewhere
+
+
 def reproduce(run_dir: Path, *, venv: Path | None = None, steps: int | None = None, tolerance: float | None = None,
               say=print) -> dict:
+    from envkit.facts import gather
     from envkit.reproduce import venv as venvs
     from envkit.reproduce.restore import restore
 
@@ -81,7 +136,9 @@ def reproduce(run_dir: Path, *, venv: Path | None = None, steps: int | None = No
         say(f"note: {len(missing)} packages were recorded without a wheel hash (the index was unreachable or needed "
             f"credentials when the run started): {', '.join(missing)}; the venv holds them at the recorded versions")
     profile = (rec.get("config") or {}).get("profile") or (_read(run_dir / "config.json").get("profile"))
-    venv_dir, built = venvs.prepare(lock, rec, venv, profile, say)
+    facts = gather(None, runtime=False, gpu_detail=False)
+    elsewhere = _another_machine(lock, facts, say)
+    venv_dir, built = venvs.prepare(elsewhere.lock if elsewhere else lock, rec, venv, profile, say, facts)
     restored = restore(run_dir, rec, say=say)
     steps_apply(run_dir, rec, steps, say)
     local_installed: list[str] = []
@@ -89,32 +146,12 @@ def reproduce(run_dir: Path, *, venv: Path | None = None, steps: int | None = No
         local_installed = local.install(rec, venvs.python_of(venv_dir), restored, say)
         new_dir = _train(run_dir, rec, venv_dir, restored, steps, say)
         stopped_at(new_dir, rec, steps, say)
-        a, b = _facts(run_dir), _facts(new_dir)
-        required, why = verdict.identical_required(a, b)
-        upto = steps
-        cmp = metrics.compare(metrics.read_rows(run_dir), metrics.read_rows(new_dir), upto)
-        spread, spread_dir, spread_from = None, None, None
-        if not required and tolerance is None and not all(m["identical"] for m in cmp["metrics"].values()):
-            key = verdict.spread_key(b, rec, cmp["steps"])
-            spread = verdict.cached_spread(key)
-            spread_from = "cached" if spread is not None else None
-            if spread is None:
-                say("not held to identical (" + why + "): training a second reproduction to measure this device's run-to-run spread")
-                spread_dir = _train(run_dir, rec, venv_dir, restored, steps, say)
-                spread = metrics.compare(metrics.read_rows(new_dir), metrics.read_rows(spread_dir), upto)["metrics"]
-                verdict.keep_spread(key, spread)
-                spread_from = f"measured: {new_dir.name} against {spread_dir.name}"
-        outcome, tol = verdict.decide(cmp, required, tolerance, spread)
-        if cmp["missing_steps"] and steps is None:
-            outcome, why = "different", f"the reproduction logged no step {cmp['missing_steps'][0]} (it stopped early)"
+        judged = _judge(run_dir, rec, new_dir, venv_dir, restored, steps, tolerance, elsewhere, say)
     finally:
         local.remove(venvs.python_of(venv_dir), local_installed)
         restored.close()
-    entry = {"at": time.time(), "run": new_dir.name, "path": str(new_dir), "outcome": outcome, "identical_required": required,
-             "why": why, "steps_compared": cmp["steps"], "missing_steps": cmp["missing_steps"][:20],
-             "metrics": cmp["metrics"], "tolerance": tol, "tolerance_from": "--tolerance" if tolerance is not None else spread_from,
-             "spread_run": spread_dir.name if spread_dir else None, "venv": str(venv_dir), "venv_built": built,
-             "code": {k: str(v) for k, v in restored.folders.items()},
-             "local": local_installed, "facts": {"original": a, "reproduction": b}}
+    entry = {"at": time.time(), "run": new_dir.name, "path": str(new_dir), **judged, "venv": str(venv_dir), "venv_built": built,
+             "code": {k: str(v) for k, v in restored.folders.items()}, "local": local_installed,
+             "another_machine": None if elsewhere is None else {**elsewhere.to_dict(), "line": elsewhere.line(judged)}}
     record_outcome(run_dir, entry)
-    return {"run_dir": str(run_dir), "exit_code": EXIT[outcome], **entry}
+    return {"run_dir": str(run_dir), "exit_code": EXIT[judged["outcome"]], **entry}

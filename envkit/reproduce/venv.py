@@ -43,8 +43,9 @@ def python_of(venv: Path) -> str:
     return venv_python_of(Path(venv))
 
 
-def prepare(lock_path: Path, rec: dict, venv: Path | None, profile: str | None, say) -> tuple[Path, bool]:
-    """(the venv, whether it was built now)."""
+def prepare(lock_path: Path, rec: dict, venv: Path | None, profile: str | None, say, facts=None) -> tuple[Path, bool]:
+    """(the venv, whether it was built now). `lock_path`: the run's lock, or the one elsewhere.py
+    made for this machine from it (a run recorded on another machine)."""
     chosen = venv is not None
     venv = Path(venv).resolve() if chosen else default_venv(lock_path)
     if Path(python_of(venv)).exists():
@@ -59,11 +60,11 @@ def prepare(lock_path: Path, rec: dict, venv: Path | None, profile: str | None, 
         shutil.rmtree(venv)
     elif venv.exists() and any(venv.iterdir()):
         raise CannotReproduce(f"{venv} exists and is not a venv", where="--venv", fix="give a new or empty folder")
-    build(lock_path, venv, profile, say)
+    build(lock_path, venv, profile, say, facts)
     return venv, True
 
 
-def build(lock_path: Path, venv: Path, profile: str | None, say) -> None:
+def build(lock_path: Path, venv: Path, profile: str | None, say, facts=None) -> None:
     import sys
 
     from envkit.errors import EnvkitError
@@ -73,7 +74,7 @@ def build(lock_path: Path, venv: Path, profile: str | None, say) -> None:
     from envkit.install.setup.flow import load_setup_profile
 
     lock = read(lock_path)
-    facts = gather(None, runtime=False, gpu_detail=False)
+    facts = facts or gather(None, runtime=False, gpu_detail=False)
     try:
         prof = load_setup_profile(profile or "auto", facts, lock, lambda text, err=False: say(text))
     except EnvkitError:
