@@ -54,3 +54,20 @@ def test_timings_do_not_count_and_every_logged_step_does(tmp_path):
     assert verdict.decide(cmp, False, 1e-3, None) == ("within tolerance", {"loss": 1e-3, "lr": 1e-3, "val_loss": 1e-3})
     same = metrics.compare(a, a)
     assert verdict.decide(same, True, None, None)[0] == "same"
+
+
+def test_a_run_from_another_machine_is_held_to_a_tenth_of_a_percent_or_twice_the_spread_here(tmp_path):
+    """Per metric, the larger of twice this machine's spread and 1e-3 of the metric's largest |value|
+    in the original (over the steps compared), stated even when the runs came out identical."""
+    a = _rows(tmp_path, "a", [{"step": 5, "loss": 2.0, "lr": 1e-3}, {"step": 10, "loss": 1.0, "lr": 1e-3}, {"step": 15, "loss": 9.0}])
+    b = _rows(tmp_path, "b", [{"step": 5, "loss": 2.0015, "lr": 1e-3}, {"step": 10, "loss": 1.0, "lr": 1e-3}])
+    cmp = metrics.compare(a, b, 10)
+    bounds = verdict.across_machines(cmp, a, None)
+    assert bounds == pytest.approx({"loss": 2e-3, "lr": 1e-6})  # step 15's 9.0 lies beyond the steps compared
+    assert verdict.decide(cmp, False, None, None, bounds) == ("within tolerance", bounds)
+    wide = verdict.across_machines(cmp, a, {"loss": {"max_abs": 5e-3}})
+    assert wide["loss"] == pytest.approx(1e-2)
+    tight = metrics.compare(a, _rows(tmp_path, "c", [{"step": 5, "loss": 2.003, "lr": 1e-3}]), 10)
+    assert verdict.decide(tight, False, None, None, verdict.across_machines(tight, a, None))[0] == "different"
+    same = metrics.compare(a, a, 10)
+    assert verdict.decide(same, False, None, None, bounds) == ("same", bounds)
