@@ -1,8 +1,9 @@
 """`envkit reproduce RUN_DIR` as one function: the record read and its data checked (changed data:
-exit 2), a venv from the run's lock (venv.py), the code put back (restore.py), the run trained
-again beside the original (rerun.py), the metrics compared step by step (metrics.py) and judged
-(verdict.py), the outcome written into the original run folder (reproductions.json), where
-`envkit runs` shows it."""
+exit 2), a venv from the run's lock (venv.py; a run from another kind of machine: from the lock
+elsewhere.py makes for this one), the code put back (restore.py) and the run's local distributions
+installed from it (local.py), the run trained again beside the original (rerun.py), the metrics
+compared step by step (metrics.py) and judged (verdict.py), the outcome written into the original
+run folder (reproductions.json), where `envkit runs` shows it."""
 
 from __future__ import annotations
 
