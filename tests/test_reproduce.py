@@ -3,9 +3,12 @@ CPU wheel installed from a package index on 127.0.0.1 (tests/localindex.py) trai
 folder's pylock.toml rebuilds a fresh venv (no system site-packages) and the run trained again there
 gives the same losses at every logged step. An exec run in a git repository with an uncommitted
 change, reproduced after the tree moved on, runs the changed code. A run started with the index
-unreachable names its missing hashes and still reproduces. `--check` names a package added to the
-venv, an edited config and a changed data file. The fresh venv is built once (the first test) and
-reused by the others (`reproduce` reuses a venv only when it holds exactly the lock)."""
+unreachable names its missing hashes and still reproduces. An exec run reproduced with `--steps 3`
+stops after step 3; an editable local project whose tree moved on is installed again from the run's
+commit; a run rewritten as an M4 Max records it is rebuilt with this machine's torch and held to a
+stated tolerance. `--check` names a package added to the venv, an edited config and a changed data
+file. The fresh venv is built once (the first test) and reused by the others (`reproduce` reuses a
+venv only when it holds exactly the lock)."""
 
 from __future__ import annotations
 

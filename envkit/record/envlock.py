@@ -97,13 +97,15 @@ def _lock_paths() -> list[Path]:
 def _platform_of(found, torch: str | None, device: str | None) -> dict:
     system = found.markers.get("platform_system") or _platform.system()
     backend = torch.split("+", 1)[1] if torch and "+" in torch else ("pypi" if torch else None)
-    if device is None:  # without doctor's facts: the torch build says it, else whether an NVIDIA driver is here
+    if device is None:  # without doctor's facts (exec): the machine's accelerator, as setup's locks name it
         if system == "Darwin" and found.machine == "arm64":
             device = "mps"
-        elif backend and backend.startswith(("cu", "rocm")):
+        elif backend and backend.startswith("rocm"):
+            device = "rocm"
+        elif backend and backend.startswith("cu"):
             device = "cuda"
-        else:
-            device = "cuda" if backend == "pypi" and shutil.which("nvidia-smi") else "cpu"
+        else:  # a +cpu torch on a GPU box: the machine is still a CUDA one (reproduce and setup --lock compare machines)
+            device = "cuda" if shutil.which("nvidia-smi") else "cpu"
     d = {"system": system, "os": f"{system} {found.markers.get('platform_release', '')}".strip(), "arch": found.machine,
          "python": found.version, "python_minor": ".".join(found.version.split(".")[:2]),
          "implementation": found.implementation.lower(), "device": device, "backend": backend}

@@ -171,9 +171,11 @@ def record_now(run_dir: Path, *, python: str | None, config=None, command: list[
 
 
 def _device(facts) -> str:
-    from envkit.install.lock.machine import machine_device
+    """The accelerator as setup's locks name it (platform_of: ROCm is "rocm", not torch's "cuda"), so
+    the run's lock compares equal to this machine's (reproduce, setup --lock)."""
+    from envkit.install.lock.machine import machine_device, platform_of
 
-    return machine_device(facts)
+    return platform_of(facts, device=machine_device(facts)).get("device") or machine_device(facts)
 
 
 def main(argv: list[str]) -> int:
