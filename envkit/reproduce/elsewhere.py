@@ -134,7 +134,7 @@ def _pip_resolve(pins: list[str], extra_index: str | None) -> dict[str, dict]:
         return hashes_from_report(report)
 
 
-def adapt(lock, facts, say) -> Elsewhere | None:
+def adapt(lock, facts) -> Elsewhere | None:
     """The lock for this machine (None: the run was recorded on a machine like this one)."""
     from envkit.install.act.interp import probe
     from envkit.install.lock.machine import machine_device, platform_of

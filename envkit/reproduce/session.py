@@ -114,7 +114,7 @@ def _another_machine(lock: Path, facts, say):
     from envkit.install.lock.read import read
     from envkit.reproduce.elsewhere import adapt
 
-    elsewhere = adapt(read(lock), facts, say)
+    elsewhere = adapt(read(lock), facts)
     if elsewhere is not None:
         say(elsewhere.line())
     return elsewhere
