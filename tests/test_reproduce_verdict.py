@@ -71,3 +71,12 @@ def test_a_run_from_another_machine_is_held_to_a_tenth_of_a_percent_or_twice_the
     assert verdict.decide(tight, False, None, None, verdict.across_machines(tight, a, None))[0] == "different"
     same = metrics.compare(a, a, 10)
     assert verdict.decide(same, False, None, None, bounds) == ("same", bounds)
+
+
+def test_a_cpu_run_reproduced_on_the_gpu_of_the_same_box_is_held_to_the_across_devices_bound():
+    """The CPU run of a CUDA box reproduced on its GPU (device auto there): not "another machine"
+    (same lock platform) but other kernels all the same, so the relative bound applies, not only
+    the GPU's run-to-run spread (which CPU-against-GPU rounding exceeds at once)."""
+    assert verdict.other_device_kind(CPU, {**H100, "precision": "fp32"}) == "device cpu -> cuda; device_name cpu -> NVIDIA H100 80GB HBM3"
+    assert verdict.other_device_kind(H100, {**H100, "device_name": "NVIDIA A100-SXM4-80GB"}).startswith("device_name NVIDIA H100")
+    assert verdict.other_device_kind(H100, {**H100, "torch": "2.12.0+cu130"}) is None  # same device: its spread is the bound

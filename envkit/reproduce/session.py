@@ -86,8 +86,11 @@ def _judge(run_dir: Path, rec: dict, new_dir: Path, venv_dir: Path, restored, st
     """The comparison and its verdict, with what it was held to and why."""
     a, b = _facts(run_dir), _facts(new_dir)
     required, why = verdict.identical_required(a, b)
+    other_device = verdict.other_device_kind(a, b)
     if elsewhere is not None:
         required, why = False, f"recorded on another machine ({'; '.join(elsewhere.differences)}): other kernels"
+    elif other_device is not None:
+        required, why = False, f"trained on another kind of device ({other_device}): other kernels"
     original = metrics.read_rows(run_dir)
     cmp = metrics.compare(original, metrics.read_rows(new_dir), steps)
     spread, spread_from, spread_dir = None, None, None
@@ -95,11 +98,11 @@ def _judge(run_dir: Path, rec: dict, new_dir: Path, venv_dir: Path, restored, st
     if not required and tolerance is None and not identical:
         spread, spread_from, spread_dir = _spread(run_dir, rec, new_dir, b, cmp, venv_dir, restored, steps, why, say)
     bounds = None
-    if elsewhere is not None and tolerance is None:
+    if (elsewhere is not None or other_device is not None) and tolerance is None:
         bounds = verdict.across_machines(cmp, original, spread)
         spread_from = (f"the larger of {verdict.SPREAD_FACTOR:g} x this machine's run-to-run spread ("
                        + (spread_from or "not measured: the runs came out identical") + f") and {verdict.REL_ACROSS:g} x each "
-                       "metric's largest |value| in the original, as for any run from another machine")
+                       "metric's largest |value| in the original, as for any run from another machine or device")
     outcome, tol = verdict.decide(cmp, required, tolerance, spread, bounds)
     if cmp["missing_steps"] and steps is None:
         outcome, why = "different", f"the reproduction logged no step {cmp['missing_steps'][0]} (it stopped early)"

@@ -27,6 +27,8 @@ The relative bound comes from the issue's measurement: two default GPT-2 small r
 which differ only in their reductions' order, stayed within 6e-4 over 60 steps on a loss of several
 units (it starts at ln 50257 = 10.8), about 1e-4 of it; other kernels on other hardware change every
 op's rounding, not only the order of a sum, so ten times that.
+The same bound holds for a run reproduced on another kind of device of the same machine (the CPU
+run of a CUDA box reproduced on its GPU, other_device_kind).
 A model that drifts apart on one device (ResNet-18 with CUDA graphs and cudnn benchmark) comes out
 different across machines too, as it should: `--tolerance X` states another bound."""
 
@@ -89,6 +91,14 @@ def keep_spread(key: str, spread: dict) -> None:
         atomic_write_text(path, json.dumps(known, indent=1))
     except OSError:
         pass
+
+
+def other_device_kind(a: dict, b: dict) -> str | None:
+    """Why two runs on the same kind of machine ran on different kinds of device (a run trained on
+    the CPU of a CUDA box, reproduced on its GPU; an A100's run on an H100), or None: other devices
+    run other kernels, so such a pair is held to the across-machines bound as well."""
+    diffs = [f"{k} {a.get(k)} -> {b.get(k)}" for k in ("device", "device_name") if a.get(k) != b.get(k)]
+    return "; ".join(diffs) or None
 
 
 def across_machines(comparison: dict, original: dict[int, dict[str, float]], spread: dict | None) -> dict[str, float]:
