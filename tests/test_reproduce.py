@@ -405,6 +405,11 @@ def test_an_editable_local_project_is_installed_again_from_the_runs_commit(world
         left = subprocess.run([str(fresh_venv / "bin/python"), "-m", "pip", "show", "mylib"], capture_output=True, check=False)
         assert left.returncode != 0
         assert (lib / "mylib.py").read_text() == "SCALE = 5.0\n" and len(_git(lib, "worktree", "list").splitlines()) == 1
+        # a venv of the user's, given with --venv: reproduce neither reinstalls nor uninstalls their project
+        r = envkit("reproduce", str(run), "--venv", str(train_venv), env=env, timeout=600)
+        assert "mylib: used as installed in " in r.stderr + r.stdout, r.stderr[-2000:]
+        kept = subprocess.run([str(train_venv / "bin/python"), "-m", "pip", "show", "mylib"], capture_output=True, text=True, check=False)
+        assert kept.returncode == 0 and f"Editable project location: {lib}" in kept.stdout, kept.stdout
     finally:
         subprocess.run([str(train_venv / "bin/python"), "-m", "pip", "uninstall", "-q", "-y", "mylib"], capture_output=True, check=False)
 

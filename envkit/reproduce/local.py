@@ -4,7 +4,9 @@ them. Each is installed again after the locked wheels, from its code as the run 
 its folder where that is still in the recorded state, else the temporary worktree at the recorded
 commit with the patch applied), with `pip install --no-deps` (an editable one stays editable), and
 uninstalled when the reproduction ends: an editable install would point into a worktree that is
-gone, and the venv is left holding exactly the lock, so a later reproduction may reuse it.
+gone, and the venv is left holding exactly the lock, so a later reproduction may reuse it. A venv
+given with --venv that reproduce did not build is yours: nothing is installed into it or removed
+from it (an uninstall there would take your own `pip install -e .` away); its own copies are used.
 
 One whose code cannot be put back (a folder outside git that is gone, a repository that lost the
 commit, a build that fails) is named in one line, and the reproduction goes on without it: if the
@@ -70,3 +72,11 @@ def remove(python: str, names: list[str]) -> None:
     """Uninstall what `install` put in (the worktree an editable install points into is removed next)."""
     if names:
         subprocess.run([python, "-m", "pip", "uninstall", "-q", "-y", *names], capture_output=True, check=False, timeout=600)
+
+
+def say_kept(rec: dict, venv: Path, say) -> None:
+    """One line naming the run's local distributions that a venv given with --venv keeps as they are."""
+    names = [str(d.get("name")) for d in (rec.get("environment") or {}).get("local") or []]
+    if names:
+        say(f"note: {', '.join(names)}: used as installed in {venv}, with its code as it is there now, not the run's (a venv "
+            "of yours given with --venv is never changed; a new --venv folder is built with the run's code)")

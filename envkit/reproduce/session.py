@@ -147,7 +147,12 @@ def reproduce(run_dir: Path, *, venv: Path | None = None, steps: int | None = No
     steps_apply(run_dir, rec, steps, say)
     local_installed: list[str] = []
     try:
-        local_installed = local.install(rec, venvs.python_of(venv_dir), restored, say)
+        # Only a venv reproduce owns (built now, or its own in envkit's cache) gets the run's local
+        # distributions and loses them again at the end; a venv of yours given with --venv keeps its own.
+        if venvs.owned(venv_dir):
+            local_installed = local.install(rec, venvs.python_of(venv_dir), restored, say)
+        else:
+            local.say_kept(rec, venv_dir, say)
         new_dir = _train(run_dir, rec, venv_dir, restored, steps, say)
         stopped_at(new_dir, rec, steps, say)
         judged = _judge(run_dir, rec, new_dir, venv_dir, restored, steps, tolerance, elsewhere, say)

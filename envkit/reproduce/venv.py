@@ -11,6 +11,7 @@ envkit's cache (one venv per lock), is rebuilt when it drifted, a venv given wit
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -35,6 +36,14 @@ def default_venv(lock_path: Path) -> Path:
 
     digest = hashlib.sha256(Path(lock_path).read_bytes()).hexdigest()[:16]
     return cache_dir() / "reproduce" / f"venv-{digest}"
+
+
+OWNED = "envkit-reproduce.json"  # in a venv reproduce built: it may add and remove the run's local distributions
+
+
+def owned(venv: Path) -> bool:
+    """Whether reproduce built this venv (a venv of the user's, given with --venv, is never changed)."""
+    return (Path(venv) / OWNED).is_file()
 
 
 def python_of(venv: Path) -> str:
@@ -85,3 +94,4 @@ def build(lock_path: Path, venv: Path, profile: str | None, say, facts=None) -> 
             f"{', '.join(missing)}; installed by version from pip's indexes")
     venv.parent.mkdir(parents=True, exist_ok=True)
     install_from_lock(lock, facts, prof, venv, sys.executable, False, True, False, venv / HOME, _UI(say))
+    (venv / OWNED).write_text(json.dumps({"built_by": "envkit reproduce", "lock": str(lock_path)}) + "\n")
