@@ -2,7 +2,7 @@
 # A CPU run reproduced on the GPU of the same CUDA box (#42, "another machine" in its nearest form
 # here: the device machine reaches no index, so a fresh venv of another torch build cannot be made
 # there; the venv that trained the CPU run is reused, after `reproduce`'s drift check).
-# The original trains with the GPU hidden (device auto -> cpu); the reproduction sees it (-> cuda)
+# The original trains with the GPU hidden (CUDA_VISIBLE_DEVICES=: the cpu profile); the reproduction on the GPU (--device cuda)
 # and is held to the across-devices bound (envkit/reproduce/verdict.py). Prints one line per template.
 # Usage: bash benchmarks/reproduce_cpu_run_on_gpu.sh [STEPS]   (on a CUDA box; about 2 minutes)
 set -euo pipefail
@@ -16,7 +16,7 @@ for template in mlp_quick_test gpt_quick_test; do
   CUDA_VISIBLE_DEVICES= "$python" -m envkit run "$template.yaml" --set training.max_steps="$steps" --run-id cpu >/dev/null 2>&1
   run=$(ls -d runs/*/cpu | grep "${template//_/-}")
   set +e
-  "$python" -m envkit reproduce "$run" --venv "$venv" --json > "$template.json" 2> "$template.err"
+  "$python" -m envkit reproduce "$run" --venv "$venv" --device cuda --json > "$template.json" 2> "$template.err"
   rc=$?
   set -e
   "$python" - "$template" "$rc" <<'PY'

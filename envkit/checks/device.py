@@ -20,10 +20,20 @@ def best_device(facts: Facts) -> str:
     return "cpu"
 
 
+def cuda_hidden(facts: Facts) -> bool:
+    """CUDA_VISIBLE_DEVICES set to none ("" or -1): this process's torch sees no NVIDIA GPU, whatever
+    nvidia-smi lists (a user training on the CPU of a GPU box, or a scheduler that gave no GPU)."""
+    value = (facts.env or {}).get("CUDA_VISIBLE_DEVICES")
+    return value is not None and (value.strip() == "" or value.strip().split(",")[0].strip() == "-1") \
+        and not (facts.runtime or {}).get("cuda_available")
+
+
 def trainer_device(facts: Facts) -> str:
     """The device envkit's own trainer uses (cuda, mps or cpu): it has no xpu device, so on an Intel
-    GPU `envkit run` trains on the CPU (profiles/xpu.toml)."""
+    GPU `envkit run` trains on the CPU (profiles/xpu.toml); with the GPUs hidden, the CPU."""
     device = best_device(facts)
+    if device == "cuda" and cuda_hidden(facts):
+        return "cpu"
     return device if device in ("cuda", "mps") else "cpu"
 
 

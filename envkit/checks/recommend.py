@@ -65,6 +65,10 @@ def shipped_recommendation(facts: Facts) -> tuple[str, str | None]:
             return apple_profile(facts.chip.family, facts.chip.tier)
         return "apple-silicon", "could not tell which Apple chip this is: using the generic apple-silicon profile"
     rt = facts.runtime or {}
+    from envkit.checks.device import cuda_hidden
+
+    if cuda_hidden(facts):  # CUDA_VISIBLE_DEVICES= on a GPU box: a CPU run, with the CPU's profile
+        return "cpu", None
     if facts.nvidia_gpus or (rt.get("cuda_available") and not rt.get("hip_version")):  # ROCm torch answers torch.cuda too
         ccs = []
         for g in facts.nvidia_gpus:

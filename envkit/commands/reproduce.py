@@ -24,8 +24,10 @@ def _say(as_json: bool):
               "(an exec run: its script stops once envkit.track has logged that step).")
 @click.option("--tolerance", type=click.FloatRange(min=0), help="Accept differences up to this (absolute, every metric) "
               "instead of the measured run-to-run spread, where identical is not required.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "mps"]), help="Train the reproduction on this device "
+              "(default: the run's; a run from another machine: this machine's). Another device is held to the across-devices bound.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def reproduce(run_dir, check_only, venv, steps, tolerance, as_json):
+def reproduce(run_dir, check_only, venv, steps, tolerance, device, as_json):
     """Make a recorded run again: a fresh venv from its pylock.toml, its code (a git worktree at its
     commit with its uncommitted changes), training into RUN_DIR-reproN beside it, and the metrics
     compared step by step. Exit 0 the same (identical, or within the stated tolerance), 1 different,
@@ -36,7 +38,7 @@ def reproduce(run_dir, check_only, venv, steps, tolerance, as_json):
         return
     from envkit.reproduce.session import reproduce as run
 
-    result = run(Path(run_dir), venv=Path(venv) if venv else None, steps=steps, tolerance=tolerance, say=say)
+    result = run(Path(run_dir), venv=Path(venv) if venv else None, steps=steps, tolerance=tolerance, device=device, say=say)
     if as_json:
         print_json(result)
     else:

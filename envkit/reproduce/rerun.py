@@ -71,8 +71,11 @@ def run_config(run_dir: Path, new_dir: Path) -> tuple[Path, list[str], list[str]
     return path, pins, notes
 
 
-def rerun(run_dir: Path, rec: dict, new_dir: Path, venv: Path, restored, steps: int | None, say) -> int:
-    """Train the reproduction; its exit code."""
+def rerun(run_dir: Path, rec: dict, new_dir: Path, venv: Path, restored, steps: int | None, say, device: str | None = None,
+          elsewhere: bool = False) -> int:
+    """Train the reproduction; its exit code. `device`: train on it (--device). A run from another
+    machine trains with this machine's profile and device (its own named an MPS device, say, that a
+    CUDA box has not); every value the run had stays pinned in its config, batch size included."""
     from envkit.reproduce.venv import python_of
 
     env = _env(restored, venv)
@@ -88,7 +91,10 @@ def rerun(run_dir: Path, rec: dict, new_dir: Path, venv: Path, restored, steps: 
         path, pins, notes = run_config(run_dir, new_dir)
         for n in notes:
             say(f"note: {n}")
-        profile = (rec.get("config") or {}).get("profile")
+        profile = None if elsewhere else (rec.get("config") or {}).get("profile")
+        if elsewhere and device is None:
+            device = "auto"
+        pins += [f"device.type={device}"] if device else []
         cmd = [sys.executable, "-m", "envkit", "run", str(path), "--run-id", new_dir.name, "--resume", "never",
                "--python", python_of(venv), *(["--profile", profile] if profile else []),
                *[a for p in pins for a in ("--set", p)], *(["--stop-after", str(steps)] if steps else [])]

@@ -27,11 +27,11 @@ def _facts(run: Path) -> dict:
     return verdict.facts_of(_read(run / "summary.json"), files.read_record(run) or {}, _read(run / "environment.json"))
 
 
-def _train(run_dir: Path, rec: dict, venv: Path, restored, steps: int | None, say) -> Path:
+def _train(run_dir: Path, rec: dict, venv: Path, restored, steps: int | None, say, where: dict | None = None) -> Path:
     from envkit.reproduce.rerun import next_dir, rerun
 
     new_dir = next_dir(run_dir)
-    rc = rerun(run_dir, rec, new_dir, venv, restored, steps, say)
+    rc = rerun(run_dir, rec, new_dir, venv, restored, steps, say, **(where or {}))
     if not (new_dir / "metrics.jsonl").is_file():
         raise CannotReproduce(f"the reproduction wrote no metrics (exit code {rc}; its log: {new_dir / 'train.log'})",
                               where=str(new_dir), fix="read its train.log; `envkit reproduce --check` names what differs")
@@ -66,7 +66,8 @@ def record_outcome(run_dir: Path, entry: dict) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
-def _spread(run_dir, rec, new_dir, b: dict, cmp: dict, venv_dir, restored, steps, why: str, say) -> tuple[dict | None, str | None, Path | None]:
+def _spread(run_dir, rec, new_dir, b: dict, cmp: dict, venv_dir, restored, steps, why: str, say,
+            where: dict | None = None) -> tuple[dict | None, str | None, Path | None]:
     """(this device's run-to-run spread, where it came from, the second reproduction trained for it)."""
     if b.get("device") == "cpu":
         return {}, "0 on the CPU, where envkit's runs are bit-identical", None
@@ -75,14 +76,14 @@ def _spread(run_dir, rec, new_dir, b: dict, cmp: dict, venv_dir, restored, steps
     if spread is not None:
         return spread, "cached", None
     say("not held to identical (" + why + "): training a second reproduction to measure this device's run-to-run spread")
-    spread_dir = _train(run_dir, rec, venv_dir, restored, steps, say)
+    spread_dir = _train(run_dir, rec, venv_dir, restored, steps, say, where)
     spread = metrics.compare(metrics.read_rows(new_dir), metrics.read_rows(spread_dir), steps)["metrics"]
     verdict.keep_spread(key, spread)
     return spread, f"measured: {new_dir.name} against {spread_dir.name}", spread_dir
 
 
 def _judge(run_dir: Path, rec: dict, new_dir: Path, venv_dir: Path, restored, steps: int | None, tolerance: float | None,
-           elsewhere, say) -> dict:
+           elsewhere, say, where: dict | None = None) -> dict:
     """The comparison and its verdict, with what it was held to and why."""
     a, b = _facts(run_dir), _facts(new_dir)
     required, why = verdict.identical_required(a, b)
@@ -96,7 +97,7 @@ def _judge(run_dir: Path, rec: dict, new_dir: Path, venv_dir: Path, restored, st
     spread, spread_from, spread_dir = None, None, None
     identical = all(m["identical"] for m in cmp["metrics"].values())
     if not required and tolerance is None and not identical:
-        spread, spread_from, spread_dir = _spread(run_dir, rec, new_dir, b, cmp, venv_dir, restored, steps, why, say)
+        spread, spread_from, spread_dir = _spread(run_dir, rec, new_dir, b, cmp, venv_dir, restored, steps, why, say, where)
     bounds = None
     if (elsewhere is not None or other_device is not None) and tolerance is None:
         bounds = verdict.across_machines(cmp, original, spread)
@@ -123,7 +124,7 @@ def _another_machine(lock: Path, facts, say):
     return elsewhere
 
 
-def reproduce(run_dir: Path, *, venv: Path | None = None, steps: int | None = None, tolerance: float | None = None,
+def reproduce(run_dir: Path, *, venv: Path | None = None, steps: int | None = None, tolerance: float | None = None, device: str | None = None,
               say=print) -> dict:
     from envkit.facts import gather
     from envkit.reproduce import venv as venvs
@@ -153,9 +154,10 @@ def reproduce(run_dir: Path, *, venv: Path | None = None, steps: int | None = No
             local_installed = local.install(rec, venvs.python_of(venv_dir), restored, say)
         else:
             local.say_kept(rec, venv_dir, say)
-        new_dir = _train(run_dir, rec, venv_dir, restored, steps, say)
+        where = {"device": device, "elsewhere": elsewhere is not None}
+        new_dir = _train(run_dir, rec, venv_dir, restored, steps, say, where)
         stopped_at(new_dir, rec, steps, say)
-        judged = _judge(run_dir, rec, new_dir, venv_dir, restored, steps, tolerance, elsewhere, say)
+        judged = _judge(run_dir, rec, new_dir, venv_dir, restored, steps, tolerance, elsewhere, say, where)
     finally:
         local.remove(venvs.python_of(venv_dir), local_installed)
         restored.close()
