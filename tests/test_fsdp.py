@@ -10,12 +10,17 @@ six decimals metrics.jsonl keeps (measured: identical over 20 steps; gradient no
 7th significant digit, from the norm summed over shards). rel 1e-5 leaves room for a different
 summation order in another torch while still failing on any real difference (a wrong shard, a
 missed gradient reduction, a step of the wrong data changes the 3rd digit).
+
+A run through torchrun costs three Python processes' start-up (torchrun and two ranks, several seconds
+each on 2 cores): the fsdp and ddp runs both tests start from are trained once for the module
+(stopped at step 12 of 16, so they are also the interrupted runs a one-process resume continues).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,7 +33,7 @@ from envkit.fsutil import owner_lock_state
 from processes import alive, wait_for
 
 GPT = str(ROOT / "templates" / "train" / "gpt_quick_test.yaml")
-BASE = ["--profile", "cpu", "--set", "training.max_steps=12", "--set", "training.batch_size=16", "--set", "eval.every_steps=0",
+BASE = ["--profile", "cpu", "--set", "training.max_steps=16", "--set", "training.batch_size=16", "--set", "eval.every_steps=0",
         "--set", "logging.every_steps=1",
         "--set", "checkpoint.every_steps=4", "--set", "logging.progress=none"]
 TWO = ["--nproc-per-node", "2"]
@@ -67,21 +72,32 @@ def _popen(tmp_path, run_id, *args, env=None):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def test_fsdp_trains_like_ddp_and_a_sigkilled_run_resumes_exactly(tmp_path):
-    # auto on two CPU processes: the 0.4M-parameter model fits, so ddp, said with the numbers; with
-    # activation checkpointing, which recomputes the same activations
-    ddp = _run(tmp_path, "ddp", *TWO, "--set", "training.activation_checkpointing=full")
+STOP = ["--stop-after", "12"]
+
+
+@pytest.fixture(scope="module")
+def two_process_runs(tmp_path_factory):
+    """A project with two runs of two processes each, stopped at step 12 (checkpoints 8 and 12): "fsdp"
+    (training.parallel fsdp) and "ddp" (auto, which chooses ddp here, with activation checkpointing,
+    which recomputes the same activations). Read by both tests; the one that resumes them copies them."""
+    d = tmp_path_factory.mktemp("two")
+    ddp = _run(d, "ddp", *TWO, *STOP, "--set", "training.activation_checkpointing=full")
     assert ddp.returncode == 0, ddp.stderr[-3000:]
-    log = (_dir(tmp_path, "ddp") / "train.log").read_text()
+    fsdp = _run(d, "fsdp", *TWO, *STOP, "--set", "training.parallel=fsdp")
+    assert fsdp.returncode == 0, fsdp.stderr[-3000:]
+    return d
+
+
+def test_fsdp_trains_like_ddp_and_a_sigkilled_run_resumes_exactly(tmp_path, two_process_runs):
+    # auto on two CPU processes: the 0.4M-parameter model fits, so ddp, said with the numbers
+    log = (_dir(two_process_runs, "ddp") / "train.log").read_text()
     assert "training.parallel: ddp (auto: weights + gradients + adamw state" in log and "fit one device" in log, log
 
-    fsdp = _run(tmp_path, "fsdp", *TWO, "--set", "training.parallel=fsdp")
-    assert fsdp.returncode == 0, fsdp.stderr[-3000:]
-    d = _dir(tmp_path, "fsdp")
+    d = _dir(two_process_runs, "fsdp")
     assert "training.parallel: fsdp (as set): 1 unit of 2 blocks + root over 2 processes" in (d / "train.log").read_text()
     s = _summary(d)
-    assert s["status"] == "completed" and s["parallel"] == "fsdp" and s["world_size"] == 2
-    a, b = _losses(_dir(tmp_path, "ddp")), _losses(d)
+    assert s["status"] == "stopped" and s["steps"] == 12 and s["parallel"] == "fsdp" and s["world_size"] == 2
+    a, b = _losses(_dir(two_process_runs, "ddp")), _losses(d)
     assert sorted(a) == sorted(b) == list(range(1, 13))
     _close(a, b, range(1, 13))
     assert b[12] < b[1]  # it learned
@@ -91,7 +107,7 @@ def test_fsdp_trains_like_ddp_and_a_sigkilled_run_resumes_exactly(tmp_path):
     assert {".metadata", "__0_0.distcp", "__1_0.distcp", "envkit.pt"} <= {p.name for p in (d / "checkpoints" / ckpts[-1]).iterdir()}
 
     # SIGKILL of envkit run between checkpoints (a slowed step makes "between" certain), then run again
-    killed = _popen(tmp_path, "killed", *TWO, "--set", "training.parallel=fsdp", env={"ENVKIT_TRAIN_INJECT": "sleep=0.3"})
+    killed = _popen(tmp_path, "killed", *TWO, *STOP, "--set", "training.parallel=fsdp", env={"ENVKIT_TRAIN_INJECT": "sleep=0.3"})
     k = _dir(tmp_path, "killed")
     try:
         assert wait_for(lambda: (k / "checkpoints" / "step_00000004.dcp").is_dir() and max(_losses(k) or {0: 0}) >= 6, seconds=300)
@@ -106,35 +122,38 @@ def test_fsdp_trains_like_ddp_and_a_sigkilled_run_resumes_exactly(tmp_path):
     assert wait_for(lambda: owner_lock_state(k) == "free", seconds=120), "a process of the killed run still holds its folder"
     status = _summary(k)["status"] if (k / "summary.json").exists() else None
     assert status != "completed"
-    again = _run(tmp_path, "killed", *TWO, "--set", "training.parallel=fsdp")
+    again = _run(tmp_path, "killed", *TWO, *STOP, "--set", "training.parallel=fsdp")
     assert again.returncode == 0, again.stderr[-3000:]
     resumed = _summary(k)
     # the orphaned trainer checkpoints at its next step and stops (train/run/parent_watch.py): any step from 4 on
-    assert resumed["status"] == "completed" and resumed["resumed_from"].endswith(".dcp"), resumed
+    assert resumed["status"] == "stopped" and resumed["steps"] == 12 and resumed["resumed_from"].endswith(".dcp"), resumed
     assert _losses(k) == b  # exact: the same floats as the run never stopped
 
 
-def test_a_sharded_checkpoint_resumes_on_one_process_as_a_ddp_one_does(tmp_path):
-    """2 processes, stopped at step 8; the fsdp run's newest checkpoint is damaged (one byte of one
-    shard), so it resumes from step 4, as does a ddp run stopped at 4; both go on on one process:
-    the same weights, optimizer state and data position make the same losses."""
-    assert _run(tmp_path, "fsdp", *TWO, "--set", "training.parallel=fsdp", "--stop-after", "8").returncode == 0
-    assert _run(tmp_path, "ddp", *TWO, "--set", "training.parallel=ddp", "--stop-after", "4").returncode == 0
-    shard = _dir(tmp_path, "fsdp") / "checkpoints" / "step_00000008.dcp" / "__1_0.distcp"
-    data = bytearray(shard.read_bytes())
+def _flip_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
-    shard.write_bytes(bytes(data))
+    path.write_bytes(bytes(data))
+
+
+def test_a_sharded_checkpoint_resumes_on_one_process_as_a_ddp_one_does(tmp_path, two_process_runs):
+    """The 2-process runs stopped at step 12; each newest checkpoint is damaged (one byte of one fsdp
+    shard, one byte of the ddp file), so both resume from step 8, on one process: the same weights,
+    optimizer state and data position make the same losses."""
+    shutil.copytree(two_process_runs / "runs", tmp_path / "runs")  # a copy: the other test reads the stopped runs
+    _flip_a_byte(_dir(tmp_path, "fsdp") / "checkpoints" / "step_00000012.dcp" / "__1_0.distcp")
+    _flip_a_byte(_dir(tmp_path, "ddp") / "checkpoints" / "step_00000012.pt")
 
     for run_id in ("fsdp", "ddp"):
         res = _run(tmp_path, run_id)  # one process: training.parallel auto (no --set: the config hash is the same)
         assert res.returncode == 0, res.stderr[-3000:]
     f, g = _dir(tmp_path, "fsdp"), _dir(tmp_path, "ddp")
     log = (f / "train.log").read_text()
-    assert "skipping corrupt checkpoint step_00000008.dcp" in log and "__1_0.distcp: checksum mismatch" in log, log
-    assert "checkpoint step_00000004.dcp was written by 2 processes, resumed on 1" in log, log
-    assert _summary(f)["resumed_from"] == "step_00000004.dcp" and _summary(g)["resumed_from"] == "step_00000004.pt"
-    assert _summary(f)["world_size"] == 1 and _summary(f)["status"] == "completed"
-    _close(_losses(f), _losses(g), range(5, 13))
+    assert "skipping corrupt checkpoint step_00000012.dcp" in log and "__1_0.distcp: checksum mismatch" in log, log
+    assert "checkpoint step_00000008.dcp was written by 2 processes, resumed on 1" in log, log
+    assert _summary(f)["resumed_from"] == "step_00000008.dcp" and _summary(g)["resumed_from"] == "step_00000008.pt"
+    assert _summary(f)["world_size"] == 1 and _summary(f)["status"] == "completed" and _summary(f)["steps"] == 16
+    _close(_losses(f), _losses(g), range(9, 17))
 
 
 @pytest.mark.parametrize("template,args,words", [

@@ -1,10 +1,16 @@
 """Faults the trainer survives on its own, each raised for real on the CPU through the injection
 hook (ENVKIT_TRAIN_INJECT, envkit/train/recovery/faults.py), each ending in the promised state with
-nothing lost: `envkit run` in a subprocess as a user would, a tiny MLP, a dozen steps."""
+nothing lost: `envkit run` in a subprocess as a user would, a tiny MLP, a dozen steps.
+
+Each `envkit run` costs about 3 s of start-up (torch and torch._dynamo imported), most of these
+tests' time: the runs several tests start alike are trained once per module (the straight run, a
+run stopped at step 6) and each test resumes its own copy."""
 
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -16,7 +22,7 @@ TEMPLATE = str(ROOT / "templates" / "train" / "mlp_quick_test.yaml")
 SMALL = ["--set", "training.max_steps=12", "--set", "training.batch_size=8", "--set", "training.warmup_steps=0",
          "--set", "dataset.num_samples=2000", "--set", "model.hidden=32", "--set", "eval.every_steps=0",
          "--set", "checkpoint.every_steps=2", "--set", "checkpoint.keep_last=3", "--set", "logging.every_steps=1",
-         "--set", "logging.progress=none"]
+         "--set", "logging.progress=none", "--set", "training.min_lr=0.0006"]  # min_lr: not the default (lr/10)
 
 
 def train(tmp_path, *args, run_id="r", inject=None):
@@ -52,6 +58,23 @@ def straight(straight_dir):
     return losses(straight_dir)
 
 
+@pytest.fixture(scope="module")
+def stopped_dir(tmp_path_factory):
+    """A project folder whose run r was stopped at step 6 (checkpoints 2, 4 and 6), trained once for
+    the module: each test that resumes it works on its own copy (copy_of)."""
+    d = tmp_path_factory.mktemp("stopped")
+    res = train(d, "--stop-after", "6")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert sorted(p.name for p in (folder(d) / "checkpoints").iterdir()) == ["step_00000002.pt", "step_00000004.pt", "step_00000006.pt"]
+    return d
+
+
+def copy_of(stopped_dir: Path, tmp_path: Path) -> Path:
+    """The stopped project's runs/ in this test's folder (a project moved to another folder resumes there)."""
+    shutil.copytree(stopped_dir / "runs", tmp_path / "runs")
+    return tmp_path
+
+
 def test_out_of_memory_splits_the_micro_batch_and_continues(tmp_path, straight):
     res = train(tmp_path, inject="oom@3,oom@7")
     assert res.returncode == 0, res.stderr[-2000:]
@@ -85,25 +108,38 @@ def test_oom_above_n_is_a_device_that_holds_n_samples(tmp_path, straight):
     assert all(abs(got[k] - straight[k]) <= 1e-4 * max(1.0, abs(straight[k])) for k in straight), (got, straight)
 
 
-def test_out_of_memory_at_micro_batch_one_stops_with_the_advice(tmp_path):
-    res = train(tmp_path, "--set", "training.batch_size=1", inject="oom@2")
-    assert res.returncode == 1
-    assert "ran out of memory" in res.stderr and "training.grad_accum" in res.stderr and "Traceback" not in res.stderr
-    assert summary(tmp_path)["status"] == "failed"
+# Out of memory at micro-batch 1 (nothing left to split) stops with the advice: tested with a model
+# that runs out of memory, and the same command then resuming, in test_train_run.py.
 
 
-@pytest.mark.parametrize("policy, switch", [("cpu", "cpu"), ("auto", "mps-fallback")])
-def test_device_fault_restarts_from_the_last_checkpoint(tmp_path, straight, policy, switch):
-    res = train(tmp_path, "--set", f"device.fallback={policy}", inject="device@6")
+def test_device_fault_restarts_from_the_last_checkpoint(tmp_path, straight):
+    """device.fallback auto, a missing MPS operator: the child restarts itself with the CPU fallback
+    on, from the last checkpoint, and completes the run."""
+    res = train(tmp_path, "--set", "device.fallback=auto", inject="device@6")
     assert res.returncode == 0, res.stderr[-2000:]
     s = summary(tmp_path)
     assert s["status"] == "completed" and s["steps"] == 12 and s["resumed_from"] == "step_00000004.pt"
     [event] = [e for e in s["faults"] if e["event"] == "device_switch"]
-    assert event["switch"] == switch and event["step"] == 5 and "not currently implemented for the MPS device" in event["error"]
+    assert event["switch"] == "mps-fallback" and event["step"] == 5 and "not currently implemented for the MPS device" in event["error"]
     assert "restarting from the last checkpoint" in res.stderr
-    environ_line = "PYTORCH_ENABLE_MPS_FALLBACK=1" if switch == "mps-fallback" else "on the CPU"
-    assert environ_line in (folder(tmp_path) / "train.log").read_text()
+    assert "PYTORCH_ENABLE_MPS_FALLBACK=1" in (folder(tmp_path) / "train.log").read_text()
     assert losses(tmp_path)[12] == straight[12]  # on the CPU a resumed run is bit for bit the straight one
+
+
+def test_device_fault_with_fallback_cpu_restarts_on_the_cpu_and_a_second_fault_there_stops(tmp_path, straight):
+    """device.fallback cpu: the first fault (step 6) restarts the child on the CPU from the last
+    checkpoint, which trains on exactly as the straight run; a second fault there (step 9) stops
+    instead of restarting again (no loop)."""
+    res = train(tmp_path, "--set", "device.fallback=cpu", inject="device@6,device@9")
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert "restarting from the last checkpoint" in res.stderr
+    s = summary(tmp_path)
+    assert s["status"] == "failed" and s["resumed_from"] == "step_00000004.pt"
+    [event] = [e for e in s["faults"] if e["event"] == "device_switch"]
+    assert event["switch"] == "cpu" and event["step"] == 5 and "not currently implemented for the MPS device" in event["error"]
+    assert "on the CPU" in (folder(tmp_path) / "train.log").read_text()
+    got = losses(tmp_path)
+    assert [got[k] for k in (5, 6, 7, 8)] == [straight[k] for k in (5, 6, 7, 8)]  # restarted on the CPU: bit for bit
 
 
 def test_device_fault_with_fallback_none_stops_with_the_advice(tmp_path):
@@ -112,8 +148,8 @@ def test_device_fault_with_fallback_none_stops_with_the_advice(tmp_path):
     assert summary(tmp_path)["status"] == "failed" and not [e for e in summary(tmp_path)["faults"] if e["event"] == "device_switch"]
 
 
-def test_corrupt_checkpoints_are_named_and_skipped(tmp_path, straight):
-    assert train(tmp_path, "--stop-after", "6").returncode == 0
+def test_corrupt_checkpoints_are_named_and_skipped(tmp_path, straight, stopped_dir):
+    copy_of(stopped_dir, tmp_path)
     ck = folder(tmp_path) / "checkpoints"
     newest, middle = ck / "step_00000006.pt", ck / "step_00000004.pt"
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])  # truncated
@@ -129,20 +165,6 @@ def test_corrupt_checkpoints_are_named_and_skipped(tmp_path, straight):
     s = summary(tmp_path)
     assert s["status"] == "completed" and s["resumed_from"] == "step_00000002.pt"
     assert losses(tmp_path)[12] == straight[12]
-
-
-def test_disk_full_while_checkpointing_keeps_the_previous_one(tmp_path, straight):
-    res = train(tmp_path, inject="diskfull@4")
-    assert res.returncode == 1  # training failed (the child exits 3: stopped)
-    errors = [line for line in res.stderr.splitlines() if line.startswith("envkit:")]
-    assert len(errors) == 1 and "no space left on the device while writing checkpoint step_00000004.pt" in errors[0], res.stderr
-    assert "previous checkpoint step_00000002.pt kept" in errors[0] and "Traceback" not in res.stderr
-    ck = folder(tmp_path) / "checkpoints"
-    assert sorted(p.name for p in ck.iterdir()) == ["step_00000002.pt"]  # no partial file, no temporary file
-    assert summary(tmp_path)["status"] == "disk_full"
-    res = train(tmp_path)  # space freed: the run resumes and nothing is lost
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert summary(tmp_path)["status"] == "completed" and losses(tmp_path)[12] == straight[12]
 
 
 def lrs(tmp_path, run_id="r") -> dict[int, float]:
@@ -178,32 +200,46 @@ def test_a_nan_before_the_first_checkpoint_stops_with_the_advice(tmp_path):
     assert list((folder(tmp_path) / "checkpoints").glob("*")) == []  # no checkpoint written (an empty or absent folder)
 
 
-def test_schedules_cosine_to_min_lr_and_constant(tmp_path):
+# Another config than SMALL's: a constant lr 0.01 after 4 warm-up steps (no min_lr: a constant schedule has none).
+CONSTANT = ["--set", "training.schedule=constant", "--set", "training.warmup_steps=4", "--set", "training.lr=0.01",
+            "--set", "training.min_lr=null"]
+
+
+@pytest.fixture(scope="module")
+def beside_stopped(tmp_path_factory, stopped_dir):
+    """A copy of the stopped project where `envkit run` (no --run-id) was started with another config
+    (CONSTANT): (the project folder, that command's result, its run folder). Trained once for two
+    tests: it must start a run of its own (test_a_changed_config_is_not_resumed), and its learning
+    rates follow the constant schedule (test_schedules_cosine_to_min_lr_and_constant)."""
+    d = copy_of(stopped_dir, tmp_path_factory.mktemp("beside"))
+    res = envkit("run", TEMPLATE, "--profile", "cpu", *SMALL, *CONSTANT, cwd=d, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    (other,) = [p for p in (d / "runs" / "mlp-quick-test").iterdir() if p.name != "r"]
+    return d, res, other
+
+
+def test_schedules_cosine_to_min_lr_and_constant(straight_lr, beside_stopped):
     """Cosine from lr to min_lr over max_steps (the standard half-cosine); constant stays at lr;
-    warm-up climbs linearly first."""
+    warm-up climbs linearly first. (The straight run: SMALL's lr 0.003 to min_lr 0.0006, no warm-up.)"""
     import math
 
-    assert train(tmp_path, "--set", "training.lr=0.01", "--set", "training.min_lr=0.002", run_id="cos").returncode == 0
-    cos = lrs(tmp_path, "cos")
-    for step, lr in cos.items():  # step k (1-based) is trained with the schedule at k-1
-        assert lr == pytest.approx(0.002 + 0.5 * (1 + math.cos(math.pi * (step - 1) / 12)) * 0.008, rel=1e-6), step
-    assert train(tmp_path, "--set", "training.schedule=constant", "--set", "training.warmup_steps=4", "--set", "training.lr=0.01",
-                 run_id="const").returncode == 0
-    const = lrs(tmp_path, "const")
+    for step, lr in straight_lr.items():  # step k (1-based) is trained with the schedule at k-1
+        assert lr == pytest.approx(0.0006 + 0.5 * (1 + math.cos(math.pi * (step - 1) / 12)) * 0.0024, rel=1e-6), step
+    assert sorted(straight_lr) == list(range(1, 13))
+    project, _, other = beside_stopped
+    const = lrs(project, other.name)
     assert [round(const[k], 6) for k in (1, 2, 3, 4)] == [0.0025, 0.005, 0.0075, 0.01]
     assert {round(const[k], 6) for k in range(5, 13)} == {0.01}
 
 
-def test_a_changed_config_is_not_resumed(tmp_path, straight):
+def test_a_changed_config_is_not_resumed(straight, beside_stopped):
     """An unfinished run is resumed by the same config only: another config starts a new run
     folder (and says why); naming the old folder with another config is refused."""
-    assert train(tmp_path, "--stop-after", "4").returncode == 0
-    res = envkit("run", TEMPLATE, "--profile", "cpu", *SMALL, "--set", "training.lr=0.001", cwd=tmp_path, timeout=300)
-    assert res.returncode == 0, res.stderr[-2000:]
+    tmp_path, res, _ = beside_stopped  # r stopped at step 6, then `envkit run` with CONSTANT
     assert "not resuming r: its config differs" in res.stdout + res.stderr
     runs = sorted(p.name for p in (tmp_path / "runs" / "mlp-quick-test").iterdir())
-    assert len(runs) == 2 and summary(tmp_path)["status"] == "stopped"  # r is untouched
-    res = train(tmp_path, "--set", "training.lr=0.001")  # --run-id r, another config
+    assert len(runs) == 2 and summary(tmp_path)["status"] == "stopped" and summary(tmp_path)["steps"] == 6  # r is untouched
+    res = train(tmp_path, *CONSTANT)  # --run-id r, another config
     errors = [line for line in res.stderr.splitlines() if line.startswith("envkit:")]
     assert res.returncode == 2 and len(errors) == 1 and "with a different config" in errors[0] and "--resume never" in errors[0]
     res = envkit("run", TEMPLATE, "--profile", "cpu", *SMALL, cwd=tmp_path, timeout=300)  # the same config: r resumes
@@ -211,8 +247,8 @@ def test_a_changed_config_is_not_resumed(tmp_path, straight):
     assert summary(tmp_path)["status"] == "completed" and losses(tmp_path)[12] == straight[12]
 
 
-def test_resume_from_a_named_checkpoint_and_resume_never(tmp_path, straight):
-    assert train(tmp_path, "--stop-after", "6").returncode == 0
+def test_resume_from_a_named_checkpoint_and_resume_never(tmp_path, straight, stopped_dir):
+    copy_of(stopped_dir, tmp_path)
     early = folder(tmp_path) / "checkpoints" / "step_00000004.pt"
     res = envkit("run", TEMPLATE, "--profile", "cpu", *SMALL, "--resume", str(early), cwd=tmp_path, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
@@ -224,13 +260,6 @@ def test_resume_from_a_named_checkpoint_and_resume_never(tmp_path, straight):
     assert "Traceback" not in res.stderr and summary(tmp_path)["status"] == "completed"
     res = envkit("run", TEMPLATE, "--profile", "cpu", *SMALL, "--resume", str(tmp_path / "nope.pt"), cwd=tmp_path)
     assert res.returncode == 2 and "checkpoint not found" in res.stderr
-
-
-def test_a_second_device_fault_after_the_switch_to_the_cpu_stops_instead_of_looping(tmp_path):
-    res = train(tmp_path, "--set", "device.fallback=cpu", inject="device@6,device@9")
-    assert res.returncode == 1 and "Traceback" not in res.stderr
-    s = summary(tmp_path)
-    assert s["status"] == "failed" and [e["switch"] for e in s["faults"] if e["event"] == "device_switch"] == ["cpu"]
 
 
 def test_a_missing_operator_with_the_mps_fallback_already_on_is_not_retried(tmp_path):
@@ -261,39 +290,51 @@ def test_a_real_cuda_out_of_memory_is_survived(tmp_path):
     assert s["micro_batch"] * s["grad_accum"] == 1048576 and any(e["event"] == "oom" for e in s["faults"])
 
 
-@pytest.mark.parametrize("kind, name", [("diskfull-metrics", "metrics.jsonl"), ("diskfull-log", "train.log"),
-                                        ("diskfull-heartbeat", "heartbeat.json"), ("diskfull-summary", "summary.json")])
-def test_disk_full_at_any_write_stops_in_one_line_with_no_half_row(tmp_path, straight, kind, name):
-    """The disk fills up as metrics.jsonl, train.log, heartbeat.json or summary.json is written: the
-    run stops (status disk_full) in one line naming the file, the last checkpoint kept, no half line
-    left (the old trainer died with a chained OSError traceback and left half a row, to which the
-    resumed run glued its next one); `envkit run` again finishes the run."""
-    at = 12 if kind == "diskfull-summary" else 5
+# The disk fills up as each of the run's files is written, one after another in one run folder: each
+# `envkit run` resumes the run the last one stopped and meets the next fault (each fires once per
+# folder). (fault, the file it names, its step: the step of the checkpoint kept is the even one below)
+DISK_FULL = [("diskfull-metrics", "metrics.jsonl", 3), ("diskfull", "checkpoint step_00000004.pt", 4), ("diskfull-log", "train.log", 5),
+             ("diskfull-heartbeat", "heartbeat.json", 7), ("diskfull-summary", "summary.json", 12)]
+
+
+def test_disk_full_at_any_write_stops_in_one_line_with_no_half_row(tmp_path, straight):
+    """The disk fills up as a checkpoint, metrics.jsonl, train.log, heartbeat.json or summary.json is
+    written: the run stops (status disk_full) in one line naming the file, the last checkpoint kept,
+    no half line and no partial file left (the old trainer died with a chained OSError traceback and
+    left half a row, to which the resumed run glued its next one); `envkit run` again goes on, and the
+    run ends as the straight one did."""
     every_step = ["--set", "logging.progress=plain", "--set", "logging.heartbeat_seconds=0.001"]  # each file written each step
-    res = train(tmp_path, *every_step, inject=f"{kind}@{at}")
-    assert res.returncode == 1, res.stderr[-2000:]
-    errors = [line for line in res.stderr.splitlines() if line.startswith("envkit:")]
-    assert len(errors) == 1 and f"no space left on the device while writing {name}" in errors[0], res.stderr
-    assert "Traceback" not in res.stderr
-    kept = f"step_{at - at % 2:08d}.pt"
-    assert f"checkpoint {kept} kept" in errors[0] and (folder(tmp_path) / "checkpoints" / kept).is_file()
-    for text in (folder(tmp_path) / "metrics.jsonl").read_text(), (folder(tmp_path) / "train.log").read_text():
-        assert text.endswith("\n")
-    rows = [json.loads(line) for line in (folder(tmp_path) / "metrics.jsonl").read_text().splitlines()]
-    assert max(r["step"] for r in rows) == at - (kind == "diskfull-metrics")
-    expected = None if kind == "diskfull-summary" else "disk_full"
-    assert json.loads((folder(tmp_path) / "summary.json").read_text() if expected else "{}").get("status") == expected
+    inject = ",".join(f"{kind}@{at}" for kind, _, at in DISK_FULL)
+    run_dir = folder(tmp_path)
+    for kind, name, at in DISK_FULL:
+        summary_before = (run_dir / "summary.json").read_bytes() if kind == "diskfull-summary" else None
+        res = train(tmp_path, *every_step, inject=inject)
+        assert res.returncode == 1, (kind, res.stderr[-2000:])  # training failed (the child exits 3: stopped)
+        errors = [line for line in res.stderr.splitlines() if line.startswith("envkit:")]
+        assert len(errors) == 1 and f"no space left on the device while writing {name}" in errors[0], (kind, res.stderr)
+        assert "Traceback" not in res.stderr
+        kept = f"step_{at - at % 2 if kind != 'diskfull' else at - 2:08d}.pt"
+        assert f"checkpoint {kept} kept" in errors[0] and (run_dir / "checkpoints" / kept).is_file(), (kind, errors[0])
+        names = [p.name for p in (run_dir / "checkpoints").iterdir()]
+        assert all(re.fullmatch(r"step_\d{8}\.pt", n) and n <= kept for n in names), (kind, names)  # no partial file, no temporary file
+        for text in (run_dir / "metrics.jsonl").read_text(), (run_dir / "train.log").read_text():
+            assert text.endswith("\n"), kind
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]  # every line whole
+        assert max(r["step"] for r in rows) == at - (kind == "diskfull-metrics"), kind
+        if summary_before is None:
+            assert summary(tmp_path)["status"] == "disk_full", kind
+        else:  # summary.json itself could not be written: the one before is left whole, not replaced by half of one
+            assert (run_dir / "summary.json").read_bytes() == summary_before
     res = train(tmp_path)  # space freed
     assert res.returncode == 0, res.stderr[-2000:]
-    rows = [json.loads(line) for line in (folder(tmp_path) / "metrics.jsonl").read_text().splitlines()]  # every line whole
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]  # every line whole
     assert summary(tmp_path)["status"] == "completed" and losses(tmp_path)[12] == straight[12]
 
 
-def test_a_resumed_run_cuts_off_a_half_row_left_at_the_end_of_metrics(tmp_path, straight):
+def test_a_resumed_run_cuts_off_a_half_row_left_at_the_end_of_metrics(tmp_path, stopped_dir):
     """What an older envkit (or a kill mid-write) left: half a row at the end of metrics.jsonl. The
     resumed run cuts it off, says so in train.log, and appends whole rows after it."""
-    res = train(tmp_path, "--stop-after", "6")
-    assert res.returncode == 0, res.stderr[-2000:]
+    copy_of(stopped_dir, tmp_path)
     metrics = folder(tmp_path) / "metrics.jsonl"
     whole = metrics.read_bytes()
     metrics.write_bytes(whole + b'{"step": 7, "loss": 2.3')

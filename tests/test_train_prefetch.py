@@ -1,67 +1,68 @@
 """Fetching the next batch ahead (train/prefetch.py) changes when a batch is read, never which:
-forced on here on the CPU (where `auto` leaves it off), a run stopped and resumed, a run that
-splits its micro-batch after an out-of-memory and one that rolls back after a NaN each train on
-exactly the batches of the plain run."""
+forced on here on the CPU (where `auto` leaves it off), a run that splits its micro-batch after an
+out-of-memory, rolls back after a NaN, is stopped and resumed trains on exactly the batches of the
+plain run that meets the same faults (dropout on, so a random draw taken out of turn shows too).
+The two runs (three `envkit run`s) are trained once for the module: each start-up costs seconds."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from conftest import ROOT, envkit
 from envkit.train.data.prefetch import DeviceBatches, want_fetch_ahead
 
 TEMPLATES = ROOT / "templates" / "train"
-AHEAD = ["--set", "dataloader.fetch_ahead=true"]
+ARGS = ["--set", "training.max_steps=12", "--set", "training.batch_size=8", "--set", "dataset.num_samples=2000",
+        "--set", "model.hidden=32", "--set", "model.dropout=0.1", "--set", "eval.every_steps=0", "--set", "checkpoint.every_steps=2",
+        "--set", "logging.every_steps=1", "--set", "logging.progress=none"]
+# out of memory at step 3 (micro-batch 8 -> 4), a NaN at 5 (back to step 4), out of memory at 7 (4 -> 2);
+# each rebuilds the loader mid-run, and the batch fetched ahead from the old one must not be used
+FAULTS = "oom@3,nan@5,oom@7"
 
 
-def run(tmp_path, template, *args, run_id="r", inject=None):
-    env = {"ENVKIT_TRAIN_INJECT": inject} if inject else None
-    return envkit("run", str(TEMPLATES / f"{template}.yaml"), "--run-id", run_id, "--profile", "cpu", *args,
-                  cwd=tmp_path, env=env, timeout=400)
+def run(tmp_path, *args, run_id="r"):
+    return envkit("run", str(TEMPLATES / "mlp_quick_test.yaml"), "--run-id", run_id, "--profile", "cpu", *ARGS, *args,
+                  cwd=tmp_path, env={"ENVKIT_TRAIN_INJECT": FAULTS}, timeout=400)
 
 
-def rows(tmp_path, template, run_id):
-    d = tmp_path / "runs" / template.replace("_", "-") / run_id
-    return [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()], d
+def losses(run_dir):
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r["loss"]) for r in rows if "loss" in r]
 
 
-def losses(tmp_path, template, run_id):
-    return [(r["step"], r["loss"]) for r in rows(tmp_path, template, run_id)[0] if "loss" in r]
-
-
-def test_resume_with_fetch_ahead_is_bit_identical_to_the_plain_run(tmp_path):
-    args = ["--set", "training.max_steps=20", "--set", "training.batch_size=16", "--set", "logging.every_steps=1", "--set", "eval.every_steps=10",
-            "--set", "checkpoint.every_steps=7", "--set", "model.dropout=0.1", "--set", "eval.accuracy_samples=16",
-            "--set", "logging.progress=none"]
-    assert run(tmp_path, "gpt_quick_test", *args, "--set", "dataloader.fetch_ahead=false", run_id="plain").returncode == 0
-    first = run(tmp_path, "gpt_quick_test", *args, *AHEAD, "--stop-after", "9", run_id="ahead")
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """(plain, ahead): the run folders of the same faulted run without and with fetch-ahead, the
+    second stopped after step 9 and resumed."""
+    d = tmp_path_factory.mktemp("prefetch")
+    res = run(d, "--set", "dataloader.fetch_ahead=false", run_id="plain")
+    assert res.returncode == 0, res.stderr[-2000:]
+    ahead = ["--set", "dataloader.fetch_ahead=true"]
+    first = run(d, *ahead, "--stop-after", "9", run_id="ahead")
     assert first.returncode == 0, first.stderr[-2000:]
-    again = run(tmp_path, "gpt_quick_test", *args, *AHEAD, run_id="ahead")
+    again = run(d, *ahead, run_id="ahead")
     assert again.returncode == 0, again.stderr[-2000:]
-    plain, ahead = losses(tmp_path, "gpt_quick_test", "plain"), losses(tmp_path, "gpt_quick_test", "ahead")
-    assert [s for s, _ in ahead] == list(range(1, 21))
-    assert ahead == plain  # the same batches in the same steps, through a stop and a resume: same floats
+    return d / "runs" / "mlp-quick-test" / "plain", d / "runs" / "mlp-quick-test" / "ahead"
 
 
-def test_out_of_memory_split_and_nan_rollback_with_fetch_ahead(tmp_path):
+def test_resume_with_fetch_ahead_is_bit_identical_to_the_plain_run(runs):
+    plain, ahead = runs
+    assert json.loads((ahead / "summary.json").read_text())["resumed_from"] == "step_00000009.pt"
+    assert [s for s, _ in losses(ahead)] == list(range(1, 13))  # no step skipped or repeated
+    assert losses(ahead) == losses(plain)  # the same batches in the same steps, through a stop and a resume: same floats
+
+
+def test_out_of_memory_split_and_nan_rollback_with_fetch_ahead(runs):
     """Both rebuild the loader mid-run: the batch fetched ahead from the old one must not be used."""
-    args = ["--set", "training.max_steps=12", "--set", "training.batch_size=8", "--set", "dataset.num_samples=2000",
-            "--set", "model.hidden=32", "--set", "eval.every_steps=0", "--set", "checkpoint.every_steps=2",
-            "--set", "logging.every_steps=1", "--set", "logging.progress=none"]
-    for fault in ("oom@3,oom@7", "nan@5"):
-        name = fault.split("@")[0]
-        for ahead in ("false", "true"):
-            res = run(tmp_path, "mlp_quick_test", *args, "--set", f"dataloader.fetch_ahead={ahead}", run_id=f"{name}-{ahead}",
-                      inject=fault)
-            assert res.returncode == 0, res.stderr[-2000:]
-        plain, ahead = losses(tmp_path, "mlp_quick_test", f"{name}-false"), losses(tmp_path, "mlp_quick_test", f"{name}-true")
-        assert [s for s, _ in ahead] == list(range(1, 13))  # no step skipped or repeated
-        assert ahead == plain, fault  # the same batches after the split / the rollback
-    _, d = rows(tmp_path, "mlp_quick_test", "nan-true")
-    assert "rolled back to step_00000004.pt" in (d / "train.log").read_text()
-    assert "micro-batch 4 x 2 accumulation" in (rows(tmp_path, "mlp_quick_test", "oom-true")[1] / "train.log").read_text()
+    plain, ahead = runs
+    for d in runs:
+        log = (d / "train.log").read_text()
+        assert "rolled back to step_00000004.pt" in log and "micro-batch 4 x 2 accumulation" in log, d.name
+        assert "micro-batch 2 x 4 accumulation" in log, d.name
+    assert losses(ahead)[:8] == losses(plain)[:8]  # the same batches after the splits and the rollback, before the stop
 
 
 def test_auto_fetches_ahead_only_where_it_pays_and_cannot_change_a_batch():

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
+import pytest
 
 from conftest import ROOT, envkit
 
@@ -37,11 +39,20 @@ def exp_dir(tmp_path, template):
     return tmp_path / "runs" / name
 
 
-def test_environment_json_has_no_secrets(tmp_path):
-    res = run(tmp_path, "mlp_quick_test", "--set", "training.max_steps=5", "--set", "eval.every_steps=0",
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory):
+    """One short mlp run (10 steps, evaluated at 5 and 10) with the device self-test first, steps 3-5
+    profiled and secrets in its environment, trained once for the tests that read what such a run
+    leaves (each `envkit run` costs seconds of start-up): (project folder, the command's result)."""
+    d = tmp_path_factory.mktemp("short")
+    res = run(d, "mlp_quick_test", "--selftest", "--profile-steps", "3:5", "--set", "training.max_steps=10", "--set", "eval.every_steps=5",
               env={"MY_API_TOKEN": "hunter2", "AWS_SECRET_ACCESS_KEY": "x", "DB_PASSWORD": "y", "HARMLESS_VAR": "ok"})
     assert res.returncode == 0, res.stderr[-2000:]
-    text = (exp_dir(tmp_path, "mlp_quick_test") / "r" / "environment.json").read_text()
+    return d, res
+
+
+def test_environment_json_has_no_secrets(short_run):
+    text = (exp_dir(short_run[0], "mlp_quick_test") / "r" / "environment.json").read_text()
     assert "hunter2" not in text and "MY_API_TOKEN" not in text and "DB_PASSWORD" not in text
     assert "HARMLESS_VAR" not in text  # only the allow-list of envkit/data/recorded_env.toml is recorded
     assert '"PYTHONUNBUFFERED": "1"' in text
@@ -91,49 +102,6 @@ def test_resume_auto_picks_newest_unfinished_run_and_skips_bad_checkpoint(tmp_pa
     assert len(list((tmp_path / "runs" / "mlp-quick-test").iterdir())) == 2
 
 
-NAN_MODEL = '''
-import torch
-
-class Flaky(torch.nn.Module):
-    """An MLP whose output turns NaN once, at its 8th training forward (a transient blow-up)."""
-    calls = 0
-
-    def __init__(self, input_dim, num_classes):
-        super().__init__()
-        self.net = torch.nn.Linear(input_dim, num_classes)
-
-    def forward(self, x):
-        out = self.net(x)
-        if self.training:
-            Flaky.calls += 1
-            if Flaky.calls == 8:
-                out = out * float("nan")
-        return out
-
-def factory(input_dim, num_classes, **kw):
-    return Flaky(input_dim, num_classes)
-'''
-
-
-def test_nan_is_caught_and_rolled_back(tmp_path):
-    (tmp_path / "flaky_model.py").write_text(NAN_MODEL)
-    args = ["--set", "model.type=flaky_model:factory", "--set", "training.max_steps=15", "--set", "checkpoint.every_steps=5",
-            "--set", "logging.every_steps=1", "--set", "eval.every_steps=0"]
-    res = run(tmp_path, "mlp_quick_test", *args, env={"PYTHONPATH": str(tmp_path)})
-    assert res.returncode == 0, res.stderr[-2000:]
-    d = exp_dir(tmp_path, "mlp_quick_test") / "r"
-    s = summary(d)
-    assert s["status"] == "completed" and s["rollbacks"] == 1
-    log = (d / "train.log").read_text()
-    assert "non-finite loss by step 8: rolled back to step_00000005.pt" in log
-    # stop policy: one clear message, exit 1, status nan
-    res = run(tmp_path, "mlp_quick_test", *args, "--set", "training.nan_policy=stop", run_id="stop",
-              env={"PYTHONPATH": str(tmp_path)})
-    assert res.returncode == 1
-    assert "training stopped: non-finite loss" in res.stderr and "Traceback" not in res.stderr
-    assert summary(exp_dir(tmp_path, "mlp_quick_test") / "stop")["status"] == "nan"
-
-
 def test_text_dataset_byte_and_char(tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -159,8 +127,8 @@ def test_text_dataset_byte_and_char(tmp_path):
     assert s["status"] == "completed" and s["best_val_loss"] < s["baseline_loss"], s
 
 
-def test_runs_monitor_plot(tmp_path):
-    assert run(tmp_path, "mlp_quick_test", "--set", "training.max_steps=10", "--set", "eval.every_steps=5").returncode == 0
+def test_runs_monitor_plot(tmp_path, short_run):
+    shutil.copytree(short_run[0] / "runs", tmp_path / "runs")  # a copy: this test rewrites the run's files
     res = envkit("runs", "--json", cwd=tmp_path)
     (row,) = json.loads(res.stdout)
     assert row["status"] == "completed" and row["step"] == 10 and row["best_val_loss"] is not None
@@ -228,9 +196,12 @@ def test_gpt_flops_per_token_formula():
     """GPT-2 small (vocabulary 50,257, bias, tied embeddings) has 124,439,808 parameters, of which
     786,432 are position embeddings (nanoGPT prints 123.65M; Hugging Face's gpt2 card says 124M).
     FLOPs per token = 6N + 12 * layers * heads * head_dim * T (PaLM appendix B)."""
+    import torch
+
     from envkit.train.run.models import GPT
 
-    m = GPT(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768, bias=True)
+    with torch.device("meta"):  # shapes only: counting needs no 0.5 GB of initialised weights
+        m = GPT(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768, bias=True)
     assert sum(p.numel() for p in m.parameters()) == 124_439_808
     assert m.flops_per_token() == 6 * (124_439_808 - 1024 * 768) + 12 * 12 * 12 * 64 * 1024
     assert m.flops_per_token(seq_len=256) == 6 * 123_653_376 + 12 * 12 * 12 * 64 * 256
@@ -240,14 +211,14 @@ def test_two_processes_through_torchrun_on_cpu(tmp_path):
     """--nproc-per-node 2 goes through torchrun and DDP (gloo on the CPU): both ranks train one model.
     Then training.ddp_bucket_mb regroups the all-reduce, not its sums (two ranks: a + b either way),
     and training.ddp_comm_dtype bf16 needs NCCL: on gloo it says so in one line and trains in fp32."""
-    args = ["--nproc-per-node", "2", "--set", "training.max_steps=40", "--set", "training.batch_size=16",
-            "--set", "eval.every_steps=40", "--set", "logging.every_steps=10"]
+    args = ["--nproc-per-node", "2", "--set", "training.max_steps=12", "--set", "training.batch_size=16",
+            "--set", "eval.every_steps=12", "--set", "logging.every_steps=4"]
     res = run(tmp_path, "gpt_quick_test", *args, run_id="ddp",
               env={"OMP_NUM_THREADS": None})  # the profile's threads, split: not a value the test runner exported
     assert res.returncode == 0, res.stderr[-3000:]
     d = exp_dir(tmp_path, "gpt_quick_test") / "ddp"
     s = summary(d)
-    assert s["status"] == "completed" and s["world_size"] == 2 and s["steps"] == 40
+    assert s["status"] == "completed" and s["world_size"] == 2 and s["steps"] == 12
     steps = losses(d)
     assert steps[-1][1] < steps[0][1]  # it learned
     assert "16 x 1 accum x 2 proc" in (d / "train.log").read_text()
@@ -267,11 +238,8 @@ def test_two_processes_through_torchrun_on_cpu(tmp_path):
     assert "training.ddp_comm_dtype bf16 ignored on cpu: gloo all-reduces fp32" in (small / "train.log").read_text()
 
 
-def test_profile_steps_writes_a_chrome_trace(tmp_path):
-    res = run(tmp_path, "mlp_quick_test", "--profile-steps", "3:5", "--set", "training.max_steps=8", "--set", "eval.every_steps=0",
-              run_id="p")
-    assert res.returncode == 0, res.stderr[-2000:]
-    d = exp_dir(tmp_path, "mlp_quick_test") / "p"
+def test_profile_steps_writes_a_chrome_trace(tmp_path, short_run):
+    d = exp_dir(short_run[0], "mlp_quick_test") / "r"
     trace = json.loads((d / "profile_steps_3-5.json").read_text())
     names = {e.get("name", "") for e in trace["traceEvents"]}
     assert {"envkit step 3", "envkit step 4", "envkit step 5"} <= names and any(n.startswith("aten::") for n in names)
@@ -294,9 +262,9 @@ def test_npz_images_train_the_cnn(tmp_path):
     cfg = tmp_path / "npz.yaml"
     cfg.write_text("experiment: {name: colours}\n"
                    "dataset: {type: npz, path: colours.npz, val_fraction: 0.2}\n"
-                   "model: {type: cnn}\n"
-                   "training: {max_steps: 60, batch_size: 32, lr: 0.003, warmup_steps: 5}\n"
-                   "eval: {every_steps: 60}\n")
+                   "model: {type: cnn, width: 8}\n"  # a narrow ResNet learns the colour by step 20 (the default 64 costs 3x)
+                   "training: {max_steps: 30, batch_size: 32, lr: 0.003, warmup_steps: 5}\n"
+                   "eval: {every_steps: 30}\n")
     res = envkit("run", str(cfg), "--run-id", "n", "--profile", "cpu", cwd=tmp_path, timeout=400)
     assert res.returncode == 0, res.stderr[-2000:]
     s = summary(tmp_path / "runs" / "colours" / "n")
@@ -335,21 +303,22 @@ def test_a_crashing_training_process_is_reported_in_one_line(tmp_path):
     assert "the training process was killed by SIGABRT" in res.stderr
 
 
-def test_run_with_selftest_first(tmp_path):
-    res = run(tmp_path, "mlp_quick_test", "--selftest", "--set", "training.max_steps=20", run_id="st")
-    assert res.returncode == 0, res.stderr[-2000:]
+def test_run_with_selftest_first(short_run):
+    d, res = short_run
     assert "the device works" in res.stdout + res.stderr
-    assert summary(exp_dir(tmp_path, "mlp_quick_test") / "st")["status"] == "completed"
+    assert summary(exp_dir(d, "mlp_quick_test") / "r")["status"] == "completed"
 
 
-OOM_MODEL = '''
-import torch
-
+FAULTY_MODEL = '''
 import pathlib
 
-class Greedy(torch.nn.Module):
-    """Runs out of device memory at its 7th training forward, as a too-large batch does, once:
-    the marker file says it happened (the resumed run, with memory freed, goes through)."""
+import torch
+
+class Faulty(torch.nn.Module):
+    """A linear model with the two faults users meet, each once. In the first process that trains it,
+    its 7th training forward runs out of device memory, as a too-large batch does (the marker file
+    says it happened: memory freed, the next process goes through). In any later process, its output
+    turns NaN at its 8th training forward (a transient blow-up)."""
     calls = 0
 
     def __init__(self, input_dim, num_classes):
@@ -357,35 +326,67 @@ class Greedy(torch.nn.Module):
         self.net = torch.nn.Linear(input_dim, num_classes)
 
     def forward(self, x):
+        out = self.net(x)
         if self.training:
-            Greedy.calls += 1
+            Faulty.calls += 1
             marker = pathlib.Path("oom-happened")
-            if Greedy.calls == 7 and not marker.exists():
-                marker.touch()
-                raise torch.OutOfMemoryError("MPS backend out of memory (MPS allocated: 17.2 GB, other allocations: 1.1 GB)")
-        return self.net(x)
+            if not marker.exists():
+                if Faulty.calls == 7:
+                    marker.touch()
+                    raise torch.OutOfMemoryError("MPS backend out of memory (MPS allocated: 17.2 GB, other allocations: 1.1 GB)")
+            elif Faulty.calls == 8:
+                out = out * float("nan")
+        return out
 
 def factory(input_dim, num_classes, **kw):
-    return Greedy(input_dim, num_classes)
+    return Faulty(input_dim, num_classes)
 '''
+# micro-batch 1: nothing left to split after an out of memory (larger ones are split and go on: tests/test_train_faults.py)
+FAULTY = ["--set", "model.type=faulty_model:factory", "--set", "training.max_steps=15", "--set", "checkpoint.every_steps=5",
+          "--set", "logging.every_steps=1", "--set", "eval.every_steps=0", "--set", "training.batch_size=1"]
 
 
-def test_out_of_memory_is_one_line_with_the_fix_and_resumable(tmp_path):
-    (tmp_path / "greedy_model.py").write_text(OOM_MODEL)  # imported from the project folder (cwd)
-    # micro-batch 1: nothing left to split (larger ones are split and go on: tests/test_train_faults.py)
-    args = ["--set", "model.type=greedy_model:factory", "--set", "training.max_steps=15", "--set", "checkpoint.every_steps=5",
-            "--set", "eval.every_steps=0", "--set", "training.batch_size=1"]
-    res = run(tmp_path, "mlp_quick_test", *args)
+@pytest.fixture(scope="module")
+def faulty_runs(tmp_path_factory):
+    """The faulty model's runs, trained once for two tests (each `envkit run` costs seconds of start-up):
+    run r out of memory at step 7; the same command again, resuming r from step 5 and rolled back after
+    the NaN at step 13; a run with training.nan_policy stop, its NaN at step 8. What each left is read
+    before the next one starts."""
+    d = tmp_path_factory.mktemp("faulty")
+    (d / "faulty_model.py").write_text(FAULTY_MODEL)  # imported from the project folder (cwd)
+    r = exp_dir(d, "mlp_quick_test") / "r"
+    out = {"project": d, "r": r, "oom": run(d, "mlp_quick_test", *FAULTY)}
+    out["after_oom"] = summary(r)
+    out["checkpoints_after_oom"] = sorted(p.name for p in (r / "checkpoints").iterdir())
+    out["again"] = run(d, "mlp_quick_test", *FAULTY)  # the same command again: it resumes and finishes
+    out["stop"] = run(d, "mlp_quick_test", *FAULTY, "--set", "training.nan_policy=stop", run_id="stop")
+    return out
+
+
+def test_out_of_memory_is_one_line_with_the_fix_and_resumable(faulty_runs):
+    res = faulty_runs["oom"]
     assert res.returncode == 1
-    assert "the device ran out of memory" in res.stderr and "training.batch_size" in res.stderr
+    assert "the device ran out of memory" in res.stderr and "training.batch_size" in res.stderr and "training.grad_accum" in res.stderr
     assert "Traceback" not in res.stderr
-    d = exp_dir(tmp_path, "mlp_quick_test") / "r"
-    assert summary(d)["status"] == "failed" and (d / "checkpoints" / "step_00000005.pt").is_file()
-    res = run(tmp_path, "mlp_quick_test", *args)  # the same command again: it resumes and finishes
+    assert faulty_runs["after_oom"]["status"] == "failed" and faulty_runs["checkpoints_after_oom"] == ["step_00000005.pt"]
+    res = faulty_runs["again"]
     assert res.returncode == 0, res.stderr[-2000:]
-    s = summary(d)
+    s = summary(faulty_runs["r"])
     assert s["status"] == "completed" and s["steps"] == 15
-    assert "resumed from step_00000005.pt" in (d / "train.log").read_text()
+    assert "resumed from step_00000005.pt" in (faulty_runs["r"] / "train.log").read_text()
+
+
+def test_nan_is_caught_and_rolled_back(faulty_runs):
+    assert faulty_runs["again"].returncode == 0, faulty_runs["again"].stderr[-2000:]
+    s = summary(faulty_runs["r"])
+    assert s["status"] == "completed" and s["rollbacks"] == 1
+    log = (faulty_runs["r"] / "train.log").read_text()
+    assert "non-finite loss by step 13: rolled back to step_00000010.pt" in log
+    # stop policy: one clear message, exit 1, status nan
+    res = faulty_runs["stop"]
+    assert res.returncode == 1
+    assert "training stopped: non-finite loss" in res.stderr and "Traceback" not in res.stderr
+    assert summary(exp_dir(faulty_runs["project"], "mlp_quick_test") / "stop")["status"] == "nan"
 
 
 def test_each_torchrun_process_gets_its_share_of_the_profiles_threads(monkeypatch):

@@ -5,7 +5,10 @@ Stated targets:
 - gpt_quick_test: val loss below 1.1 against a unigram baseline of 2.53, and exact-match accuracy on
   held-out 2-digit sums >= 0.95 (chance 1/199); it reaches 1.0 by step 750 of 1000 (seeds 1337, 1, 2, 3).
 - mlp_quick_test: accuracy >= 0.75 on the teacher task (it reaches ~0.82).
-- cnn_quick_test: accuracy >= 0.90 on the class-image task.
+- cnn_quick_test: accuracy >= 0.90 on the class-image task; the template says it reaches 1.0 by step
+  100 of 150, where `--stop-after 100` checks it (the shipped run to there, its schedule still over 150
+  steps): the last third would only cost the suite time. (The gpt one runs to its end: on one thread
+  its val loss gets below 1.1 only in the last quarter, 1.096 at step 750.)
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ def test_mlp_quick_test_reaches_stated_accuracy(tmp_path):
 
 
 def test_cnn_quick_test_reaches_stated_accuracy(tmp_path):
-    res = run(tmp_path, "cnn_quick_test")
+    res = run(tmp_path, "cnn_quick_test", "--stop-after", "100")
     assert res.returncode == 0, res.stderr[-2000:]
     s = summary(exp_dir(tmp_path, "cnn_quick_test") / "r")
-    assert s["status"] == "completed" and s["accuracy"] >= 0.90, s
+    assert s["status"] == "stopped" and s["steps"] == 100 and s["max_steps"] == 150 and s["accuracy"] >= 0.90, s

@@ -52,33 +52,45 @@ def losses(run_dir):
     return [(r["step"], r["loss"]) for r in rows if "loss" in r]
 
 
-def test_tokens_folder_trains_and_resumes_bit_exactly(tmp_path):
-    project(tmp_path)
-    # the straight run reads its windows through DataLoader workers (the memory map reopened in
-    # each), the stopped-and-resumed one in-process: the same batches either way
-    res = run(tmp_path, "--set", "dataloader.num_workers=2", run_id="straight")
+@pytest.fixture(scope="module")
+def two_folders(tmp_path_factory):
+    """The same token stream twice: "straight" trains it from uint16 files (vocabulary from
+    meta.json) read through DataLoader workers (the memory map reopened in each); "stopped" from
+    uint32 files without meta.json (vocabulary from the config), in-process, stopped after step 10
+    and resumed. Trained once for the two tests: (project folder of straight, of stopped)."""
+    a, b = tmp_path_factory.mktemp("uint16"), tmp_path_factory.mktemp("uint32")
+    project(a)
+    res = run(a, "--set", "dataloader.num_workers=2", run_id="straight")
     assert res.returncode == 0, res.stderr[-2000:]
-    d = tmp_path / "runs" / "tok"
+    project(b, dtype="uint32", meta=False)
+    uint32 = ["--set", "dataset.dtype=uint32", "--set", f"dataset.vocab_size={VOCAB}"]
+    first = run(b, *uint32, "--stop-after", "10", run_id="stopped")
+    assert first.returncode == 0, first.stderr[-2000:]
+    again = run(b, *uint32, run_id="stopped")
+    assert again.returncode == 0, again.stderr[-2000:]
+    return a, b
+
+
+def test_tokens_folder_trains_and_resumes_bit_exactly(two_folders):
+    d = two_folders[0] / "runs" / "tok"
     s = json.loads((d / "straight" / "summary.json").read_text())
     assert s["status"] == "completed" and s["tokens_per_second"] > 0
     assert s["best_val_loss"] < 0.5 * s["baseline_loss"], s  # it learned the +7 rule (unigram ~ln 61)
     assert "train.bin 20,000 and val.bin 2,000 uint16 tokens" in (d / "straight" / "train.log").read_text()
 
-    assert run(tmp_path, "--stop-after", "10", run_id="stopped").returncode == 0
-    again = run(tmp_path, run_id="stopped")
-    assert again.returncode == 0, again.stderr[-2000:]
-    a, b = losses(d / "straight"), losses(d / "stopped")
+    # the same batches whether read through workers or in-process, through a stop and a resume
+    a, b = losses(d / "straight"), losses(two_folders[1] / "runs" / "tok" / "stopped")
     assert [s for s, _ in a] == list(range(1, 61)) == [s for s, _ in b]
     assert a == b  # bit for bit
-    assert json.loads((d / "stopped" / "summary.json").read_text())["resumed_from"] == "step_00000010.pt"
+    assert json.loads((two_folders[1] / "runs" / "tok" / "stopped" / "summary.json").read_text())["resumed_from"] == "step_00000010.pt"
 
 
-def test_uint32_and_vocab_from_the_config(tmp_path):
-    project(tmp_path, dtype="uint32", meta=False)
-    res = run(tmp_path, "--set", "dataset.dtype=uint32", "--set", "dataset.vocab_size=70", "--set", "training.max_steps=3",
-              "--set", "eval.every_steps=0")
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert "vocabulary 70 from dataset.vocab_size" in (tmp_path / "runs" / "tok" / "r" / "train.log").read_text()
+def test_uint32_and_vocab_from_the_config(two_folders):
+    d = two_folders[1] / "runs" / "tok" / "stopped"
+    assert "train.bin 20,000 and val.bin 2,000 uint32 tokens" in (d / "train.log").read_text()
+    assert f"vocabulary {VOCAB} from dataset.vocab_size" in (d / "train.log").read_text()
+    # the uint32 files hold the uint16 run's tokens: read right, the same losses to the last bit
+    assert losses(d) == losses(two_folders[0] / "runs" / "tok" / "straight")
 
 
 def one_line_error(res, *needles):
