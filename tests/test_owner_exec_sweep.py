@@ -95,20 +95,33 @@ def test_sigkill_of_exec_leaves_no_user_process_and_runs_says_killed(tmp_path):
     assert summary["status"] == "killed" and summary["written_after_the_fact"] is True and summary["noticed_by"] == "envkit runs"
 
 
+def _guard_of(sup: subprocess.Popen) -> int:
+    """The supervisor's guard process (envkit/exec/guard.py), found among its children by its command line."""
+    kids = Path(f"/proc/{sup.pid}/task/{sup.pid}/children").read_text().split()
+    return next(int(k) for k in kids if b"envkit.exec.guard" in Path(f"/proc/{k}/cmdline").read_bytes())
+
+
 def test_runs_says_orphaned_while_the_command_outlives_its_supervisor(tmp_path):
     """The command ignores SIGTERM: after `kill -9` of envkit exec it lives on (holding the run folder)
-    until the --grace seconds end in SIGKILL; meanwhile `envkit runs` says orphaned, then killed."""
-    sup = _start_exec(tmp_path, "--grace", "20")
-    pids = None
+    until the --grace seconds end in SIGKILL; meanwhile `envkit runs` says orphaned, then killed. The
+    guard is held (SIGSTOP) while `envkit runs` looks, so the command is alive then on any machine;
+    the grace can be short without a race against a slow `envkit runs`."""
+    sup = _start_exec(tmp_path, "--grace", "2")
+    pids = guard = None
     try:
         assert _wait_for(lambda: _pids(tmp_path) is not None)
         pids = _pids(tmp_path)
+        guard = _guard_of(sup)
+        os.kill(guard, signal.SIGSTOP)
         sup.send_signal(signal.SIGKILL)
         sup.wait(timeout=60)
         assert _alive(pids[0])
         assert [s["status"] for s in _runs(tmp_path)] == ["orphaned"]
+        os.kill(guard, signal.SIGCONT)  # it reads the supervisor's EOF: SIGTERM (ignored), the grace, SIGKILL
         assert _wait_for(lambda: not any(_alive(p) for p in pids), seconds=120), f"{pids} outlived the grace period"
     finally:
+        if guard is not None and _alive(guard):
+            _kill_all([guard])
         if sup.poll() is None:
             sup.kill()
         _kill_all(pids)
@@ -189,21 +202,37 @@ def test_a_second_sweep_skips_the_run_in_training_and_sigkill_leaves_no_trainer(
 SHORT_SWEEP = SWEEP.replace("max_steps: 10000000", "max_steps: 60")
 
 
+def _trainer_of(sup: subprocess.Popen, run: Path) -> int | None:
+    """The trainer a sweep started for `run` (its child whose command line names the run folder), once it is exec'd."""
+    try:
+        kids = Path(f"/proc/{sup.pid}/task/{sup.pid}/children").read_text().split()
+    except OSError:
+        return None
+    for kid in kids:
+        try:
+            if str(run).encode() in Path(f"/proc/{kid}/cmdline").read_bytes().split(b"\0"):
+                return int(kid)
+        except OSError:
+            continue
+    return None
+
+
 def test_a_sweep_skips_a_run_another_sweep_completed_after_it_started(tmp_path):
     """Two sweeps of one grid: the first decides at its start that seed-1 is new; while its seed-0
-    trainer is paused (SIGSTOP), a second sweep skips seed-0 (in use) and completes seed-1. When the
-    first reaches seed-1 it must see that, under the lock, and skip it: the old sweep reopened it and
-    rewrote the finished run's summary.json with final_loss null."""
+    trainer is paused (SIGSTOP as soon as it starts: the first sweep holds seed-0's folder meanwhile),
+    a second sweep skips seed-0 (in use) and completes seed-1. When the first reaches seed-1 it must
+    see that, under the lock, and skip it: the old sweep reopened it and rewrote the finished run's
+    summary.json with final_loss null."""
     (tmp_path / "train.yaml").write_text(SHORT_SWEEP)
-    env = {**_env(tmp_path), "ENVKIT_TRAIN_INJECT": "sleep=0.1"}  # six seconds a run: time to pause it
-    first = subprocess.Popen([sys.executable, "-m", "envkit", "sweep", "train.yaml", "--profile", "cpu"], cwd=tmp_path, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    first = subprocess.Popen([sys.executable, "-m", "envkit", "sweep", "train.yaml", "--profile", "cpu"], cwd=tmp_path,
+                             env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     run0, run1 = tmp_path / "runs" / "sw" / "seed-0", tmp_path / "runs" / "sw" / "seed-1"
     trainer = None
     try:
-        assert _wait_for(lambda: _trainer(run0) is not None), sorted(str(p) for p in tmp_path.rglob("*"))[:40]
-        trainer = _trainer(run0)
+        assert _wait_for(lambda: _trainer_of(first, run0) is not None), sorted(str(p) for p in tmp_path.rglob("*"))[:40]
+        trainer = _trainer_of(first, run0)
         os.kill(trainer, signal.SIGSTOP)  # the first sweep's seed-0 stays in training while the second runs
+        assert not (run0 / "summary.json").exists()  # stopped before it finished
         second = envkit("sweep", "train.yaml", "--profile", "cpu", cwd=tmp_path, timeout=300,
                         env={"ENVKIT_HOME": str(tmp_path / "no-managed-env")})
         assert [line for line in second.stdout.splitlines() if line.startswith("skip")] == [
