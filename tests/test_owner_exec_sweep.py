@@ -19,6 +19,10 @@ from conftest import envkit
 from processes import LONG, alive as _alive, wait_for as _wait_for
 
 PYBIN = str(Path(sys.executable).parent)
+# envkit's cache for this file's runs, not the user's: shared by its tests, so the environment's lock
+# that each run's record holds (envkit/record/envlock.py: hashes of every installed wheel, seconds of
+# CPU or of index reads) is made once, not once per test.
+CACHE = __import__("tempfile").mkdtemp(prefix="envkit-test-owner-cache-")
 
 # The user's script: writes its pid and its own child's pid (same process group), then sits quietly
 # (it prints nothing: the old supervisor's death only reached a command when it next printed).
@@ -41,7 +45,7 @@ sweep:
 def _env(tmp_path: Path) -> dict:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTORCH_", "ENVKIT_")) and k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    env.update(PYTHONUNBUFFERED="1", ENVKIT_HOME=str(tmp_path / "no-managed-env"), ENVKIT_CACHE_DIR=str(tmp_path / "cache"),
+    env.update(PYTHONUNBUFFERED="1", ENVKIT_HOME=str(tmp_path / "no-managed-env"), ENVKIT_CACHE_DIR=CACHE,
                ENVKIT_CONFIG_DIR=str(tmp_path / "no-user-profiles"), PATH=PYBIN + os.pathsep + os.environ.get("PATH", ""))
     return env
 
@@ -169,6 +173,9 @@ def _trainer(run: Path) -> int | None:
 
 
 def test_a_second_sweep_skips_the_run_in_training_and_sigkill_leaves_no_trainer(tmp_path):
+    """The first sweep's seed-0 trainer is held (SIGSTOP) from its start while the second sweep runs
+    (the first sweep holds the folder; the second trains without a busy trainer beside it), then let
+    go: once it trains, `kill -9` of the first sweep must take it along."""
     (tmp_path / "train.yaml").write_text(SWEEP)
     env = _env(tmp_path)
     first = subprocess.Popen([sys.executable, "-m", "envkit", "sweep", "train.yaml", "--profile", "cpu"], cwd=tmp_path, env=env,
@@ -176,18 +183,23 @@ def test_a_second_sweep_skips_the_run_in_training_and_sigkill_leaves_no_trainer(
     trainer = None
     try:
         run0 = tmp_path / "runs" / "sw" / "seed-0"
-        assert _wait_for(lambda: _trainer(run0) is not None), sorted(str(p) for p in tmp_path.rglob("*"))[:40]
-        trainer = _trainer(run0)
-        # a second sweep of the same grid: skips the run the first one trains (says so), trains the
-        # other one until --stop-after, and leaves the first one's folder alone
-        second = envkit("sweep", "train.yaml", "--profile", "cpu", "--stop-after", "20", cwd=tmp_path, timeout=300,
-                        env={"ENVKIT_HOME": str(tmp_path / "no-managed-env")})
+        assert _wait_for(lambda: _trainer_of(first, run0) is not None), sorted(str(p) for p in tmp_path.rglob("*"))[:40]
+        trainer = _trainer_of(first, run0)
+        os.kill(trainer, signal.SIGSTOP)
+        try:
+            # a second sweep of the same grid: skips the run the first one trains (says so), trains the
+            # other one until --stop-after, and leaves the first one's folder alone
+            second = envkit("sweep", "train.yaml", "--profile", "cpu", "--stop-after", "20", cwd=tmp_path, timeout=300,
+                            env={"ENVKIT_HOME": str(tmp_path / "no-managed-env")})
+        finally:
+            os.kill(trainer, signal.SIGCONT)
         assert second.returncode == 1, second.stderr[-2000:]
         skipped = [line for line in second.stdout.splitlines() if line.startswith("skip") and "seed-0" in line]
         assert len(skipped) == 1 and f"PID {first.pid}" in skipped[0], second.stdout
         assert "in use" in skipped[0] and "envkit sweep" in skipped[0], skipped[0]
         assert _alive(trainer) and first.poll() is None
 
+        assert _wait_for(lambda: _trainer(run0) == trainer), sorted(str(p) for p in tmp_path.rglob("*"))[:40]  # training
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=60)
         assert _wait_for(lambda: not _alive(trainer), seconds=120), f"trainer {trainer} outlived envkit sweep"
