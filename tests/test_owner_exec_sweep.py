@@ -197,6 +197,8 @@ def test_a_second_sweep_skips_the_run_in_training_and_sigkill_leaves_no_trainer(
         skipped = [line for line in second.stdout.splitlines() if line.startswith("skip") and "seed-0" in line]
         assert len(skipped) == 1 and f"PID {first.pid}" in skipped[0], second.stdout
         assert "in use" in skipped[0] and "envkit sweep" in skipped[0], skipped[0]
+        s1 = json.loads((tmp_path / "runs" / "sw" / "seed-1" / "summary.json").read_text())
+        assert (s1["status"], s1["steps"]) == ("stopped", 20)  # --stop-after: each run of the sweep stops there
         assert _alive(trainer) and first.poll() is None
 
         assert _wait_for(lambda: _trainer(run0) == trainer), sorted(str(p) for p in tmp_path.rglob("*"))[:40]  # training
