@@ -17,11 +17,15 @@ import pytest
 from conftest import envkit
 
 PYBIN = str(Path(sys.executable).parent)
+# envkit's cache for this file's runs, not the user's: shared by its tests, so the environment's lock
+# that each run's record holds (envkit/record/envlock.py: hashes of every installed wheel, seconds of
+# CPU or of index reads) is made once, not once per test in a background process.
+CACHE = __import__("tempfile").mkdtemp(prefix="envkit-test-exec-cache-")
 
 
 def _env(tmp_path: Path, **extra) -> dict:
     """No managed env (ENVKIT_HOME names none), this interpreter's `python` first on PATH."""
-    env = {"ENVKIT_HOME": str(tmp_path / "no-managed-env"), "ENVKIT_CACHE_DIR": str(tmp_path / "cache"),
+    env = {"ENVKIT_HOME": str(tmp_path / "no-managed-env"), "ENVKIT_CACHE_DIR": CACHE,
            "PATH": PYBIN + os.pathsep + os.environ.get("PATH", "")}
     env.update(extra)
     return env
@@ -178,18 +182,32 @@ except KeyboardInterrupt:
 """
 
 
+# Runs until the test creates the file "go": alive while the test looks at it, on a fast or a slow machine.
+UNTIL_GO = """\
+import pathlib, time
+print("start", flush=True)
+i = 0
+while not pathlib.Path("go").exists():
+    time.sleep(0.1)
+    print("tick", i, flush=True)
+    i += 1
+print("done after", i, "ticks", flush=True)
+"""
+
+
 def test_detach_returns_while_the_command_runs_and_the_run_completes(tmp_path):
-    _script(tmp_path, "slow.py", SLOW)
-    r = _exec(tmp_path, "exec", "--profile", "cpu", "--detach", "--json", "--", "python", "slow.py", "8")  # 4 seconds
+    _script(tmp_path, "slow.py", UNTIL_GO)
+    r = _exec(tmp_path, "exec", "--profile", "cpu", "--detach", "--json", "--", "python", "slow.py")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     pid = out["pid"]
     os.kill(pid, 0)  # exec has returned and the command is still alive
     run = Path(tmp_path / out["run_dir"]) if not os.path.isabs(out["run_dir"]) else Path(out["run_dir"])
     assert json.loads(envkit("runs", "--json", cwd=tmp_path).stdout)[0]["status"] == "running"
+    (tmp_path / "go").touch()
     assert _wait_for(lambda: (run / "summary.json").is_file())
     assert _summary(run)["status"] == "completed"
-    assert "tick 7" in (run / "train.log").read_text()
+    assert "done after" in (run / "train.log").read_text()
     assert json.loads(envkit("runs", "--json", cwd=tmp_path).stdout)[0]["status"] == "completed"
 
 

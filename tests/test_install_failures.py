@@ -70,7 +70,10 @@ def _setup(tmp_path, *args, **kw):
                   env={"ENVKIT_CACHE_DIR": str(tmp_path / "cache")}, timeout=240, **kw)
 
 
-def test_a_pip_failure_half_way_puts_the_previous_environment_back(server, venv, tmp_path):
+def test_a_pip_failure_half_way_and_a_ctrl_c_during_the_install_each_put_the_previous_environment_back(server, venv, tmp_path):
+    """One environment (torch 2.6.0), two installs that do not finish: a wheel whose bytes differ from
+    the index's sha256 (pip fails half-way), then a download Ctrl-C interrupts. After each, the
+    environment is exactly what it was."""
     assert _setup(tmp_path, "--venv", str(venv), "--index-url", server.url("json"), "--torch", "2.6.0").returncode == 0
     before = installed(venv)
     r = _setup(tmp_path, "--venv", str(venv), "--index-url", server.url("tampered"), "--torch", "2.7.1")
@@ -81,10 +84,6 @@ def test_a_pip_failure_half_way_puts_the_previous_environment_back(server, venv,
     assert subprocess.run([str(venv / "bin/python"), "-c", "import torch; assert torch.__version__ == '2.6.0+cpu'"]).returncode == 0
     assert not (venv / ".envkit-rollback").exists()
 
-
-def test_ctrl_c_during_the_install_puts_the_previous_environment_back(server, venv, tmp_path):
-    assert _setup(tmp_path, "--venv", str(venv), "--index-url", server.url("json"), "--torch", "2.6.0").returncode == 0
-    before = installed(venv)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTORCH_", "ENVKIT_"))}
     env.update(ENVKIT_CACHE_DIR=str(tmp_path / "cache"), PYTHONUNBUFFERED="1")
     proc = subprocess.Popen([sys.executable, "-m", "envkit", "setup", "--yes", "--no-selftest", "--installer", "pip",

@@ -19,6 +19,10 @@ from conftest import envkit
 from processes import LONG, alive as _alive, wait_for as _wait_for
 
 PYBIN = str(Path(sys.executable).parent)
+# envkit's cache for this file's runs, not the user's: shared by its tests, so the environment's lock
+# that each run's record holds (envkit/record/envlock.py: hashes of every installed wheel, seconds of
+# CPU or of index reads) is made once, not once per test.
+CACHE = __import__("tempfile").mkdtemp(prefix="envkit-test-owner-cache-")
 
 # The user's script: writes its pid and its own child's pid (same process group), then sits quietly
 # (it prints nothing: the old supervisor's death only reached a command when it next printed).
@@ -41,7 +45,7 @@ sweep:
 def _env(tmp_path: Path) -> dict:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTORCH_", "ENVKIT_")) and k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    env.update(PYTHONUNBUFFERED="1", ENVKIT_HOME=str(tmp_path / "no-managed-env"), ENVKIT_CACHE_DIR=str(tmp_path / "cache"),
+    env.update(PYTHONUNBUFFERED="1", ENVKIT_HOME=str(tmp_path / "no-managed-env"), ENVKIT_CACHE_DIR=CACHE,
                ENVKIT_CONFIG_DIR=str(tmp_path / "no-user-profiles"), PATH=PYBIN + os.pathsep + os.environ.get("PATH", ""))
     return env
 
@@ -95,20 +99,33 @@ def test_sigkill_of_exec_leaves_no_user_process_and_runs_says_killed(tmp_path):
     assert summary["status"] == "killed" and summary["written_after_the_fact"] is True and summary["noticed_by"] == "envkit runs"
 
 
+def _guard_of(sup: subprocess.Popen) -> int:
+    """The supervisor's guard process (envkit/exec/guard.py), found among its children by its command line."""
+    kids = Path(f"/proc/{sup.pid}/task/{sup.pid}/children").read_text().split()
+    return next(int(k) for k in kids if b"envkit.exec.guard" in Path(f"/proc/{k}/cmdline").read_bytes())
+
+
 def test_runs_says_orphaned_while_the_command_outlives_its_supervisor(tmp_path):
     """The command ignores SIGTERM: after `kill -9` of envkit exec it lives on (holding the run folder)
-    until the --grace seconds end in SIGKILL; meanwhile `envkit runs` says orphaned, then killed."""
-    sup = _start_exec(tmp_path, "--grace", "20")
-    pids = None
+    until the --grace seconds end in SIGKILL; meanwhile `envkit runs` says orphaned, then killed. The
+    guard is held (SIGSTOP) while `envkit runs` looks, so the command is alive then on any machine;
+    the grace can be short without a race against a slow `envkit runs`."""
+    sup = _start_exec(tmp_path, "--grace", "2")
+    pids = guard = None
     try:
         assert _wait_for(lambda: _pids(tmp_path) is not None)
         pids = _pids(tmp_path)
+        guard = _guard_of(sup)
+        os.kill(guard, signal.SIGSTOP)
         sup.send_signal(signal.SIGKILL)
         sup.wait(timeout=60)
         assert _alive(pids[0])
         assert [s["status"] for s in _runs(tmp_path)] == ["orphaned"]
+        os.kill(guard, signal.SIGCONT)  # it reads the supervisor's EOF: SIGTERM (ignored), the grace, SIGKILL
         assert _wait_for(lambda: not any(_alive(p) for p in pids), seconds=120), f"{pids} outlived the grace period"
     finally:
+        if guard is not None and _alive(guard):
+            _kill_all([guard])
         if sup.poll() is None:
             sup.kill()
         _kill_all(pids)
@@ -156,6 +173,9 @@ def _trainer(run: Path) -> int | None:
 
 
 def test_a_second_sweep_skips_the_run_in_training_and_sigkill_leaves_no_trainer(tmp_path):
+    """The first sweep's seed-0 trainer is held (SIGSTOP) from its start while the second sweep runs
+    (the first sweep holds the folder; the second trains without a busy trainer beside it), then let
+    go: once it trains, `kill -9` of the first sweep must take it along."""
     (tmp_path / "train.yaml").write_text(SWEEP)
     env = _env(tmp_path)
     first = subprocess.Popen([sys.executable, "-m", "envkit", "sweep", "train.yaml", "--profile", "cpu"], cwd=tmp_path, env=env,
@@ -163,18 +183,25 @@ def test_a_second_sweep_skips_the_run_in_training_and_sigkill_leaves_no_trainer(
     trainer = None
     try:
         run0 = tmp_path / "runs" / "sw" / "seed-0"
-        assert _wait_for(lambda: _trainer(run0) is not None), sorted(str(p) for p in tmp_path.rglob("*"))[:40]
-        trainer = _trainer(run0)
-        # a second sweep of the same grid: skips the run the first one trains (says so), trains the
-        # other one until --stop-after, and leaves the first one's folder alone
-        second = envkit("sweep", "train.yaml", "--profile", "cpu", "--stop-after", "20", cwd=tmp_path, timeout=300,
-                        env={"ENVKIT_HOME": str(tmp_path / "no-managed-env")})
+        assert _wait_for(lambda: _trainer_of(first, run0) is not None), sorted(str(p) for p in tmp_path.rglob("*"))[:40]
+        trainer = _trainer_of(first, run0)
+        os.kill(trainer, signal.SIGSTOP)
+        try:
+            # a second sweep of the same grid: skips the run the first one trains (says so), trains the
+            # other one until --stop-after, and leaves the first one's folder alone
+            second = envkit("sweep", "train.yaml", "--profile", "cpu", "--stop-after", "20", cwd=tmp_path, timeout=300,
+                            env={"ENVKIT_HOME": str(tmp_path / "no-managed-env")})
+        finally:
+            os.kill(trainer, signal.SIGCONT)
         assert second.returncode == 1, second.stderr[-2000:]
         skipped = [line for line in second.stdout.splitlines() if line.startswith("skip") and "seed-0" in line]
         assert len(skipped) == 1 and f"PID {first.pid}" in skipped[0], second.stdout
         assert "in use" in skipped[0] and "envkit sweep" in skipped[0], skipped[0]
+        s1 = json.loads((tmp_path / "runs" / "sw" / "seed-1" / "summary.json").read_text())
+        assert (s1["status"], s1["steps"]) == ("stopped", 20)  # --stop-after: each run of the sweep stops there
         assert _alive(trainer) and first.poll() is None
 
+        assert _wait_for(lambda: _trainer(run0) == trainer), sorted(str(p) for p in tmp_path.rglob("*"))[:40]  # training
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=60)
         assert _wait_for(lambda: not _alive(trainer), seconds=120), f"trainer {trainer} outlived envkit sweep"
@@ -189,21 +216,37 @@ def test_a_second_sweep_skips_the_run_in_training_and_sigkill_leaves_no_trainer(
 SHORT_SWEEP = SWEEP.replace("max_steps: 10000000", "max_steps: 60")
 
 
+def _trainer_of(sup: subprocess.Popen, run: Path) -> int | None:
+    """The trainer a sweep started for `run` (its child whose command line names the run folder), once it is exec'd."""
+    try:
+        kids = Path(f"/proc/{sup.pid}/task/{sup.pid}/children").read_text().split()
+    except OSError:
+        return None
+    for kid in kids:
+        try:
+            if str(run).encode() in Path(f"/proc/{kid}/cmdline").read_bytes().split(b"\0"):
+                return int(kid)
+        except OSError:
+            continue
+    return None
+
+
 def test_a_sweep_skips_a_run_another_sweep_completed_after_it_started(tmp_path):
     """Two sweeps of one grid: the first decides at its start that seed-1 is new; while its seed-0
-    trainer is paused (SIGSTOP), a second sweep skips seed-0 (in use) and completes seed-1. When the
-    first reaches seed-1 it must see that, under the lock, and skip it: the old sweep reopened it and
-    rewrote the finished run's summary.json with final_loss null."""
+    trainer is paused (SIGSTOP as soon as it starts: the first sweep holds seed-0's folder meanwhile),
+    a second sweep skips seed-0 (in use) and completes seed-1. When the first reaches seed-1 it must
+    see that, under the lock, and skip it: the old sweep reopened it and rewrote the finished run's
+    summary.json with final_loss null."""
     (tmp_path / "train.yaml").write_text(SHORT_SWEEP)
-    env = {**_env(tmp_path), "ENVKIT_TRAIN_INJECT": "sleep=0.1"}  # six seconds a run: time to pause it
-    first = subprocess.Popen([sys.executable, "-m", "envkit", "sweep", "train.yaml", "--profile", "cpu"], cwd=tmp_path, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    first = subprocess.Popen([sys.executable, "-m", "envkit", "sweep", "train.yaml", "--profile", "cpu"], cwd=tmp_path,
+                             env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     run0, run1 = tmp_path / "runs" / "sw" / "seed-0", tmp_path / "runs" / "sw" / "seed-1"
     trainer = None
     try:
-        assert _wait_for(lambda: _trainer(run0) is not None), sorted(str(p) for p in tmp_path.rglob("*"))[:40]
-        trainer = _trainer(run0)
+        assert _wait_for(lambda: _trainer_of(first, run0) is not None), sorted(str(p) for p in tmp_path.rglob("*"))[:40]
+        trainer = _trainer_of(first, run0)
         os.kill(trainer, signal.SIGSTOP)  # the first sweep's seed-0 stays in training while the second runs
+        assert not (run0 / "summary.json").exists()  # stopped before it finished
         second = envkit("sweep", "train.yaml", "--profile", "cpu", cwd=tmp_path, timeout=300,
                         env={"ENVKIT_HOME": str(tmp_path / "no-managed-env")})
         assert [line for line in second.stdout.splitlines() if line.startswith("skip")] == [

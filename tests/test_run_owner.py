@@ -65,10 +65,10 @@ SHORT = LONG.replace("max_steps: 10000000", "max_steps: 30").replace("every_step
 GONE_WITHIN = 30.0  # seconds: generous for a loaded machine, a tenth of the step the trainer is in
 
 
-def _start_slow(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
+def _start_slow(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, Path]:
     (tmp_path / "train.yaml").write_text(SHORT)
     run = tmp_path / "runs" / "own" / "r"
-    proc = subprocess.Popen([sys.executable, "-m", "envkit", "run", "train.yaml", "--profile", "cpu", "--run-id", "r"],
+    proc = subprocess.Popen([sys.executable, "-m", "envkit", "run", "train.yaml", "--profile", "cpu", "--run-id", "r", *args],
                             cwd=tmp_path, env={**_env(), "ENVKIT_TRAIN_INJECT": "slow@15"}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     # inside step 15: the injection is recorded as it starts its sleep
@@ -83,29 +83,12 @@ def _read(path: Path) -> str:
         return ""
 
 
-def test_sigkill_of_envkit_run_mid_step_ends_its_trainer_at_once_and_the_run_resumes(tmp_path):
+def test_sigkill_of_envkit_run_mid_step_a_refusal_names_the_held_trainer_which_then_ends_at_once_and_the_run_resumes(tmp_path):
+    """While the trainer is held (SIGSTOP) it still holds the folder after `envkit run` is killed: a
+    second `envkit run` names the trainer's PID, the one to wait for or kill, not the dead one's.
+    Let go, the trainer finds its supervisor gone and gives up its long step at once; the run resumes."""
     from envkit.fsutil import owner_lock_state
 
-    first, run = _start_slow(tmp_path)
-    trainer = _trainer_pid(run)
-    try:
-        first.send_signal(signal.SIGKILL)
-        first.wait(timeout=60)
-        assert _wait_for(lambda: not _alive(trainer), seconds=GONE_WITHIN), f"trainer {trainer} still in its long step"
-    finally:
-        if first.poll() is None:
-            first.kill()
-    assert owner_lock_state(run) == "free"
-    assert "given up unfinished" in _read(run / "train.log")
-    again = envkit("run", "train.yaml", "--profile", "cpu", "--run-id", "r", cwd=tmp_path, timeout=300)
-    assert again.returncode == 0, again.stderr[-2000:]
-    s = json.loads((run / "summary.json").read_text())
-    assert (s["status"], s["steps"], s["resumed_from"]) == ("completed", 30, "step_00000010.pt")
-
-
-def test_while_a_trainer_outlives_envkit_run_the_refusal_names_the_trainer(tmp_path):
-    """The trainer is held (SIGSTOP) so that it still holds the folder after `envkit run` is killed:
-    a second `envkit run` names the trainer's PID, the one to wait for or kill, not the dead one's."""
     first, run = _start_slow(tmp_path)
     trainer = _trainer_pid(run)
     try:
@@ -121,12 +104,19 @@ def test_while_a_trainer_outlives_envkit_run_the_refusal_names_the_trainer(tmp_p
     [line] = [x for x in second.stderr.splitlines() if x.startswith("envkit: error")]
     assert f"(PID {trainer})" in line and f"kill {trainer})" in line and f"PID {first.pid}, gone" in line, line
     assert _wait_for(lambda: not _alive(trainer), seconds=GONE_WITHIN), f"trainer {trainer} still in its long step"
+    assert owner_lock_state(run) == "free"
+    assert "given up unfinished" in _read(run / "train.log")
+    again = envkit("run", "train.yaml", "--profile", "cpu", "--run-id", "r", cwd=tmp_path, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    s = json.loads((run / "summary.json").read_text())
+    assert (s["status"], s["steps"], s["resumed_from"]) == ("completed", 30, "step_00000010.pt")
 
 
 def test_sigterm_to_envkit_run_mid_step_ends_the_whole_run_promptly_with_143(tmp_path):
     """`timeout 120 envkit run`, `kill PID`: the step under way is given up after its grace
-    (stopping.TERM_GRACE, 10 s), not finished (300 s); exit 128 + SIGTERM, and the run resumes."""
-    first, run = _start_slow(tmp_path)
+    (checkpoint.sigterm_grace_seconds, here 1 s of the default 10), not finished (300 s); exit 128 + SIGTERM,
+    and the run resumes."""
+    first, run = _start_slow(tmp_path, "--set", "checkpoint.sigterm_grace_seconds=1")
     trainer = _trainer_pid(run)
     try:
         first.send_signal(signal.SIGTERM)
@@ -138,7 +128,7 @@ def test_sigterm_to_envkit_run_mid_step_ends_the_whole_run_promptly_with_143(tmp
     assert not _alive(trainer)
     s = json.loads((run / "summary.json").read_text())
     assert (s["status"], s["signal"]) == ("interrupted", "SIGTERM")
-    assert "the newest checkpoint holds step 10" in s["error"]
+    assert s["error"].startswith("SIGTERM 1 s ago: step ") and "the newest checkpoint holds step 10" in s["error"]
 
 
 def test_ctrl_c_checkpoints_says_so_exits_130_and_the_run_resumes(tmp_path):

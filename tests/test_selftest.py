@@ -66,7 +66,7 @@ def test_quick_cli_on_cpu_passes_every_probe_with_workers(project):
 def test_injected_crash_hang_and_wrong_numbers_fail_only_those(project):
     seen = []
     env = {**CLEAN, "ENVKIT_SELFTEST_INJECT": "matmul=crash,softmax=hang,layernorm=wrong"}
-    report = run_selftest(device="cpu", profile="cpu", quick=True, env=env, timeouts={"softmax": 6},
+    report = run_selftest(device="cpu", profile="cpu", quick=True, env=env, timeouts={"softmax": 1},
                           on_probe=seen.append)
     by = {p.name: p for p in report.probes}
     assert [p.name for p in report.probes] == PROBES
@@ -79,7 +79,7 @@ def test_injected_crash_hang_and_wrong_numbers_fail_only_those(project):
     assert crash.kind == "crash" and "SIGABRT" in crash.message and "Abort trap" in crash.message
     assert "injected crash in matmul" in crash.message  # the stderr tail names what happened
     hang = by["softmax"]
-    assert hang.kind == "timeout" and "hung" in hang.message and 5 <= hang.seconds <= 7
+    assert hang.kind == "timeout" and "hung" in hang.message and hang.seconds == 1  # its own timeout, counted from its start
     wrong = by["layernorm"]
     assert wrong.kind == "wrong" and wrong.error > wrong.tolerance and "wrong numbers" in wrong.message
     for p in (crash, hang, wrong):

@@ -68,7 +68,8 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
     loop = _Loop(tr, state, guard, result, tel, watch, StepProfiler(run_dir, profile_steps, tr.device_type, tr.rank, tr.world, tr.log),
                  stop_after=stop_after, on_step=on_step, split_oom=split_oom, elapsed_mark=time.perf_counter(), saved_step=state.step)
     _say_start(tr, state, tel)
-    stop = Stopper(tr.log if tr.master else (lambda m: None), tr.world) if handle_signals else None
+    stop = (Stopper(tr.log if tr.master else (lambda m: None), tr.world, term_grace=cfg.checkpoint.sigterm_grace_seconds)
+            if handle_signals else None)
     if stop is not None:  # a step given up (envkit's process gone, SIGTERM's grace over): summary.json says so
         stop.on_give_up = lambda reason: _given_up(loop, result, tel, reason)
     try:

@@ -157,6 +157,9 @@ class Eval:
 class Checkpoint:
     every_steps: int = F("int", 200, min=0, help="0 = only at the end")
     keep_last: int = F("int", 3, min=1, help="checkpoints kept (the newest that verify); older ones are deleted")
+    sigterm_grace_seconds: float = F("float", 10.0, gt=0,
+                                     help="after SIGTERM, seconds the step under way may still take; then it is given up and "
+                                          "a resume starts from the newest checkpoint (a Slurm preemption kills 30 s after its SIGTERM)")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

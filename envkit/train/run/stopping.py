@@ -3,9 +3,9 @@
 - SIGINT (Ctrl-C) and SIGUSR1 (Slurm's warning before a time limit, passed on by envkit): stop
   after this step with a checkpoint; a second Ctrl-C aborts.
 - SIGTERM (`timeout`, `kill`, `envkit run` passing on its own, `envkit stop` after its grace, a
-  Slurm preemption): the same, but a step still under way TERM_GRACE seconds later is given up. A
-  step of minutes must not keep `timeout 120 envkit run` alive for minutes; a preempted Slurm job
-  is killed 30 s after its SIGTERM anyway.
+  Slurm preemption): the same, but a step still under way checkpoint.sigterm_grace_seconds (TERM_GRACE
+  by default) later is given up. A step of minutes must not keep `timeout 120 envkit run` alive for
+  minutes; a preempted Slurm job is killed 30 s after its SIGTERM anyway.
 - envkit's process gone (parent_watch.py reads EOF on a pipe only it held; SIGKILL included): a
   step under way is given up at once; between steps, the last completed step is checkpointed
   first. Nobody waits for this trainer any more, and the run folder is not free while it lives.
@@ -21,7 +21,7 @@ import signal
 import sys
 import threading
 
-TERM_GRACE = 10.0  # seconds a step may still take after SIGTERM
+TERM_GRACE = 10.0  # seconds a step may still take after SIGTERM (the default of checkpoint.sigterm_grace_seconds)
 PARENT_GONE = "envkit's process ended"
 GIVE_UP_CODE = 128 + signal.SIGTERM  # how a trainer ends that gave up its step (as if SIGTERM killed it)
 
@@ -61,10 +61,11 @@ class Stopper:
 
     SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGUSR1") if hasattr(signal, n))
 
-    def __init__(self, log, world: int = 1):
+    def __init__(self, log, world: int = 1, term_grace: float = TERM_GRACE):
         global _current
         self.signal: str | None = None  # what asked to stop: a signal's name, or PARENT_GONE
         self.log, self.world, self.group = log, world, None
+        self.term_grace = term_grace
         self.on_give_up = None  # set by the loop: (reason) -> None, summary.json and a line before the process ends
         self._lock = threading.Lock()
         self._in_step = False
@@ -78,14 +79,14 @@ class Stopper:
             raise KeyboardInterrupt
         name = signal.Signals(signum).name
         if signum == signal.SIGTERM and self._urgent is None:
-            timer = threading.Timer(TERM_GRACE, self.urgent, (f"SIGTERM {TERM_GRACE:g} s ago",))
+            timer = threading.Timer(self.term_grace, self.urgent, (f"SIGTERM {self.term_grace:g} s ago",))
             timer.daemon = True
             timer.start()
         if self.signal:
             return
         self.signal = name
         self.log(f"{name}: stopping after this step with a checkpoint"
-                 + (f" (a step still running in {TERM_GRACE:g} s is given up)" if signum == signal.SIGTERM else " (Ctrl-C again to abort)"))
+                 + (f" (a step still running in {self.term_grace:g} s is given up)" if signum == signal.SIGTERM else " (Ctrl-C again to abort)"))
 
     def enter_step(self) -> bool:
         """Before a step: False when this process should stop instead (a stop came between steps,
