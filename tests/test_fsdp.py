@@ -12,8 +12,9 @@ summation order in another torch while still failing on any real difference (a w
 missed gradient reduction, a step of the wrong data changes the 3rd digit).
 
 A run through torchrun costs three Python processes' start-up (torchrun and two ranks, several seconds
-each on 2 cores): the fsdp and ddp runs both tests start from are trained once for the module
-(stopped at step 12 of 16, so they are also the interrupted runs a one-process resume continues).
+each on 2 cores): the fsdp and ddp runs the tests start from are trained once for the module
+(stopped at step 12 of 16, so they are also the interrupted runs a one-process resume continues);
+the ddp one is also what test_two_processes_through_torchrun_on_cpu reads (DDP through torchrun).
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ TWO = ["--nproc-per-node", "2"]
 REL = 1e-5
 
 
-def _run(tmp_path, run_id, *args, timeout=600):
-    res = envkit("run", GPT, *BASE, "--run-id", run_id, *args, cwd=tmp_path, timeout=timeout)
+def _run(tmp_path, run_id, *args, timeout=600, env=None):
+    res = envkit("run", GPT, *BASE, "--run-id", run_id, *args, cwd=tmp_path, timeout=timeout, env=env)
     return res
 
 
@@ -75,29 +76,63 @@ def _popen(tmp_path, run_id, *args, env=None):
 STOP = ["--stop-after", "12"]
 
 
+# the profile's threads, split by envkit: not a value the test runner exported (share_of_cores)
+PROFILE_THREADS = {"OMP_NUM_THREADS": None}
+AC = ["--set", "training.activation_checkpointing=full"]
+
+
 @pytest.fixture(scope="module")
 def two_process_runs(tmp_path_factory):
     """A project with two runs of two processes each, stopped at step 12 (checkpoints 8 and 12): "fsdp"
     (training.parallel fsdp) and "ddp" (auto, which chooses ddp here, with activation checkpointing,
-    which recomputes the same activations). Read by both tests; the one that resumes them copies them."""
+    which recomputes the same activations): (the project folder, the ddp command's result). Read by
+    the tests; the one that resumes them copies them."""
     d = tmp_path_factory.mktemp("two")
-    ddp = _run(d, "ddp", *TWO, *STOP, "--set", "training.activation_checkpointing=full")
+    ddp = _run(d, "ddp", *TWO, *STOP, *AC, env=PROFILE_THREADS)
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     fsdp = _run(d, "fsdp", *TWO, *STOP, "--set", "training.parallel=fsdp")
     assert fsdp.returncode == 0, fsdp.stderr[-3000:]
-    return d
+    return d, ddp
+
+
+def test_two_processes_through_torchrun_on_cpu(tmp_path, two_process_runs):
+    """--nproc-per-node 2 goes through torchrun and DDP (gloo on the CPU): both ranks train one model.
+    Then training.ddp_bucket_mb regroups the all-reduce, not its sums (two ranks: a + b either way),
+    and training.ddp_comm_dtype bf16 needs NCCL: on gloo it says so in one line and trains in fp32."""
+    project, res = two_process_runs
+    d = _dir(project, "ddp")
+    s = _summary(d)
+    assert s["status"] == "stopped" and s["world_size"] == 2 and s["steps"] == 12
+    steps = _losses(d)
+    assert steps[12] < steps[1]  # it learned
+    assert "16 x 1 accum x 2 proc" in (d / "train.log").read_text()
+    # only envkit's lines: no torchrun banner about OMP_NUM_THREADS, no barrier() device warning
+    out = res.stdout + res.stderr
+    assert "OMP_NUM_THREADS" not in out and "barrier()" not in out and "UserWarning" not in out, out[-3000:]
+    # the profile's OMP_NUM_THREADS is for the whole machine: each of the 2 processes gets half
+    env_doc = json.loads((d / "environment.json").read_text())
+    machine_threads = int(env_doc["profile_env"]["OMP_NUM_THREADS"])
+    assert env_doc["environ"]["OMP_NUM_THREADS"] == str(max(1, machine_threads // 2))
+
+    res = _run(tmp_path, "small", *TWO, *STOP, *AC, "--set", "training.ddp_bucket_mb=0.05", "--set", "training.ddp_comm_dtype=bf16",
+               env=PROFILE_THREADS)
+    assert res.returncode == 0, res.stderr[-3000:]
+    small = _dir(tmp_path, "small")
+    assert _losses(small) == steps
+    assert "training.ddp_comm_dtype bf16 ignored on cpu: gloo all-reduces fp32" in (small / "train.log").read_text()
 
 
 def test_fsdp_trains_like_ddp_and_a_sigkilled_run_resumes_exactly(tmp_path, two_process_runs):
+    project = two_process_runs[0]
     # auto on two CPU processes: the 0.4M-parameter model fits, so ddp, said with the numbers
-    log = (_dir(two_process_runs, "ddp") / "train.log").read_text()
+    log = (_dir(project, "ddp") / "train.log").read_text()
     assert "training.parallel: ddp (auto: weights + gradients + adamw state" in log and "fit one device" in log, log
 
-    d = _dir(two_process_runs, "fsdp")
+    d = _dir(project, "fsdp")
     assert "training.parallel: fsdp (as set): 1 unit of 2 blocks + root over 2 processes" in (d / "train.log").read_text()
     s = _summary(d)
     assert s["status"] == "stopped" and s["steps"] == 12 and s["parallel"] == "fsdp" and s["world_size"] == 2
-    a, b = _losses(_dir(two_process_runs, "ddp")), _losses(d)
+    a, b = _losses(_dir(project, "ddp")), _losses(d)
     assert sorted(a) == sorted(b) == list(range(1, 13))
     _close(a, b, range(1, 13))
     assert b[12] < b[1]  # it learned
@@ -140,7 +175,7 @@ def test_a_sharded_checkpoint_resumes_on_one_process_as_a_ddp_one_does(tmp_path,
     """The 2-process runs stopped at step 12; each newest checkpoint is damaged (one byte of one fsdp
     shard, one byte of the ddp file), so both resume from step 8, on one process: the same weights,
     optimizer state and data position make the same losses."""
-    shutil.copytree(two_process_runs / "runs", tmp_path / "runs")  # a copy: the other test reads the stopped runs
+    shutil.copytree(two_process_runs[0] / "runs", tmp_path / "runs")  # a copy: the other test reads the stopped runs
     _flip_a_byte(_dir(tmp_path, "fsdp") / "checkpoints" / "step_00000012.dcp" / "__1_0.distcp")
     _flip_a_byte(_dir(tmp_path, "ddp") / "checkpoints" / "step_00000012.pt")
 

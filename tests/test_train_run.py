@@ -207,35 +207,8 @@ def test_gpt_flops_per_token_formula():
     assert m.flops_per_token(seq_len=256) == 6 * 123_653_376 + 12 * 12 * 12 * 64 * 256
 
 
-def test_two_processes_through_torchrun_on_cpu(tmp_path):
-    """--nproc-per-node 2 goes through torchrun and DDP (gloo on the CPU): both ranks train one model.
-    Then training.ddp_bucket_mb regroups the all-reduce, not its sums (two ranks: a + b either way),
-    and training.ddp_comm_dtype bf16 needs NCCL: on gloo it says so in one line and trains in fp32."""
-    args = ["--nproc-per-node", "2", "--set", "training.max_steps=12", "--set", "training.batch_size=16",
-            "--set", "eval.every_steps=12", "--set", "logging.every_steps=4"]
-    res = run(tmp_path, "gpt_quick_test", *args, run_id="ddp",
-              env={"OMP_NUM_THREADS": None})  # the profile's threads, split: not a value the test runner exported
-    assert res.returncode == 0, res.stderr[-3000:]
-    d = exp_dir(tmp_path, "gpt_quick_test") / "ddp"
-    s = summary(d)
-    assert s["status"] == "completed" and s["world_size"] == 2 and s["steps"] == 12
-    steps = losses(d)
-    assert steps[-1][1] < steps[0][1]  # it learned
-    assert "16 x 1 accum x 2 proc" in (d / "train.log").read_text()
-    # only envkit's lines: no torchrun banner about OMP_NUM_THREADS, no barrier() device warning
-    out = res.stdout + res.stderr
-    assert "OMP_NUM_THREADS" not in out and "barrier()" not in out and "UserWarning" not in out, out[-3000:]
-    # the profile's OMP_NUM_THREADS is for the whole machine: each of the 2 processes gets half
-    env_doc = json.loads((d / "environment.json").read_text())
-    machine_threads = int(env_doc["profile_env"]["OMP_NUM_THREADS"])
-    assert env_doc["environ"]["OMP_NUM_THREADS"] == str(max(1, machine_threads // 2))
-
-    res = run(tmp_path, "gpt_quick_test", *args, "--set", "training.ddp_bucket_mb=0.05", "--set", "training.ddp_comm_dtype=bf16",
-              run_id="small", env={"OMP_NUM_THREADS": None})
-    assert res.returncode == 0, res.stderr[-3000:]
-    small = exp_dir(tmp_path, "gpt_quick_test") / "small"
-    assert losses(small) == steps
-    assert "training.ddp_comm_dtype bf16 ignored on cpu: gloo all-reduces fp32" in (small / "train.log").read_text()
+# --nproc-per-node 2 through torchrun and DDP: test_two_processes_through_torchrun_on_cpu in test_fsdp.py,
+# which reads the ddp run that file trains for its own tests.
 
 
 def test_profile_steps_writes_a_chrome_trace(tmp_path, short_run):
