@@ -70,8 +70,10 @@ def test_a_child_that_hangs_is_killed_with_its_process_group(tmp_path):
     python = _interpreter(tmp_path, f'sleep 300 & echo $! > {pids}; echo $$ >> {pids}; wait')
     r = run_spec(SPEC, python, dict(os.environ), timeout=2)
     assert r.status == "fail" and r.reason == "did not finish within 2 s (killed)"
-    time.sleep(0.5)
+    deadline = time.monotonic() + 60
     for pid in map(int, pids.read_text().split()):  # the child and what it started (a DataLoader worker) are gone
+        while not _gone(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
         assert _gone(pid), pid
 
 

@@ -69,9 +69,10 @@ def test_bench_on_cpu_runs_cpu_rungs_skips_device_rungs_saves_and_plots(tmp_path
 def test_bench_on_a_50k_vocabulary_gpt_that_does_not_fit_splits_and_says_so(tmp_path, gpt50k):
     """ENVKIT_TRAIN_INJECT=oom-above=16: a device that holds 16 samples. Batch 32 does not fit: every
     rung is split by the trainer to 16 x 2 (the effective batch kept), says what 32 asked for, and
-    still measures the same training (the same loss as the baseline)."""
-    res = envkit("bench", "--config", str(gpt50k), "--no-compile", "--seconds", "1", "--output", str(tmp_path / "b.json"),
-                 cwd=tmp_path, env={"ENVKIT_TRAIN_INJECT": "oom-above=16"}, timeout=240)
+    still measures the same training (the same loss as the baseline). Plain output (no terminal) on
+    80 columns: one line per rung as it finishes, then the table, each skip naming its doctor check."""
+    res = envkit("bench", "--config", str(gpt50k), "--no-compile", "--seconds", "0.5", "--output", str(tmp_path / "b.json"),
+                 cwd=tmp_path, env={"ENVKIT_TRAIN_INJECT": "oom-above=16", "COLUMNS": "80"}, timeout=240)
     assert res.returncode == 0, res.stderr[-2000:]
     data = json.loads((tmp_path / "b.json").read_text())
     assert data["unit"] == "tokens" and all(r["status"] in ("ok", "skip") for r in data["rungs"]), data["rungs"]
@@ -85,31 +86,24 @@ def test_bench_on_a_50k_vocabulary_gpt_that_does_not_fit_splits_and_says_so(tmp_
     # plain output (no terminal): one line per rung as it finishes, with its figure, then the table
     assert re.search(r"\.\.\. cpu fp32: ok [\d,]+ tokens/s \([\d.]+ s\)", res.stderr), res.stderr
     assert "[ok] cpu fp32:" in res.stdout and "does not fit" in " ".join(res.stdout.split())  # plain lines wrap at $COLUMNS
+    assert "(doctor check 'cuda')" in res.stdout and "[skip] cuda fp32:" in res.stdout
+    lines = res.stdout.splitlines()
+    assert [line for line in lines if len(line) > 80] == []  # plain lines are wrapped to $COLUMNS too
+    for r in (r for r in data["rungs"] if r["status"] == "skip"):
+        assert [line for line in lines if line.startswith(f"[skip] {r['name']}:")] == [
+            f"[skip] {r['name']}: {SHORT[r['check']] if r['check'] else r['reason']}" + (f" (doctor check '{r['check']}')" if r["check"] else "")]
 
 
 def test_bench_budget_bounds_the_whole_ladder(tmp_path):
-    """A rung that would be timed for 30 s in a budget of 8 s for the whole ladder: it is stopped when
-    the budget ends, and it and the rungs the budget does not reach are skipped and said so, not failed."""
-    res = envkit("bench", "--model", "mlp", "--seconds", "30", "--no-compile", "--budget", "8s", "--json",
+    """A rung that would be timed for 30 s in a budget of 4 s for the whole ladder (the first rung
+    starts at once, with more than the 3 s a child needs left): it is stopped when the budget ends, and
+    it and the rungs the budget does not reach are skipped and said so, not failed."""
+    res = envkit("bench", "--model", "mlp", "--seconds", "30", "--no-compile", "--budget", "4s", "--json",
                  "--output", str(tmp_path / "b.json"), cwd=tmp_path, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     rungs = {r["name"]: r for r in json.loads(res.stdout)["rungs"]}
-    assert rungs["cpu fp32"]["status"] == "skip" and "budget of 8 s (--budget) ran out during this rung" in rungs["cpu fp32"]["reason"]
+    assert rungs["cpu fp32"]["status"] == "skip" and "budget of 4 s (--budget) ran out during this rung" in rungs["cpu fp32"]["reason"]
     assert rungs["cpu + profile"]["status"] == "skip" and "ran out before this rung" in rungs["cpu + profile"]["reason"]
-
-
-def test_bench_plain_output_names_the_doctor_check(tmp_path):
-    res = envkit("bench", *FAST, "--no-compile", "--output", str(tmp_path / "b.json"), cwd=tmp_path, timeout=300,
-                 env={"COLUMNS": "80"})
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert "[ok] cpu fp32:" in res.stdout and "(doctor check 'cuda')" in res.stdout
-    assert "[skip] cuda fp32:" in res.stdout
-    lines = res.stdout.splitlines()
-    assert [line for line in lines if len(line) > 80] == []  # plain lines are wrapped to $COLUMNS too
-    saved = json.loads((tmp_path / "b.json").read_text())
-    for r in (r for r in saved["rungs"] if r["status"] == "skip"):
-        assert [line for line in lines if line.startswith(f"[skip] {r['name']}:")] == [
-            f"[skip] {r['name']}: {SHORT[r['check']] if r['check'] else r['reason']}" + (f" (doctor check '{r['check']}')" if r["check"] else "")]
 
 
 # --------------------------------------------------------------------------- the ladder on an 80-column terminal
@@ -226,37 +220,16 @@ def test_bench_refuses_a_device_this_machine_lacks(tmp_path):
     assert res.returncode == 2 and "doctor check 'cuda'" in res.stderr and "Traceback" not in res.stderr
 
 
-def test_tune_writes_a_profile_that_doctor_names_and_run_uses(tmp_path):
-    cfg = tmp_path / "config"
-    env = {"ENVKIT_CONFIG_DIR": str(cfg)}
-    res = envkit("tune", "--budget", "60s", "--model", "mlp", "--seconds", "0.5", "--json", env=env, cwd=tmp_path, timeout=300)
-    assert res.returncode == 0, res.stderr[-2000:] + res.stdout[-2000:]
-    out = json.loads(res.stdout)
-    assert out["profile"] == "cpu-tuned" and Path(out["path"]) == cfg / "profiles" / "cpu-tuned.toml"
-    assert out["settings"] and all(s["reason"].startswith(("measured:", "keeps")) for s in out["settings"])
-    assert written_by_envkit(Path(out["path"]))
-    text = Path(out["path"]).read_text()
-    assert 'extends = "cpu"' in text and "torch 2" in text  # the source names envkit, torch and the machine
-    doc = json.loads(envkit("doctor", "--json", "--no-runtime", env=env, cwd=tmp_path).stdout)
-    assert doc["profile"] == "cpu-tuned"
-    replay = json.loads(envkit("doctor", "--json", "--replay", str(snapshot_path("linux_no_gpu")), env=env, cwd=tmp_path).stdout)
-    assert replay["profile"] == "cpu"  # a recorded machine is another machine
-    assert envkit("init", "train.yaml", "--template", "mlp_quick_test", env=env, cwd=tmp_path).returncode == 0
-    shown = envkit("run", "train.yaml", "--print-config", env=env, cwd=tmp_path)
-    assert "profile: cpu-tuned" in shown.stdout, shown.stdout + shown.stderr
-    other = envkit("run", "train.yaml", "--print-config", "--profile", "cpu", env=env, cwd=tmp_path)
-    assert "(profile: cpu)" in other.stdout and "cpu-tuned" not in other.stdout  # --profile still chooses another
-    listed = envkit("profile", "show", "cpu-tuned", "--resolved", env=env, cwd=tmp_path)
-    assert listed.returncode == 0 and "measured:" in listed.stdout
-
-
-def test_tune_on_a_50k_vocabulary_gpt_whose_shipped_batch_does_not_fit_writes_a_profile(tmp_path, gpt50k):
+def test_tune_on_a_50k_vocabulary_gpt_writes_a_profile_whose_batch_fits_that_doctor_names_and_run_uses(tmp_path, gpt50k):
     """The H100 story on the CPU: the shipped batch (cpu profile: 16) does not fit a device holding 8
     samples. The shipped run is split to 8 x 2 and that is decided at once, so even a short budget
-    writes a profile whose batch fits; what did not fit is named with what it asked for."""
+    writes a profile whose batch fits; what did not fit is named with what it asked for. The profile
+    written is then the machine's: doctor names it, `envkit run` trains with it unless --profile says
+    otherwise."""
     cfg = tmp_path / "config"
+    env = {"ENVKIT_CONFIG_DIR": str(cfg)}
     res = envkit("tune", "--config", str(gpt50k), "--budget", "75s", "--seconds", "0.5", "--no-compile", "--json", cwd=tmp_path,
-                 env={"ENVKIT_CONFIG_DIR": str(cfg), "ENVKIT_TRAIN_INJECT": "oom-above=8"}, timeout=300)
+                 env={**env, "ENVKIT_TRAIN_INJECT": "oom-above=8"}, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:] + res.stdout[-2000:]
     out = json.loads(res.stdout)
     first = out["runs"][0]
@@ -271,6 +244,22 @@ def test_tune_on_a_50k_vocabulary_gpt_whose_shipped_batch_does_not_fit_writes_a_
     probes = [r for r in out["runs"] if r["run"].startswith("batch ")]
     assert probes and all(r["status"] == "does not fit" for r in probes), out["runs"]  # nothing above 8 fits: each says so
     assert probes[0]["run"] == "batch 12"  # bisection between 8 (fits) and 16 (does not)
+
+    assert out["profile"] == "cpu-tuned" and Path(out["path"]) == cfg / "profiles" / "cpu-tuned.toml"
+    assert out["settings"] and all(s["reason"].startswith(("measured:", "keeps")) for s in out["settings"])
+    assert written_by_envkit(Path(out["path"]))
+    assert 'extends = "cpu"' in text and "torch 2" in text  # the source names envkit, torch and the machine
+    doc = json.loads(envkit("doctor", "--json", "--no-runtime", env=env, cwd=tmp_path).stdout)
+    assert doc["profile"] == "cpu-tuned"
+    replay = json.loads(envkit("doctor", "--json", "--replay", str(snapshot_path("linux_no_gpu")), env=env, cwd=tmp_path).stdout)
+    assert replay["profile"] == "cpu"  # a recorded machine is another machine
+    assert envkit("init", "train.yaml", "--template", "mlp_quick_test", env=env, cwd=tmp_path).returncode == 0
+    shown = envkit("run", "train.yaml", "--print-config", env=env, cwd=tmp_path)
+    assert "profile: cpu-tuned" in shown.stdout, shown.stdout + shown.stderr
+    other = envkit("run", "train.yaml", "--print-config", "--profile", "cpu", env=env, cwd=tmp_path)
+    assert "(profile: cpu)" in other.stdout and "cpu-tuned" not in other.stdout  # --profile still chooses another
+    listed = envkit("profile", "show", "cpu-tuned", "--resolved", env=env, cwd=tmp_path)
+    assert listed.returncode == 0 and "measured:" in listed.stdout
 
 
 def test_tune_never_writes_over_a_file_the_user_wrote_or_edited(tmp_path):
