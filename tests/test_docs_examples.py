@@ -171,11 +171,17 @@ def test_every_envkit_example_runs_or_is_marked_illustrative_with_a_reason():
 # ---------------------------------------------------------------- running a page
 
 
+# envkit's cache for the pages' runs, not the user's: one for all the pages, so the environment's
+# lock that each run's record holds (envkit/record/envlock.py: hashes of every installed wheel, seconds
+# of CPU or of index reads) is made once, not once per page.
+CACHE = __import__("tempfile").mkdtemp(prefix="envkit-test-docs-cache-")
+
+
 def page_env(tmp: Path) -> dict:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTORCH_", "ENVKIT_", "PYTEST_", "COLUMNS", "OMP_NUM_THREADS"))}
     env.update(PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
-               PYTHONUNBUFFERED="1", ENVKIT_CONFIG_DIR=str(tmp / "config"), ENVKIT_CACHE_DIR=str(tmp / "cache"))
+               PYTHONUNBUFFERED="1", ENVKIT_CONFIG_DIR=str(tmp / "config"), ENVKIT_CACHE_DIR=CACHE)
     return share_of_cores(env)
 
 
