@@ -48,9 +48,9 @@ def _ctrl_c_during_the_first_run(tmp_path) -> tuple[int, str]:
     import sys
     import time
 
-    from conftest import default_sigint
+    from conftest import default_sigint, share_of_cores
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTORCH_", "ENVKIT_"))}
+    env = share_of_cores({k: v for k, v in os.environ.items() if not k.startswith(("PYTORCH_", "ENVKIT_"))})
     env["ENVKIT_TRAIN_INJECT"] = "sleep=0.25"
     proc = subprocess.Popen([sys.executable, "-m", "envkit", "sweep", "train.yaml", "--profile", "cpu", "--set", "logging.every_steps=1"],
                             cwd=tmp_path, env=env,
