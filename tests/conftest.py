@@ -133,6 +133,8 @@ SLOW_FILES = frozenset({
     "test_setup.py", "test_setup_uv.py", "test_setup_guards.py", "test_builds.py", "test_install_failures.py",
     "test_pylock.py", "test_pylock_interop.py", "test_lock_project.py", "test_accel_install.py", "test_exec.py",
     "test_secrets.py", "test_train_templates.py", "test_reproduce.py", "test_record.py",
+    # a fresh clone's command 1 and tour, each docs page's examples, real torch locked and rebuilt
+    "test_readme_tour.py", "test_docs_examples.py", "test_lock.py",
 })
 
 # The longest files first, in the order of their measured wall time on 2 cores (--durations, summed

@@ -42,10 +42,12 @@ def missing() -> str | None:
 def missing_netns() -> str | None:
     if shutil.which("ip") is None:
         return "iproute2's `ip` is missing: two test nodes need network namespaces"
-    probe = subprocess.run(["ip", "netns", "add", "envkit-probe"], capture_output=True, text=True)
+    # a name of this process's own: a probe left by a killed test run must not make this one skip
+    name = f"envkit-probe-{os.getpid()}"
+    probe = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
     if probe.returncode != 0:
         return f"cannot create a network namespace: {probe.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", "envkit-probe"], capture_output=True)
+    subprocess.run(["ip", "netns", "del", name], capture_output=True)
     return None
 
 

@@ -243,6 +243,11 @@ def test_a_run_recorded_on_a_mac_is_rebuilt_with_this_machines_torch_and_held_to
     assert f"compared within tolerance accuracy {out['tolerance']['accuracy']:.2g}" in other["line"]
     held = subprocess.run([str(venv / "bin/python"), "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
     assert held.stdout.strip() == "2.13.0+cpu"
+    # --check on that venv: this machine's build of the recorded torch is what a reproduction installs, a note, not drift
+    r = envkit("reproduce", str(mac), "--check", "--venv", str(venv), "--json", env=env, timeout=300)
+    report = json.loads(r.stdout)
+    assert not [x for x in report["environment"] if "torch" in x], report
+    assert any("recorded on another machine" in n and "torch 2.13.0+cpu here for 2.13.0 recorded" in n for n in report["notes"]), report
     # moved by 1% instead: beyond that tolerance, exit 1, the venv reused
     far = tmp_path / "runs" / "tiny" / "mac-far"
     shutil.copytree(first_run, far, ignore=shutil.ignore_patterns("reproductions.json"))

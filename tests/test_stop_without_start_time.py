@@ -143,3 +143,24 @@ def test_stop_sends_sigint_to_the_trainer_of_a_running_envkit_run(tmp_path):
     assert "SIGINT: stopping after this step" in (run / "train.log").read_text()
     assert json.loads((run / "summary.json").read_text())["status"] == "interrupted"
     assert not alive(trainer)
+
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="zombies are told by /proc (Linux)")
+def test_a_process_that_has_exited_but_is_not_yet_reaped_counts_as_gone():
+    """`envkit stop` waits until the run's process is gone; one that has exited and waits for its
+    parent to reap it (a zombie, which still answers kill(0)) is gone for that purpose."""
+    from envkit.train.watching.runs_state import pid_alive
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        assert wait_for(lambda: Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z", 60)
+        assert pid_alive(proc.pid) is False
+    finally:
+        proc.wait()
+    sleeping = subprocess.Popen(["sleep", "30"])
+    try:
+        assert pid_alive(sleeping.pid) is True
+    finally:
+        sleeping.kill()
+        sleeping.wait()

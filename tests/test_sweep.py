@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from cifar_fixture import write_cifar10
-from conftest import THREADS_PER_WORKER, envkit
+from conftest import envkit
 
 CHANCE = 0.1  # ten balanced classes
 
@@ -89,12 +89,16 @@ def test_sweep_interrupted_resumed_and_shown_again(tmp_path):
     assert (exp / RUN_IDS[0] / "checkpoints" / f"step_{s['steps']:08d}.pt").is_file()
     assert sorted(p.name for p in exp.iterdir()) == RUN_IDS[:1]  # no other run started after the Ctrl-C
 
-    # two at once: each run's console goes to its console.log. Each run gets half of this test's cores, as
-    # a user running two trainings at once on them would export it: two runs of the profile's thread per
+    # two at once: each run's console goes to its console.log. With no OMP_NUM_THREADS exported, the sweep
+    # gives each CPU run half of the profile's threads (one per core): two runs of the profile's thread per
     # core each took eight times as long per step on 2 cores.
-    second = sweep(tmp_path, "--parallel", "2", env={"OMP_NUM_THREADS": str(max(1, int(THREADS_PER_WORKER) // 2))})
+    whole = int(json.loads(envkit("profile", "show", "cpu", "--resolved", "--json").stdout)["env"]["OMP_NUM_THREADS"]["value"])
+    second = sweep(tmp_path, "--parallel", "2", env={"OMP_NUM_THREADS": None})
     assert second.returncode == 0, second.stdout + second.stderr
+    share = str(max(1, whole // 2))
+    assert second.stdout.count(f"({share} CPU thread") == len(RUN_IDS), second.stdout
     for rid in RUN_IDS:
+        assert json.loads((exp / rid / "environment.json").read_text())["environ"]["OMP_NUM_THREADS"] == share, rid
         s = json.loads((exp / rid / "summary.json").read_text())
         assert s["status"] == "completed" and s["steps"] == 16
         assert bool(s["resumed_from"]) is (rid == RUN_IDS[0]), rid  # the interrupted one continued, not started over

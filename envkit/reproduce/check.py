@@ -59,17 +59,28 @@ def load(run_dir: Path) -> tuple[dict, Path]:
     return rec, lock
 
 
-def environment_lines(lock_path: Path, python: str, rec: dict) -> list[str]:
-    """The interpreter's installed set against the lock (local and editable installs are code, not packages)."""
+def environment_lines(lock_path: Path, python: str, rec: dict, notes: list[str] | None = None) -> list[str]:
+    """The interpreter's installed set against the lock (local and editable installs are code, not packages).
+    A lock of another kind of machine (a Mac's run checked on a CPU box): this machine's build of
+    the recorded torch version and its runtime are what a reproduction installs here (elsewhere.py),
+    so they are a note, not a difference."""
     from envkit.install.act.interp import probe
     from envkit.install.lock.drift import compare
     from envkit.install.lock.read import read
+    from envkit.reproduce.builds import other_machine, this_machines_build
 
     lock = read(lock_path)
     local = {d["name"] for d in (rec.get("environment") or {}).get("local") or []}
     found = probe(python)
     have = {k: d["version"] for k, d in found.dists.items() if not d.get("editable") and k not in local}
     want = {k: v for k, v in lock.versions.items() if k not in local}
+    other = other_machine(lock)
+    if other:
+        want, have, said = this_machines_build(want, have)
+        if notes is not None:
+            notes.append(f"recorded on another machine ({'; '.join(other)}): "
+                         + (f"{'; '.join(said)}: this machine's build, as a reproduction installs it" if said
+                            else "its torch build is held as recorded"))
     return [f"environment: {line}" for line in compare(want, have)["lines"]]
 
 
@@ -148,7 +159,7 @@ def check(run_dir: Path, python: str | None = None) -> CheckReport:
     python = python or rec.get("python")
     if python and Path(python).exists():
         report.python = python
-        report.environment = environment_lines(lock, python, rec)
+        report.environment = environment_lines(lock, python, rec, report.notes)
     else:
         report.notes.append(f"the interpreter the run used ({python}) is gone: give --venv DIR to check another")
     report.code = code_lines(rec)

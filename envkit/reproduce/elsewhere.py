@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -28,11 +27,7 @@ from pathlib import Path
 
 from envkit.reproduce.check import CannotReproduce
 
-TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
-# What a torch build brings for its accelerator (CUDA's libraries, Triton, ROCm's and XPU's): it
-# belongs to the build, not to the run, so the recorded one goes and this build's comes.
-RUNTIME = re.compile(r"^(nvidia-.+|triton|pytorch-triton(-rocm|-xpu)?|cuda-bindings|cuda-pathfinder|cuda-toolkit|"
-                     r"intel-(cmplr|sycl|opencl|pti|openmp).*|onemkl-sycl-.+|dpcpp-cpp-rt|tcmlib|umf|impi-rt)$")
+from envkit.reproduce.builds import RUNTIME, TORCH_FAMILY
 
 
 @dataclass

@@ -16,18 +16,10 @@ MACHINE = re.compile(r"(^dt|_ms$|_s$|seconds|per_second|per_sec|_pct$|_mb$|_gb$|
 
 def read_rows(run_dir: Path) -> dict[int, dict[str, float]]:
     """step -> {metric: value}, the rows of one step merged (training and evaluation)."""
-    import json
+    from envkit.train.watching.runs_state import read_metrics  # a resumed run's superseded rows left out
 
     out: dict[int, dict[str, float]] = {}
-    try:
-        lines = (Path(run_dir) / "metrics.jsonl").read_text(errors="replace").splitlines()
-    except OSError:
-        return out
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
+    for row in read_metrics(Path(run_dir)):
         step = row.get("step") if isinstance(row, dict) else None
         if not isinstance(step, int) or isinstance(step, bool):
             continue

@@ -60,6 +60,7 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
                          baseline_loss=tr.data.baseline_loss, chance_accuracy=tr.data.chance_accuracy)
     if resume != "never":
         result.resumed_from = recover.resume(tr, state, resume)
+    tel.rewound(state.step, "resume" if result.resumed_from else "restart")  # rows of an earlier attempt past this step
     guard = NanGuard(training.nan_policy, training.nan_lr_factor, training.max_rollbacks, state.rollbacks)
     watch = RunWatch(run_dir, cfg.run_dict(), tr.device_type, tr.device, tr.log, enabled=tr.master, telemetry=tel, local_devices=tr.world)
     tr.start(state, watch.next_batch)
@@ -184,6 +185,7 @@ class _Loop:
                 val, acc = evaluate(self.tr.raw_model, self.tr.val_batches, self.tr.data, self.tr.device, self.tr.autocast)
         if not recover.check_finite(self.tr, loss, val):
             recover.rollback(self.tr, self.state, self.guard)
+            self.tel.rewound(self.state.step, "rollback")
             return False
         if do_log:
             self.log_row(loss, out, lr)

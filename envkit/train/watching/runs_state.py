@@ -19,6 +19,8 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 
 STALL_SECONDS = 60.0
+# The key of the marker row a run writes to metrics.jsonl when it goes on from an earlier step.
+REWOUND = "rewound_to_step"
 # The device fields of a metrics row that monitor shows and --json reports under "latest".
 DEVICE_KEYS = ("device_util_pct", "renderer_util_pct", "device_mem_used_mb", "device_mem_total_mb", "torch_allocated_mb",
                "torch_reserved_mb", "torch_peak_mb", "torch_driver_mb", "power_w", "temp_c", "system_mem_free_pct", "cpu_pct",
@@ -45,7 +47,18 @@ def pid_alive(pid) -> bool | None:
         return True
     except OSError:
         return None
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """A process that has exited but is not yet reaped still answers kill(0); on Linux /proc says
+    it is a zombie (state Z), so `envkit stop` and the watchers need not wait for its parent."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    # the state follows the command name, which is in parentheses and may itself hold ") "
+    return stat[stat.rfind(")") + 2:stat.rfind(")") + 3] == "Z"
 
 
 def _final(summary: dict | None, beat: dict) -> bool:
@@ -180,17 +193,30 @@ def _device_state(out: dict, run_dir: Path, rows: list[dict], beat: dict, summar
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
-    rows = []
+    """The rows of metrics.jsonl as the run stands: where a marker row says the run went on from an
+    earlier step (a resume from a checkpoint, a NaN rollback), the rows logged after that step
+    before it are dropped, so that each step has the values of the attempt that counts."""
+    rows: list = []
     try:
-        with open(run_dir / "metrics.jsonl", encoding="utf-8") as fh:
+        with open(Path(run_dir) / "metrics.jsonl", encoding="utf-8") as fh:
             for line in fh:
                 try:
-                    rows.append(json.loads(line))
+                    row = json.loads(line)
                 except ValueError:
                     continue  # a line being written
+                back = row.get(REWOUND) if isinstance(row, dict) else None
+                if isinstance(back, int) and not isinstance(back, bool):
+                    rows = [r for r in rows if not _after(r, back)]
+                    continue
+                rows.append(row)
     except OSError:
         pass
     return rows
+
+
+def _after(row, step: int) -> bool:
+    at = row.get("step") if isinstance(row, dict) else None
+    return isinstance(at, (int, float)) and not isinstance(at, bool) and at > step
 
 
 def find_runs(root: Path) -> list[Path]:

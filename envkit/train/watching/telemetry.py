@@ -19,6 +19,7 @@ import errno
 
 from envkit.fsutil import append_line, atomic_write_text, cut_torn_line, open_append, process_start_time
 from envkit.redact import strip_userinfo
+from envkit.train.watching.runs_state import REWOUND
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -152,6 +153,14 @@ class Telemetry:
             self._append(self._metrics, "metrics.jsonl", json.dumps(row, default=float) + "\n")
             for sink in self.sinks:
                 sink(row)
+
+    def rewound(self, step: int, why: str) -> None:
+        """The run goes on from `step` (a resume, a NaN rollback): the rows logged after it are
+        superseded by the ones about to come. A marker row says so, so that readers (read_metrics)
+        drop them instead of showing two values for a step; nothing already written is rewritten."""
+        if self.enabled and self._metrics is not None and os.fstat(self._metrics).st_size:
+            self._append(self._metrics, "metrics.jsonl",
+                         json.dumps({REWOUND: step, "why": why, "time": round(time.time(), 3)}) + "\n")
 
     def progress(self, step: int, row: dict, eta: float | None) -> None:
         if not self.enabled:
