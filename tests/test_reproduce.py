@@ -123,8 +123,13 @@ def test_a_run_reproduced_in_a_fresh_venv_gives_identical_losses(world, first_ru
     lock = (first_run / "pylock.toml").read_text()
     assert 'name = "torch"' in lock and "sha256" in lock and 'version = "2.13.0+cpu"' in lock
     assert not fresh_venv.exists()
-    r = envkit("reproduce", str(first_run), "--venv", str(fresh_venv), "--json", env=env, timeout=1200)
+    # reproduced from a shell that exports another thread count: the run's own count is used (on the
+    # CPU it is part of the arithmetic), and said
+    threads = json.loads((first_run / "environment.json").read_text())["environ"]["OMP_NUM_THREADS"]
+    other = {**env, "OMP_NUM_THREADS": str(int(threads) + 1)}
+    r = envkit("reproduce", str(first_run), "--venv", str(fresh_venv), "--json", env=other, timeout=1200)
     assert r.returncode == 0, r.stderr[-3000:]
+    assert f"threads as the run had them (its environment.json): OMP_NUM_THREADS={threads}" in r.stderr
     out = json.loads(r.stdout)
     assert out["outcome"] == "same" and out["venv_built"] is True, out
     again = first_run.parent / out["run"]
@@ -134,6 +139,7 @@ def test_a_run_reproduced_in_a_fresh_venv_gives_identical_losses(world, first_ru
     # a fresh venv: its own site-packages only, holding the lock's torch, and the reproduction trained with it
     assert "include-system-site-packages = false" in (fresh_venv / "pyvenv.cfg").read_text()
     assert json.loads((again / "environment.json").read_text())["python"] == str(fresh_venv / "bin/python")
+    assert json.loads((again / "environment.json").read_text())["environ"]["OMP_NUM_THREADS"] == threads
     assert "sha256 enforced" in r.stderr
     # the original run says how it was reproduced, and `envkit runs` shows it
     saved = json.loads((first_run / "reproductions.json").read_text())["reproductions"]

@@ -42,6 +42,24 @@ def _env(restored, venv: Path) -> dict:
     return env
 
 
+def _same_threads(run_dir: Path, env: dict, say) -> None:
+    """The thread counts the run had (OMP_NUM_THREADS and friends, from its environment.json): on
+    the CPU they are part of the arithmetic (how a sum is split between threads), so a run of a
+    sweep that shared the cores, or one started with a count exported, differs at another count.
+    Not for another machine or device, which train with this machine's profile."""
+    from envkit.checks.gates import gates
+
+    try:
+        recorded = (json.loads((run_dir / "environment.json").read_text()).get("environ") or {})
+    except (OSError, ValueError, AttributeError):
+        return
+    names = gates()["env"]["threads"]["names"]
+    changed = {n: str(recorded[n]) for n in names if isinstance(recorded.get(n), (str, int)) and env.get(n) != str(recorded[n])}
+    if changed:
+        env.update(changed)
+        say("threads as the run had them (its environment.json): " + ", ".join(f"{k}={v}" for k, v in changed.items()))
+
+
 def _cwd(restored, rec: dict, fallback: Path) -> Path:
     cwd = restored.path_for(rec.get("cwd") or fallback)
     return cwd if cwd.is_dir() else fallback
@@ -79,6 +97,8 @@ def rerun(run_dir: Path, rec: dict, new_dir: Path, venv: Path, restored, steps: 
     from envkit.reproduce.venv import python_of
 
     env = _env(restored, venv)
+    if not elsewhere and device is None:
+        _same_threads(run_dir, env, say)
     if rec.get("kind") == "exec":
         saved = json.loads((run_dir / "config.json").read_text())
         if steps is not None:
