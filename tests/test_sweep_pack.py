@@ -114,15 +114,27 @@ def test_pack_auto_says_how_many_and_why_and_changes_no_run(tmp_path):
         d.mkdir()
     for d in (plain, packed):
         (d / "train.yaml").write_text(GRID)
-    ref = envkit("sweep", "train.yaml", "--profile", "cpu", cwd=plain, timeout=300)
-    assert ref.returncode == 0, ref.stdout + ref.stderr
+    # no thread count exported: runs at once on the CPU, probes and sweep alike, share the profile's threads
+    whole = int(json.loads(envkit("profile", "show", "cpu", "--resolved", "--json").stdout)["env"]["OMP_NUM_THREADS"]["value"])
     res = envkit("sweep", "train.yaml", "--profile", "cpu", "--pack", "auto", cwd=packed, timeout=300,
-                 env={"TMPDIR": str(tmp)})  # the probes' temporary folders, to see they are gone
+                 env={"TMPDIR": str(tmp), "OMP_NUM_THREADS": None})  # TMPDIR: the probes' temporary folders, to see they are gone
     assert res.returncode == 0, res.stdout + res.stderr
+    assert f"n at once share {whole} CPU thread" in res.stdout, res.stdout
     line = [ln for ln in res.stdout.splitlines() if re.match(r"pack: \d+ at a time \(", ln)]
     assert len(line) == 1 and "1 alone " in line[0] and "samples/s" in line[0], res.stdout
     n = int(line[0].split()[1])
     assert 1 <= n <= 2 and f"{n} at a time) under" in res.stdout  # the sweep runs that many at once
+    # each count was timed on its share of the threads, as the probe runs trained it (torch.get_num_threads)
+    assert f"samples/s on {whole} thread" in line[0], line[0]
+    if "2 at once" in line[0]:
+        assert re.search(rf"2 at once [\d,]+ \([+-]\d+%\) on {max(1, whole // 2)} threads? each", line[0]), line[0]
+    share = str(max(1, whole // n))
+    for run in ("seed-0", "seed-1"):
+        assert json.loads((packed / "runs" / "pk" / run / "environment.json").read_text())["environ"]["OMP_NUM_THREADS"] == share
+    # the same sweep one at a time, each run with the thread count the packed one had (on the CPU the
+    # count is part of the arithmetic)
+    ref = envkit("sweep", "train.yaml", "--profile", "cpu", cwd=plain, timeout=300, env={"OMP_NUM_THREADS": share})
+    assert ref.returncode == 0, ref.stdout + ref.stderr
     # every run completed, with the losses of the sweep run without --pack (same seeds): the probes changed nothing
     assert _losses(packed) == _losses(plain) and all(v[:2] == ("completed", 10) for v in _losses(packed).values())
     # the probes left no run folder, no file in a run folder, and no temporary folder

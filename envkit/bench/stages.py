@@ -3,7 +3,8 @@
 Starting a run costs far more than timing it (the interpreter, torch, the data, torch.compile: about
 25 s for ResNet-18 on an H100, against 2 s of timed windows), so the runs are started once and the
 counts are timed in turn: run i warms up, writes `warm.i` (the memory it holds) and waits; the parent
-writes `go.k` holding a count n; runs 0..n-1 each time their windows and write `rate.k.i`, the
+writes `go.k` holding a count n (and, on the CPU, the threads each of the n gets: the cores shared
+out as the sweep will share them); runs 0..n-1 each time their windows and write `rate.k.i`, the
 others wait; then the next stage, until `stop`. Every file is written whole (a rename), so a reader
 never sees half of one. The folder is a temporary one: nothing here touches a run folder.
 """
@@ -66,7 +67,12 @@ class StagedClock:
             b._start_window()
             return False
         b._read_peak()
-        write(self.folder / f"rate.{self.stage}.{self.index}", {"per_second": statistics.median(self.stage_rates), "unit": unit})
+        rate = {"per_second": statistics.median(self.stage_rates), "unit": unit}
+        if b.device_type == "cpu":
+            import torch
+
+            rate["threads"] = torch.get_num_threads()  # what this stage trained with: said in the pack line
+        write(self.folder / f"rate.{self.stage}.{self.index}", rate)
         b.rates.extend(self.stage_rates)
         return self._next_stage()
 
@@ -105,6 +111,10 @@ class StagedClock:
                 continue
             self.stage += 1
             if self.index < int(go["n"]):
+                if go.get("threads"):  # CPU runs side by side share the cores, as the sweep's runs will
+                    import torch
+
+                    torch.set_num_threads(int(go["threads"]))
                 self.stage_rates, self.timing = [], True
                 self.base._start_window()
                 return False
@@ -120,10 +130,11 @@ class Stages:
         """{i: its warm.i memory, or why it is not warm (it exited first, or the timeout)}."""
         return self._wait({i: self.folder / f"warm.{i}" for i in indices}, timeout)
 
-    def time(self, n: int, timeout: float) -> dict[int, dict | str]:
-        """Runs 0..n-1 timed at once: {i: rate.k.i, or why there is none}."""
+    def time(self, n: int, timeout: float, threads: int | None = None) -> dict[int, dict | str]:
+        """Runs 0..n-1 timed at once: {i: rate.k.i, or why there is none}. threads: the CPU threads
+        each of them trains with in this stage (torch.set_num_threads), None to leave them as started."""
         self.stage += 1
-        write(self.folder / f"go.{self.stage}", {"n": n})
+        write(self.folder / f"go.{self.stage}", {"n": n, **({"threads": threads} if threads else {})})
         return self._wait({i: self.folder / f"rate.{self.stage}.{i}" for i in range(n)}, timeout)
 
     def stop(self) -> None:

@@ -17,6 +17,7 @@ thrown away: no run folder is created or touched, so packing changes no run's re
 
 from __future__ import annotations
 
+import os
 import tempfile
 import threading
 import time
@@ -37,6 +38,7 @@ class Probe:
     per_second: float | None  # all of them together (None: a run failed)
     unit: str = "samples"
     reason: str = ""  # why it failed
+    threads: int | None = None  # CPU threads each run trained with (the CPU: the cores shared out)
 
 
 def parse_pack(text: str | None) -> int | str | None:
@@ -61,13 +63,13 @@ def decide(probes: list[Probe], limit: int, per_run_mb: float | None, free_mb: f
     first = probes[0]
     if first.per_second is None:
         return None, 1, _line(1, [f"the probe run failed: {first.reason}"])
-    said = [f"1 alone {first.per_second:,.0f} {first.unit}/s"]
+    said = [f"1 alone {first.per_second:,.0f} {first.unit}/s{_on(first)}"]
     chosen, rising, best = first, True, first.per_second
     for prev, p in zip(probes, probes[1:]):
         if p.per_second is None:
             return None, chosen.n, _line(chosen.n, said + [f"{p.n} at once failed ({p.reason})"])
         gain = p.per_second / prev.per_second - 1
-        said.append(f"{p.n} at once {p.per_second:,.0f} ({gain:+.0%})")
+        said.append(f"{p.n} at once {p.per_second:,.0f} ({gain:+.0%}){_on(p)}")
         rising = rising and gain >= GAIN
         if rising:
             chosen = p
@@ -216,7 +218,13 @@ def _probe(n: int, got: dict) -> Probe:
     bad = next((why for why in got.values() if isinstance(why, str)), None)
     if bad is not None:
         return Probe(n, None, reason=bad[:200])
-    return Probe(n, sum(r["per_second"] for r in got.values()), next(iter(got.values())).get("unit", "samples"))
+    threads = {r.get("threads") for r in got.values()}
+    return Probe(n, sum(r["per_second"] for r in got.values()), next(iter(got.values())).get("unit", "samples"),
+                 threads=threads.pop() if len(threads) == 1 and None not in threads else None)
+
+
+def _on(p: Probe) -> str:
+    return f" on {p.threads} thread{'s' if p.threads != 1 else ''}{' each' if p.n > 1 else ''}" if p.threads else ""
 
 
 def _why_failed(box: dict, said: str) -> str:
@@ -232,6 +240,17 @@ def memory_of(result, device: str) -> tuple[float | None, float | None, str]:
     if device == "cpu":
         return result.rss_peak_mb, result.device_free_mb, "of RAM available"
     return None, None, ""  # MPS: no per-process figure to multiply; the gain alone decides
+
+
+def cpu_threads(run, env: dict) -> int | None:
+    """The CPU threads one run of the sweep has alone (the profile's OMP_NUM_THREADS), which n runs at
+    once share (sweep/runner.py gives each its share). None where the user exported the variable:
+    each run keeps that count, probes included."""
+    from envkit.train.run.launcher import omp_threads_per_process
+
+    if os.environ.get("OMP_NUM_THREADS"):
+        return None
+    return int(omp_threads_per_process(run.plan.profile, env, 1))
 
 
 def choose(todo: list, python: str, env: dict, say) -> int:
@@ -265,8 +284,10 @@ def choose(todo: list, python: str, env: dict, say) -> int:
             # unmeasured (MPS: no per-process figure): only as many as the next count needs, so a count that
             # gains nothing stops the probe before more copies take unified memory
             at_once = per_run is not None and free is not None
+            cores = cpu_threads(todo[0], env) if spec.device == "cpu" else None
             say(f"pack: probing {todo[0].combo.run_id}: 1 alone, then up to {n_max} at once, {spec.seconds:g} s each "
-                f"({'started once' if at_once else 'started as each count needs them'}, in temporary folders)")
+                f"({'started once' if at_once else 'started as each count needs them'}, in temporary folders"
+                + (f"; n at once share {cores} CPU thread{'s' if cores != 1 else ''}, as the sweep's runs will" if cores else "") + ")")
             not_warm: dict[int, str] = {}
 
             def ensure(count: int) -> None:
@@ -290,7 +311,7 @@ def choose(todo: list, python: str, env: dict, say) -> int:
                     i = min(not_warm)
                     probes.append(Probe(n, None, reason=_why_failed(runs[i][1], not_warm[i])))
                 else:
-                    got = stages.time(n, PROBE_TIMEOUT_S)
+                    got = stages.time(n, PROBE_TIMEOUT_S, threads=max(1, cores // n) if cores else None)
                     probes.append(_probe(n, {i: (g if not isinstance(g, str) else _why_failed(runs[i][1], g))
                                              for i, g in got.items()}))
                 nxt, chosen, why = decide(probes, len(todo), per_run, free, where, keep_going=at_once)
