@@ -29,7 +29,7 @@ def pytest_xdist_auto_num_workers(config):
 # seconds on a 2-core machine. The exported value wins over the profile's (envkit/profiles/resolve.py).
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 THREADS_PER_WORKER = str(max(1, (os.cpu_count() or 1) // WORKERS))
-TRAINING_COMMANDS = {"run", "sweep", "bench", "tune", "selftest"}
+TRAINING_COMMANDS = {"run", "sweep", "bench", "tune", "selftest", "reproduce"}
 
 
 def share_of_cores(env: dict) -> dict:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import default_sigint, envkit, has_cuda, snapshot_path
+from conftest import default_sigint, envkit, has_cuda, share_of_cores, snapshot_path
 from envkit.tune.writer import render_profile, write_profile, written_by_envkit
 from envkit.tune.decide import Decision
 from envkit.errors import EnvkitError
@@ -124,6 +124,7 @@ def envkit_on_a_terminal(*args: str, cwd, columns: int = 80, timeout: float = 30
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTORCH_", "ENVKIT_"))}
     env.update(COLUMNS=str(columns), PYTHONUNBUFFERED="1", ENVKIT_CONFIG_DIR=str(Path(cwd) / "config"))
+    share_of_cores(env)  # this worker's share of the cores, as envkit() gives every training command
     with open(Path(cwd) / "stderr.txt", "wb") as err:
         proc = subprocess.Popen([sys.executable, "-m", "envkit", *args], stdin=slave, stdout=slave, stderr=err,
                                 cwd=cwd, env=env, close_fds=True)
@@ -282,6 +283,7 @@ def test_ctrl_c_writes_the_best_so_far_or_nothing_never_half_a_file(tmp_path):
     cfg = tmp_path / "config"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTORCH_", "ENVKIT_"))}
     env.update(ENVKIT_CONFIG_DIR=str(cfg), PYTHONUNBUFFERED="1")
+    share_of_cores(env)
     proc = subprocess.Popen([sys.executable, "-m", "envkit", "tune", "--budget", "5m", *FAST, "--no-compile"], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=default_sigint)
     seen = []

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, share_of_cores
 from test_docs import KINDS, in_order, kinds
 
 README = (ROOT / "README.md").read_text()
@@ -57,6 +57,9 @@ def test_the_readme_in_order_on_a_fresh_clone(tmp_path):
            if not k.startswith(("PYTORCH_", "ENVKIT_", "PYTEST_", "VIRTUAL_ENV", "PYTHONPATH", "OMP_NUM_THREADS"))}
     env.update(PATH=os.pathsep.join(path), PYTHONUNBUFFERED="1", ENVKIT_CONFIG_DIR=str(tmp_path / "config"),
                ENVKIT_CACHE_DIR=str(tmp_path / "cache"), PIP_DISABLE_PIP_VERSION_CHECK="1")
+    # this worker's share of the cores, as the other tests train: the tour's trainings with the
+    # profile's thread per core, beside another worker's, oversubscribed the cores (120-155 s, not 60)
+    share_of_cores(env)
 
     def sh(command: str, timeout: float = 600) -> subprocess.CompletedProcess:
         return subprocess.run(["bash", "-c", command], cwd=clone, env=env, timeout=timeout, text=True,
