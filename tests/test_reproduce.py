@@ -458,3 +458,17 @@ def test_check_names_an_added_package_an_edited_config_and_changed_data(world, t
     assert len(data) == 1 and "corpus.txt: content changed (sha256)" in data[0]
     r = envkit("reproduce", str(run), env=env)
     assert r.returncode == 2 and r.stdout == "" and "the run's data changed" in r.stderr, r.stderr
+
+
+def test_thread_counts_from_a_received_run_folder_are_applied_only_when_they_are_counts(tmp_path):
+    """reproduce trains with the run's recorded OMP_NUM_THREADS and friends; a run folder may come from
+    someone else, so a value that is not a count is named and left out, never put in the environment."""
+    from envkit.reproduce.rerun import _same_threads
+
+    (tmp_path / "environment.json").write_text(json.dumps({"environ": {
+        "OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "$(touch pwned)", "OPENBLAS_NUM_THREADS": "0", "HOME": "/elsewhere"}}))
+    env, said = {"OMP_NUM_THREADS": "8", "HOME": "/home/me"}, []
+    _same_threads(tmp_path, env, said.append)
+    assert env == {"OMP_NUM_THREADS": "3", "HOME": "/home/me"}
+    assert said[0].startswith("note: not applied, not a thread count: MKL_NUM_THREADS='$(touch pwned)', OPENBLAS_NUM_THREADS='0'")
+    assert said[1] == "threads as the run had them (its environment.json): OMP_NUM_THREADS=3"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -54,7 +55,12 @@ def _same_threads(run_dir: Path, env: dict, say) -> None:
     except (OSError, ValueError, AttributeError):
         return
     names = gates()["env"]["threads"]["names"]
-    changed = {n: str(recorded[n]) for n in names if isinstance(recorded.get(n), (str, int)) and env.get(n) != str(recorded[n])}
+    # a run folder may come from someone else: only a count (a positive integer) is applied
+    kept = {n: str(recorded[n]) for n in names if n in recorded}
+    bad = {n: v for n, v in kept.items() if not re.fullmatch(r"[1-9][0-9]{0,5}", v)}
+    if bad:
+        say("note: not applied, not a thread count: " + ", ".join(f"{k}={v[:40]!r}" for k, v in bad.items()))
+    changed = {n: v for n, v in kept.items() if n not in bad and env.get(n) != v}
     if changed:
         env.update(changed)
         say("threads as the run had them (its environment.json): " + ", ".join(f"{k}={v}" for k, v in changed.items()))
