@@ -83,6 +83,22 @@ def cli(ctx: click.Context, debug: bool) -> None:
 _STATE = {"debug": False}
 
 
+def _wants_json(args: list[str]) -> bool:
+    """--json among envkit's own arguments (not in a command after `--`)."""
+    own = args[: args.index("--")] if "--" in args else args
+    return "--json" in own
+
+
+def _json_error(exc: EnvkitError) -> None:
+    """--json is a contract on every exit code: an error is a JSON object on stdout too (the one line
+    stays on stderr for people), printed through the one JSON printer."""
+    from envkit.console import print_json
+
+    line = exc.one_line()
+    print_json({"error": {"message": exc.message, "where": exc.where, "fix": exc.fix,
+                          "line": line.removeprefix("envkit: error: ")}, "exit_code": exc.exit_code})
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     _STATE["debug"] = False
@@ -92,6 +108,8 @@ def main(argv: list[str] | None = None) -> None:
         if _STATE["debug"]:
             raise
         click.echo(exc.one_line(), err=True)
+        if _wants_json(args):
+            _json_error(exc)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         click.echo("envkit: aborted", err=True)

@@ -1,6 +1,6 @@
 """The package's shape, read from the source with `ast` (nothing is imported): no import circles,
 and no stage importing a later one. The pipeline is
-    facts -> checks -> profiles -> install -> record -> selftest | train -> plan | exec -> bench -> sweep | slurm | tune
+    facts -> checks -> profiles -> install -> runfolder -> record -> selftest | train -> plan | exec -> bench -> sweep | slurm | tune
     -> reproduce -> commands (cli)
 with the shared helpers (errors, redact, console, resources, fsutil) below every stage. Inside
 train/: run -> data | recovery | watching -> user_code. An import inside a function counts too: a
@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "envkit"
 
 STAGE_ORDER = {
     # stage: rank; a module may import its own stage and any lower rank
-    "base": 0, "facts": 1, "checks": 2, "profiles": 3, "install": 4, "record": 4.5, "selftest": 5, "train": 5,
+    "base": 0, "facts": 1, "checks": 2, "profiles": 3, "install": 4, "runfolder": 4.4, "record": 4.5, "selftest": 5, "train": 5,
     "plan": 6, "exec": 6, "bench": 7, "sweep": 8, "slurm": 8, "tune": 8, "reproduce": 8.5, "commands": 9, "cli": 10,
 }
 BASE = {"errors", "redact", "console", "resources", "fsutil", "__init__", "data", "track"}

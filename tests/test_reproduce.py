@@ -232,7 +232,11 @@ def test_a_run_recorded_on_a_mac_is_rebuilt_with_this_machines_torch_and_held_to
     r = envkit("setup", "--lock", str(mac / "pylock.toml"), "--venv", str(tmp_path / "strict"), "--yes", env=env, timeout=300)
     assert r.returncode == 2 and "the lock was made on another platform" in r.stderr, r.stderr  # setup --lock stays strict
     venv = tmp_path / "here-venv"
-    r = envkit("reproduce", str(mac), "--venv", str(venv), "--json", env=env, timeout=1200)
+    # rewritten after the run (as a folder from someone else): shown and refused without --yes, nothing built
+    r = envkit("reproduce", str(mac), "--venv", str(venv), "--json", env=env, timeout=300)
+    assert r.returncode == 2 and "not reproduced" in json.loads(r.stdout)["error"]["message"] and not venv.exists(), r.stderr
+    assert "pylock.toml, record.json changed after the run" in r.stderr
+    r = envkit("reproduce", str(mac), "--venv", str(venv), "--json", "--yes", env=env, timeout=1200)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout)
     other = out["another_machine"]
@@ -258,7 +262,7 @@ def test_a_run_recorded_on_a_mac_is_rebuilt_with_this_machines_torch_and_held_to
     far = tmp_path / "runs" / "tiny" / "mac-far"
     shutil.copytree(first_run, far, ignore=shutil.ignore_patterns("reproductions.json"))
     _as_on_a_mac(far, tmp_path, 1e-2)
-    r = envkit("reproduce", str(far), "--venv", str(venv), env=env, timeout=600)
+    r = envkit("reproduce", str(far), "--venv", str(venv), "--yes", env=env, timeout=600)
     assert r.returncode == 1, r.stdout + r.stderr[-2000:]
     assert "reusing" in r.stdout and r.stdout.strip().splitlines()[-1].startswith("different:")
     assert any(x.startswith(line) and "compared within tolerance" in x for x in r.stdout.splitlines())

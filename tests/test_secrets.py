@@ -129,7 +129,9 @@ def test_error_lines_name_urls_without_credentials(tmp_path):
     assert "https://mirror.invalid/simple" in line
     res = envkit("setup", "--dry-run", "--json", "--index-url", "https://bob:PASSWORD1@127.0.0.1:9/simple",
                  "--venv", str(tmp_path / "v"), env={"ENVKIT_INDEX_TIMEOUT": "1"}, cwd=tmp_path, timeout=120)
-    assert res.returncode == 2 and res.stdout == ""
+    # --json: the error is a JSON object on stdout as well, as clean as the line
+    assert res.returncode == 2 and json.loads(res.stdout)["exit_code"] == 2
+    assert "https://127.0.0.1:9/simple" in json.loads(res.stdout)["error"]["message"]
     assert res.stderr.strip().splitlines() == [res.stderr.strip()]  # one line, no traceback
     assert "cannot reach the package index https://127.0.0.1:9/simple" in res.stderr
     assert_clean(line, res.stdout, res.stderr)

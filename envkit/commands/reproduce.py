@@ -26,19 +26,27 @@ def _say(as_json: bool):
               "instead of the measured run-to-run spread, where identical is not required.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "mps"]), help="Train the reproduction on this device "
               "(default: the run's; a run from another machine: this machine's). Another device is held to the across-devices bound.")
+@click.option("--yes", "-y", is_flag=True, help="Go on without asking where the folder is not one this machine wrote "
+              "unchanged (what it will run and build is shown first).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def reproduce(run_dir, check_only, venv, steps, tolerance, device, as_json):
+def reproduce(run_dir, check_only, venv, steps, tolerance, device, yes, as_json):
     """Make a recorded run again: a fresh venv from its pylock.toml, its code (a git worktree at its
     commit with its uncommitted changes), training into RUN_DIR-reproN beside it, and the metrics
     compared step by step. Exit 0 the same (identical, or within the stated tolerance), 1 different,
-    2 cannot reproduce (an artifact or the data is missing or changed)."""
+    2 cannot reproduce (an artifact or the data is missing or changed, a bad record, or no consent).
+
+    A run folder this machine wrote and can verify unchanged (record.seal) reproduces without a
+    question; any other (sent by someone, edited since) shows what it will run and build and asks
+    first: --yes accepts, and without a terminal and --yes nothing is run. --check runs nothing
+    the folder names."""
     say = _say(as_json)
     if check_only:
         _check(Path(run_dir), venv, as_json, say)
         return
     from envkit.reproduce.session import reproduce as run
 
-    result = run(Path(run_dir), venv=Path(venv) if venv else None, steps=steps, tolerance=tolerance, device=device, say=say)
+    result = run(Path(run_dir), venv=Path(venv) if venv else None, steps=steps, tolerance=tolerance, device=device, say=say,
+                 yes=yes)
     if as_json:
         print_json(result)
     else:

@@ -94,7 +94,8 @@ def write_start_files(run_dir: Path, *, command: list[str], launched: list[str],
         "lock": lock_info(managed), "versions": versions, "environ": recorded_env(child_env)})
     from envkit.record.start import write_run_record
 
-    write_run_record(run_dir, python=versions.get("interpreter"), command=list(command), detached=True)  # pylock.toml, code/, record.json
+    write_run_record(run_dir, python=versions.get("interpreter"), command=list(command), detached=True,
+                     profile=env.profile)  # pylock.toml, code/, record.json
 
 
 def _secret(name: str) -> bool:

@@ -23,9 +23,7 @@ from pathlib import Path
 from envkit.fsutil import atomic_write_bytes
 from envkit.redact import strip_userinfo
 
-UNTRACKED_FILE_MAX = 1 << 20
-UNTRACKED_TOTAL_MAX = 16 << 20
-UNTRACKED_COUNT_MAX = 2000
+from envkit.runfolder.limits import UNTRACKED_COUNT_MAX, UNTRACKED_FILE_MAX, UNTRACKED_TOTAL_MAX
 LISTED_SKIPPED = 50
 
 

@@ -80,7 +80,8 @@ def command_paths(command: list[str], top: Path | None) -> list[tuple[str, str]]
 
 
 def write_run_record(run_dir: Path, *, python: str | None, config=None, command: list[str] | None = None,
-                     project: Path | None = None, facts=None, detached: bool = False) -> threading.Thread | None:
+                     project: Path | None = None, facts=None, detached: bool = False,
+                     profile: str | None = None) -> threading.Thread | None:
     """pylock.toml, code/ and record.json in run_dir (config: a train Config, for `envkit run`;
     command: the argv of `envkit exec`), written by a thread while the trainer or the command
     starts (its imports take seconds; the record, tens of milliseconds with the caches warm, seconds
@@ -95,11 +96,11 @@ def write_run_record(run_dir: Path, *, python: str | None, config=None, command:
         return None
     if detached:
         _spawn(run_dir, {"python": python, "command": command, "project": str(Path(project or os.getcwd()).resolve()),
-                         "cwd": os.getcwd()})
+                         "cwd": os.getcwd(), "profile": profile})
         return None
     t = threading.Thread(target=_write_quietly, name="envkit-record", args=(run_dir,),
                          kwargs={"python": python, "config": config, "command": command, "facts": facts,
-                                 "project": Path(project or os.getcwd()).resolve(), "cwd": os.getcwd()})
+                                 "project": Path(project or os.getcwd()).resolve(), "cwd": os.getcwd(), "profile": profile})
     t.start()
     return t
 
@@ -124,7 +125,7 @@ def _write_quietly(run_dir: Path, **kw) -> None:
 
 
 def record_now(run_dir: Path, *, python: str | None, config=None, command: list[str] | None = None,
-               project: Path | None = None, facts=None, cwd: str | None = None) -> dict:
+               project: Path | None = None, facts=None, cwd: str | None = None, profile: str | None = None) -> dict:
     """The record, written now (write_run_record's thread)."""
     run_dir = Path(run_dir)
     from envkit import __version__
@@ -160,6 +161,7 @@ def record_now(run_dir: Path, *, python: str | None, config=None, command: list[
         paths = data_paths(config)
     else:
         rec["command"] = redact_argv(command or [])
+        rec["profile"] = profile
         top = code.toplevel(project)
         paths = _guard(errors, "data paths", command_paths, command or [], top) or []
     rec["data"] = [_guard(errors, f"data {p}", data.fingerprint, p, key) or {"key": key, "path": p, "kind": "unreadable"}
@@ -167,6 +169,9 @@ def record_now(run_dir: Path, *, python: str | None, config=None, command: list[
     rec["errors"] = errors
     rec["seconds"] = round(time.perf_counter() - t0, 3)
     atomic_write_text(run_dir / files.RECORD, json.dumps(redact(rec), indent=2, default=str) + "\n")
+    from envkit.runfolder.seal import seal
+
+    seal(run_dir)  # the record complete: signed under this machine's key (runfolder/seal.py)
     return rec
 
 

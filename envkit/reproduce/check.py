@@ -44,19 +44,45 @@ class CannotReproduce(EnvkitError):
 
 
 def load(run_dir: Path) -> tuple[dict, Path]:
-    """(record.json, pylock.toml's path), or one line naming what is missing."""
-    run_dir = Path(run_dir)
-    if not (run_dir / "config.json").is_file():
-        raise CannotReproduce("not a run folder (no config.json)", where=str(run_dir), fix="`envkit runs` lists the runs")
-    rec = files.read_record(run_dir, wait=120)  # an exec run's record may still be being written
+    """(record.json, pylock.toml's path), or one line naming what is missing (`open_run` reads it)."""
+    folder, rec, lock = open_run(run_dir)
+    return rec.to_json(), lock
+
+
+def open_run(run_dir: Path, wait: float = 120):
+    """(the RunFolder, its RunRecord, pylock.toml's path): every file read bounded and validated
+    (envkit/runfolder), a path the record names inside the folder itself refused, or one line
+    naming what is missing or wrong."""
+    import time
+
+    from envkit.reproduce.consent import refuse_inside
+    from envkit.runfolder import RunFolder
+
+    folder = RunFolder(run_dir)
+    folder.require_run()
+    deadline = time.monotonic() + wait
+    while (not folder.file(files.RECORD).is_file() and folder.file(files.PENDING).is_file()
+           and time.monotonic() < deadline):  # an exec run's record may still be being written
+        time.sleep(0.1)
+    rec = folder.record
     if rec is None:
         raise CannotReproduce(f"the run has no {files.RECORD}: it was started by an envkit that did not record runs",
-                              where=str(run_dir), fix="start the run again with this envkit; its folder will hold the record")
-    lock = run_dir / files.LOCK
-    if not lock.is_file():
-        raise CannotReproduce(f"the run has no {files.LOCK} ({'; '.join(rec.get('errors') or []) or 'not written'})",
-                              where=str(run_dir), fix="the environment the run used cannot be rebuilt; start the run again")
-    return rec, lock
+                              where=str(folder.path), fix="start the run again with this envkit; its folder will hold the record")
+    lock = folder.file(files.LOCK)
+    if not lock.is_file() or lock.is_symlink():
+        raise CannotReproduce(f"the run has no {files.LOCK} ({'; '.join(rec.errors) or 'not written'})",
+                              where=str(folder.path), fix="the environment the run used cannot be rebuilt; start the run again")
+    refuse_inside(folder, rec, _lock_or_none(lock))
+    return folder, rec, lock
+
+
+def _lock_or_none(lock: Path):
+    from envkit.install.lock.read import read
+
+    try:
+        return read(lock)
+    except EnvkitError:
+        return None  # a lock that does not read is named where it is used
 
 
 def environment_lines(lock_path: Path, python: str, rec: dict, notes: list[str] | None = None) -> list[str]:
@@ -84,15 +110,19 @@ def environment_lines(lock_path: Path, python: str, rec: dict, notes: list[str] 
     return [f"environment: {line}" for line in compare(want, have)["lines"]]
 
 
-def code_lines(rec: dict) -> list[str]:
+def code_lines(rec: dict, run_dir: Path | None = None) -> list[str]:
+    """Each recorded git tree now against its recorded state; the runs folder is left out of its
+    untracked files, as when the run was recorded (record/start.py)."""
     from envkit.record.code import code_state
 
+    exclude = [Path(run_dir).resolve().parent.parent] if run_dir is not None else []
     out = []
     for state in rec.get("code") or []:
         folder, role = Path(state.get("folder") or "."), state.get("role")
         if not state.get("commit"):
             continue
-        now = code_state(folder / (state.get("relative") or "."), role=role, out_dir=None, pathspec=state.get("pathspec"))
+        now = code_state(folder / (state.get("relative") or "."), role=role, out_dir=None, pathspec=state.get("pathspec"),
+                         exclude=exclude)
         where = f"code ({role}) {folder}"
         if now is None:
             out.append(f"{where}: not a git working tree any more")
@@ -145,6 +175,17 @@ def config_lines(rec: dict) -> list[str]:
     return out
 
 
+def record_lines(folder, record) -> list[str]:
+    """config.json against record.json: a reproduction runs what the record says (the seal covers
+    it), so a config.json that says otherwise was edited and is named."""
+    out = []
+    saved = folder.config
+    if record.kind == "exec" and isinstance(saved.get("command"), list) and list(saved["command"]) != list(record.command):
+        out.append(f"config: config.json's command {' '.join(map(str, saved['command']))[:200]!r} is not the run's "
+                   f"(record.json: {' '.join(record.command)[:200]!r}); a reproduction runs the record's")
+    return out
+
+
 def _text(value) -> str:
     import json
 
@@ -154,17 +195,30 @@ def _text(value) -> str:
 def check(run_dir: Path, python: str | None = None) -> CheckReport:
     """Every difference between the run's record and this environment (`python`: the interpreter to
     hold against the lock; default the one the run trained with, where it still exists)."""
-    rec, lock = load(run_dir)
+    folder, record, lock = open_run(run_dir)
+    rec = record.to_json()
     report = CheckReport()
-    python = python or rec.get("python")
+    if python is None:
+        python = record.python
+        if python and not folder.trust.trusted:
+            # a received or edited folder: the interpreter it names is not run, even to list its packages
+            report.notes.append(f"the interpreter the run names ({python}) is not run: the folder is not one this machine "
+                                f"wrote unchanged ({folder.trust.why}); give --venv DIR to compare a venv of yours")
+            python = None
     if python and Path(python).exists():
         report.python = python
         report.environment = environment_lines(lock, python, rec, report.notes)
-    else:
+    elif python:
         report.notes.append(f"the interpreter the run used ({python}) is gone: give --venv DIR to check another")
-    report.code = code_lines(rec)
+    report.config = record_lines(folder, record)
+    if not folder.trust.trusted:
+        from envkit.reproduce.consent import plan_lines
+
+        report.notes.append(f"the folder is not one this machine wrote unchanged ({folder.trust.why}): reproducing it asks "
+                            "first; it would run " + "; ".join(plan_lines(folder, record, _lock_or_none(lock))))
+    report.code = code_lines(rec, folder.path)
     report.data = data_lines(rec)
-    report.config = config_lines(rec)
+    report.config += config_lines(rec)
     missing = (rec.get("environment") or {}).get("missing_hashes") or []
     if missing:
         report.notes.append(f"{len(missing)} packages were recorded without a wheel hash (offline or a private index when "

@@ -6,7 +6,6 @@ applied (`git apply --binary`) and its untracked files unpacked; removed again a
 from __future__ import annotations
 
 import shutil
-import tarfile
 import tempfile
 from pathlib import Path
 
@@ -79,22 +78,10 @@ def worktree(run_dir: Path, state: dict, out: Restored) -> Path:
                                   + (applied.stderr.decode(errors="replace").strip()[:200] if applied else "git failed"),
                                   where=str(patch), fix="the patch or the repository was changed; it cannot be put back")
     if state.get("untracked_archive"):
-        archive = run_dir / state["untracked_archive"]
-        with tarfile.open(archive) as tar:
-            _extract(tar, tree)
+        from envkit.runfolder.archive import extract
+
+        extract(run_dir / state["untracked_archive"], tree)  # with the caps it was written with
     return tree
-
-
-def _extract(tar: tarfile.TarFile, dest: Path) -> None:
-    """Regular files at relative paths only, as PEP 706's "data" filter extracts (where Python has it)."""
-    if hasattr(tarfile, "data_filter"):
-        tar.extractall(dest, filter="data")
-        return
-    for m in tar.getmembers():
-        if not m.isfile() or Path(m.name).is_absolute() or ".." in Path(m.name).parts:
-            raise CannotReproduce(f"the untracked files' archive holds {m.name!r}, which is not a file inside the tree",
-                                  where=str(tar.name), fix="the run folder was changed; its untracked files cannot be put back")
-    tar.extractall(dest)  # every member was checked above
 
 
 def restore(run_dir: Path, rec: dict, say=print) -> Restored:

@@ -14,7 +14,7 @@ from pathlib import Path
 from envkit.fsutil import atomic_write_text
 from envkit.record import files
 from envkit.reproduce import local, metrics, verdict
-from envkit.reproduce.check import CannotReproduce, data_lines, load
+from envkit.reproduce.check import CannotReproduce, data_lines
 
 EXIT = {"same": 0, "within tolerance": 0, "different": 1}
 
@@ -124,23 +124,53 @@ def _another_machine(lock: Path, facts, say):
     return elsewhere
 
 
+def refuse_running(folder) -> None:
+    """A run still training: its metrics are not final, so it is not compared against (exit 2, its PID)."""
+    from envkit.fsutil import owner_lock_state, read_owner
+
+    if owner_lock_state(folder.path) == "held":
+        owner = read_owner(folder.path)
+        raise CannotReproduce(f"the run is still going (PID {owner.get('pid', '?')}, {owner.get('command', 'envkit')}): "
+                              "its metrics are not final", where=str(folder.path),
+                              fix="wait for it to end (`envkit monitor` shows it), or stop it with `envkit stop`, then reproduce")
+
+
+def refuse_unreproducible(folder, rec, say) -> None:
+    """What cannot work, said before anything is built or trained: a run that logged no metrics has
+    nothing to compare against."""
+    if not metrics.read_rows(folder.path):
+        raise CannotReproduce("the run logged no metrics (its metrics.jsonl has no step), so a reproduction would have "
+                              "nothing to compare against", where=str(folder.path / "metrics.jsonl"),
+                              fix="log them from the script with `from envkit import track; track.log(step, loss=...)`, "
+                                  "run it again, then reproduce that run" if rec.kind == "exec"
+                              else "the run stopped before its first logged step; run it again")
+
+
 def reproduce(run_dir: Path, *, venv: Path | None = None, steps: int | None = None, tolerance: float | None = None, device: str | None = None,
-              say=print) -> dict:
+              say=print, yes: bool = False, interactive: bool | None = None) -> dict:
     from envkit.facts import gather
+    from envkit.install.lock.read import read
     from envkit.reproduce import venv as venvs
+    from envkit.reproduce.check import open_run
+    from envkit.reproduce.consent import ask
     from envkit.reproduce.restore import restore
 
-    run_dir = Path(run_dir).resolve()
-    rec, lock = load(run_dir)
+    folder, record, lock = open_run(run_dir)
+    run_dir = folder.path
+    rec = record.to_json()
+    refuse_running(folder)
+    refuse_unreproducible(folder, record, say)
     changed = data_lines(rec)
     if changed:
         raise CannotReproduce(f"the run's data changed: {changed[0]}" + (f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""),
                               where=str(run_dir), fix="put the data back as it was; `envkit reproduce --check` lists every change")
-    missing = (rec.get("environment") or {}).get("missing_hashes") or []
+    consent = ask(folder, record, read(lock), yes=yes, say=say, interactive=interactive)
+    missing = list(record.missing_hashes)
     if missing:
         say(f"note: {len(missing)} packages were recorded without a wheel hash (the index was unreachable or needed "
             f"credentials when the run started): {', '.join(missing)}; the venv holds them at the recorded versions")
-    profile = (rec.get("config") or {}).get("profile") or (_read(run_dir / "config.json").get("profile"))
+    saved_profile = folder.config.get("profile")
+    profile = record.profile or (saved_profile if isinstance(saved_profile, str) else None)  # an exec record from before records named it
     facts = gather(None, runtime=False, gpu_detail=False)
     elsewhere = _another_machine(lock, facts, say)
     venv_dir, built = venvs.prepare(elsewhere.lock if elsewhere else lock, rec, venv, profile, say, facts)
@@ -161,7 +191,7 @@ def reproduce(run_dir: Path, *, venv: Path | None = None, steps: int | None = No
     finally:
         local.remove(venvs.python_of(venv_dir), local_installed)
         restored.close()
-    entry = {"at": time.time(), "run": new_dir.name, "path": str(new_dir), **judged, "venv": str(venv_dir), "venv_built": built,
+    entry = {"at": time.time(), "run": new_dir.name, "path": str(new_dir), **judged, "consent": consent, "venv": str(venv_dir), "venv_built": built,
              "code": {k: str(v) for k, v in restored.folders.items()}, "local": local_installed,
              "another_machine": None if elsewhere is None else {**elsewhere.to_dict(), "line": elsewhere.line(judged)}}
     record_outcome(run_dir, entry)

@@ -1,0 +1,14 @@
+"""A run folder as data: what people send each other ("here is my run, make it again") is read at
+one edge, bounded and validated into typed records before anything acts on it, and nothing it
+names runs without the user's consent.
+
+    bounded.py   JSON read with size and nesting caps; RunFolderError (one line, exit 2)
+    records.py   the typed records (RunRecord, CodeState, ...), RunStatus and its exit code
+    folder.py    RunFolder(path): every file of a run folder, read on first use
+    seal.py      whether this machine wrote the record and nothing changed since (HMAC)
+    archive.py   the untracked files' archive, read with the caps it was written with"""
+
+from envkit.runfolder.bounded import RunFolderError
+from envkit.runfolder.folder import RunFolder
+
+__all__ = ["RunFolder", "RunFolderError"]

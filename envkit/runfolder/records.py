@@ -1,0 +1,217 @@
+"""The typed records of a run folder, read at one edge (folder.py) and checked before anything
+acts on them: each `from_json` takes the parsed JSON object, checks the type of every value the
+rest of envkit uses, and raises one RunFolderError naming the file and the key. A record from an
+older or newer envkit keeps the keys it has; what envkit does not use is not looked at.
+
+What a record names (an interpreter, a folder, a command) is a fact about the machine that made
+the run, never an instruction: the consumers decide (reproduce/trust.py) what of it may be used."""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from envkit.runfolder.bounded import RunFolderError
+
+_FIX = "the run folder was changed or is damaged; use the folder as envkit wrote it"
+_ROLE = re.compile(r"^(project|envkit|local-[A-Za-z0-9._-]{1,100})$")
+_COMMIT = re.compile(r"^[0-9a-f]{7,64}$")
+_REL_IN_CODE = re.compile(r"^code/[A-Za-z0-9._-]{1,140}$")
+_STR_MAX = 64 << 10
+
+
+class _Reader:
+    """Typed access to one JSON object of one file; every failure one line naming file and key."""
+
+    def __init__(self, data: dict, file: str, prefix: str = ""):
+        self.data, self.file, self.prefix = data, file, prefix
+
+    def fail(self, key: str, what: str):
+        raise RunFolderError(f"{self.prefix}{key} {what}", where=self.file, fix=_FIX)
+
+    def get(self, key: str, kinds: tuple, default=None, *, required: bool = False):
+        if key not in self.data or self.data[key] is None:
+            if required:
+                self.fail(key, "is missing")
+            return default
+        value = self.data[key]
+        if isinstance(value, bool) and bool not in kinds:
+            self.fail(key, f"is {value!r}, not {' or '.join(k.__name__ for k in kinds)}")
+        if not isinstance(value, kinds):
+            self.fail(key, f"is {type(value).__name__}, not {' or '.join(k.__name__ for k in kinds)}")
+        if isinstance(value, str) and len(value) > _STR_MAX:
+            self.fail(key, f"is {len(value):,} characters long")
+        return value
+
+    def text(self, key: str, *, required: bool = False, pattern: re.Pattern | None = None) -> str | None:
+        value = self.get(key, (str,), required=required)
+        if value is not None and pattern is not None and not pattern.fullmatch(value):
+            self.fail(key, f"is {value[:80]!r}, which envkit never writes there")
+        if value is not None and "\0" in value:
+            self.fail(key, "holds a NUL character")
+        return value
+
+    def strings(self, key: str) -> list[str]:
+        value = self.get(key, (list,), [])
+        for i, item in enumerate(value):
+            if not isinstance(item, str) or "\0" in item or len(item) > _STR_MAX:
+                self.fail(f"{key}[{i}]", "is not a string")
+        return list(value)
+
+    def objects(self, key: str) -> list[tuple[str, _Reader]]:
+        value = self.get(key, (list,), [])
+        out = []
+        for i, item in enumerate(value):
+            if not isinstance(item, dict):
+                self.fail(f"{key}[{i}]", f"is {type(item).__name__}, not an object")
+            out.append((f"{key}[{i}]", _Reader(item, self.file, f"{self.prefix}{key}[{i}].")))
+        return out
+
+    def obj(self, key: str) -> _Reader:
+        return _Reader(self.get(key, (dict,), {}), self.file, f"{self.prefix}{key}.")
+
+
+class RunStatus(str, enum.Enum):
+    """How a run ended (summary.json's status), or that it has not."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"
+    STALLED = "stalled"
+    UNKNOWN = "unknown"
+
+    @classmethod
+    def of(cls, text: str | None) -> RunStatus:
+        try:
+            return cls(text)
+        except ValueError:
+            return cls.FAILED if text else cls.UNKNOWN
+
+
+def exit_code(status: RunStatus) -> int:
+    """The exit code a command that waited for a run returns for its status: 0 completed, 130
+    interrupted (as a shell reports Ctrl-C), 1 anything else."""
+    return {RunStatus.COMPLETED: 0, RunStatus.INTERRUPTED: 130}.get(status, 1)
+
+
+@dataclass(frozen=True)
+class CodeState:
+    """One git tree's state at the run's start (record/code.py writes it)."""
+
+    role: str
+    folder: str
+    relative: str = "."
+    commit: str | None = None
+    code_hash: str | None = None
+    dirty: bool = False
+    patch: str | None = None  # code/<role>.patch, inside the run folder
+    untracked_archive: str | None = None  # code/<role>-untracked.tar
+    untracked: tuple[str, ...] = ()  # the relative paths the archive holds
+    pathspec: tuple[str, ...] = ()
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_reader(cls, r: _Reader) -> CodeState:
+        relative = r.text("relative") or "."
+        if Path(relative).is_absolute() or ".." in Path(relative).parts:
+            r.fail("relative", f"is {relative!r}, not a folder inside the tree")
+        untracked = [p.text("path", required=True) for _, p in r.objects("untracked")]
+        return cls(role=r.text("role", required=True, pattern=_ROLE), folder=r.text("folder", required=True),
+                   relative=relative, commit=r.text("commit", pattern=_COMMIT), code_hash=r.text("code_hash"),
+                   dirty=bool(r.get("dirty", (bool,), False)), patch=r.text("patch", pattern=_REL_IN_CODE),
+                   untracked_archive=r.text("untracked_archive", pattern=_REL_IN_CODE), untracked=tuple(untracked),
+                   pathspec=tuple(r.strings("pathspec")), raw=dict(r.data))
+
+    def to_json(self) -> dict:
+        return dict(self.raw)
+
+
+@dataclass(frozen=True)
+class LocalDist:
+    """A distribution the run's interpreter had from a local folder or installed editable."""
+
+    name: str
+    version: str | None
+    folder: str | None
+    editable: bool
+
+    @classmethod
+    def from_reader(cls, r: _Reader) -> LocalDist:
+        return cls(name=r.text("name", required=True, pattern=re.compile(r"^[A-Za-z0-9._-]{1,200}$")),
+                   version=r.text("version"), folder=r.text("folder"), editable=bool(r.get("editable", (bool,), False)))
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "version": self.version, "folder": self.folder, "editable": self.editable}
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """record.json: what it takes to make the run again."""
+
+    kind: str  # "run" (envkit run) | "exec" (envkit exec)
+    python: str | None
+    cwd: str | None
+    command: tuple[str, ...]  # an exec run's argv (credentials redacted)
+    profile: str | None
+    code: tuple[CodeState, ...]
+    local: tuple[LocalDist, ...]
+    missing_hashes: tuple[str, ...]
+    data: tuple[dict, ...]  # record/data.py's fingerprints, each with a str key, path and kind
+    config: dict  # config_record(): declared, overrides, derived_at_start, origin, profile, source
+    deterministic: bool
+    errors: tuple[str, ...]
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_json(cls, data: dict, file: str) -> RunRecord:
+        r = _Reader(data, file)
+        kind = r.text("kind", required=True)
+        if kind not in ("run", "exec"):
+            r.fail("kind", f"is {kind!r}, not run or exec")
+        env = r.obj("environment")
+        cfg = r.obj("config")
+        for key in ("declared", "derived_at_start", "origin", "overrides"):
+            cfg.get(key, (dict,), {})
+        for name, section in cfg.get("declared", (dict,), {}).items():
+            if not isinstance(section, dict):
+                cfg.fail(f"declared.{name}", f"is {type(section).__name__}, not an object")
+        cfg.text("profile")
+        cfg.text("source")
+        data_entries = []
+        for _, d in r.objects("data"):
+            d.text("key", required=True)
+            d.text("path", required=True)
+            d.text("kind")
+            data_entries.append(dict(d.data))
+        command = r.strings("command")
+        if kind == "exec" and not command:
+            r.fail("command", "is missing: an exec run's record names its command")
+        return cls(kind=kind, python=r.text("python"), cwd=r.text("cwd"), command=tuple(command),
+                   profile=r.text("profile") or cfg.text("profile"),
+                   code=tuple(CodeState.from_reader(c) for _, c in r.objects("code")),
+                   local=tuple(LocalDist.from_reader(d) for _, d in env.objects("local")),
+                   missing_hashes=tuple(env.strings("missing_hashes")), data=tuple(data_entries),
+                   config=dict(cfg.data), deterministic=bool(r.obj("determinism").get("deterministic", (bool,), False)),
+                   errors=tuple(r.strings("errors")), raw=dict(data))
+
+    def to_json(self) -> dict:
+        return dict(self.raw)
+
+
+THREAD_COUNT = re.compile(r"[1-9][0-9]{0,5}")
+
+
+@dataclass(frozen=True)
+class EnvironmentRecord:
+    """environment.json: where the run ran (redacted); reproduce reads only its thread counts."""
+
+    environ: dict  # name -> str, as recorded
+
+    @classmethod
+    def from_json(cls, data: dict | None, file: str) -> EnvironmentRecord:
+        r = _Reader(data or {}, file)
+        environ = r.get("environ", (dict,), {})
+        return cls(environ={str(k): v for k, v in environ.items() if isinstance(v, str)})
