@@ -327,7 +327,9 @@ def test_a_run_started_offline_reproduces_with_its_missing_hashes_named(world, t
     rec = json.loads((run / "record.json").read_text())
     missing = rec["environment"]["missing_hashes"]
     assert "torch" in missing and dead in rec["environment"]["unreachable_indexes"]
-    r = envkit("reproduce", str(run), "--venv", str(fresh_venv), env=env, timeout=600)
+    # the same cache (so the same key: the folder verifies as this machine's), the index reachable again
+    r = envkit("reproduce", str(run), "--venv", str(fresh_venv), env={**env, "ENVKIT_CACHE_DIR": offline["ENVKIT_CACHE_DIR"]},
+               timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr[-2000:]
     named = next(x for x in r.stdout.splitlines() if "without a wheel hash" in x)
     assert "torch" in named and f"{len(missing)} packages" in named

@@ -301,3 +301,27 @@ def test_an_archive_envkit_wrote_is_put_back_whole(tmp_path):
     archive.write_bytes(write_tar([("pkg/helper.py", src / "pkg" / "helper.py")]))
     dest = tmp_path / "tree"
     assert extract(archive, dest) == ["pkg/helper.py"] and (dest / "pkg" / "helper.py").read_text() == "SCALE = 7\n"
+
+
+def test_a_run_whose_interpreter_had_no_torch_is_reproduced_in_a_venv_of_its_lock(made, template_venv, tmp_path):
+    """A script that never imports torch, run by an interpreter without it: its lock names no torch,
+    and the reproduction trains in a venv built from that lock (not the recorded interpreter)."""
+    _, env = made
+    repo = tmp_path / "plain"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / ".gitignore").write_text("runs/\n")
+    (repo / "train.py").write_text("import sys\n" + SCRIPT + "print('ran by', sys.prefix)\n")
+    python = str(template_venv / "bin" / "python")
+    r = envkit("exec", "--name", "plain", "--", python, "train.py", cwd=repo, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    run = next((repo / "runs" / "plain").iterdir())
+    deadline = time.monotonic() + 120
+    while not (run / "record.seal").is_file() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    venv = tmp_path / "rebuilt"
+    r = envkit("reproduce", str(run), "--venv", str(venv), "--json", env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    assert out["outcome"] == "same" and out["venv_built"] is True and out["steps_compared"] == 3
+    assert f"ran by {venv}" in r.stderr  # the rebuilt venv's interpreter ran the script, not the recorded one

@@ -81,8 +81,10 @@ def _render(r: dict) -> None:
                    f"max |diff| {m['max_abs']:.3g} at step {m['at_step']} (first at step {m['first_diff']})")
                    + (f"  tolerance {tol:.3g}" if tol and not m["identical"] else ""))
     facts = r["facts"]["reproduction"]
-    click.echo(f"  facts: {facts['device_name'] or facts['device']}, torch {facts['torch']}, {facts['precision']}, "
-               f"{facts['processes']} process(es), deterministic {'on' if facts['deterministic'] else 'off'}; {r['why']}")
+    said = [facts["device_name"] or facts["device"], f"torch {facts['torch']}" if facts.get("torch") else "no torch",
+            facts.get("precision"), f"{facts['processes']} process(es)" if facts.get("processes") else None,
+            f"deterministic {'on' if facts['deterministic'] else 'off'}"]
+    click.echo(f"  facts: {', '.join(x for x in said if x)}; {r['why']}")
     if r.get("another_machine"):
         click.echo(r["another_machine"]["line"])  # the tolerance and where it came from are in it
     elif r.get("tolerance_from"):

@@ -80,7 +80,7 @@ def _lock_or_none(lock: Path):
     from envkit.install.lock.read import read
 
     try:
-        return read(lock)
+        return read(lock, require_torch=False)
     except EnvkitError:
         return None  # a lock that does not read is named where it is used
 
@@ -95,7 +95,7 @@ def environment_lines(lock_path: Path, python: str, rec: dict, notes: list[str] 
     from envkit.install.lock.read import read
     from envkit.reproduce.builds import other_machine, this_machines_build
 
-    lock = read(lock_path)
+    lock = read(lock_path, require_torch=False)
     local = {d["name"] for d in (rec.get("environment") or {}).get("local") or []}
     found = probe(python)
     have = {k: d["version"] for k, d in found.dists.items() if not d.get("editable") and k not in local}

@@ -66,6 +66,26 @@ def _same_threads(run_dir: Path, env: dict, say) -> None:
         say("threads as the run had them (its environment.json): " + ", ".join(f"{k}={v}" for k, v in changed.items()))
 
 
+def _saved_profile(run_dir: Path) -> str | None:
+    """An exec run recorded before its record named the profile: config.json's, where it is a name."""
+    from envkit.runfolder import RunFolder
+
+    profile = RunFolder(run_dir).config.get("profile")
+    return profile if isinstance(profile, str) else None
+
+
+def in_venv(command: list[str], recorded_python: str | None, venv: Path) -> list[str]:
+    """The command with the run's interpreter, named by its absolute path, replaced by the
+    reproduction venv's: the run's packages are that venv's now (a bare `python` finds it on PATH)."""
+    from envkit.reproduce.venv import python_of
+
+    if command and recorded_python and Path(command[0]).is_absolute():
+        same = command[0] == recorded_python or Path(command[0]).parent == Path(recorded_python).parent
+        if same and Path(command[0]).name.startswith("python"):
+            return [python_of(venv), *command[1:]]
+    return command
+
+
 def _cwd(restored, rec: dict, fallback: Path) -> Path:
     cwd = restored.path_for(rec.get("cwd") or fallback)
     return cwd if cwd.is_dir() else fallback
@@ -106,13 +126,14 @@ def rerun(run_dir: Path, rec: dict, new_dir: Path, venv: Path, restored, steps: 
     if not elsewhere and device is None:
         _same_threads(run_dir, env, say)
     if rec.get("kind") == "exec":
-        saved = json.loads((run_dir / "config.json").read_text())
         if steps is not None:
             env[STOP_VAR] = str(steps)  # envkit.track.log ends the script once it logs step N
         new_dir.mkdir(parents=True)
-        cmd = [sys.executable, "-m", "envkit", "exec", *(["--profile", saved["profile"]] if saved.get("profile") else []),
-               "--run-dir", str(new_dir), "--", *saved["command"]]
-        cwd = _cwd(restored, saved, run_dir)
+        # the command is the record's (sealed), not config.json's
+        profile = rec.get("profile") or _saved_profile(run_dir)
+        cmd = [sys.executable, "-m", "envkit", "exec", *(["--profile", profile] if profile else []),
+               "--run-dir", str(new_dir), "--", *in_venv(list(rec["command"]), rec.get("python"), venv)]
+        cwd = _cwd(restored, rec, run_dir)
     else:
         path, pins, notes = run_config(run_dir, new_dir)
         for n in notes:

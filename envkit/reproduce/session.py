@@ -118,7 +118,7 @@ def _another_machine(lock: Path, facts, say):
     from envkit.install.lock.read import read
     from envkit.reproduce.elsewhere import adapt
 
-    elsewhere = adapt(read(lock), facts)
+    elsewhere = adapt(read(lock, require_torch=False), facts)
     if elsewhere is not None:
         say(elsewhere.line())
     return elsewhere
@@ -164,7 +164,7 @@ def reproduce(run_dir: Path, *, venv: Path | None = None, steps: int | None = No
     if changed:
         raise CannotReproduce(f"the run's data changed: {changed[0]}" + (f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""),
                               where=str(run_dir), fix="put the data back as it was; `envkit reproduce --check` lists every change")
-    consent = ask(folder, record, read(lock), yes=yes, say=say, interactive=interactive)
+    consent = ask(folder, record, read(lock, require_torch=False), yes=yes, say=say, interactive=interactive)
     missing = list(record.missing_hashes)
     if missing:
         say(f"note: {len(missing)} packages were recorded without a wheel hash (the index was unreachable or needed "

@@ -82,7 +82,7 @@ def build(lock_path: Path, venv: Path, profile: str | None, say, facts=None) -> 
     from envkit.install.lock.read import read
     from envkit.install.setup.flow import load_setup_profile
 
-    lock = read(lock_path)
+    lock = read(lock_path, require_torch=False)
     facts = facts or gather(None, runtime=False, gpu_detail=False)
     try:
         prof = load_setup_profile(profile or "auto", facts, lock, lambda text, err=False: say(text))

@@ -137,7 +137,7 @@ def install_from_lock(lock: LockFile, facts, profile, venv: Path, base_python: s
         req_file.write_text(requirements(sel, paths, hashed))
         links = checked_folder(paths, Path(tmp) / "wheels") if hashed else []
         install_with_rollback(venv, venv_python, base_python, "pip", create, cmd + links + ["-r", str(req_file)], want, sel.device,
-                              say, after=leave_only_locked(venv_python, extras, sel.versions, lock))
+                              say, after=leave_only_locked(venv_python, extras, sel.versions, lock), torch="torch" in sel.versions)
     _write_state(root, profile, venv, venv_python, lock, sel.versions.get("torch"), say)
     return True
 

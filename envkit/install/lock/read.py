@@ -132,7 +132,9 @@ class LockFile:
         return Pylock.from_dict(self.data)
 
 
-def read(path: Path) -> LockFile:
+def read(path: Path, *, require_torch: bool = True) -> LockFile:
+    """The lock at `path`, every value checked. `require_torch=False`: a run's own pylock.toml, whose
+    interpreter may have had no torch (a script that never imported it); `envkit setup` needs one."""
     path = Path(path)
     where = str(path)
     pylock_name = is_pylock(path)
@@ -144,7 +146,7 @@ def read(path: Path) -> LockFile:
         validate.check(data, where, fix)  # every value, before anything uses one (validate.py)
         lock = LockFile(path, data)
     _validate(lock, where, fix)
-    if lock.single and "torch" not in lock.versions:
+    if require_torch and lock.single and "torch" not in lock.versions:
         raise EnvkitError("the lock names no torch", where=where, fix=fix)
     return lock
 
