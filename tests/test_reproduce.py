@@ -472,9 +472,12 @@ def test_thread_counts_from_a_received_run_folder_are_applied_only_when_they_are
     from envkit.reproduce.rerun import _same_threads
 
     (tmp_path / "environment.json").write_text(json.dumps({"environ": {
-        "OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "$(touch pwned)", "OPENBLAS_NUM_THREADS": "0", "HOME": "/elsewhere"}}))
+        "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "$(touch pwned)", "OPENBLAS_NUM_THREADS": "0", "HOME": "/elsewhere",
+        "NUMEXPR_NUM_THREADS": "999999"}}))
     env, said = {"OMP_NUM_THREADS": "8", "HOME": "/home/me"}, []
     _same_threads(tmp_path, env, said.append)
-    assert env == {"OMP_NUM_THREADS": "3", "HOME": "/home/me"}
+    cores = str(os.cpu_count())  # never more threads than this machine has cores
+    assert env == {"OMP_NUM_THREADS": "1", "HOME": "/home/me", "NUMEXPR_NUM_THREADS": cores}
     assert said[0].startswith("note: not applied, not a thread count: MKL_NUM_THREADS='$(touch pwned)', OPENBLAS_NUM_THREADS='0'")
-    assert said[1] == "threads as the run had them (its environment.json): OMP_NUM_THREADS=3"
+    assert said[1] == f"note: capped at this machine's {cores} cores: NUMEXPR_NUM_THREADS=999999"
+    assert said[2] == f"threads as the run had them (its environment.json): OMP_NUM_THREADS=1, NUMEXPR_NUM_THREADS={cores}"

@@ -50,9 +50,11 @@ def _same_threads(run_dir: Path, env: dict, say) -> None:
     Not for another machine or device, which train with this machine's profile."""
     from envkit.checks.gates import gates
 
+    from envkit.runfolder import RunFolder, RunFolderError
+
     try:
-        recorded = (json.loads((run_dir / "environment.json").read_text()).get("environ") or {})
-    except (OSError, ValueError, AttributeError):
+        recorded = RunFolder(run_dir).environment.environ  # read bounded; only string values kept
+    except RunFolderError:
         return
     names = gates()["env"]["threads"]["names"]
     # a run folder may come from someone else: only a count (a positive integer) is applied
@@ -60,6 +62,11 @@ def _same_threads(run_dir: Path, env: dict, say) -> None:
     bad = {n: v for n, v in kept.items() if not re.fullmatch(r"[1-9][0-9]{0,5}", v)}
     if bad:
         say("note: not applied, not a thread count: " + ", ".join(f"{k}={v[:40]!r}" for k, v in bad.items()))
+    cores = os.cpu_count() or 1
+    over = {n: v for n, v in kept.items() if n not in bad and int(v) > cores}
+    if over:  # a count from another machine (or a crafted one): never more threads than this machine has cores
+        say("note: capped at this machine's " + f"{cores} cores: " + ", ".join(f"{k}={v}" for k, v in over.items()))
+        kept.update({n: str(cores) for n in over})
     changed = {n: v for n, v in kept.items() if n not in bad and env.get(n) != v}
     if changed:
         env.update(changed)
