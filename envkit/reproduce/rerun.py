@@ -10,7 +10,6 @@ was put back in a worktree."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -98,10 +97,21 @@ def _cwd(restored, rec: dict, fallback: Path) -> Path:
     return cwd if cwd.is_dir() else fallback
 
 
-def run_config(run_dir: Path, new_dir: Path) -> tuple[Path, list[str], list[str]]:
+def _declared(run_dir: Path, rec: dict) -> dict:
+    """{values, origin, derived} of the run's config: the sealed record's (record.json `config`);
+    config.json's only for a record from before it kept the declared values."""
+    cfg = rec.get("config") or {}
+    if cfg.get("declared"):
+        return {"values": cfg["declared"], "origin": cfg.get("origin") or {}, "derived": cfg.get("derived_at_start") or {}}
+    from envkit.runfolder import RunFolder
+
+    return RunFolder(run_dir).config
+
+
+def run_config(run_dir: Path, new_dir: Path, rec: dict | None = None) -> tuple[Path, list[str], list[str]]:
     """(a train.yaml of the run's declared values, the --set pins, notes). batch_size auto is pinned
     to the number the probe chose when the run started: probing again could choose another."""
-    saved = json.loads((run_dir / "config.json").read_text())
+    saved = _declared(run_dir, rec or {})
     origin = saved.get("origin") or {}
     # the values that were set (train.yaml, --set, the profile): a default stays a default, and a key
     # that does not apply to the model is never written (config.py refuses it)
@@ -142,7 +152,7 @@ def rerun(run_dir: Path, rec: dict, new_dir: Path, venv: Path, restored, steps: 
                "--run-dir", str(new_dir), "--", *in_venv(list(rec["command"]), rec.get("python"), venv)]
         cwd = _cwd(restored, rec, run_dir)
     else:
-        path, pins, notes = run_config(run_dir, new_dir)
+        path, pins, notes = run_config(run_dir, new_dir, rec)
         for n in notes:
             say(f"note: {n}")
         profile = None if elsewhere else (rec.get("config") or {}).get("profile")
