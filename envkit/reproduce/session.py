@@ -15,6 +15,7 @@ from envkit.fsutil import atomic_write_text
 from envkit.record import files
 from envkit.reproduce import local, metrics, verdict
 from envkit.reproduce.check import CannotReproduce, data_lines
+from envkit.runfolder.records import RunStatus
 
 EXIT = {"same": 0, "within tolerance": 0, "different": 1}
 
@@ -139,8 +140,9 @@ def refuse_unreproducible(folder, rec, say) -> None:
     """What cannot work, said before anything is built or trained: a run that logged no metrics has
     nothing to compare against."""
     if not metrics.read_rows(folder.path):
-        raise CannotReproduce("the run logged no metrics (its metrics.jsonl has no step), so a reproduction would have "
-                              "nothing to compare against", where=str(folder.path / "metrics.jsonl"),
+        ended = "" if folder.status is RunStatus.UNKNOWN else f"; it ended {folder.status.value}"
+        raise CannotReproduce(f"the run logged no metrics (its metrics.jsonl has no step{ended}), so a reproduction would "
+                              "have nothing to compare against", where=str(folder.path / "metrics.jsonl"),
                               fix="log them from the script with `from envkit import track; track.log(step, loss=...)`, "
                                   "run it again, then reproduce that run" if rec.kind == "exec"
                               else "the run stopped before its first logged step; run it again")

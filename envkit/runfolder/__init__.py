@@ -3,7 +3,7 @@ one edge, bounded and validated into typed records before anything acts on it, a
 names runs without the user's consent.
 
     bounded.py   JSON read with size and nesting caps; RunFolderError (one line, exit 2)
-    records.py   the typed records (RunRecord, CodeState, ...), RunStatus and its exit code
+    records.py   the typed records (RunRecord, CodeState, ...) and RunStatus
     folder.py    RunFolder(path): every file of a run folder, read on first use
     seal.py      whether this machine wrote the record and nothing changed since (HMAC)
     archive.py   the untracked files' archive, read with the caps it was written with"""

@@ -59,7 +59,7 @@ class RunFolder:
 
     @property
     def status(self) -> RunStatus:
-        return RunStatus.of(self.summary.get("status") if isinstance(self.summary.get("status"), str) else None)
+        return RunStatus.of(self.summary.get("status"))
 
     @functools.cached_property
     def trust(self) -> seal.Verdict:

@@ -74,27 +74,26 @@ class _Reader:
 
 
 class RunStatus(str, enum.Enum):
-    """How a run ended (summary.json's status), or that it has not."""
+    """How a run ended, as its summary.json says (or "unknown": none, or a value envkit never writes)."""
 
     RUNNING = "running"
+    RESTARTING = "restarting"
     COMPLETED = "completed"
     INTERRUPTED = "interrupted"
     FAILED = "failed"
+    KILLED = "killed"
+    NAN = "nan"
+    OOM = "oom"
+    DISK_FULL = "disk_full"
     STALLED = "stalled"
     UNKNOWN = "unknown"
 
     @classmethod
-    def of(cls, text: str | None) -> RunStatus:
+    def of(cls, text) -> RunStatus:
         try:
             return cls(text)
         except ValueError:
-            return cls.FAILED if text else cls.UNKNOWN
-
-
-def exit_code(status: RunStatus) -> int:
-    """The exit code a command that waited for a run returns for its status: 0 completed, 130
-    interrupted (as a shell reports Ctrl-C), 1 anything else."""
-    return {RunStatus.COMPLETED: 0, RunStatus.INTERRUPTED: 130}.get(status, 1)
+            return cls.UNKNOWN
 
 
 @dataclass(frozen=True)
