@@ -14,6 +14,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from envkit.runfolder import names
+
 
 @contextlib.contextmanager
 def atomic_writer(path: Path, mode: int | None = None):
@@ -119,8 +121,8 @@ OWNER_LOCK = ".owner.lock"
 # to (or truncate) whatever it points at, so a folder holding one is refused (refuse_links) and the
 # appends and the lock open with O_NOFOLLOW (open_append). Atomic writes (atomic_writer) replace the
 # name itself and make their temporary file with O_EXCL, so they never write through a link.
-RUN_FOLDER_NAMES = (OWNER_LOCK, "train.log", "metrics.jsonl", "heartbeat.json", "summary.json", "config.json", "config.yaml",
-                    "environment.json", "checkpoints", "faults.jsonl", "console.log", "supervisor.log", "ranks")
+RUN_FOLDER_NAMES = (OWNER_LOCK, "train.log", names.METRICS, names.HEARTBEAT, names.SUMMARY, names.CONFIG, "config.yaml",
+                    names.ENVIRONMENT, "checkpoints", "faults.jsonl", "console.log", "supervisor.log", "ranks")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 

@@ -18,6 +18,8 @@ import sys
 import threading
 import time
 
+from envkit.runfolder import names
+
 RUN_DIR_VAR = "ENVKIT_RUN_DIR"
 STOP_VAR = "ENVKIT_STOP_AFTER_STEP"
 _calls = 0  # the step of a call that gives none: `envkit plot` draws against steps
@@ -44,7 +46,7 @@ def _write(run_dir: str, step: int, loss, metrics: dict) -> None:
         row["loss"] = _number(loss)
     row.update({str(k): _number(v) for k, v in metrics.items()})
     try:  # one write of one line in append mode: lines from one process never interleave
-        with open(os.path.join(run_dir, "metrics.jsonl"), "a", encoding="utf-8") as fh:
+        with open(os.path.join(run_dir, names.METRICS), "a", encoding="utf-8") as fh:
             fh.write(json.dumps(row) + "\n")
     except OSError:
         pass  # the run folder went away: a curve is never worth a crashed training run

@@ -271,7 +271,7 @@ def _link(name: str, target: str) -> tarfile.TarInfo:
 @pytest.mark.parametrize("case", ["bomb", "escape", "absolute", "link", "git", "too-many"])
 def test_an_archive_is_read_with_the_caps_it_was_written_with(tmp_path, case):
     from envkit.runfolder.limits import UNTRACKED_COUNT_MAX
-    from envkit.runfolder import RunFolderError
+    from envkit.runfolder.bounded import RunFolderError
     from envkit.runfolder.archive import extract
 
     archive = tmp_path / "project-untracked.tar"

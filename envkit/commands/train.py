@@ -12,6 +12,7 @@ import click
 
 from envkit.console import print_json
 from envkit.errors import EnvkitError
+from envkit.runfolder import names
 from envkit.slurm.options import slurm_options
 
 
@@ -148,7 +149,7 @@ def _finish(p, rc: int, as_json: bool) -> None:
     if node_rank > 0:
         click.echo(f"node {node_rank}: training process exited with code {rc}; node 0 holds the run folder", err=True)
         raise SystemExit(0 if rc == 0 else 1)
-    summary = read_json(run_dir / "summary.json")
+    summary = read_json(run_dir / names.SUMMARY)
     if as_json and summary:
         print_json(summary)
     if rc == 2:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from envkit.errors import EnvkitError
+from envkit.runfolder import names
 from envkit.train.run.config import Config, where_set
 
 FINISHED = ("completed",)
@@ -78,22 +79,22 @@ def choose_run_dir(cfg: Config, run_id: str | None, resume: str) -> tuple[Path, 
         return ck.parent.parent, True, f"resuming from {ck}"
     if run_id:
         d = check_inside(exp, exp / check_run_id(run_id), "--run-id")
-        if d.exists() and (d / "config.json").exists():
+        if d.exists() and (d / names.CONFIG).exists():
             if resume == "never":
                 raise EnvkitError(f"run folder {d} exists", where="--run-id", fix="choose another --run-id, or drop --resume never to continue it")
-            s = read_json(d / "summary.json") or {}
+            s = read_json(d / names.SUMMARY) or {}
             if s.get("status") in FINISHED:
                 raise EnvkitError(f"run {run_id} already completed {s.get('steps')} steps", where=str(d),
                                   fix="choose another --run-id (or raise training.max_steps in a new run)")
             return d, True, None
         return d, False, None
     if resume == "auto" and exp.is_dir():
-        candidates = sorted((p for p in exp.iterdir() if (p / "config.json").is_file()), key=lambda p: p.stat().st_mtime, reverse=True)
+        candidates = sorted((p for p in exp.iterdir() if (p / names.CONFIG).is_file()), key=lambda p: p.stat().st_mtime, reverse=True)
         for d in candidates:
-            s = read_json(d / "summary.json") or {}
+            s = read_json(d / names.SUMMARY) or {}
             if s.get("status") in FINISHED:
                 continue
-            saved = read_json(d / "config.json") or {}
+            saved = read_json(d / names.CONFIG) or {}
             if saved.get("config_hash") == h:
                 return d, True, f"resuming unfinished run {d.name} (same config; --resume never starts a new one)"
             return new_run(exp), False, f"not resuming {d.name}: its config differs (hash {saved.get('config_hash')} != {h})"
@@ -112,14 +113,14 @@ def new_run(exp: Path) -> Path:
 def run_state(cfg: Config, run_dir: Path) -> str:
     """A sweep's run folder: new, resume or completed; one started with another config is refused
     (nothing is overwritten)."""
-    if not (run_dir / "config.json").is_file():
+    if not (run_dir / names.CONFIG).is_file():
         return "new"
-    saved = read_json(run_dir / "config.json") or {}
+    saved = read_json(run_dir / names.CONFIG) or {}
     if saved.get("config_hash") != cfg.config_hash():
         raise EnvkitError(f"{run_dir} was started with a different config (hash {saved.get('config_hash')}, "
                           f"now {cfg.config_hash()})", where=str(run_dir),
                           fix="restore the config it ran with, set another experiment.name, or move that folder away")
-    summary = read_json(run_dir / "summary.json") or {}
+    summary = read_json(run_dir / names.SUMMARY) or {}
     return "completed" if summary.get("status") in FINISHED else "resume"
 
 
@@ -145,7 +146,7 @@ def choose_for_run(cfg: Config, run_id: str | None, resume: str) -> tuple[Path, 
 
 def check_resumable(cfg: Config, run_dir: Path) -> dict:
     """The config.json of a run folder about to be resumed, refused when it was another config."""
-    saved = read_json(run_dir / "config.json") or {}
+    saved = read_json(run_dir / names.CONFIG) or {}
     if saved.get("config_hash") != cfg.config_hash():
         raise EnvkitError(f"run {run_dir.name} was started with a different config (hash {saved.get('config_hash')})",
                           where=str(run_dir), fix="restore that config, use another --run-id, or --resume never")

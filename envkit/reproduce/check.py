@@ -56,7 +56,7 @@ def open_run(run_dir: Path, wait: float = 120):
     import time
 
     from envkit.reproduce.consent import refuse_inside
-    from envkit.runfolder import RunFolder
+    from envkit.runfolder.folder import RunFolder
 
     folder = RunFolder(run_dir)
     folder.require_run()

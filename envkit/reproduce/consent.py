@@ -18,7 +18,9 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from envkit.runfolder import RunFolder, RunFolderError
+from envkit.runfolder.bounded import RunFolderError
+from envkit.runfolder.folder import RunFolder
+from envkit.runfolder import names
 from envkit.runfolder.records import RunRecord
 
 _FIX_INSIDE = "a record names paths of the machine that made the run; this one points into the folder it came in"
@@ -38,9 +40,9 @@ def _local_index(url: str) -> Path | None:
 def refuse_inside(folder: RunFolder, rec: RunRecord, lock=None) -> None:
     """One line, exit 2, where the record or lock names a path inside the run folder as something
     to run, import, build or work in."""
-    named = [("record.json", "python", rec.python), ("record.json", "cwd", rec.cwd)]
-    named += [("record.json", f"code[{i}].folder ({c.role})", c.folder) for i, c in enumerate(rec.code)]
-    named += [("record.json", f"environment.local[{i}].folder ({d.name})", d.folder) for i, d in enumerate(rec.local)]
+    named = [(names.RECORD, "python", rec.python), (names.RECORD, "cwd", rec.cwd)]
+    named += [(names.RECORD, f"code[{i}].folder ({c.role})", c.folder) for i, c in enumerate(rec.code)]
+    named += [(names.RECORD, f"environment.local[{i}].folder ({d.name})", d.folder) for i, d in enumerate(rec.local)]
     if lock is not None:
         named += [("pylock.toml", "index", str(_local_index(u))) for u in lock.index_urls if _local_index(u) is not None]
         named += [("pylock.toml", f"packages ({p.name}) path", p.path) for p in lock.picks() if p.path]

@@ -49,7 +49,8 @@ def _same_threads(run_dir: Path, env: dict, say) -> None:
     Not for another machine or device, which train with this machine's profile."""
     from envkit.checks.gates import gates
 
-    from envkit.runfolder import RunFolder, RunFolderError
+    from envkit.runfolder.bounded import RunFolderError
+    from envkit.runfolder.folder import RunFolder
 
     try:
         recorded = RunFolder(run_dir).environment.environ  # read bounded; only string values kept
@@ -74,7 +75,7 @@ def _same_threads(run_dir: Path, env: dict, say) -> None:
 
 def _saved_profile(run_dir: Path) -> str | None:
     """An exec run recorded before its record named the profile: config.json's, where it is a name."""
-    from envkit.runfolder import RunFolder
+    from envkit.runfolder.folder import RunFolder
 
     profile = RunFolder(run_dir).config.get("profile")
     return profile if isinstance(profile, str) else None
@@ -103,7 +104,7 @@ def _declared(run_dir: Path, rec: dict) -> dict:
     cfg = rec.get("config") or {}
     if cfg.get("declared"):
         return {"values": cfg["declared"], "origin": cfg.get("origin") or {}, "derived": cfg.get("derived_at_start") or {}}
-    from envkit.runfolder import RunFolder
+    from envkit.runfolder.folder import RunFolder
 
     return RunFolder(run_dir).config
 

@@ -15,6 +15,7 @@ from envkit.fsutil import atomic_write_text
 from envkit.record import files
 from envkit.reproduce import local, metrics, verdict
 from envkit.reproduce.check import CannotReproduce, data_lines
+from envkit.runfolder import names
 from envkit.runfolder.records import RunStatus
 
 EXIT = {"same": 0, "within tolerance": 0, "different": 1}
@@ -25,7 +26,7 @@ def _read(path: Path) -> dict:
 
 
 def _facts(run: Path) -> dict:
-    return verdict.facts_of(_read(run / "summary.json"), files.read_record(run) or {}, _read(run / "environment.json"))
+    return verdict.facts_of(_read(run / names.SUMMARY), files.read_record(run) or {}, _read(run / names.ENVIRONMENT))
 
 
 def _train(run_dir: Path, rec: dict, venv: Path, restored, steps: int | None, say, where: dict | None = None) -> Path:
@@ -33,7 +34,7 @@ def _train(run_dir: Path, rec: dict, venv: Path, restored, steps: int | None, sa
 
     new_dir = next_dir(run_dir)
     rc = rerun(run_dir, rec, new_dir, venv, restored, steps, say, **(where or {}))
-    if not (new_dir / "metrics.jsonl").is_file():
+    if not (new_dir / names.METRICS).is_file():
         raise CannotReproduce(f"the reproduction wrote no metrics (exit code {rc}; its log: {new_dir / 'train.log'})",
                               where=str(new_dir), fix="read its train.log; `envkit reproduce --check` names what differs")
     return new_dir
@@ -142,7 +143,7 @@ def refuse_unreproducible(folder, rec, say) -> None:
     if not metrics.read_rows(folder.path):
         ended = "" if folder.status is RunStatus.UNKNOWN else f"; it ended {folder.status.value}"
         raise CannotReproduce(f"the run logged no metrics (its metrics.jsonl has no step{ended}), so a reproduction would "
-                              "have nothing to compare against", where=str(folder.path / "metrics.jsonl"),
+                              "have nothing to compare against", where=str(folder.path / names.METRICS),
                               fix="log them from the script with `from envkit import track; track.log(step, loss=...)`, "
                                   "run it again, then reproduce that run" if rec.kind == "exec"
                               else "the run stopped before its first logged step; run it again")

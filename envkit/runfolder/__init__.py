@@ -2,13 +2,11 @@
 one edge, bounded and validated into typed records before anything acts on it, and nothing it
 names runs without the user's consent.
 
+    names.py     the names of a run folder's files (every module spells them through it)
     bounded.py   JSON read with size and nesting caps; RunFolderError (one line, exit 2)
     records.py   the typed records (RunRecord, CodeState, ...) and RunStatus
     folder.py    RunFolder(path): every file of a run folder, read on first use
     seal.py      whether this machine wrote the record and nothing changed since (HMAC)
-    archive.py   the untracked files' archive, read with the caps it was written with"""
+    archive.py   the untracked files' archive, read with the caps it was written with
 
-from envkit.runfolder.bounded import RunFolderError
-from envkit.runfolder.folder import RunFolder
-
-__all__ = ["RunFolder", "RunFolderError"]
+Nothing is imported here: `envkit.track`, in a user's script, reads names.py alone."""

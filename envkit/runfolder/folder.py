@@ -7,18 +7,9 @@ import functools
 from pathlib import Path
 
 from envkit.runfolder import seal
+from envkit.runfolder.names import CONFIG, ENVIRONMENT, HEARTBEAT, RECORD, SUMMARY
 from envkit.runfolder.bounded import RunFolderError, read_json
 from envkit.runfolder.records import EnvironmentRecord, RunRecord, RunStatus
-
-CONFIG = "config.json"
-RECORD = "record.json"
-ENVIRONMENT = "environment.json"
-SUMMARY = "summary.json"
-HEARTBEAT = "heartbeat.json"
-LOCK = "pylock.toml"
-METRICS = "metrics.jsonl"
-REPRODUCTIONS = "reproductions.json"
-
 
 class RunFolder:
     def __init__(self, path: Path):

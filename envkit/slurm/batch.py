@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from envkit.fsutil import atomic_write_text
+from envkit.runfolder import names
 from envkit.slurm.submit import read_record
 
 STOP_FILE = "stop-requested"
@@ -62,7 +63,7 @@ def _stop_requested(run_dir: Path) -> bool:
 
 def status_of(run_dir: Path) -> str | None:
     try:
-        return json.loads((run_dir / "summary.json").read_text()).get("status")
+        return json.loads((run_dir / names.SUMMARY).read_text()).get("status")
     except (OSError, ValueError, AttributeError):
         return None
 

@@ -8,11 +8,12 @@ import statistics
 from pathlib import Path
 
 from envkit.plan.rundirs import read_json
+from envkit.runfolder import names
 from envkit.train.watching.runs_state import read_metrics
 
 
 def run_result(run_dir: Path, overrides: dict, group: str, state: str) -> dict:
-    summary = read_json(run_dir / "summary.json") or {}
+    summary = read_json(run_dir / names.SUMMARY) or {}
     evals = [r for r in read_metrics(run_dir) if "val_loss" in r] if run_dir.is_dir() else []
     accs = [r["accuracy"] for r in evals if r.get("accuracy") is not None]
     rate_key = "tokens_per_second" if summary.get("tokens_per_second") is not None else "samples_per_second"

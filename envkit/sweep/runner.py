@@ -24,6 +24,7 @@ from envkit.errors import EnvkitError
 from envkit.plan import Plan, RunRequest, make_plan
 from envkit.plan.grid import MAX_RUNS, Combination
 from envkit.plan.rundirs import read_json, run_state
+from envkit.runfolder import names
 from envkit.train.run import launcher
 from envkit.train.run.spawn import release_child, spawn_child
 from envkit.train.run.torchrun import child_command
@@ -84,7 +85,7 @@ def execute(runs: list[SweepRun], *, parallel: int = 1, gpus: int = 0, stop_afte
                 release_child(proc)
                 owner.close()  # the run folder is free again
                 r.rc = proc.returncode
-                r.state = (read_json(r.run_dir / "summary.json") or {}).get("status") or f"exited {r.rc}"
+                r.state = (read_json(r.run_dir / names.SUMMARY) or {}).get("status") or f"exited {r.rc}"
                 free_slots.append(slot)
                 say(f"{'done' if r.state == 'completed' else r.state:<8}{r.combo.run_id} (exit {r.rc})")
                 if r.rc == 2 and todo:  # a bad config or data file: every other run would meet it too

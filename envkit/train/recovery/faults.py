@@ -37,10 +37,12 @@ import os
 import time
 from pathlib import Path
 
+from envkit.runfolder import names
+
 ENV_INJECT = "ENVKIT_TRAIN_INJECT"
 ENV_DEVICE = "ENVKIT_TRAIN_DEVICE"  # set by the child for itself after a switch to the CPU
-WRITE_FAULTS = {"metrics.jsonl": "diskfull-metrics", "train.log": "diskfull-log", "heartbeat.json": "diskfull-heartbeat",
-                "summary.json": "diskfull-summary"}
+WRITE_FAULTS = {names.METRICS: "diskfull-metrics", "train.log": "diskfull-log", names.HEARTBEAT: "diskfull-heartbeat",
+                names.SUMMARY: "diskfull-summary"}
 KINDS = ("oom", "nan", "device", "diskfull", "slow", *WRITE_FAULTS.values())
 SLOW_STEP = 300.0  # seconds: slow@N
 OOM_ABOVE = "oom-above"  # oom-above=N: a pretend device memory that holds N samples per micro-batch
@@ -308,7 +310,7 @@ def switch_device(run_dir: Path, policy: str, exc: BaseException) -> None:
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 or not is_device_fault(exc):
         return
     try:
-        summary = json.loads((Path(run_dir) / "summary.json").read_text())
+        summary = json.loads((Path(run_dir) / names.SUMMARY).read_text())
     except (OSError, ValueError):
         summary = {}
     device = summary.get("device") or "unknown"

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_text
+from envkit.runfolder import names
 
 PROBES = (2, 8)  # then 1 when 2 does not fit, 4 when 8 does not
 MAX_CHECKS = 3  # probes of the extrapolated choice: it is taken once a probe at it fits
@@ -146,7 +147,7 @@ def resolve(cfg, *, python: str, env: dict, child_entry: Path, torch_settings: d
             staged = cfg.derive(KEY, batch)
             resolved = (staged.derive("device.type", device) if device else staged).resolved()
             resolved["torch_settings"] = torch_settings
-            atomic_write_text(stage / "config.json", json.dumps(resolved, default=str))
+            atomic_write_text(stage / names.CONFIG, json.dumps(resolved, default=str))
             out = stage / "probe.json"
             res = subprocess.run([python, "-u", str(child_entry), str(stage), "--probe", str(out)], env=env,
                                  capture_output=True, text=True)

@@ -14,6 +14,8 @@ import os
 import sys
 from pathlib import Path
 
+from envkit.runfolder import names
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="envkit.train.run.child")
@@ -38,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     watch_parent(on_gone=parent_gone)  # stop when envkit run/sweep dies, however it dies, mid-step included
     run_dir = Path(args.run_dir)
     try:
-        resolved = json.loads((run_dir / "config.json").read_text())
+        resolved = json.loads((run_dir / names.CONFIG).read_text())
         from envkit.train.run.config import Config
         from envkit.train.run.loop import train
 

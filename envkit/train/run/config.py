@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from envkit.errors import EnvkitError
+from envkit.runfolder import names
 from envkit.train.data.paths import resolve_path
 from envkit.train.run.coerce import coerce, describe_value, did_you_mean, field_for, meant, parse_override, read_yaml, unknown_key
 from envkit.train.run.schema import (  # noqa: F401 - the schema's names are part of config's face
@@ -168,7 +169,7 @@ class Config:
             values = {s: {k: (data["declared"] or {}).get(f"{s}.{k}", v) for k, v in kv.items()} for s, kv in values.items()}
         declared = TrainConfig(**{s: SECTIONS[s](**{k: v for k, v in kv.items() if k in SCHEMA[s]})
                                   for s, kv in values.items() if s in SECTIONS})
-        return cls(declared=declared, origin=data.get("origin", {}), source=data.get("source", "config.json"),
+        return cls(declared=declared, origin=data.get("origin", {}), source=data.get("source", names.CONFIG),
                    profile=data.get("profile"), derived=derived)
 
     def resolved(self) -> dict:

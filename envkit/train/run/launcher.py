@@ -17,6 +17,7 @@ from typing import Protocol
 
 from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_text
+from envkit.runfolder import names
 from envkit.train.run.config import Config, to_yaml
 from envkit.train.run.spawn import ask_to_checkpoint, release_child, spawn_child
 from envkit.train.run.torchrun import child_command, child_entry
@@ -91,11 +92,11 @@ def _write_run_files(p: Plan, run_dir: Path, child_env: dict) -> None:
     from envkit.redact import redact_argv
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    _inject_disk_full_at_start(run_dir / "config.json")
+    _inject_disk_full_at_start(run_dir / names.CONFIG)
     (run_dir / "checkpoints").mkdir(exist_ok=True)
     resolved = p.cfg.resolved()
     resolved["torch_settings"] = dict(getattr(p.profile, "torch", {}) or {}) if p.profile else None
-    atomic_write_text(run_dir / "config.json", json.dumps(resolved, indent=2, default=str) + "\n")
+    atomic_write_text(run_dir / names.CONFIG, json.dumps(resolved, indent=2, default=str) + "\n")
     atomic_write_text(run_dir / "config.yaml", f"# resolved config (profile {p.cfg.profile or 'none'}); origins in config.json\n" + to_yaml(p.cfg))
     d = diagnose(p.facts).to_dict()
     src = Path(p.cfg.source).resolve().parent if p.cfg.source not in ("<defaults>",) else Path.cwd()
@@ -110,7 +111,7 @@ def _write_run_files(p: Plan, run_dir: Path, child_env: dict) -> None:
     from envkit.redact import redact
 
     # argv, the profile's variables and doctor's facts may hold URLs too: none keeps its credentials
-    atomic_write_text(run_dir / "environment.json", json.dumps(redact(env_doc), indent=2, default=str) + "\n")
+    atomic_write_text(run_dir / names.ENVIRONMENT, json.dumps(redact(env_doc), indent=2, default=str) + "\n")
     from envkit.record.start import write_run_record
 
     write_run_record(run_dir, python=p.python, config=p.cfg, project=src, facts=p.facts)  # pylock.toml, code/, record.json
@@ -129,7 +130,7 @@ def stage_for_node(p: Plan, run_dir: Path, node_rank: int) -> Path:
     stage = Path(tempfile.mkdtemp(prefix=f"envkit-node{node_rank}-"))
     resolved = p.cfg.resolved()
     resolved["torch_settings"] = dict(getattr(p.profile, "torch", {}) or {}) if p.profile else None
-    atomic_write_text(stage / "config.json", json.dumps(resolved, indent=2, default=str) + "\n")
+    atomic_write_text(stage / names.CONFIG, json.dumps(resolved, indent=2, default=str) + "\n")
     if (run_dir / "checkpoints").is_dir():
         (stage / "checkpoints").symlink_to(run_dir / "checkpoints", target_is_directory=True)
     return stage

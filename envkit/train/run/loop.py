@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from envkit.runfolder import names
 from envkit.train.data.bad_files import UnreadableFile
 from envkit.train.recovery import faults
 from envkit.train.recovery.guards import NanGuard, TrainingStopped
@@ -290,7 +291,7 @@ def _given_up(loop: _Loop, result: TrainResult, tel: Telemetry, reason: str) -> 
     tel.log(f"interrupted in step {state.step + 1} ({reason}): given up unfinished; `envkit run` again resumes from "
             + (f"the checkpoint of step {kept}" if kept else "the start"))
     if tel.enabled:
-        write_json(loop.tr.run_dir / "summary.json", result.summary())
+        write_json(loop.tr.run_dir / names.SUMMARY, result.summary())
         tel.heartbeat(step=state.step, loss=result.final_loss, eta=None, status="interrupted", force=True)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from envkit.errors import EnvkitError
+from envkit.runfolder import names
 from envkit.train.watching.runs_state import read_metrics
 
 
@@ -23,7 +24,7 @@ def draw_curves(d: Path, out: Path) -> Path:
     train = [r for r in rows if "loss" in r]
     val = [r for r in rows if "val_loss" in r]
     if not train:
-        raise EnvkitError("no metrics yet", where=str(d / "metrics.jsonl"))
+        raise EnvkitError("no metrics yet", where=str(d / names.METRICS))
     dev = [r for r in train if "device_util_pct" in r or "device_mem_used_mb" in r or "torch_allocated_mb" in r
            or "data_wait_fraction" in r]
     if dev:

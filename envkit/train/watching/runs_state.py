@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from envkit.errors import EnvkitError
+from envkit.runfolder import names
 
 STALL_SECONDS = 60.0
 # The key of the marker row a run writes to metrics.jsonl when it goes on from an earlier step.
@@ -88,14 +89,14 @@ def notice_killed(run_dir: Path, noticed_by: str) -> dict | None:
     with owner_lock_if_free(run_dir) as free:
         if not free:
             return None
-        beat = _read(run_dir / "heartbeat.json") or {}
-        summary = _read(run_dir / "summary.json")
+        beat = _read(run_dir / names.HEARTBEAT) or {}
+        summary = _read(run_dir / names.SUMMARY)
         if _final(summary, beat):
             return summary  # written meanwhile by the run itself
         rows = [r for r in read_metrics(run_dir) if isinstance(r, dict)]
         steps = [r["step"] for r in rows if isinstance(r.get("step"), int) and "loss" in r]
         losses = [r["loss"] for r in rows if isinstance(r.get("loss"), (int, float))]
-        config = _read(run_dir / "config.json") or {}
+        config = _read(run_dir / names.CONFIG) or {}
         owner = read_owner(run_dir)
         now = time.time()
         out = {"kind": config.get("kind", "train"), "status": "killed", "written_after_the_fact": True,
@@ -105,17 +106,17 @@ def notice_killed(run_dir: Path, noticed_by: str) -> dict | None:
                "final_loss": losses[-1] if losses else None, "hints": [],
                "reason": "its supervisor died without a word (SIGKILL, a crash, the machine lost power); nothing runs in the folder"}
         try:
-            atomic_write_text(run_dir / "summary.json", json.dumps(out, indent=2) + "\n")
+            atomic_write_text(run_dir / names.SUMMARY, json.dumps(out, indent=2) + "\n")
         except OSError as exc:  # a read-only or full disk: what was noticed is still shown, just not recorded
-            out["not_recorded"] = f"cannot write {run_dir / 'summary.json'}: {exc.strerror or exc}"
+            out["not_recorded"] = f"cannot write {run_dir / names.SUMMARY}: {exc.strerror or exc}"
         return out
 
 
 def run_state(run_dir: Path, now: float | None = None, noticed_by: str = "envkit runs") -> dict:
     """{status, step, max_steps, loss, best_val_loss, eta_seconds, age_seconds, ...} of one run."""
     now = now or time.time()
-    beat = _read(run_dir / "heartbeat.json") or {}
-    summary = _read(run_dir / "summary.json")
+    beat = _read(run_dir / names.HEARTBEAT) or {}
+    summary = _read(run_dir / names.SUMMARY)
     out = {"run": run_dir.name, "experiment": run_dir.parent.name, "path": str(run_dir),
            "step": beat.get("step"), "max_steps": beat.get("max_steps"), "loss": beat.get("loss"),
            "eta_seconds": beat.get("eta_seconds"), "best_val_loss": None, "epochs": beat.get("epochs")}
@@ -185,7 +186,7 @@ def _device_state(out: dict, run_dir: Path, rows: list[dict], beat: dict, summar
     if summary and "hints" in summary:
         out["hints"] = summary["hints"]
         return
-    doc = _read(run_dir / "config.json") or {}
+    doc = _read(run_dir / names.CONFIG) or {}
     config = {s: {**kv, **{p.split(".", 1)[1]: v for p, v in (doc.get("derived") or {}).items() if p.split(".")[0] == s}}
               for s, kv in (doc.get("values") or {}).items() if isinstance(kv, dict)}  # the values the run used
     device = (summary or {}).get("device") or (beat.get("device") or {}).get("device") or "cpu"
@@ -198,7 +199,7 @@ def read_metrics(run_dir: Path) -> list[dict]:
     before it are dropped, so that each step has the values of the attempt that counts."""
     rows: list = []
     try:
-        with open(Path(run_dir) / "metrics.jsonl", encoding="utf-8") as fh:
+        with open(Path(run_dir) / names.METRICS, encoding="utf-8") as fh:
             for line in fh:
                 try:
                     row = json.loads(line)
@@ -222,9 +223,9 @@ def _after(row, step: int) -> bool:
 def find_runs(root: Path) -> list[Path]:
     """Run folders (holding config.json) under root: root itself, root/<exp>/<run>, or root/runs/<exp>/<run>."""
     root = Path(root)
-    if (root / "config.json").is_file():
+    if (root / names.CONFIG).is_file():
         return [root]
-    marks = ("config.json", "slurm/job.json")  # a run submitted to Slurm has only its job until a node starts it
+    marks = (names.CONFIG, "slurm/job.json")  # a run submitted to Slurm has only its job until a node starts it
     found = [p.parents[len(m.split("/")) - 1] for m in marks for p in [*root.glob(f"*/*/{m}"), *root.glob(f"*/{m}")]]
     if (root / "runs").is_dir() and not found:
         found = [p.parents[len(m.split("/")) - 1] for m in marks for p in (root / "runs").glob(f"*/*/{m}")]
@@ -235,7 +236,7 @@ def started_at(run_dir: Path) -> float:
     """When the run started: its config.json's time (written once at the start, again at a resume),
     else its Slurm job's. Not the folder's: a record or a summary written late touches that, and a
     run that ended made "the newest run" look like the one started after it."""
-    for mark in ("config.json", "slurm/job.json"):
+    for mark in (names.CONFIG, "slurm/job.json"):
         try:
             return (run_dir / mark).stat().st_mtime
         except OSError:
@@ -246,7 +247,7 @@ def started_at(run_dir: Path) -> float:
 def resolve_run(run_dir: str | None) -> Path:
     if run_dir:
         p = Path(run_dir)
-        if not (p / "config.json").is_file():
+        if not (p / names.CONFIG).is_file():
             found = find_runs(p) if p.is_dir() else []
             if not found:
                 raise EnvkitError("not a run folder (no config.json)", where=str(p), fix="`envkit runs` lists the runs")

@@ -19,6 +19,7 @@ import errno
 
 from envkit.fsutil import append_line, atomic_write_text, cut_torn_line, open_append, process_start_time
 from envkit.redact import strip_userinfo
+from envkit.runfolder import names
 from envkit.train.watching.runs_state import REWOUND
 
 
@@ -59,9 +60,9 @@ class Telemetry:
         # set by the loop (train/run), which may import train/recovery: the stop a full disk raises
         # (TrainingStopped(message, status=)) and the tests' fault hook (name, step) -> bool
         self.stopped, self.write_fault = None, None
-        torn = [name for name in ("metrics.jsonl", "train.log") if enabled and cut_torn_line(self.dir / name)]
+        torn = [name for name in (names.METRICS, "train.log") if enabled and cut_torn_line(self.dir / name)]
         self._log = open_append(self.dir / "train.log") if enabled else None
-        self._metrics = open_append(self.dir / "metrics.jsonl") if enabled else None
+        self._metrics = open_append(self.dir / names.METRICS) if enabled else None
         mode = progress
         if mode == "auto":
             mode = "rich" if sys.stdout.isatty() else "plain"
@@ -113,7 +114,7 @@ class Telemetry:
                               "free some space, then `envkit run` again resumes", status="disk_full") from None
 
     def summary(self, data: dict) -> None:
-        self._atomic("summary.json", data)
+        self._atomic(names.SUMMARY, data)
 
     # -- lines
     def log(self, message: str) -> None:
@@ -150,7 +151,7 @@ class Telemetry:
     def metrics(self, row: dict) -> None:
         if self.enabled:
             self.step = row.get("step", self.step)
-            self._append(self._metrics, "metrics.jsonl", json.dumps(row, default=float) + "\n")
+            self._append(self._metrics, names.METRICS, json.dumps(row, default=float) + "\n")
             for sink in self.sinks:
                 sink(row)
 
@@ -159,7 +160,7 @@ class Telemetry:
         superseded by the ones about to come. A marker row says so, so that readers (read_metrics)
         drop them instead of showing two values for a step; nothing already written is rewritten."""
         if self.enabled and self._metrics is not None and os.fstat(self._metrics).st_size:
-            self._append(self._metrics, "metrics.jsonl",
+            self._append(self._metrics, names.METRICS,
                          json.dumps({REWOUND: step, "why": why, "time": round(time.time(), 3)}) + "\n")
 
     def progress(self, step: int, row: dict, eta: float | None) -> None:
@@ -197,7 +198,7 @@ class Telemetry:
             return
         self._last_beat = now
         self.step = step
-        self._atomic("heartbeat.json", {"status": status, "step": step, "max_steps": self.total, "loss": loss,
+        self._atomic(names.HEARTBEAT, {"status": status, "step": step, "max_steps": self.total, "loss": loss,
                                                  "eta_seconds": None if eta is None else round(eta, 1), "pid": os.getpid(),
                                                  "pid_start": self._pid_start,
                                                  "host": os.uname().nodename if hasattr(os, "uname") else None,

@@ -1,0 +1,20 @@
+"""The names of the files in a run folder: the one place they are spelt. Every module that writes
+or reads one (the trainer, exec's supervisor, `runs`, `monitor`, `sweep`, Slurm, `reproduce`, and
+`envkit.track` in a user's script) names it through here. Plain strings, no imports: this module
+sits with the shared helpers below every stage (tests/test_layers.py)."""
+
+CONFIG = "config.json"  # what ran: the resolved config (envkit run) or the command (envkit exec)
+CONFIG_YAML = "config.yaml"  # the resolved config for people
+ENVIRONMENT = "environment.json"  # where it ran (redacted)
+SUMMARY = "summary.json"  # how it ended
+HEARTBEAT = "heartbeat.json"  # how it goes, rewritten every few seconds
+METRICS = "metrics.jsonl"  # one row per logged step
+TRAIN_LOG = "train.log"
+FAULTS = "faults.jsonl"
+CHECKPOINTS = "checkpoints"
+RECORD = "record.json"  # what it takes to make the run again (record/start.py)
+LOCK = "pylock.toml"  # the training interpreter's environment
+CODE_DIR = "code"  # patches and untracked files
+SEAL = "record.seal"  # whether this machine wrote the record unchanged (seal.py)
+PENDING = ".record-pending.json"  # the record being written
+REPRODUCTIONS = "reproductions.json"  # each `envkit reproduce` of this run and its outcome
