@@ -21,6 +21,9 @@ STAGE_ORDER = {
     "plan": 6, "exec": 6, "bench": 7, "sweep": 8, "slurm": 8, "tune": 8, "reproduce": 8.5, "commands": 9, "cli": 10,
 }
 BASE = {"errors", "redact", "console", "resources", "fsutil", "__init__", "data", "track"}
+BASE_MODULES = {"envkit.runfolder.names"}  # the run folder's file names: spelt once, below every stage
+RUN_FOLDER_FILES = {"config.json", "environment.json", "summary.json", "heartbeat.json", "metrics.jsonl", "record.json",
+                    "record.seal", "reproductions.json"}
 TRAIN_ORDER = {"user_code": 0, "data": 1, "recovery": 1, "watching": 1, "run": 2}
 
 
@@ -71,7 +74,7 @@ def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
 
 def stage_of(mod: str) -> str:
     parts = mod.split(".")
-    if len(parts) == 1 or parts[1] in BASE:
+    if len(parts) == 1 or parts[1] in BASE or mod in BASE_MODULES:
         return "base"
     if parts[1] == "__main__":
         return "cli"
@@ -219,3 +222,4 @@ def test_commands_parse_options_and_render_results():
 def test_a_long_function_is_found(tmp_path):
     (tmp_path / "m.py").write_text("def f():\n" + "    x = 1\n" * 80 + "\ndef g():\n    pass\n")
     assert long_functions(tmp_path, 80) == ["m.py:f (81)"]
+
