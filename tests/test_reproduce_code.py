@@ -179,3 +179,16 @@ def test_two_reproductions_at_once_each_get_their_own_folder(tmp_path):
         dirs = list(pool.map(lambda _: next_dir(run), range(8)))
     assert sorted(d.name for d in dirs) == [f"orig-repro{i}" for i in range(1, 9)]
     assert all(d.is_dir() for d in dirs)
+
+
+def test_a_run_started_from_inside_a_run_folder_records_the_tree_that_holds_it(tmp_path):
+    """`envkit run runs/exp/orig/config.yaml` names a folder inside a run folder as its project: the
+    record takes the user's tree above it, never git inside the run folder."""
+    from envkit.record.start import capture
+
+    repo = _repo(tmp_path / "proj", {"train.py": "print(1)\n", ".gitignore": "runs/\n"})
+    old = _run_folder(repo)
+    (old / "record.json").write_text("{}")
+    new = _run_folder(repo, "exp2")
+    rec, errors = capture(new, command=["python", "train.py"], project=old, cwd=str(old))
+    assert errors == [] and [s["folder"] for s in rec["code"] if s["role"] == "project"] == [str(repo)]

@@ -131,6 +131,9 @@ def capture(run_dir: Path, *, config=None, command: list[str] | None = None, pro
     out_dir = run_dir / files.CODE_DIR
     runs_root = run_dir.parent.parent
     project = Path(project or os.getcwd())
+    inside = code.run_folder_above(project)
+    if inside is not None:  # started from inside a run folder (its config.yaml): the tree holding that run folder
+        project = inside.parent
     rec["code"] = [s for s in (
         _guard(errors, "code state", code.code_state, project, role="project", out_dir=out_dir, exclude=[runs_root]),
         _guard(errors, "envkit's code state", code.code_state, Path(__file__).resolve().parents[1], role="envkit",
