@@ -192,3 +192,24 @@ def test_a_run_started_from_inside_a_run_folder_records_the_tree_that_holds_it(t
     new = _run_folder(repo, "exp2")
     rec, errors = capture(new, command=["python", "train.py"], project=old, cwd=str(old))
     assert errors == [] and [s["folder"] for s in rec["code"] if s["role"] == "project"] == [str(repo)]
+
+
+def test_a_run_folder_under_a_name_envkit_run_cannot_train_beside_is_one_line_naming_where_to_move_it(tmp_path):
+    from envkit.reproduce.rerun import run_config
+
+    run = tmp_path / "from bob" / "orig"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"values": {"experiment": {"name": "tiny"}}}))
+    with pytest.raises(CannotReproduce) as exc:
+        run_config(run, run.parent / "orig-repro1")
+    assert "'from bob'" in exc.value.message and "runs/tiny/orig/" in exc.value.fix
+
+
+def test_train_yaml_folders_an_older_envkit_left_are_removed_after_a_day(own_tmp):
+    old, new = own_tmp / "envkit-reproduce-abc", own_tmp / "envkit-reproduce-def"
+    for d in (old, new):
+        d.mkdir()
+        (d / "train.yaml").write_text("experiment: {name: tiny}\n")
+    os.utime(old, (0, 0))
+    prune_leftovers([])
+    assert not old.exists() and new.is_dir()

@@ -97,10 +97,21 @@ def _cwd(restored, recorded: str | None, run_dir: Path, fallback: Path | None = 
                           fix="make that folder again (or clone the run's repository there), then reproduce again")
 
 
+def _slug(name: str) -> str:
+    """A folder name as `envkit run` makes it (plan/rundirs.py: experiment_dir)."""
+    return re.sub(r"[^\w.-]+", "-", name).strip("-") or "run"
+
+
 def run_config(run_dir: Path, new_dir: Path) -> tuple[Path, list[str], list[str]]:
     """(a train.yaml of the run's declared values, the --set pins, notes). batch_size auto is pinned
     to the number the probe chose when the run started: probing again could choose another."""
     saved = json.loads((run_dir / "config.json").read_text())
+    for what, name in (("folder holding the run folder", run_dir.parent.name), ("run folder", new_dir.name)):
+        if _slug(name) != name:  # `envkit run` would train into another folder
+            exp = (saved.get("values") or {}).get("experiment", {}).get("name") or "NAME"
+            raise CannotReproduce(f"the {what}'s name {name!r} is not one `envkit run` can train beside (letters, digits, "
+                                  "'.', '_' and '-' only)", where=str(run_dir),
+                                  fix=f"move the run folder to runs/{_slug(str(exp))}/{_slug(run_dir.name)}/ and reproduce it there")
     origin = saved.get("origin") or {}
     # the values that were set (train.yaml, --set, the profile): a default stays a default, and a key
     # that does not apply to the model is never written (config.py refuses it)
@@ -158,6 +169,10 @@ def rerun(run_dir: Path, rec: dict, new_dir: Path, venv: Path, restored, steps: 
             cwd = _cwd(restored, rec.get("cwd"), run_dir, fallback=run_dir.parent.parent.parent)
         say(f"training again into {new_dir}: {' '.join(cmd[3:])}")
         return subprocess.run(cmd, env=env, cwd=cwd, stdout=sys.stderr, check=False).returncode
+    except CannotReproduce:
+        if new_dir.is_dir() and not any(new_dir.iterdir()):
+            new_dir.rmdir()  # nothing trained: the next reproduction takes the same N
+        raise
     finally:
         if temp is not None:
             shutil.rmtree(temp, ignore_errors=True)

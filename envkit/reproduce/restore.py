@@ -48,6 +48,9 @@ def prune_leftovers(repos: list[Path]) -> list[Path]:
         try:
             owner = json.loads((d / OWNER).read_text())
         except (OSError, ValueError):
+            if _old_config_folder(d):
+                shutil.rmtree(d, ignore_errors=True)
+                gone.append(d)
             continue  # not one of ours, or being made this instant
         if isinstance(owner, dict) and not same_process(owner.get("pid"), owner.get("start_time")):
             shutil.rmtree(d, ignore_errors=True)
@@ -56,6 +59,16 @@ def prune_leftovers(repos: list[Path]) -> list[Path]:
         if repo.is_dir():
             git(repo, "worktree", "prune")
     return gone
+
+
+def _old_config_folder(d: Path) -> bool:
+    """A train.yaml folder an envkit before `temp_folder` left (it never removed them), a day old."""
+    import time
+
+    try:
+        return [p.name for p in d.iterdir()] == ["train.yaml"] and time.time() - d.stat().st_mtime > 86400
+    except OSError:
+        return False
 
 
 class Restored:
