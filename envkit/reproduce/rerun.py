@@ -22,6 +22,7 @@ from pathlib import Path
 
 import yaml
 
+from envkit.errors import EnvkitError
 from envkit.reproduce.check import CannotReproduce
 from envkit.reproduce.restore import temp_folder
 from envkit.track import STOP_VAR
@@ -169,7 +170,7 @@ def rerun(run_dir: Path, rec: dict, new_dir: Path, venv: Path, restored, steps: 
             cwd = _cwd(restored, rec.get("cwd"), run_dir, fallback=run_dir.parent.parent.parent)
         say(f"training again into {new_dir}: {' '.join(cmd[3:])}")
         return subprocess.run(cmd, env=env, cwd=cwd, stdout=sys.stderr, check=False).returncode
-    except CannotReproduce:
+    except EnvkitError:
         if new_dir.is_dir() and not any(new_dir.iterdir()):
             new_dir.rmdir()  # nothing trained: the next reproduction takes the same N
         raise
