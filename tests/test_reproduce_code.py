@@ -213,3 +213,26 @@ def test_train_yaml_folders_an_older_envkit_left_are_removed_after_a_day(own_tmp
     os.utime(old, (0, 0))
     prune_leftovers([])
     assert not old.exists() and new.is_dir()
+
+
+def test_a_large_untracked_file_is_linked_into_the_worktree_and_one_that_is_gone_is_named_before_training(tmp_path):
+    repo = _repo(tmp_path / "proj", {"train.py": "print(1)\n", ".gitignore": "runs/\n"})
+    (repo / "train.py").write_text("print(2)\n")
+    (repo / "tokens.bin").write_bytes(b"\0" * 64)  # binary: not kept in the run folder
+    (repo / "vocab.bin").write_bytes(b"\0" * 64)
+    run = _run_folder(repo)
+    rec = _record(run, repo)
+    assert {s["path"] for s in rec["code"][0]["untracked_skipped"]} == {"tokens.bin", "vocab.bin"}
+    _git(repo, "commit", "-qam", "two")
+    (repo / "vocab.bin").unlink()
+    said = []
+    restored = restore(run, rec, say=said.append)
+    try:
+        tree = restored.folders["project"]
+        assert (tree / "tokens.bin").resolve() == (repo / "tokens.bin").resolve()
+        assert any("linked into the worktree" in s and str(repo / "tokens.bin") in s for s in said), said
+        assert any(s.startswith("note: untracked files the run had that are not put back") and str(repo / "vocab.bin") in s
+                   for s in said), said
+    finally:
+        restored.close()
+    assert (repo / "tokens.bin").read_bytes() == b"\0" * 64  # the user's file is where it was
