@@ -2,7 +2,9 @@
 CPU wheel installed from a package index on 127.0.0.1 (tests/localindex.py) trains a run; its
 folder's pylock.toml rebuilds a fresh venv (no system site-packages) and the run trained again there
 gives the same losses at every logged step. An exec run in a git repository with an uncommitted
-change, reproduced after the tree moved on, runs the changed code. A run started with the index
+change, reproduced after the tree moved on, runs the changed code; one started from a subdirectory
+with an absolute script path, an edited submodule and a large untracked file too. A run folder
+unpacked under another name reproduces beside itself. A run started with the index
 unreachable names its missing hashes and still reproduces. An exec run reproduced with `--steps 3`
 stops after step 3; an editable local project whose tree moved on is installed again from the run's
 commit; a run rewritten as an M4 Max records it is rebuilt with this machine's torch and held to a
