@@ -203,12 +203,46 @@ def test_detach_returns_while_the_command_runs_and_the_run_completes(tmp_path):
     pid = out["pid"]
     os.kill(pid, 0)  # exec has returned and the command is still alive
     run = Path(tmp_path / out["run_dir"]) if not os.path.isabs(out["run_dir"]) else Path(out["run_dir"])
+    assert (run / "record.json").is_file()  # --detach too returns once the run's record is whole
     assert json.loads(envkit("runs", "--json", cwd=tmp_path).stdout)[0]["status"] == "running"
     (tmp_path / "go").touch()
     assert _wait_for(lambda: (run / "summary.json").is_file())
     assert _summary(run)["status"] == "completed"
     assert "done after" in (run / "train.log").read_text()
     assert json.loads(envkit("runs", "--json", cwd=tmp_path).stdout)[0]["status"] == "completed"
+
+
+# prints the value it has, then edits itself at once, as an editor saving in the run's first second would
+EDITS_ITSELF = """\
+import pathlib
+print("value 2", flush=True)
+me = pathlib.Path(__file__)
+me.write_text(me.read_text().replace("value " + "2", "value " + str(3)))
+"""
+
+
+def test_the_record_holds_the_code_that_ran_though_the_script_is_edited_as_it_runs_and_after(tmp_path):
+    """The code state is taken before the command starts and exec returns with the record whole:
+    neither an edit while the script runs nor one right after exec returns is recorded as the run's."""
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), "-c", "user.email=t@e", "-c", "user.name=t", *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / ".gitignore").write_text("runs/\nno-managed-env/\nno-user-profiles/\n")
+    _script(tmp_path, "train.py", 'print("value 1")\n')
+    git("add", "-A")
+    git("commit", "-qm", "one")
+    _script(tmp_path, "train.py", EDITS_ITSELF)
+    r = _exec(tmp_path, "exec", "--profile", "cpu", "--", "python", "train.py")
+    assert r.returncode == 0 and "value 2" in r.stdout, r.stderr
+    run = _only_run(tmp_path, "train")
+    _script(tmp_path, "train.py", 'print("value 4")\n')  # right after exec returned
+    assert (run / "record.json").is_file() and not (run / ".record-pending.json").exists()  # whole, nothing still writing
+    time.sleep(0.5)  # nothing writes the record after exec has returned
+    rec = json.loads((run / "record.json").read_text())
+    project = next(s for s in rec["code"] if s["role"] == "project")
+    patch = (run / project["patch"]).read_text()
+    assert '+print("value 2", flush=True)' in patch and "value 3" not in patch and "value 4" not in patch, patch
 
 
 def test_stop_sends_sigint_to_a_detached_run(tmp_path):

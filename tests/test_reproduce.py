@@ -2,7 +2,9 @@
 CPU wheel installed from a package index on 127.0.0.1 (tests/localindex.py) trains a run; its
 folder's pylock.toml rebuilds a fresh venv (no system site-packages) and the run trained again there
 gives the same losses at every logged step. An exec run in a git repository with an uncommitted
-change, reproduced after the tree moved on, runs the changed code. A run started with the index
+change, reproduced after the tree moved on, runs the changed code; one started from a subdirectory
+with an absolute script path, an edited submodule and a large untracked file too. A run folder
+unpacked under another name reproduces beside itself. A run started with the index
 unreachable names its missing hashes and still reproduces. An exec run reproduced with `--steps 3`
 stops after step 3; an editable local project whose tree moved on is installed again from the run's
 commit; a run rewritten as an M4 Max records it is rebuilt with this machine's torch and held to a
@@ -150,11 +152,13 @@ def test_a_run_reproduced_in_a_fresh_venv_gives_identical_losses(world, first_ru
 
 
 def test_a_run_that_came_out_different_is_named_with_metric_and_step(world, first_run, fresh_venv, tmp_path):
-    """The original's loss at step 25 nudged by 1e-4 (as a GPU's other reduction order would): exit 1, naming it."""
+    """The original's loss at step 25 nudged by 1e-4 (as a GPU's other reduction order would): exit 1,
+    naming it. The folder was unpacked under another name than its experiment's: it reproduces beside
+    itself, and leaves no temporary folder (its train.yaml's) behind."""
     env = world[1]
     import shutil
 
-    copy = tmp_path / "runs" / "tiny" / "orig"
+    copy = tmp_path / "from-bob" / "unpacked" / "orig"
     shutil.copytree(first_run, copy)
     (copy / "reproductions.json").unlink()
     rows = [json.loads(line) for line in (copy / "metrics.jsonl").read_text().splitlines()]
@@ -162,8 +166,12 @@ def test_a_run_that_came_out_different_is_named_with_metric_and_step(world, firs
         if row.get("step") == 25 and "loss" in row:
             row["loss"] += 1e-4
     (copy / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    r = envkit("reproduce", str(copy), "--venv", str(fresh_venv), env=env, timeout=600)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    r = envkit("reproduce", str(copy), "--venv", str(fresh_venv), env={**env, "TMPDIR": str(temp)}, timeout=600)
     assert r.returncode == 1, r.stdout + r.stderr[-2000:]
+    assert (copy.parent / "orig-repro1" / "metrics.jsonl").is_file() and sorted(p.name for p in copy.parent.parent.iterdir()) == ["unpacked"]
+    assert list(temp.glob("envkit-reproduce-*")) == []
     assert "reusing" in r.stdout
     line = next(x for x in r.stdout.splitlines() if x.strip().startswith("loss "))
     assert "max |diff| 0.0001 at step 25 (first at step 25)" in line
@@ -317,6 +325,72 @@ def test_an_exec_run_reproduced_after_the_tree_moved_on_runs_the_changed_code(wo
     # the user's tree is as they left it, the temporary worktree gone
     assert (repo / "train.py").read_text() == REPO_TRAIN.format(expr="3.0 / step") and not (repo / "helper.py").exists()
     assert len(_git(repo, "worktree", "list").splitlines()) == 1
+
+
+LAYOUT_TRAIN = """\
+import os, sys
+from pathlib import Path
+import envkit.track as track
+top = Path(__file__).parent.parent  # the repository the script is in (the worktree, reproduced)
+sys.path.insert(0, str(top / "lib"))
+from helper import SCALE  # a git submodule, edited in place
+BIG = float((top / "big.bin").read_bytes().split(b"\\n")[0])  # untracked, too large for the run folder
+OFFSET = float(open(sys.argv[1]).read())  # relative to the working directory, exp/
+assert Path.cwd().name == "exp", Path.cwd()
+for step in range(1, 4):
+    track.log(step=step, loss=(SCALE + BIG + OFFSET * {k}) / step)
+"""
+
+
+def test_an_exec_run_from_a_subdirectory_with_an_absolute_script_a_submodule_and_a_large_file_reproduces_its_code(
+        world, train_venv, fresh_venv, tmp_path):
+    """`cd exp && envkit exec -- python /abs/repo/src/train.py ../src/offset.txt`: exp/ holds no tracked
+    file, the script imports an edited submodule and opens a large untracked file; after the tree and
+    the submodule moved on, the reproduction runs the run's code in each."""
+    env = world[1]
+    lib = tmp_path / "lib-origin"
+    lib.mkdir()
+    _git(lib, "init", "-q")
+    (lib / "helper.py").write_text("SCALE = 1.0\n")
+    _git(lib, "add", "-A")
+    _git(lib, "-c", "user.email=t@e", "-c", "user.name=t", "commit", "-qm", "lib")
+    repo = tmp_path / "proj"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    _git(repo, "config", "user.email", "t@example.com")
+    _git(repo, "config", "user.name", "t")
+    _git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib), "lib")
+    (repo / ".gitignore").write_text("runs/\n*.log\n")
+    (repo / "src").mkdir()
+    (repo / "src" / "train.py").write_text(LAYOUT_TRAIN.format(k=1))
+    (repo / "src" / "offset.txt").write_text("0.5\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "one")
+    (repo / "src" / "train.py").write_text(LAYOUT_TRAIN.format(k=2))  # uncommitted edits: the script,
+    (repo / "lib" / "helper.py").write_text("SCALE = 2.0\n")  # the submodule's code,
+    (repo / "big.bin").write_bytes(b"4\n" + b"#" * (1 << 20))  # and an untracked file over 1 MiB
+    (repo / "exp").mkdir()
+    (repo / "exp" / "notes.log").write_text("ignored\n")  # exp/ holds no file git tracks
+    run_env = _managed(tmp_path, env, train_venv)
+    r = envkit("exec", "--profile", "cpu", "--name", "layout", "--runs-dir", str(repo / "runs"), "--", "python",
+               str(repo / "src" / "train.py"), "../src/offset.txt", cwd=repo / "exp", env=run_env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    run = next((repo / "runs" / "layout").iterdir())
+    want = {s: (2.0 + 4.0 + 1.0) / s for s in range(1, 4)}
+    assert _losses(run) == want
+    # the tree and the submodule move on
+    (repo / "lib" / "helper.py").write_text("SCALE = 30.0\n")
+    _git(repo / "lib", "-c", "user.email=t@e", "-c", "user.name=t", "commit", "-qam", "lib two")
+    (repo / "src" / "train.py").write_text(LAYOUT_TRAIN.format(k=100))
+    (repo / "src" / "offset.txt").write_text("9.0\n")
+    _git(repo, "commit", "-qam", "two")
+    r = envkit("reproduce", str(run), "--venv", str(fresh_venv), "--json", env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    assert out["outcome"] == "same" and _losses(run.parent / out["run"]) == want, r.stderr[-3000:]
+    assert "and its submodules (lib) at their commits" in r.stderr and "linked into the worktree" in r.stderr
+    assert (repo / "lib" / "helper.py").read_text() == "SCALE = 30.0\n" and (repo / "big.bin").stat().st_size > 1 << 20
+    assert len(_git(repo, "worktree", "list").splitlines()) == 1 and len(_git(repo / "lib", "worktree", "list").splitlines()) == 1
 
 
 def test_a_run_started_offline_reproduces_with_its_missing_hashes_named(world, train_venv, fresh_venv, tmp_path):

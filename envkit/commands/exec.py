@@ -116,13 +116,15 @@ def exec_(profile_name, name, runs_dir, detach, restarts, restart_delay, stall_t
     if nproc_per_node > 1 or nodes.nnodes > 1:
         python = resolved if re.match(r"^python[\d.]*$", Path(argv[0]).name) else str(managed.python if managed else sys.executable)
         launched = torchrun_argv(argv, nproc_per_node, nodes, python, run_dir)
-    rundir.write_start_files(run_dir, command=argv, launched=launched, env=xenv, child_env=xenv.environ, managed=managed,
-                             versions=versions, options=options)
+    # the run's code state is taken here, before the command starts; the environment's lock is made
+    # while it runs, and exec returns only once the record is whole (record.json)
+    recording = rundir.write_start_files(run_dir, command=argv, launched=launched, env=xenv, child_env=xenv.environ,
+                                         managed=managed, versions=versions, options=options)
     env = environment.with_run_dir(xenv.environ, run_dir)
     if detach:
-        _detach(run_dir, launched, env, as_json)
+        _detach(run_dir, launched, env, as_json, recording)
         return
-    _supervise(launched, env, run_dir, options, xenv.profile, as_json)
+    _supervise(launched, env, run_dir, options, xenv.profile, as_json, recording)
 
 
 def _environment(profile_name, argv: list[str]):
@@ -144,7 +146,14 @@ def _environment(profile_name, argv: list[str]):
     return managed, profile, xenv, resolved
 
 
-def _supervise(launched: list[str], env: dict, run_dir: Path, options: dict, profile_name: str, as_json: bool) -> None:
+def _recorded(recording) -> None:
+    """The run's record finished (the environment's lock): exec never returns before it is."""
+    if recording is not None:
+        recording.join()
+
+
+def _supervise(launched: list[str], env: dict, run_dir: Path, options: dict, profile_name: str, as_json: bool,
+               recording=None) -> None:
     """The command in the foreground, to its end: summary.json (--json) and its exit code."""
     from envkit.exec import rundir
     from envkit.exec.supervise import Options, Supervisor
@@ -154,6 +163,7 @@ def _supervise(launched: list[str], env: dict, run_dir: Path, options: dict, pro
     rc = Supervisor(launched, env, run_dir, opts, console=sys.stderr if as_json else None).run()  # --json: stdout holds the JSON alone
     summary = rundir.read_json(run_dir / "summary.json")
     rc = interrupted_exit_code(rc, summary)
+    _recorded(recording)
     if as_json:
         print_json({"run_dir": str(run_dir), **summary})
     else:
@@ -220,11 +230,12 @@ def _versions(resolved: str, managed, no_check: bool) -> dict:
     return out
 
 
-def _detach(run_dir: Path, launched: list[str], env: dict, as_json: bool) -> None:
+def _detach(run_dir: Path, launched: list[str], env: dict, as_json: bool, recording=None) -> None:
     from envkit.exec import detach
 
     proc = detach.spawn(run_dir, launched, env)
     child = detach.wait_started(run_dir, proc)
+    _recorded(recording)
     if as_json:
         print_json({"run_dir": str(run_dir), "pid": child, "envkit_pid": proc.pid})
         return

@@ -77,9 +77,11 @@ def read_json(path: Path) -> dict:
 
 
 def write_start_files(run_dir: Path, *, command: list[str], launched: list[str], env, child_env: dict, managed, versions: dict,
-                      options: dict) -> None:
-    """config.json (the command and options) and environment.json (where it ran), before it starts.
-    A folder holding a symlink where envkit writes is refused first (fsutil.refuse_links)."""
+                      options: dict):
+    """config.json (the command and options), environment.json (where it ran) and the run's code
+    state (record/start.py), before it starts; returns the thread making the environment's lock,
+    which the caller joins before it returns (record.json is written then). A folder holding a
+    symlink where envkit writes is refused first (fsutil.refuse_links)."""
     from envkit.fsutil import refuse_links
 
     refuse_links(run_dir)
@@ -94,8 +96,8 @@ def write_start_files(run_dir: Path, *, command: list[str], launched: list[str],
         "lock": lock_info(managed), "versions": versions, "environ": recorded_env(child_env)})
     from envkit.record.start import write_run_record
 
-    write_run_record(run_dir, python=versions.get("interpreter"), command=list(command), detached=True,
-                     profile=env.profile)  # pylock.toml, code/, record.json
+    return write_run_record(run_dir, python=versions.get("interpreter"), command=list(command),
+                            profile=env.profile)  # pylock.toml, code/, record.json
 
 
 def _secret(name: str) -> bool:

@@ -1,25 +1,29 @@
 """The code state of a git working tree, kept so that the exact code can be put back: the commit,
 the branch, a binary patch of the uncommitted changes to tracked files (`git diff --binary HEAD`,
-which `git apply --binary` restores), and the untracked files git does not ignore, copied into a
-tar file when they are source-sized.
+which `git apply --binary` restores), the untracked files git does not ignore, copied into a
+tar file when they are source-sized, and each checked-out submodule as a code state of its own
+(its commit, patch and untracked files: `submodules`, with its path), nested ones within theirs.
 
 Untracked files: each at most 1 MiB and not binary (no NUL byte in its first 8 KiB), 16 MiB and
 2,000 files in all. A script, a module or a config someone has not added yet is a few KiB; what is
 larger or binary and untracked is data (record/data.py fingerprints the data a run names),
 a checkpoint, a log or an export, and copying it into every run folder would cost each run's
 start more than its record is worth. Files credentials live in (.env, .netrc, keys) or named like a
-secret are never copied (the run folder is shared). What is left out is named in the record, with why.
+secret are never copied (the run folder is shared). What is left out is named in the record, with why,
+its size and time (`envkit reproduce` links it into the run's worktree from where it is).
 Run folders inside the tree (`runs/` is often not ignored) and `.envkit/` are never copied."""
 
 from __future__ import annotations
 
 import hashlib
 import io
+import os
 import re
 import subprocess
 import tarfile
 from pathlib import Path
 
+from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_bytes
 from envkit.redact import strip_userinfo
 
@@ -27,9 +31,57 @@ from envkit.runfolder.limits import UNTRACKED_COUNT_MAX, UNTRACKED_FILE_MAX, UNT
 LISTED_SKIPPED = 50
 
 
+# Every git call envkit makes on a recorded code folder: nothing the repository names runs (no hook,
+# no fsmonitor daemon, no pager; `git diff` is given --no-ext-diff --no-textconv), the machine's system
+# config is not read, nothing is fetched, nothing prompts. The repository's own config is read: it
+# is the user's (git-lfs's filters live there), and a folder inside a run folder, where a received
+# repository would be, is refused before git starts.
+GIT_SAFE = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false",
+            "-c", "core.pager=cat", "-c", "protocol.allow=never", "--no-pager")
+GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "GIT_OPTIONAL_LOCKS": "0"}
+_GIT_ENV_DROPPED = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_CONFIG", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT",
+                    "GIT_EXEC_PATH", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_ASKPASS", "GIT_TRACE", "GIT_EXTERNAL_DIFF")
+
+
+class InsideRunFolder(EnvkitError):
+    """A recorded folder (code, working directory) that lies inside a run folder: a fact about the
+    machine that made the run, never used here (a received folder could ship a repository with hooks)."""
+
+
+def run_folder_above(folder: Path) -> Path | None:
+    """The run folder (config.json beside record.json) that holds `folder`, or None."""
+    p = Path(os.path.abspath(folder))
+    for d in (p, *p.parents):
+        try:
+            if (d / "record.json").is_file() and (d / "config.json").is_file():
+                return d
+        except OSError:
+            return None
+    return None
+
+
+def refuse_inside_run(folder: Path, what: str, run_dir: Path | None = None) -> None:
+    """InsideRunFolder (exit 2) for a recorded `folder` inside `run_dir` or inside any run folder."""
+    p = Path(os.path.abspath(folder))
+    inside = run_dir if run_dir is not None and (p.is_relative_to(Path(os.path.abspath(run_dir))) or
+                                                  p.resolve().is_relative_to(Path(run_dir).resolve())) else run_folder_above(p)
+    if inside is None and p.exists():
+        inside = run_folder_above(p.resolve())
+    if inside is not None:
+        raise InsideRunFolder(f"the recorded {what} {folder} lies inside the run folder {inside}: it is never used",
+                              where=str(inside), fix="reproduce from your own clone of the code; a run folder is data, "
+                              "and nothing in it is run")
+
+
 def git(folder: Path, *args: str, timeout: float = 20) -> subprocess.CompletedProcess | None:
+    """git ARGS in `folder` with hooks, fsmonitor and external programs off (GIT_SAFE); None when git
+    cannot run. A folder inside a run folder is refused (InsideRunFolder, exit 2), whoever asks."""
+    refuse_inside_run(folder, "code folder")
+    env = {k: v for k, v in os.environ.items() if k not in _GIT_ENV_DROPPED}
+    env.update(GIT_ENV)
     try:
-        return subprocess.run(["git", "-C", str(folder), *args], check=False, capture_output=True, timeout=timeout)
+        return subprocess.run(["git", *GIT_SAFE, "-C", str(folder), *args], check=False, capture_output=True, timeout=timeout,
+                              env=env, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError):
         return None
 
@@ -81,8 +133,8 @@ def untracked(top: Path, pathspec: list[str], exclude: list[Path]) -> tuple[list
                else f"{size:,} bytes, over {UNTRACKED_FILE_MAX >> 20} MiB" if size > UNTRACKED_FILE_MAX
                else "binary" if _binary(path) else f"over the {UNTRACKED_TOTAL_MAX >> 20} MiB kept in all" if total + size > UNTRACKED_TOTAL_MAX
                else f"over {UNTRACKED_COUNT_MAX} files" if len(keep) >= UNTRACKED_COUNT_MAX else None)
-        if why:
-            skipped.append({"path": rel, "why": why})
+        if why:  # size and time: reproduce links the file back from where it is, and says if it changed
+            skipped.append({"path": rel, "why": why, "size": size, "mtime": int(path.lstat().st_mtime)})
             continue
         keep.append((rel, path))
         total += size
@@ -112,7 +164,9 @@ def code_state(folder: Path, *, role: str, out_dir: Path | None, pathspec: list[
     commit = _out(git(top, "rev-parse", "HEAD"))
     branch = _out(git(top, "rev-parse", "--abbrev-ref", "HEAD"))
     remote = _out(git(top, "remote", "get-url", "origin"))
-    diff = git(top, "diff", "--binary", "HEAD", "--", *spec) if commit else None
+    # submodules are recorded each as a code state of its own (below): the patch leaves their pointers out
+    diff = git(top, "diff", "--binary", "--no-ext-diff", "--no-textconv", "--ignore-submodules=all", "HEAD", "--", *spec) \
+        if commit else None
     patch = diff.stdout if diff is not None and diff.returncode == 0 else b""
     files, skipped = untracked(top, spec, list(exclude))
     h = hashlib.sha256(f"{commit}\n".encode() + patch)
@@ -121,12 +175,19 @@ def code_state(folder: Path, *, role: str, out_dir: Path | None, pathspec: list[
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         listed.append({"path": rel, "sha256": digest})
         h.update(f"\n{rel} {digest}".encode())
+    subs = []
+    for i, rel in enumerate(submodules(top, spec) if commit else [], 1):
+        sub = code_state(top / rel, role=f"{role}-submodule{i}", out_dir=out_dir, exclude=exclude)
+        if sub is not None and Path(sub["folder"]).resolve() == (top / rel).resolve():
+            subs.append({**sub, "path": rel})
+            h.update(f"\nsubmodule {rel} {sub['code_hash']}".encode())
     state = {"role": role, "folder": str(top), "relative": str(Path(folder).resolve().relative_to(top.resolve()))
              if Path(folder).resolve().is_relative_to(top.resolve()) else ".",
              "commit": commit, "branch": branch if branch != "HEAD" else None, "remote": strip_userinfo(remote) if remote else None,
              "pathspec": spec, "dirty": bool(patch) or bool(files), "patch": None, "patch_sha256": None, "untracked": listed,
              "untracked_archive": None, "untracked_skipped": skipped[:LISTED_SKIPPED], "untracked_skipped_count": len(skipped),
-             "code_hash": h.hexdigest()[:16]}
+             "submodules": subs, "code_hash": h.hexdigest()[:16]}
+    state["dirty"] = state["dirty"] or any(sub["dirty"] for sub in subs)
     if out_dir is not None and patch:
         atomic_write_bytes(out_dir / f"{role}.patch", patch)
         state["patch"], state["patch_sha256"] = f"code/{role}.patch", hashlib.sha256(patch).hexdigest()
@@ -134,6 +195,18 @@ def code_state(folder: Path, *, role: str, out_dir: Path | None, pathspec: list[
         atomic_write_bytes(out_dir / f"{role}-untracked.tar", _tar(files))
         state["untracked_archive"] = f"code/{role}-untracked.tar"
     return state
+
+
+def submodules(top: Path, pathspec: list[str]) -> list[str]:
+    """The paths of the checked-out submodules of the tree `top` (gitlinks in its index with a
+    repository in their folder), nested ones through their own code state."""
+    proc = git(top, "ls-files", "--stage", "-z", "--", *pathspec)
+    out = []
+    for entry in (proc.stdout.decode(errors="surrogateescape").split("\0") if proc and proc.returncode == 0 else []):
+        meta, _, rel = entry.partition("\t")
+        if meta.startswith("160000 ") and rel and (top / rel / ".git").exists():
+            out.append(rel)
+    return out
 
 
 def tracked(top: Path, paths: list[Path]) -> set[Path]:

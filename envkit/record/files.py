@@ -8,7 +8,7 @@ from pathlib import Path
 RECORD = "record.json"  # code state, data identity, config, determinism (record/start.py)
 LOCK = "pylock.toml"  # the training interpreter's environment (record/envlock.py)
 CODE_DIR = "code"  # patches and untracked files (record/code.py)
-PENDING = ".record-pending.json"  # an exec run's record being written by a process of its own (record/start.py)
+PENDING = ".record-pending.json"  # the run's record being finished (its environment's lock) while it starts (record/start.py)
 REPRODUCTIONS = "reproductions.json"  # each `envkit reproduce` of this run and its outcome (reproduce/outcome.py)
 FORMAT = 1
 

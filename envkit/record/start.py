@@ -2,9 +2,10 @@
 when the run starts (`envkit run`, each sweep combination, Slurm's nodes through those, `envkit
 exec`). A resumed run keeps the record of its start.
 
-Never a reason for a run not to start, nor to start later: it is written by a thread while the
-trainer starts, and each part that fails (no git, an unreadable data path, an interpreter that
-cannot be examined) is recorded as an error line while the rest goes on."""
+The code state is taken before the run's code starts (an edit made after that is not the run's);
+the environment's lock, the slow part, is made by a thread while the trainer starts. Never a
+reason for a run not to start: each part that fails (no git, an unreadable data path, an
+interpreter that cannot be examined) is recorded as an error line while the rest goes on."""
 
 from __future__ import annotations
 
@@ -83,89 +84,95 @@ def write_run_record(run_dir: Path, *, python: str | None, config=None, command:
                      project: Path | None = None, facts=None, detached: bool = False,
                      profile: str | None = None) -> threading.Thread | None:
     """pylock.toml, code/ and record.json in run_dir (config: a train Config, for `envkit run`;
-    command: the argv of `envkit exec`), written by a thread while the trainer or the command
-    starts (its imports take seconds; the record, tens of milliseconds with the caches warm, seconds
-    for an environment's first lock), so a run reaches its first step no later than without it. The
-    thread is not a daemon: envkit's process, which waits for the run, ends only once the record is
-    written. None for a resumed run (its record is its start's).
-
-    `detached` (`envkit exec`, whose process may return at once with --detach): a process of its own
-    writes it instead (files.PENDING marks the run folder until the record is there)."""
+    command: the argv of `envkit exec`). Called before the run's code starts, and its code state is
+    taken here and now, before it returns (the commit, the patch, the untracked files, the
+    submodules, the data's fingerprints: tens of milliseconds), so an edit made once the run has
+    started is never recorded as the run's code. The environment's lock (seconds for an
+    environment's first, cached by its state after that) is made by the thread returned, while the
+    trainer or the command starts; record.json is written when it ends, files.PENDING marks the run
+    folder until then. The thread is not a daemon: the caller waits for it before it returns
+    (`envkit exec` joins it; `envkit run`'s process ends only once it is done). None for a resumed
+    run (its record is its start's). `detached` is kept for callers; the record is the same."""
     run_dir = Path(run_dir)
     if (run_dir / files.RECORD).is_file():
         return None
-    if detached:
-        _spawn(run_dir, {"python": python, "command": command, "project": str(Path(project or os.getcwd()).resolve()),
-                         "cwd": os.getcwd(), "profile": profile})
+    project = Path(project or os.getcwd()).resolve()
+    try:
+        atomic_write_text(run_dir / files.PENDING, json.dumps({"pid": os.getpid()}))
+        rec, errors = capture(run_dir, config=config, command=command, project=project, cwd=os.getcwd(), profile=profile)
+    except OSError:  # a full disk: the run's own files say so (train.log, summary.json); no record is written
+        (run_dir / files.PENDING).unlink(missing_ok=True)
         return None
-    t = threading.Thread(target=_write_quietly, name="envkit-record", args=(run_dir,),
-                         kwargs={"python": python, "config": config, "command": command, "facts": facts,
-                                 "project": Path(project or os.getcwd()).resolve(), "cwd": os.getcwd(), "profile": profile})
+    t = threading.Thread(target=_finish_quietly, name="envkit-record", args=(run_dir, rec, errors),
+                         kwargs={"python": python, "profile": getattr(config, "profile", None), "facts": facts})
     t.start()
     return t
 
 
-def _spawn(run_dir: Path, spec: dict) -> None:
-    import subprocess
-    import sys
-
-    # the spec (the command whole, secrets and all) goes through a pipe, never into the shared run folder
-    proc = subprocess.Popen([sys.executable, "-m", "envkit.record.start", str(run_dir)], stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, cwd=spec["cwd"])
-    atomic_write_text(run_dir / files.PENDING, json.dumps({"pid": proc.pid}))
-    proc.stdin.write(json.dumps(spec).encode())
-    proc.stdin.close()
-
-
-def _write_quietly(run_dir: Path, **kw) -> None:
+def _finish_quietly(run_dir: Path, rec: dict, errors: list[str], **kw) -> None:
     try:
-        record_now(run_dir, **kw)
+        finish(run_dir, rec, errors, **kw)
     except OSError:
         pass  # a full disk: the run's own files say so (train.log, summary.json); no record is written
+    finally:
+        (run_dir / files.PENDING).unlink(missing_ok=True)
 
 
-def record_now(run_dir: Path, *, python: str | None, config=None, command: list[str] | None = None,
-               project: Path | None = None, facts=None, cwd: str | None = None, profile: str | None = None) -> dict:
-    """The record, written now (write_run_record's thread)."""
-    run_dir = Path(run_dir)
+def capture(run_dir: Path, *, config=None, command: list[str] | None = None, project: Path | None = None,
+            cwd: str | None = None, profile: str | None = None) -> tuple[dict, list[str]]:
+    """(the record without the environment, the errors so far): what must be taken before the run's
+    code starts. The code states' patches and untracked files are written into code/ now."""
     from envkit import __version__
-    from envkit.record import code, data, envlock
+    from envkit.record import code, data
 
-    t0 = time.perf_counter()
+    run_dir = Path(run_dir)
     errors: list[str] = []
     rec: dict = {"format": files.FORMAT, "kind": "run" if config is not None else "exec", "created_at": time.time(),
-                 "envkit": __version__, "python": python, "cwd": cwd or os.getcwd()}
-    device = _guard(errors, "device", _device, facts) if facts is not None else None
-    lock = _guard(errors, "environment lock", envlock.environment_lock, python, device=device,
-                  profile=getattr(config, "profile", None)) if python else None
-    if lock is not None:
-        envlock.write(run_dir, lock)
-        rec["environment"] = lock.summary()
+                 "envkit": __version__, "python": None, "cwd": cwd or os.getcwd(), "_t0": time.perf_counter()}
     out_dir = run_dir / files.CODE_DIR
     runs_root = run_dir.parent.parent
     project = Path(project or os.getcwd())
+    inside = code.run_folder_above(project)
+    if inside is not None:  # started from inside a run folder (its config.yaml): the tree holding that run folder
+        project = inside.parent
     rec["code"] = [s for s in (
         _guard(errors, "code state", code.code_state, project, role="project", out_dir=out_dir, exclude=[runs_root]),
         _guard(errors, "envkit's code state", code.code_state, Path(__file__).resolve().parents[1], role="envkit",
                out_dir=out_dir, pathspec=["envkit"], exclude=[runs_root]),
     ) if s]
-    for local in (lock.local if lock is not None else []):
-        folder = Path(local["folder"]) if local.get("folder") else None
-        if folder and folder.is_dir() and not any(Path(s["folder"]) == code.toplevel(folder) for s in rec["code"]):
-            state = _guard(errors, f"code state of {local['name']}", code.code_state, folder, role=f"local-{local['name']}",
-                           out_dir=out_dir, exclude=[runs_root])
-            rec["code"].append(state or {"role": f"local-{local['name']}", "folder": str(folder), "commit": None})
     if config is not None:
         rec["config"] = config_record(config)
         rec["determinism"] = {"deterministic": bool(getattr(config.training, "deterministic", False))}
         paths = data_paths(config)
     else:
         rec["command"] = redact_argv(command or [])
-        rec["profile"] = profile
-        top = code.toplevel(project)
+        rec["profile"] = profile  # the exec run's profile: what reproduce runs comes from the sealed record
+        top = _guard(errors, "code state", code.toplevel, project)
         paths = _guard(errors, "data paths", command_paths, command or [], top) or []
     rec["data"] = [_guard(errors, f"data {p}", data.fingerprint, p, key) or {"key": key, "path": p, "kind": "unreadable"}
                    for key, p in paths]
+    return rec, errors
+
+
+def finish(run_dir: Path, rec: dict, errors: list[str], *, python: str | None, profile: str | None = None, facts=None) -> dict:
+    """The environment's lock (pylock.toml), the local distributions' code states, record.json."""
+    from envkit.record import code, envlock
+
+    run_dir = Path(run_dir)
+    t0 = rec.pop("_t0", time.perf_counter())
+    rec["python"] = python
+    device = _guard(errors, "device", _device, facts) if facts is not None else None
+    lock = _guard(errors, "environment lock", envlock.environment_lock, python, device=device, profile=profile) if python else None
+    if lock is not None:
+        envlock.write(run_dir, lock)
+        rec["environment"] = lock.summary()
+    out_dir, runs_root = run_dir / files.CODE_DIR, run_dir.parent.parent
+    for local in (lock.local if lock is not None else []):
+        folder = Path(local["folder"]) if local.get("folder") else None
+        if folder and folder.is_dir() and not any(Path(s["folder"]) == code.toplevel(folder) for s in rec["code"]):
+            state = _guard(errors, f"code state of {local['name']}", code.code_state, folder, role=f"local-{local['name']}",
+                           out_dir=out_dir, exclude=[runs_root])
+            rec["code"].append(state or {"role": f"local-{local['name']}", "folder": str(folder), "commit": None})
     rec["errors"] = errors
     rec["seconds"] = round(time.perf_counter() - t0, 3)
     atomic_write_text(run_dir / files.RECORD, json.dumps(redact(rec), indent=2, default=str) + "\n")
@@ -175,29 +182,16 @@ def record_now(run_dir: Path, *, python: str | None, config=None, command: list[
     return rec
 
 
+def record_now(run_dir: Path, *, python: str | None, config=None, command: list[str] | None = None,
+               project: Path | None = None, facts=None, cwd: str | None = None) -> dict:
+    """The whole record, written now, in this thread."""
+    rec, errors = capture(run_dir, config=config, command=command, project=project, cwd=cwd)
+    return finish(run_dir, rec, errors, python=python, profile=getattr(config, "profile", None), facts=facts)
+
+
 def _device(facts) -> str:
     """The accelerator as setup's locks name it (platform_of: ROCm is "rocm", not torch's "cuda"), so
     the run's lock compares equal to this machine's (reproduce, setup --lock)."""
     from envkit.install.lock.machine import machine_device, platform_of
 
     return platform_of(facts, device=machine_device(facts)).get("device") or machine_device(facts)
-
-
-def main(argv: list[str]) -> int:
-    """`python -m envkit.record.start RUN_DIR`: the record of a spec left by write_run_record(detached=True)."""
-    import sys
-
-    run_dir = Path(argv[0])
-    pending = run_dir / files.PENDING
-    try:
-        spec = json.loads(sys.stdin.read())
-        _write_quietly(run_dir, **spec)
-    finally:
-        pending.unlink(missing_ok=True)
-    return 0
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(main(sys.argv[1:]))

@@ -41,7 +41,7 @@ def refuse_inside(folder: RunFolder, rec: RunRecord, lock=None) -> None:
     """One line, exit 2, where the record or lock names a path inside the run folder as something
     to run, import, build or work in."""
     named = [(names.RECORD, "python", rec.python), (names.RECORD, "cwd", rec.cwd)]
-    named += [(names.RECORD, f"code[{i}].folder ({c.role})", c.folder) for i, c in enumerate(rec.code)]
+    named += [(names.RECORD, f"code folder ({c.role})", c.folder) for top in rec.code for c in top.all()]
     named += [(names.RECORD, f"environment.local[{i}].folder ({d.name})", d.folder) for i, d in enumerate(rec.local)]
     if lock is not None:
         named += [("pylock.toml", "index", str(_local_index(u))) for u in lock.index_urls if _local_index(u) is not None]
@@ -72,7 +72,7 @@ def plan_lines(folder: RunFolder, rec: RunRecord, lock) -> list[str]:
     else:
         out.append("command: envkit run with the run's recorded config" + (f" and profile {rec.profile}" if rec.profile else ""))
     out.append(f"working directory: {rec.cwd or folder.path.parent}")
-    for c in rec.code:
+    for c in (c for top in rec.code for c in top.all()):
         if not c.commit:
             continue
         changed = _patch_files(folder, c.patch)

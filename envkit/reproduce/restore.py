@@ -1,16 +1,73 @@
 """The code a run ran, put back: where a recorded git tree is not in the recorded state any more (HEAD
 moved on, other uncommitted changes), a temporary `git worktree` at the run's commit with its patch
-applied (`git apply --binary`) and its untracked files unpacked; removed again afterwards
-(`git worktree remove --force`). A tree still in the recorded state is used where it is."""
+applied (`git apply --binary`), its untracked files unpacked and its submodules checked out the same
+way (each a worktree of the submodule's own repository, at the commit the run had, patched); removed
+again afterwards (`git worktree remove --force`). A tree still in the recorded state is used where it is.
+
+Untracked files too large (or binary) to be kept in the run folder are linked into the worktree from
+where they are, and said in one line; those gone are named before training. A recorded folder
+inside the run folder is never used (record/code.py: InsideRunFolder, exit 2).
+
+Every temporary folder (worktrees, run_config's train.yaml) is made by `temp_folder`, which writes
+the PID that owns it: whatever the way out (an error in restore itself included), `Restored.close`
+removes the worktrees; a reproduction that was killed leaves them, and the next one removes those of
+dead processes and prunes git's worktree entries (`prune_leftovers`)."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
 
-from envkit.record.code import code_state, git
+from envkit.record.code import code_state, git, refuse_inside_run
 from envkit.reproduce.check import CannotReproduce
+
+TEMP_PREFIX = "envkit-reproduce-"
+OWNER = "owner.json"
+
+
+def temp_folder(what: str) -> Path:
+    """A new temporary folder envkit-reproduce-WHAT-*, marked with this process (prune_leftovers)."""
+    from envkit.fsutil import process_start_time
+
+    d = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{what}-"))
+    (d / OWNER).write_text(json.dumps({"pid": os.getpid(), "start_time": process_start_time(os.getpid())}))
+    return d
+
+
+def prune_leftovers(repos: list[Path]) -> list[Path]:
+    """The temporary folders of reproductions whose process is gone (killed), removed; then git's
+    entries of worktrees that are gone pruned in each repository. The folders removed."""
+    from envkit.fsutil import same_process
+
+    gone = []
+    for d in Path(tempfile.gettempdir()).glob(TEMP_PREFIX + "*"):
+        try:
+            owner = json.loads((d / OWNER).read_text())
+        except (OSError, ValueError):
+            if _old_config_folder(d):
+                shutil.rmtree(d, ignore_errors=True)
+                gone.append(d)
+            continue  # not one of ours, or being made this instant
+        if isinstance(owner, dict) and not same_process(owner.get("pid"), owner.get("start_time")):
+            shutil.rmtree(d, ignore_errors=True)
+            gone.append(d)
+    for repo in repos:
+        if repo.is_dir():
+            git(repo, "worktree", "prune")
+    return gone
+
+
+def _old_config_folder(d: Path) -> bool:
+    """A train.yaml folder an envkit before `temp_folder` left (it never removed them), a day old."""
+    import time
+
+    try:
+        return [p.name for p in d.iterdir()] == ["train.yaml"] and time.time() - d.stat().st_mtime > 86400
+    except OSError:
+        return False
 
 
 class Restored:
@@ -20,12 +77,16 @@ class Restored:
         self.folders: dict[str, Path] = {}
         self.recorded: dict[str, str] = {}  # role -> the folder the run's code was in
         self.missing: dict[str, str] = {}  # role -> why its code could not be put back (a local distribution's)
-        self._worktrees: list[tuple[Path, Path]] = []  # (repository, worktree)
+        self._worktrees: list[tuple[Path, Path, Path | None]] = []  # (repository, worktree, its temporary folder)
 
     def close(self) -> None:
-        for repo, tree in self._worktrees:
+        """Every worktree removed (a submodule's before its parent's), its temporary folder, git's entry."""
+        for repo, tree, temp in reversed(self._worktrees):
             git(repo, "worktree", "remove", "--force", str(tree))
-            shutil.rmtree(tree.parent, ignore_errors=True)
+            if temp is not None:
+                shutil.rmtree(temp, ignore_errors=True)
+        for repo in dict.fromkeys(repo for repo, _, _ in self._worktrees):
+            git(repo, "worktree", "prune")
         self._worktrees.clear()
 
     def link_data(self, rec: dict) -> None:
@@ -38,14 +99,82 @@ class Restored:
                 here.parent.mkdir(parents=True, exist_ok=True)
                 here.symlink_to(original, target_is_directory=original.is_dir())
 
+    def link_untracked(self, rec: dict, say) -> None:
+        """The untracked files the run folder could not keep (too large, binary) linked into each
+        worktree from where they are; one line names them, and one the files that are gone."""
+        linked, changed, gone, unlisted = [], [], [], 0
+        for state, tree in self._restored_states(rec):
+            unlisted += max(0, int(state.get("untracked_skipped_count") or 0) - len(state.get("untracked_skipped") or []))
+            for s in state.get("untracked_skipped") or []:
+                rel = str(s.get("path") or "")
+                if not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
+                    continue
+                original, here = Path(state["folder"]) / rel, tree / rel
+                if not os.path.lexists(original):
+                    gone.append(f"{original} ({s.get('why')})")
+                    continue
+                if os.path.lexists(here):
+                    continue
+                here.parent.mkdir(parents=True, exist_ok=True)
+                here.symlink_to(original, target_is_directory=original.is_dir())
+                linked.append(str(original))
+                try:
+                    st = original.lstat()
+                    if "size" in s and (st.st_size != s["size"] or int(st.st_mtime) != int(s.get("mtime", st.st_mtime))):
+                        changed.append(str(original))
+                except OSError:
+                    pass
+        if linked:
+            say(f"untracked files the run folder does not keep (too large or binary), linked into the worktree from where "
+                f"they are: {', '.join(linked[:10])}" + (f" and {len(linked) - 10} more" if len(linked) > 10 else "")
+                + (f"; changed since the run (size or time): {', '.join(changed[:10])}" if changed else ""))
+        if gone or unlisted:
+            say("note: untracked files the run had that are not put back: "
+                + ", ".join(gone[:10]) + (f" and {len(gone) - 10} more" if len(gone) > 10 else "")
+                + (f"{'; ' if gone else ''}{unlisted} more not listed in the record" if unlisted else "")
+                + ": if the run's code opens them, put them back where they were")
+
+    def _restored_states(self, rec: dict):
+        """(code state, the worktree it was checked out in) of each tree and submodule put back in a worktree."""
+        def walk(state: dict, tree: Path):
+            yield state, tree
+            for sub in state.get("submodules") or []:
+                if isinstance(sub, dict) and sub.get("path"):
+                    yield from walk(sub, tree / sub["path"])
+
+        for state in rec.get("code") or []:
+            role = state.get("role")
+            if role in self.folders and self.folders[role] != Path(state.get("folder") or ""):
+                yield from walk(state, self.folders[role])
+
+    def inside(self, original: str | Path) -> Path | None:
+        """Where a path inside a recorded tree lies now (in its worktree when the tree was restored); None outside them."""
+        p = Path(os.path.abspath(original))
+        for cand in (p, p.resolve()):
+            for role, folder in self.folders.items():
+                base = Path(self.recorded[role])
+                for b in (base, base.resolve()):
+                    if cand.is_relative_to(b):
+                        return folder / cand.relative_to(b)
+        return None
+
     def path_for(self, original: str | Path) -> Path:
         """Where a path of a recorded tree lies now (inside a worktree when the tree was restored)."""
-        p = Path(original).resolve()
-        for role, folder in self.folders.items():
-            base = Path(self.recorded[role]).resolve()
-            if p.is_relative_to(base):
-                return folder / p.relative_to(base)
-        return p
+        here = self.inside(original)
+        return here if here is not None else Path(original).resolve()
+
+    def argv_for(self, argv: list[str]) -> list[str]:
+        """The command with each absolute path inside a recorded tree (`python /repo/train.py`,
+        `--config=/repo/c.yaml`) rewritten into its worktree: the run's copy runs, not today's file."""
+        out = []
+        for arg in argv:
+            head, eq, value = arg.partition("=") if arg.startswith("-") else ("", "", arg)
+            if os.path.isabs(value):
+                here = self.inside(value)
+                if here is not None:
+                    arg = f"{head}{eq}{here}"
+            out.append(arg)
+        return out
 
 
 def _unchanged(state: dict) -> bool:
@@ -54,19 +183,25 @@ def _unchanged(state: dict) -> bool:
     return now is not None and now["code_hash"] == state["code_hash"]
 
 
-def worktree(run_dir: Path, state: dict, out: Restored) -> Path:
-    """A temporary worktree of the recorded repository at the run's commit, patched; its top folder."""
+def worktree(run_dir: Path, state: dict, out: Restored, dest: Path | None = None) -> Path:
+    """A temporary worktree of the recorded repository at the run's commit, patched, its submodules
+    checked out in it; its top folder. `dest`: where (a submodule's folder in its parent's worktree)."""
     repo, role = Path(state["folder"]), state["role"]
     if not repo.is_dir():
         raise CannotReproduce(f"the run's code ({role}) was in {repo}, which is gone", where=str(run_dir),
                               fix=f"clone the repository there again (commit {state['commit']})")
-    tree = Path(tempfile.mkdtemp(prefix=f"envkit-reproduce-{role}-")) / "tree"
+    temp = temp_folder(role) if dest is None else None
+    tree = dest if dest is not None else temp / "tree"
+    if dest is not None and dest.is_dir() and not any(dest.iterdir()):
+        dest.rmdir()  # the empty folder git leaves for a submodule
     proc = git(repo, "worktree", "add", "--detach", str(tree), state["commit"], timeout=600)
     if proc is None or proc.returncode != 0:
+        if temp is not None:
+            shutil.rmtree(temp, ignore_errors=True)
         why = (proc.stderr.decode(errors="replace").strip().splitlines() or ["git failed"])[-1] if proc else "git is not installed"
         raise CannotReproduce(f"cannot check out the run's commit {state['commit'][:12]} of {repo}: {why}", where=str(run_dir),
                               fix="fetch that commit into the repository (git fetch), then reproduce again")
-    out._worktrees.append((repo, tree))
+    out._worktrees.append((repo, tree, temp))
     if state.get("patch"):
         patch = run_dir / state["patch"]
         if not patch.is_file():
@@ -81,31 +216,49 @@ def worktree(run_dir: Path, state: dict, out: Restored) -> Path:
         from envkit.runfolder.archive import extract
 
         extract(run_dir / state["untracked_archive"], tree)  # with the caps it was written with
+    for sub in state.get("submodules") or []:
+        if not isinstance(sub, dict) or not sub.get("commit") or not sub.get("path"):
+            continue
+        rel = Path(sub["path"])
+        if rel.is_absolute() or ".." in rel.parts:
+            raise CannotReproduce(f"the record names a submodule at {sub['path']!r}, which is not inside the tree",
+                                  where=str(run_dir / "record.json"), fix="the run folder was changed; its code cannot be put back")
+        refuse_inside_run(sub["folder"], f"code folder (submodule {sub['path']})", run_dir)
+        worktree(run_dir, sub, out, dest=tree / rel)
     return tree
 
 
 def restore(run_dir: Path, rec: dict, say=print) -> Restored:
     """Every recorded git tree put back: the project's, envkit's and each local distribution's
     (`local-NAME`). A local distribution's that cannot be is named in `missing` (local.py goes on
-    without it); the project's or envkit's is exit 2."""
+    without it); the project's or envkit's is exit 2. Whatever fails here, nothing is left behind."""
     out = Restored()
-    for state in rec.get("code") or []:
-        role = state.get("role")
-        if not role or not state.get("commit"):
-            continue
-        out.recorded[role] = state["folder"]
-        if _unchanged(state):
-            out.folders[role] = Path(state["folder"])
-            continue
-        try:
-            tree = worktree(run_dir, state, out)
-        except CannotReproduce as exc:
-            if not role.startswith("local-"):
-                raise
-            out.missing[role] = exc.message
-            continue
-        out.folders[role] = tree
-        say(f"code ({role}): {state['folder']} has moved on; the run's commit {state['commit'][:12]}"
-            + (" with its uncommitted changes" if state.get("dirty") else "") + f" is checked out in {tree}")
-    out.link_data(rec)
+    try:
+        states = [s for s in rec.get("code") or [] if isinstance(s, dict) and s.get("role") and s.get("commit") and s.get("folder")]
+        for state in states:
+            refuse_inside_run(state["folder"], f"code folder ({state['role']})", run_dir)
+        prune_leftovers([Path(s["folder"]) for s in states])
+        for state in states:
+            role = state["role"]
+            out.recorded[role] = state["folder"]
+            if _unchanged(state):
+                out.folders[role] = Path(state["folder"])
+                continue
+            try:
+                tree = worktree(run_dir, state, out)
+            except CannotReproduce as exc:
+                if not role.startswith("local-"):
+                    raise
+                out.missing[role] = exc.message
+                continue
+            out.folders[role] = tree
+            subs = [s["path"] for s in state.get("submodules") or [] if isinstance(s, dict) and s.get("commit")]
+            say(f"code ({role}): {state['folder']} has moved on; the run's commit {state['commit'][:12]}"
+                + (" with its uncommitted changes" if state.get("dirty") else "")
+                + (f" and its submodules ({', '.join(subs)}) at their commits" if subs else "") + f" is checked out in {tree}")
+        out.link_data(rec)
+        out.link_untracked(rec, say)
+    except BaseException:
+        out.close()
+        raise
     return out

@@ -16,7 +16,7 @@ from pathlib import Path
 from envkit.runfolder.bounded import RunFolderError
 
 _FIX = "the run folder was changed or is damaged; use the folder as envkit wrote it"
-_ROLE = re.compile(r"^(project|envkit|local-[A-Za-z0-9._-]{1,100})$")
+_ROLE = re.compile(r"^(project|envkit|local-[A-Za-z0-9._-]{1,100})(-submodule[0-9]{1,4}){0,8}$")
 _COMMIT = re.compile(r"^[0-9a-f]{7,64}$")
 _REL_IN_CODE = re.compile(r"^code/[A-Za-z0-9._-]{1,140}$")
 _STR_MAX = 64 << 10
@@ -110,6 +110,8 @@ class CodeState:
     untracked_archive: str | None = None  # code/<role>-untracked.tar
     untracked: tuple[str, ...] = ()  # the relative paths the archive holds
     pathspec: tuple[str, ...] = ()
+    path: str | None = None  # a submodule's path inside its parent's tree
+    submodules: tuple[CodeState, ...] = ()
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -118,7 +120,11 @@ class CodeState:
         if Path(relative).is_absolute() or ".." in Path(relative).parts:
             r.fail("relative", f"is {relative!r}, not a folder inside the tree")
         untracked = [p.text("path", required=True) for _, p in r.objects("untracked")]
-        return cls(role=r.text("role", required=True, pattern=_ROLE), folder=r.text("folder", required=True),
+        path = r.text("path")
+        if path is not None and (Path(path).is_absolute() or ".." in Path(path).parts):
+            r.fail("path", f"is {path!r}, not a folder inside the parent's tree")
+        return cls(path=path, submodules=tuple(CodeState.from_reader(c) for _, c in r.objects("submodules")),
+                   role=r.text("role", required=True, pattern=_ROLE), folder=r.text("folder", required=True),
                    relative=relative, commit=r.text("commit", pattern=_COMMIT), code_hash=r.text("code_hash"),
                    dirty=bool(r.get("dirty", (bool,), False)), patch=r.text("patch", pattern=_REL_IN_CODE),
                    untracked_archive=r.text("untracked_archive", pattern=_REL_IN_CODE), untracked=tuple(untracked),
@@ -126,6 +132,10 @@ class CodeState:
 
     def to_json(self) -> dict:
         return dict(self.raw)
+
+    def all(self) -> list[CodeState]:
+        """This tree and every submodule in it, nested ones too."""
+        return [self, *(s for sub in self.submodules for s in sub.all())]
 
 
 @dataclass(frozen=True)
