@@ -223,3 +223,18 @@ def test_a_long_function_is_found(tmp_path):
     (tmp_path / "m.py").write_text("def f():\n" + "    x = 1\n" * 80 + "\ndef g():\n    pass\n")
     assert long_functions(tmp_path, 80) == ["m.py:f (81)"]
 
+
+def test_a_run_folders_file_names_are_spelt_in_one_module():
+    """Every module names summary.json and the rest through envkit/runfolder/names.py (docstrings and
+    comments may mention them): one place to read what a run folder holds, and no reader that
+    spells one of its own."""
+    spelt = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.parent.name == "runfolder":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        docs = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef,
+                ast.AsyncFunctionDef)) and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        spelt += [f"{path.relative_to(PACKAGE)}:{n.lineno} {n.value}" for n in ast.walk(tree)
+                  if isinstance(n, ast.Constant) and n.value in RUN_FOLDER_FILES and id(n) not in docs]
+    assert spelt == []

@@ -11,6 +11,7 @@ import click
 
 from envkit.console import print_json
 from envkit.errors import EnvkitError
+from envkit.runfolder import names
 from envkit.slurm.options import slurm_options
 
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600}
@@ -116,8 +117,7 @@ def exec_(profile_name, name, runs_dir, detach, restarts, restart_delay, stall_t
     if nproc_per_node > 1 or nodes.nnodes > 1:
         python = resolved if re.match(r"^python[\d.]*$", Path(argv[0]).name) else str(managed.python if managed else sys.executable)
         launched = torchrun_argv(argv, nproc_per_node, nodes, python, run_dir)
-    # the run's code state is taken here, before the command starts; the environment's lock is made
-    # while it runs, and exec returns only once the record is whole (record.json)
+    # the code state is taken here, before the command starts; exec returns once the record is whole
     recording = rundir.write_start_files(run_dir, command=argv, launched=launched, env=xenv, child_env=xenv.environ,
                                          managed=managed, versions=versions, options=options)
     env = environment.with_run_dir(xenv.environ, run_dir)
@@ -161,7 +161,7 @@ def _supervise(launched: list[str], env: dict, run_dir: Path, options: dict, pro
     click.echo(f"envkit: run {run_dir} (profile {profile_name})", err=True)
     opts = Options(**{k: v for k, v in options.items() if k in Options.__dataclass_fields__})
     rc = Supervisor(launched, env, run_dir, opts, console=sys.stderr if as_json else None).run()  # --json: stdout holds the JSON alone
-    summary = rundir.read_json(run_dir / "summary.json")
+    summary = rundir.read_json(run_dir / names.SUMMARY)
     rc = interrupted_exit_code(rc, summary)
     _recorded(recording)
     if as_json:

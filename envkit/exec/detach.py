@@ -18,6 +18,7 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.exec.rundir import read_json
+from envkit.runfolder import names
 
 STARTED_TIMEOUT = 30.0
 
@@ -37,7 +38,7 @@ def wait_started(run_dir: Path, proc: subprocess.Popen, timeout: float = STARTED
     """The command's pid once the supervisor has started it."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        beat = read_json(Path(run_dir) / "heartbeat.json")
+        beat = read_json(Path(run_dir) / names.HEARTBEAT)
         if beat.get("child_pid"):
             return beat["child_pid"]
         if proc.poll() is not None:
@@ -120,8 +121,8 @@ def stop(run_dir: Path, grace: float, say=print) -> str:
     checked to be the run's own (_target); else one line, exit 1, nothing sent."""
     from envkit.train.watching.runs_state import notice_killed, owner_lock_state
 
-    summary = read_json(run_dir / "summary.json")
-    beat = read_json(run_dir / "heartbeat.json")
+    summary = read_json(run_dir / names.SUMMARY)
+    beat = read_json(run_dir / names.HEARTBEAT)
     if summary.get("status") and summary.get("updated_at", 0) >= beat.get("updated_at", 0) - 1:
         return f"already {summary['status']}"
     found = _target(run_dir, beat, say)
@@ -144,7 +145,7 @@ def stop(run_dir: Path, grace: float, say=print) -> str:
             break
     # the supervisor writes summary.json as it ends; give it a moment after its command
     _wait_gone(target, 5.0)
-    return read_json(run_dir / "summary.json").get("status") or "stopped"
+    return read_json(run_dir / names.SUMMARY).get("status") or "stopped"
 
 
 def main(argv: list[str]) -> int:
@@ -153,7 +154,7 @@ def main(argv: list[str]) -> int:
 
     run_dir = Path(argv[0])
     command = argv[argv.index("--") + 1:]
-    options = read_json(run_dir / "config.json").get("options") or {}
+    options = read_json(run_dir / names.CONFIG).get("options") or {}
     opts = Options(**{k: v for k, v in options.items() if k in Options.__dataclass_fields__}, echo=False)
     return Supervisor(command, dict(os.environ), run_dir, opts).run()
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from envkit.facts import device_parse as dp
 from envkit.facts.runner import LiveRunner
+from envkit.runfolder import names
 from envkit.train.watching.device_sampler import build_sample
 from envkit.train.watching.telemetry import write_json
 
@@ -87,7 +88,7 @@ class Heartbeat:
 
     def read_new_metrics(self) -> None:
         """The rows envkit.track appended since the last look: the newest step and loss."""
-        path = self.run_dir / "metrics.jsonl"
+        path = self.run_dir / names.METRICS
         try:
             with open(path, "rb") as fh:
                 fh.seek(self._metrics_offset)
@@ -132,7 +133,7 @@ class Heartbeat:
         self.fields.update(extra)
         self.read_new_metrics()
         device = self.sample()
-        write_json(self.run_dir / "heartbeat.json", {**self.fields, "updated_at": time.time(), "last_output_at": self.last_output_at,
+        write_json(self.run_dir / names.HEARTBEAT, {**self.fields, "updated_at": time.time(), "last_output_at": self.last_output_at,
                                                       "last_metric_at": self.last_metric_at, "device": device})
 
     def last_activity(self) -> float:

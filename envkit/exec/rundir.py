@@ -15,6 +15,7 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_text, check_inside, check_name
 from envkit.redact import recorded_env, redact, redact_argv
+from envkit.runfolder import names
 
 _PYTHONS = re.compile(r"^(python[\d.]*|pypy[\d.]*|torchrun|accelerate|uv|deepspeed)$")
 
@@ -85,10 +86,10 @@ def write_start_files(run_dir: Path, *, command: list[str], launched: list[str],
     from envkit.fsutil import refuse_links
 
     refuse_links(run_dir)
-    write_json(run_dir / "config.json", {
+    write_json(run_dir / names.CONFIG, {
         "kind": "exec", "name": run_dir.parent.name, "command": redact_argv(command), "launched": redact_argv(launched), "cwd": os.getcwd(),
         "profile": env.profile, "options": options, "created_at": time.time()})
-    write_json(run_dir / "environment.json", {
+    write_json(run_dir / names.ENVIRONMENT, {
         "created_at": time.time(), "argv": redact_argv(sys.argv), "cwd": os.getcwd(), "command": redact_argv(command),
         "managed": str(managed.root) if managed else None, "venv": env.venv, "profile": env.profile,
         # which value each profile variable has and who set it; a user's secret-named variable shows no value

@@ -28,6 +28,7 @@ from envkit.exec.heartbeat import Heartbeat
 from envkit.exec.rundir import read_json, write_json
 from envkit.fsutil import open_append
 from envkit.redact import redact_argv, strip_userinfo
+from envkit.runfolder import names
 from envkit.train.watching.cpu_fallback import FallbackCounter
 
 # SIGUSR1: Slurm's warning before a time limit (passed on by envkit's job): the command's to handle
@@ -160,7 +161,7 @@ class Supervisor:
         if summary["cpu_fallbacks"] and self.opts.echo:
             h = summary["hints"][-1]
             print(f"envkit: hint [cpu-fallback]: {h['message']}; try: {h['fix']}", file=sys.stderr, flush=True)
-        write_json(self.run_dir / "summary.json", summary)
+        write_json(self.run_dir / names.SUMMARY, summary)
 
     # ---------------------------------------------------------------- one attempt
     def _attempt(self, n: int) -> tuple[int, str, dict | None]:
@@ -278,5 +279,5 @@ class Supervisor:
 
 def run_state_pids(run_dir: Path) -> tuple[int | None, int | None]:
     """(envkit's pid, the command's pid) from heartbeat.json."""
-    beat = read_json(Path(run_dir) / "heartbeat.json")
+    beat = read_json(Path(run_dir) / names.HEARTBEAT)
     return beat.get("pid"), beat.get("child_pid")

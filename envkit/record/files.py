@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-RECORD = "record.json"  # code state, data identity, config, determinism (record/start.py)
-LOCK = "pylock.toml"  # the training interpreter's environment (record/envlock.py)
-CODE_DIR = "code"  # patches and untracked files (record/code.py)
-PENDING = ".record-pending.json"  # the run's record being finished (its environment's lock) while it starts (record/start.py)
-REPRODUCTIONS = "reproductions.json"  # each `envkit reproduce` of this run and its outcome (reproduce/outcome.py)
+from envkit.runfolder import names
+
+RECORD = names.RECORD  # code state, data identity, config, determinism (record/start.py)
+LOCK = names.LOCK  # the training interpreter's environment (record/envlock.py)
+CODE_DIR = names.CODE_DIR  # patches and untracked files (record/code.py)
+PENDING = names.PENDING  # the run's record being finished (its environment's lock) while it starts (record/start.py)
+REPRODUCTIONS = names.REPRODUCTIONS  # each `envkit reproduce` of this run and its outcome (reproduce/outcome.py)
 FORMAT = 1
 
 

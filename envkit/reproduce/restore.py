@@ -23,6 +23,7 @@ from pathlib import Path
 
 from envkit.record.code import code_state, git, refuse_inside_run
 from envkit.reproduce.check import CannotReproduce
+from envkit.runfolder import names
 
 TEMP_PREFIX = "envkit-reproduce-"
 OWNER = "owner.json"
@@ -222,7 +223,7 @@ def worktree(run_dir: Path, state: dict, out: Restored, dest: Path | None = None
         rel = Path(sub["path"])
         if rel.is_absolute() or ".." in rel.parts:
             raise CannotReproduce(f"the record names a submodule at {sub['path']!r}, which is not inside the tree",
-                                  where=str(run_dir / "record.json"), fix="the run folder was changed; its code cannot be put back")
+                                  where=str(run_dir / names.RECORD), fix="the run folder was changed; its code cannot be put back")
         refuse_inside_run(sub["folder"], f"code folder (submodule {sub['path']})", run_dir)
         worktree(run_dir, sub, out, dest=tree / rel)
     return tree
