@@ -124,7 +124,7 @@ class Trainer:
         self.cfg, torch_settings, notes = determinism.prepare(self.cfg, torch_settings)
         for message in (notes + apply_torch_settings(torch_settings, self.device_type)
                         + apply_sdpa_backend(self.training.sdpa_backend, self.device_type)
-                        + (determinism.apply(self.device_type) if self.training.deterministic else [])):
+                        + (determinism.apply(self.device_type, self.cfg.model.type) if self.training.deterministic else [])):
             self.log(message)
         self.loss_sum = torch.zeros((), dtype=torch.float32, device=self.device)
 
