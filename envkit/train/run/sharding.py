@@ -136,30 +136,60 @@ def group_units(units: list[nn.Module], min_params: int) -> list[list[nn.Module]
     return groups
 
 
+def keep_gathered(model: nn.Module, training, precision: str, world: int, free: int | None) -> tuple[bool, str]:
+    """(whether every unit keeps its gathered weights from its forward to its backward, the reason).
+
+    Resharding after the forward frees a unit's full weights and gathers them again for the
+    backward: one more all-gather per unit and step. Keeping them costs the whole model's weights
+    in the compute dtype on every device (2 bytes a parameter in bf16) on top of the sharded state:
+    kept while that sum fits HEADROOM of the free memory, as auto's ddp test counts. The last unit
+    keeps its weights either way (its backward starts right after its forward)."""
+    n = sum(p.numel() for p in model.parameters())
+    full = n * (2 if precision in ("bf16", "fp16") else 4)
+    sharded = state_bytes(model, training) // max(1, world)
+    need = full + sharded
+    if free is None:
+        return False, f"resharded after the forward (free memory unknown; kept would add {_gb(full)} a device)"
+    if need <= HEADROOM * free:
+        return True, (f"weights kept gathered from forward to backward (+{_gb(full)} a device; with the sharded state "
+                      f"{_gb(need)}, within {HEADROOM:.0%} of {_gb(free)} free)")
+    return False, (f"resharded after the forward (keeping the weights gathered needs {_gb(need)} with the sharded state, "
+                   f"over {HEADROOM:.0%} of {_gb(free)} free)")
+
+
 def apply_fsdp(model: nn.Module, units: list[nn.Module], device: torch.device, precision: str, world: int,
                compile_unit=None, reshard_after_forward: bool = True, min_unit_params: int = UNIT_MIN_PARAMS) -> str:
     """Shard each group of units (group_units), then the root (which gathers what the units leave:
     embeddings, the head). `compile_unit(module)` compiles each unit first (per block: the FSDP
-    hooks stay outside the graphs). The model's parameters become DTensors on `device`; build the
-    optimizer after this."""
+    hooks stay outside the graphs). The last group never reshards after its forward (its backward
+    follows at once, as torchtitan does); the others as `reshard_after_forward` says. The model's
+    parameters become DTensors on `device`; build the optimizer after this."""
     import torch
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    # EXPERIMENT (issue 49): unit size, resharding and per-unit compile from the environment
+    min_unit_params = int(os.environ.get("ENVKIT_FSDP_MIN_UNIT", min_unit_params))
+    if os.environ.get("ENVKIT_FSDP_RESHARD") in ("0", "1"):
+        reshard_after_forward = os.environ["ENVKIT_FSDP_RESHARD"] == "1"
+    if os.environ.get("ENVKIT_FSDP_UNIT_COMPILE") == "0":
+        compile_unit = None
     mesh = init_device_mesh(device.type, (world,))
     kw = {"mesh": mesh}
     if precision == "bf16":  # the gathered weights in bf16 (half the traffic), gradients reduced in fp32
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    groups = group_units(units, min_unit_params)
-    for group in groups:
+    groups = group_units(units, min_unit_params) if min_unit_params >= 0 else []
+    for i, group in enumerate(groups):
         if compile_unit is not None:
             for unit in group:
                 compile_unit(unit)
-        fully_shard(group if len(group) > 1 else group[0], reshard_after_forward=reshard_after_forward, **kw)
+        last = i == len(groups) - 1
+        fully_shard(group if len(group) > 1 else group[0], reshard_after_forward=reshard_after_forward and not last, **kw)
     fully_shard(model, **kw)
     sizes = sorted({len(g) for g in groups})
-    return (f"{len(groups)} unit{'s' * (len(groups) > 1)} of {'-'.join(map(str, sizes))} block{'s' * (sizes[-1] > 1)} + root "
-            f"over {world} processes" + (", bf16 weights, fp32 gradient reduction" if "mp_policy" in kw else ""))
+    plan = (f"{len(groups)} unit{'s' * (len(groups) > 1)} of {'-'.join(map(str, sizes))} block{'s' * (sizes[-1] > 1)} + root"
+            if groups else "the root only (one unit)")
+    return (f"{plan} over {world} processes" + (", bf16 weights, fp32 gradient reduction" if "mp_policy" in kw else ""))
 
 
 def checkpoint_activations(units: list[nn.Module]) -> None:
