@@ -71,8 +71,9 @@ def train(model: str, det: bool, args, out: Path, data: dict, run_id: str) -> tu
     else:
         sets += ["training.epochs=null"] + (["model.width=8"] if args.quick else [])
     sets += args.set
+    profile = ["--profile-steps", args.profile_steps] if args.profile_steps and not run_id.endswith("-again") else []
     r = envkit("run", str(ROOT / "templates" / "train" / template), "--run-id", run_id, "--resume", "never",
-               *[a for s in sets for a in ("--set", s)], cwd=out)
+               *[a for s in sets for a in ("--set", s)], *profile, cwd=out)
     if r.returncode != 0:
         return None, (r.stderr.strip().splitlines() or ["?"])[-1]
     return next(out.glob(f"runs/*/{run_id}")), None
@@ -123,6 +124,7 @@ def main() -> int:
     ap.add_argument("--repeat", action="store_true", help="train each deterministic config twice and compare the metrics")
     ap.add_argument("--reproduce", choices=["all", "det", "none"], default="all", help="which runs `envkit reproduce` checks")
     ap.add_argument("--set", action="append", default=[], help="a config override for every run (repeatable)")
+    ap.add_argument("--profile-steps", help="A:B: `envkit run --profile-steps` for the first run of each config (the tables stay in its folder)")
     ap.add_argument("--venv", help="where `envkit reproduce` builds its venv (default: envkit's cache)")
     ap.add_argument("--out", help="folder for the data and the runs (default: a temporary one)")
     ap.add_argument("--quick", action="store_true", help="tiny shapes (a CPU check of the script)")
