@@ -33,6 +33,12 @@ MODES = ("auto", "ddp", "fsdp")
 # parameter blocks left the GPU idle 54% of a step (benchmarks/RESULTS.md). Blocks of large models
 # (1.5B: 30M each) stay one unit each, as torchtitan shards them.
 UNIT_MIN_PARAMS = 25_000_000
+# fsdp: a model up to this size is one unit (the root only) when its full weights and gradients fit. On
+# 2 x H100, GPT-2 small (124M) trained at 0.92 of DDP that way, against 0.61 in 3 units of 4 blocks, 0.70
+# in one unit of 12 blocks (each block compiled) and 0.61 with resharding (benchmarks/RESULTS.md): FSDP2's
+# per-unit hooks and the per-block graphs cost more than the one unoverlapped all-gather and reduce-scatter.
+# The 1.5B GPT (issue 49: 0.90 of DDP one block a unit) stays in units: its exposed traffic would be 9 GB a step.
+WHOLE_MAX_PARAMS = 500_000_000
 HEADROOM = 0.5  # auto: ddp while weights + gradients + optimizer state take at most this share of the free memory
 STATE_COPIES = {"adamw": 2, "adam": 2, "lion": 1}  # optimizer tensors per parameter (sgd: 1 with momentum, else 0)
 
@@ -155,6 +161,29 @@ def keep_gathered(model: nn.Module, training, precision: str, world: int, free: 
                       f"{_gb(need)}, within {HEADROOM:.0%} of {_gb(free)} free)")
     return False, (f"resharded after the forward (keeping the weights gathered needs {_gb(need)} with the sharded state, "
                    f"over {HEADROOM:.0%} of {_gb(free)} free)")
+
+
+def fsdp_plan(model: nn.Module, training, precision: str, world: int, free: int | None) -> tuple[int, bool, str]:
+    """(min_unit_params for apply_fsdp, -1 for the whole model as one unit; reshard_after_forward; the reason).
+
+    One unit while the model has at most WHOLE_MAX_PARAMS parameters and its gathered weights, its
+    full gradients (in the compute dtype and in fp32 for the reduction) and the sharded state fit
+    HEADROOM of the free memory: one all-gather before the forward, one reduce-scatter after the
+    backward, and the step compiled as one graph. Otherwise blocks grouped into units of at least
+    UNIT_MIN_PARAMS, the weights kept gathered from forward to backward where memory allows
+    (keep_gathered)."""
+    n = sum(p.numel() for p in model.parameters())
+    compute = 2 if precision in ("bf16", "fp16") else 4
+    whole = n * (2 * compute + 4) + state_bytes(model, training) // max(1, world)
+    if n <= WHOLE_MAX_PARAMS and free is not None and whole <= HEADROOM * free:
+        return -1, False, (f"one unit, the whole model ({n / 1e6:.0f}M parameters, at most {WHOLE_MAX_PARAMS / 1e6:.0f}M): gathered "
+                           f"weights and full gradients with the sharded state take {_gb(whole)}, within {HEADROOM:.0%} of "
+                           f"{_gb(free)} free")
+    keep, why = keep_gathered(model, training, precision, world, free)
+    size = (f"{n / 1e6:.0f}M parameters, over {WHOLE_MAX_PARAMS / 1e6:.0f}M" if n > WHOLE_MAX_PARAMS else
+            f"the whole model as one unit needs {_gb(whole)}, over {HEADROOM:.0%} of {_gb(free)} free" if free is not None else
+            "free memory unknown")
+    return UNIT_MIN_PARAMS, not keep, f"units of at least {UNIT_MIN_PARAMS / 1e6:.0f}M parameters ({size}); {why}"
 
 
 def apply_fsdp(model: nn.Module, units: list[nn.Module], device: torch.device, precision: str, world: int,

@@ -165,12 +165,15 @@ class Trainer:
                  + (f" ({self.device_name})" if self.device_type == "cuda" else ""))
         if self.parallel == "fsdp":
             compiling = want_compile(self.training.compile, self.device_type) == "on"
-            keep, kept_why = sharding.keep_gathered(model, self.training, self.precision, self.world,
-                                                    sharding.free_bytes(self.device, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
+            min_unit, reshard, plan_why = sharding.fsdp_plan(
+                model, self.training, self.precision, self.world,
+                sharding.free_bytes(self.device, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
             done = sharding.apply_fsdp(model, units, self.device, self.precision, self.world,
-                                       compile_unit=self._compile_unit if compiling else None, reshard_after_forward=not keep)
-            done += f"; {kept_why}"
-            self.compile_note = f"on, per {'block' if model_type == 'gpt' else 'unit'} and the whole step" if compiling else "off"
+                                       compile_unit=self._compile_unit if compiling and min_unit >= 0 else None,
+                                       reshard_after_forward=reshard, min_unit_params=min_unit)
+            done += f"; {plan_why}"
+            per = "" if min_unit < 0 else f"per {'block' if model_type == 'gpt' else 'unit'} and "
+            self.compile_note = f"on, {per}the whole step" if compiling else "off"
             self.log(f"training.parallel: fsdp ({why}): {done}")
         else:
             model.to(self.device)
