@@ -57,8 +57,7 @@ def environ_before_cuda(cfg) -> None:
         return
     if os.environ.get("CUBLAS_WORKSPACE_CONFIG") not in _CUBLAS_OK:
         os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE
-    if os.environ.get("ENVKIT_INDUCTOR_DETERMINISTIC") != "0":  # EXPERIMENT (issue 48): Inductor's mode off
-        os.environ["TORCHINDUCTOR_DETERMINISTIC"] = "1"
+    os.environ["TORCHINDUCTOR_DETERMINISTIC"] = "1"
 
 
 def prepare(cfg, torch_settings: dict | None):
@@ -102,7 +101,7 @@ def apply(device_type: str, model_type: str = "") -> list[str]:
     with contextlib.suppress(Exception):  # a torch without Inductor compiles nothing
         import torch._inductor.config as inductor  # the variable was read if Inductor was imported before
 
-        inductor.deterministic = os.environ.get("ENVKIT_INDUCTOR_DETERMINISTIC") != "0"
+        inductor.deterministic = True
     where = {"cuda": f"; CUBLAS_WORKSPACE_CONFIG={os.environ.get('CUBLAS_WORKSPACE_CONFIG')}, cudnn.benchmark off",
              "mps": "; MPS kernels that have no deterministic form raise"}.get(device_type, "")
     filled = ("; fresh tensors filled with NaN (a factory's model may read memory it did not write)" if fill else

@@ -197,12 +197,6 @@ def apply_fsdp(model: nn.Module, units: list[nn.Module], device: torch.device, p
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    # EXPERIMENT (issue 49): unit size, resharding and per-unit compile from the environment
-    min_unit_params = int(os.environ.get("ENVKIT_FSDP_MIN_UNIT", min_unit_params))
-    if os.environ.get("ENVKIT_FSDP_RESHARD") in ("0", "1"):
-        reshard_after_forward = os.environ["ENVKIT_FSDP_RESHARD"] == "1"
-    if os.environ.get("ENVKIT_FSDP_UNIT_COMPILE") == "0":
-        compile_unit = None
     mesh = init_device_mesh(device.type, (world,))
     kw = {"mesh": mesh}
     if precision == "bf16":  # the gathered weights in bf16 (half the traffic), gradients reduced in fp32

@@ -23,10 +23,6 @@ def compile_mode_for(mode: str, world: int) -> tuple[str, str | None]:
     train without CUDA graphs: DDP's bucket hooks and FSDP's per-unit gathers run between the
     compiled graphs, and a replayed graph would not wait for them (a profile's reduce-overhead is
     measured on one GPU)."""
-    import os
-
-    if os.environ.get("ENVKIT_DDP_CUDAGRAPHS") == "1":  # EXPERIMENT (issue 49): CUDA graphs over DDP's split graphs
-        return mode, None
     if world > 1 and mode in WITHOUT_CUDA_GRAPHS:
         other = WITHOUT_CUDA_GRAPHS[mode]
         return other, (f"training.compile_mode {mode}: no CUDA graphs with {world} processes (DDP's and FSDP's "

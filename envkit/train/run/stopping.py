@@ -106,11 +106,6 @@ class Stopper:
         gloo group (the CPU), so NCCL runs pay no device sync for it: tens of microseconds a step."""
         if world == 1:
             return self.signal is not None
-        # EXPERIMENT (issue 49): the flag agreed every N steps only
-        self._calls = getattr(self, "_calls", 0) + 1
-        every = int(os.environ.get("ENVKIT_STOP_EVERY", "1"))
-        if self._calls % every:
-            return False
         import torch
         import torch.distributed as dist
 
