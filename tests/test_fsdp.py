@@ -131,7 +131,8 @@ def test_fsdp_trains_like_ddp_and_a_sigkilled_run_resumes_exactly(tmp_path, two_
     d = _dir(project, "fsdp")
     # a 0.4M-parameter model with room to spare: one unit, the whole model (sharding.fsdp_plan)
     plan = next(line for line in (d / "train.log").read_text().splitlines() if "training.parallel: fsdp" in line)
-    assert "training.parallel: fsdp (as set): the root only (one unit) over 2 processes; one unit, the whole model (0M" in plan, plan
+    assert ("training.parallel: fsdp (as set): the root only (one unit) over 2 processes; one unit, the whole "
+            "model (0.23M parameters, at most 500M): gathered weights and full gradients with the sharded state take") in plan, plan
     s = _summary(d)
     assert s["status"] == "stopped" and s["steps"] == 12 and s["parallel"] == "fsdp" and s["world_size"] == 2
     a, b = _losses(_dir(project, "ddp")), _losses(d)

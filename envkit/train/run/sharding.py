@@ -3,9 +3,11 @@
 ddp replicates it: every process holds the weights, the gradients and the optimizer state (about
 16 bytes a parameter with AdamW in fp32), so a model whose state does not fit one device cannot
 train at all. fsdp shards all three over the processes with FSDP2 (`torch.distributed.fsdp.
-fully_shard`, as torchtitan does): each unit of the sharding plan (a GPT block, a ResNet stage) is
-gathered just before its forward and backward and freed after, so a process holds 1/N of the state
-plus one unit in full. Its gradients are reduce-scattered, in fp32 under a bf16 run
+fully_shard`, as torchtitan does). A small model whose full weights and gradients fit is one unit
+(fsdp_plan: one all-gather and one reduce-scatter a step); a larger one is sharded by the units of
+its sharding plan (GPT blocks, ResNet stages, grouped to UNIT_MIN_PARAMS), each gathered just before
+its forward and kept (or, where memory is short, freed and gathered again) for its backward, so a
+process holds 1/N of the state plus what is gathered. Its gradients are reduce-scattered, in fp32 under a bf16 run
 (`MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`).
 
 auto chooses ddp while the state fits one device with room left for activations (the state counted
@@ -176,11 +178,11 @@ def fsdp_plan(model: nn.Module, training, precision: str, world: int, free: int 
     compute = 2 if precision in ("bf16", "fp16") else 4
     whole = n * (2 * compute + 4) + state_bytes(model, training) // max(1, world)
     if n <= WHOLE_MAX_PARAMS and free is not None and whole <= HEADROOM * free:
-        return -1, False, (f"one unit, the whole model ({n / 1e6:.0f}M parameters, at most {WHOLE_MAX_PARAMS / 1e6:.0f}M): gathered "
+        return -1, False, (f"one unit, the whole model ({_millions(n)} parameters, at most {WHOLE_MAX_PARAMS / 1e6:.0f}M): gathered "
                            f"weights and full gradients with the sharded state take {_gb(whole)}, within {HEADROOM:.0%} of "
                            f"{_gb(free)} free")
     keep, why = keep_gathered(model, training, precision, world, free)
-    size = (f"{n / 1e6:.0f}M parameters, over {WHOLE_MAX_PARAMS / 1e6:.0f}M" if n > WHOLE_MAX_PARAMS else
+    size = (f"{_millions(n)} parameters, over {WHOLE_MAX_PARAMS / 1e6:.0f}M" if n > WHOLE_MAX_PARAMS else
             f"the whole model as one unit needs {_gb(whole)}, over {HEADROOM:.0%} of {_gb(free)} free" if free is not None else
             "free memory unknown")
     return UNIT_MIN_PARAMS, not keep, f"units of at least {UNIT_MIN_PARAMS / 1e6:.0f}M parameters ({size}); {why}"
@@ -234,6 +236,10 @@ def set_gradient_sync(model: nn.Module, mode: str, sync: bool) -> None:
         model.require_backward_grad_sync = sync
     elif mode == "fsdp":
         model.set_requires_gradient_sync(sync)
+
+
+def _millions(n: int) -> str:
+    return f"{n / 1e6:.0f}M" if n >= 10_000_000 else f"{n / 1e6:.2g}M"
 
 
 def _gb(n: int | None) -> str:

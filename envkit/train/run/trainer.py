@@ -202,7 +202,8 @@ class Trainer:
         from the state's position. `next_batch` times the wait for data (watching/watch.py)."""
         training = self.training
         self.loss_module = LossModule(self.raw_model, state.grad_accum)
-        # fsdp: each unit was compiled as it was sharded (_setup_model); the step is compiled whole as well, so the
+        # fsdp: with several units each was compiled as it was sharded (_setup_model; one unit: the step alone); the
+        # step is compiled whole as well, so the
         # head and the loss are fused (on one H100, GPT-2 small: 10.8 GB peak against 15.7 with the loss eager,
         # and the fastest of the three ways, benchmarks/bench_fsdp_one_process.py)
         self.model, note = maybe_compile(self.loss_module, want_compile(training.compile, self.device_type),
