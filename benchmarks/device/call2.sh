@@ -1,5 +1,5 @@
 #!/bin/bash
-# The ENVKIT_* variables it sets were experiment-only switches (commit 6006721 and the next two, removed after the runs);
+# The ENVKIT_* variables it sets were experiment-only switches (commits 6006721 and 77ce0d7, removed in de8cd97);
 # without them those runs repeat the plain configuration. Results: benchmarks/RESULTS.md (2026-11-27).
 # Issue 48 + 49 on a 4 x H100 host, second call. Stage A: ResNet-18 CIFAR default / deterministic /
 # deterministic again on GPU 0 (longer, for steadier windows), GPT-2 small with Inductor's deterministic
