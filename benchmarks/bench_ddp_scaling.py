@@ -67,7 +67,8 @@ def main(argv=None) -> int:
                    "--set", "training.grad_accum=1", "--set", f"training.max_steps={args.steps}", "--set", "training.warmup_steps=10",
                    "--set", "eval.every_steps=0", "--set", "eval.batches=2", "--set", f"checkpoint.every_steps={args.steps}",
                    "--set", "checkpoint.keep_last=1", "--set", "logging.every_steps=10", "--set", "logging.progress=plain",
-                   *[x for s in args.set + extra if not s.startswith("env:") for x in ("--set", s)], *(["--profile-steps", "41:43"] if profile else [])]
+                   *[x for s in args.set + extra if not s.startswith("env:") for x in ("--set", s)],
+                   *(["--profile-steps", "41:43"] if profile else [])]
             env = {**os.environ, **dict(p[4:].split("=", 1) for p in extra if p.startswith("env:"))}
             res = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, env=env)
             out = res.stdout + res.stderr
@@ -75,6 +76,7 @@ def main(argv=None) -> int:
             summary_path = run_dir / "summary.json"
             s = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
             noise = [line for line in out.splitlines() if any(w in line for w in NOISE)]
+            parallel = next((line.strip() for line in out.splitlines() if "training.parallel: " in line), None)
             timeline = None
             if profile:
                 txt = sorted(run_dir.glob("profile_steps_41-43*.txt"))
@@ -88,9 +90,10 @@ def main(argv=None) -> int:
                     for js in run_dir.glob("profile_steps_41-43*.json"):
                         with js.open("rb") as src, gzip.open(args.traces / f"{run_id}-{js.name}.gz", "wb") as dst:
                             shutil.copyfileobj(src, dst)
-            results.append({"nproc": n, "set": extra, "profile": profile, "timeline": timeline, "returncode": res.returncode, "tokens_per_second": s.get("tokens_per_second_median_window"),
+            results.append({"nproc": n, "set": extra, "profile": profile, "timeline": timeline, "returncode": res.returncode,
+                            "tokens_per_second": s.get("tokens_per_second_median_window"),
                             "mfu": s.get("mfu"), "status": s.get("status"), "device_name": s.get("device_name"),
-                            "noise_lines": noise})
+                            "noise_lines": noise, "parallel_line": parallel})
             print(f"[{i + 1}/{len(runs)}] {n} proc {' '.join(extra)}{' (profiled)' if profile else ''}: "
                   f"{s.get('tokens_per_second_median_window') or 0:,.0f} tokens/s, {s.get('status')}", file=sys.stderr, flush=True)
             if res.returncode != 0:
@@ -108,6 +111,8 @@ def main(argv=None) -> int:
         label = f" ({', '.join(r['set'])})" if r["set"] else " (profiled)" if r["profile"] else ""
         print(f"{r['nproc']} proc{label}: {tps} tokens/s | MFU {mfu} | scaling {scale} vs 1 proc | {r['status']} "
               f"({r['device_name']}) | torch/torchrun noise lines: {len(r['noise_lines'])}")
+        if r.get("parallel_line"):
+            print(f"    {r['parallel_line']}")
         for line in r["noise_lines"][:5]:
             print(f"    noise: {line}")
         if r["timeline"]:

@@ -58,7 +58,8 @@ def main() -> None:
         times = [wall(argv) for _ in range(args.runs)]
         medians[name] = statistics.median(times)
     base = medians["python -c 'import torch'"]
-    print(f"{'command':<28} {'median (ms)':>12} {'vs import torch':>16}   ({args.runs} runs each, {shutil.which('nproc') and subprocess.run(['nproc'], capture_output=True, text=True).stdout.strip()} cores)")
+    cores = shutil.which("nproc") and subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
+    print(f"{'command':<28} {'median (ms)':>12} {'vs import torch':>16}   ({args.runs} runs each, {cores} cores)")
     for name, m in medians.items():
         print(f"{name:<28} {m * 1000:>12.0f} {m / base:>15.2f}x")
 

@@ -250,7 +250,7 @@ def main(argv=None) -> int:
         print(json.dumps(out, indent=2))
         return 0
 
-    seq, pack = out["sequential"], out["packed"]
+    pack = out["packed"]
     print(f"\ndevice {out['device_name'] or '?'} | ResNet-18{' (width 8)' if args.quick else ''} | {out['runs_in_grid']} runs x "
           f"{args.epochs} epoch(s) of {out['train_images']:,} images, batch {args.batch} ({out['steps_per_epoch']} steps/epoch)"
           + (f" | --set {' '.join(args.set)}" if args.set else ""))

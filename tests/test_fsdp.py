@@ -129,7 +129,10 @@ def test_fsdp_trains_like_ddp_and_a_sigkilled_run_resumes_exactly(tmp_path, two_
     assert "training.parallel: ddp (auto: weights + gradients + adamw state" in log and "fit one device" in log, log
 
     d = _dir(project, "fsdp")
-    assert "training.parallel: fsdp (as set): 1 unit of 2 blocks + root over 2 processes" in (d / "train.log").read_text()
+    # a 0.4M-parameter model with room to spare: one unit, the whole model (sharding.fsdp_plan)
+    plan = next(line for line in (d / "train.log").read_text().splitlines() if "training.parallel: fsdp" in line)
+    assert ("training.parallel: fsdp (as set): the root only (one unit) over 2 processes; one unit, the whole "
+            "model (0.23M parameters, at most 500M): gathered weights and full gradients with the sharded state take") in plan, plan
     s = _summary(d)
     assert s["status"] == "stopped" and s["steps"] == 12 and s["parallel"] == "fsdp" and s["world_size"] == 2
     a, b = _losses(_dir(project, "ddp")), _losses(d)
@@ -240,3 +243,57 @@ def test_cuda_graphs_are_left_out_with_several_processes_and_said():
     assert mode == "default" and "no CUDA graphs with 2 processes" in line
     assert compile_mode_for("max-autotune", 4)[0] == "max-autotune-no-cudagraphs"
     assert compile_mode_for("max-autotune-no-cudagraphs", 2) == ("max-autotune-no-cudagraphs", None)
+
+
+def test_fsdp_plan_is_one_unit_for_a_small_model_that_fits_and_units_by_memory_otherwise(monkeypatch):
+    """sharding.fsdp_plan: the whole model one unit while its gathered weights and full gradients fit
+    (GPT-2 small on 2 x H100: 0.99 and 0.92 of DDP in two leases against 0.61 in 3 units,
+    benchmarks/RESULTS.md); past that, units of at least UNIT_MIN_PARAMS, with the weights kept
+    gathered from forward to backward while they fit and resharded when they do not."""
+    from envkit.train.run import sharding
+    from envkit.train.run.models import GPT
+    from envkit.train.run.schema import Training
+
+    model = GPT(vocab_size=512, block_size=16, n_layer=2, n_head=2, n_embd=32)
+    n = sum(p.numel() for p in model.parameters())
+    adamw = Training(optimizer="adamw", momentum=0.9)
+    sharded = 16 * n // 2  # fp32 weights, gradients and two moments over 2 processes
+    whole = n * (2 * 2 + 4) + sharded  # bf16 weights and gradients, fp32 gradients for the reduction
+    kept = 2 * n + sharded
+    unit, reshard, why = sharding.fsdp_plan(model, adamw, "bf16", 2, free=2 * whole)
+    assert (unit, reshard) == (-1, False) and why.startswith("one unit, the whole model"), why
+    unit, reshard, why = sharding.fsdp_plan(model, adamw, "bf16", 2, free=2 * whole - 2)  # the whole model no longer fits
+    assert (unit, reshard) == (sharding.UNIT_MIN_PARAMS, False) and "weights kept gathered" in why, why
+    unit, reshard, why = sharding.fsdp_plan(model, adamw, "bf16", 2, free=2 * kept - 2)
+    assert (unit, reshard) == (sharding.UNIT_MIN_PARAMS, True) and "resharded after the forward" in why, why
+    assert sharding.fsdp_plan(model, adamw, "bf16", 2, free=None)[:2] == (sharding.UNIT_MIN_PARAMS, True)
+    monkeypatch.setattr(sharding, "WHOLE_MAX_PARAMS", n - 1)  # a model past the size: units, however much is free
+    unit, reshard, why = sharding.fsdp_plan(model, adamw, "bf16", 2, free=100 * whole)
+    assert (unit, reshard) == (sharding.UNIT_MIN_PARAMS, False) and "over" in why, why
+
+
+def test_the_last_unit_keeps_its_weights_gathered_after_the_forward(tmp_path):
+    """apply_fsdp: units reshard after their forward as asked, except the last, whose backward comes
+    next (a unit's parameters stay DTensors while resharded, plain tensors while gathered)."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    from envkit.train.run import sharding
+    from envkit.train.run.models import GPT
+
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        for reshard, want in ((True, [True, True, False]), (False, [False, False, False])):
+            torch.manual_seed(0)
+            model = GPT(vocab_size=64, block_size=16, n_layer=3, n_head=2, n_embd=32)
+            said = sharding.apply_fsdp(model, list(model.blocks), torch.device("cpu"), "fp32", 1, reshard_after_forward=reshard,
+                                       min_unit_params=0)
+            assert said.startswith("3 units of 1 block + root"), said
+            model(torch.randint(64, (2, 16)))
+            assert [isinstance(next(b.parameters()), DTensor) for b in model.blocks] == want
+        model = GPT(vocab_size=64, block_size=16, n_layer=3, n_head=2, n_embd=32)
+        said = sharding.apply_fsdp(model, list(model.blocks), torch.device("cpu"), "fp32", 1, min_unit_params=-1)
+        assert said.startswith("the root only (one unit)"), said
+    finally:
+        dist.destroy_process_group()

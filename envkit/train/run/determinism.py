@@ -1,6 +1,7 @@
 """training.deterministic: the same numbers on every run of a config on one kind of device with one
 torch build, as PyTorch's reproducibility notes say to get them
-(https://pytorch.org/docs/stable/notes/randomness.html):
+(https://pytorch.org/docs/stable/notes/randomness.html), and at the speed of the same config
+without it: only what varies from run to run is given up.
 
 - `torch.use_deterministic_algorithms(True)`: deterministic kernels only; an op that has none
   raises a RuntimeError, which the run turns into one line naming the op (`op_error`);
@@ -9,9 +10,27 @@ torch build, as PyTorch's reproducibility notes say to get them
 - cudnn.benchmark off and cudnn.deterministic on (benchmarking picks the fastest convolution
   algorithm by timing, which may differ between runs): a profile's cudnn_benchmark gives way, said
   in one line;
-- torch.compile without CUDA graphs or autotuning: Inductor's deterministic mode
-  (TORCHINDUCTOR_DETERMINISTIC=1, torch/_inductor/config.py: "skips any on device benchmarking")
-  and compile_mode default where reduce-overhead or max-autotune was asked for.
+- torch.compile without autotuning by timing: Inductor's deterministic mode
+  (TORCHINDUCTOR_DETERMINISTIC=1, torch/_inductor/config.py: "skips any on device benchmarking"),
+  and compile_mode max-autotune becomes reduce-overhead (max-autotune-no-cudagraphs: default):
+  max-autotune picks matmul and convolution kernels by timing them on the device, a race that may
+  end differently on the next run;
+- CUDA graphs are kept (compile_mode reduce-overhead stays): a graph replays the kernels it
+  captured, with their launch parameters, on the same addresses, so it computes exactly what the
+  captured launches would; it only removes their launch cost. ResNet-18 on CIFAR at batch 128 is
+  launch-bound (a 3 ms step) and trained at a third of its speed when determinism turned graphs off;
+- `torch.utils.deterministic.fill_uninitialized_memory` off for envkit's own models (gpt, mlp,
+  cnn, resnet18/34/50), on (torch's default) for a factory's model. The fill writes NaN into every
+  tensor torch.empty hands out, so that a kernel reading memory nobody wrote reads the same NaN on
+  every run instead of what the allocator left there. It guards a read that envkit's models never
+  make: every op of their step writes its whole output before anything reads it (matmuls,
+  convolutions, normalisation, attention, embedding lookups, the loss and the element-wise kernels
+  Inductor generates), the optimizer's state starts from zeros, and DDP's buckets are written in
+  full by the gradients they hold. So the fill changes no number and costs a kernel per
+  allocation (GPT-2 small, H100: about 5% a step, issue 48); tests/test_determinism.py trains the
+  models with the fill on and off and requires the same, finite, losses (a read of unwritten memory
+  would show as NaN with it on). A user's model may call torch.empty and write part of it: there
+  the fill stays on.
 
 The seeds (python, torch on every device, the data order) are set on every run already
 (trainer.py). On the CPU envkit's runs are bit-identical without this switch; it costs nothing
@@ -19,12 +38,16 @@ there but the checks."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 
 CUBLAS_WORKSPACE = ":4096:8"
 _CUBLAS_OK = (":4096:8", ":16:8")  # the two settings cuBLAS documents as deterministic
-_NOT_DETERMINISTIC_MODES = ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# compile modes that autotune by timing, and what each becomes: CUDA graphs kept, the timing race dropped
+WITHOUT_AUTOTUNE = {"max-autotune": "reduce-overhead", "max-autotune-no-cudagraphs": "default"}
+# model.type values whose training step never reads memory it did not write (the module docstring says why)
+OWN_MODELS = ("gpt", "mlp", "cnn", "resnet18", "resnet34", "resnet50")
 
 
 def environ_before_cuda(cfg) -> None:
@@ -49,28 +72,41 @@ def prepare(cfg, torch_settings: dict | None):
         lines.append("training.deterministic: the profile's cudnn_benchmark gives way (off: benchmarking picks "
                      "convolution algorithms by timing, run by run)")
     mode = cfg.training.compile_mode
-    if mode in _NOT_DETERMINISTIC_MODES:
-        cfg = cfg.derive("training.compile_mode", "default")
-        lines.append(f"training.deterministic: compile_mode {mode} -> default (no CUDA graphs, no autotuning by timing)")
+    if mode in WITHOUT_AUTOTUNE:
+        other = WITHOUT_AUTOTUNE[mode]
+        cfg = cfg.derive("training.compile_mode", other)
+        lines.append(f"training.deterministic: compile_mode {mode} -> {other} (no autotuning by timing"
+                     + ("; CUDA graphs kept: a replay runs the captured kernels, the same numbers)" if other != "default" else ")"))
     return cfg, settings or torch_settings, lines
 
 
-def apply(device_type: str) -> list[str]:
+def fills_uninitialized(model_type: str) -> bool:
+    """Whether torch fills fresh tensors with NaN under determinism: not for envkit's own models,
+    whose step never reads memory it did not write (the module docstring), kept for a factory's."""
+    return model_type not in OWN_MODELS
+
+
+def apply(device_type: str, model_type: str = "") -> list[str]:
     """Switch torch to deterministic kernels (after the profile's torch settings); one line saying so."""
     import torch
 
     torch.use_deterministic_algorithms(True)
+    fill = fills_uninitialized(model_type)
+    with contextlib.suppress(AttributeError):  # torch.utils.deterministic: torch 2.1+
+        import torch.utils.deterministic
+
+        torch.utils.deterministic.fill_uninitialized_memory = fill
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
-    import contextlib
-
     with contextlib.suppress(Exception):  # a torch without Inductor compiles nothing
         import torch._inductor.config as inductor  # the variable was read if Inductor was imported before
 
         inductor.deterministic = True
     where = {"cuda": f"; CUBLAS_WORKSPACE_CONFIG={os.environ.get('CUBLAS_WORKSPACE_CONFIG')}, cudnn.benchmark off",
              "mps": "; MPS kernels that have no deterministic form raise"}.get(device_type, "")
-    return [f"training.deterministic: deterministic algorithms on ({device_type}){where}"]
+    filled = ("; fresh tensors filled with NaN (a factory's model may read memory it did not write)" if fill else
+              f"; fresh tensors not filled (model {model_type} writes all it reads)")
+    return [f"training.deterministic: deterministic algorithms on ({device_type}){where}{filled}"]
 
 
 _OP = re.compile(r"^(\S+) does not have a deterministic implementation")

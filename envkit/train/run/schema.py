@@ -125,7 +125,7 @@ class Training:
     deterministic: bool = F("bool", False,
                             help="the same numbers on every run of this config on this kind of device and torch build: "
                                  "deterministic kernels only (torch.use_deterministic_algorithms), cuBLAS's fixed workspace, "
-                                 "no cudnn benchmark, compile without CUDA graphs or autotuning; an op with no deterministic "
+                                 "no cudnn benchmark, compile without autotuning by timing (CUDA graphs kept); an op with no deterministic "
                                  "kernel stops the run, named (docs/reproduce.md)")
     sdpa_backend: str = F("str", AUTO, choices=("auto", "flash", "efficient", "cudnn", "math"),
                           help="CUDA attention kernel for scaled_dot_product_attention; auto: PyTorch's choice")

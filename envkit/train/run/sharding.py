@@ -3,9 +3,11 @@
 ddp replicates it: every process holds the weights, the gradients and the optimizer state (about
 16 bytes a parameter with AdamW in fp32), so a model whose state does not fit one device cannot
 train at all. fsdp shards all three over the processes with FSDP2 (`torch.distributed.fsdp.
-fully_shard`, as torchtitan does): each unit of the sharding plan (a GPT block, a ResNet stage) is
-gathered just before its forward and backward and freed after, so a process holds 1/N of the state
-plus one unit in full. Its gradients are reduce-scattered, in fp32 under a bf16 run
+fully_shard`, as torchtitan does). A small model whose full weights and gradients fit is one unit
+(fsdp_plan: one all-gather and one reduce-scatter a step); a larger one is sharded by the units of
+its sharding plan (GPT blocks, ResNet stages, grouped to UNIT_MIN_PARAMS), each gathered just before
+its forward and kept (or, where memory is short, freed and gathered again) for its backward, so a
+process holds 1/N of the state plus what is gathered. Its gradients are reduce-scattered, in fp32 under a bf16 run
 (`MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`).
 
 auto chooses ddp while the state fits one device with room left for activations (the state counted
@@ -33,6 +35,12 @@ MODES = ("auto", "ddp", "fsdp")
 # parameter blocks left the GPU idle 54% of a step (benchmarks/RESULTS.md). Blocks of large models
 # (1.5B: 30M each) stay one unit each, as torchtitan shards them.
 UNIT_MIN_PARAMS = 25_000_000
+# fsdp: a model up to this size is one unit (the root only) when its full weights and gradients fit. On
+# 2 x H100, GPT-2 small (124M) trained at 0.92 of DDP that way, against 0.61 in 3 units of 4 blocks, 0.70
+# in one unit of 12 blocks (each block compiled) and 0.61 with resharding (benchmarks/RESULTS.md): FSDP2's
+# per-unit hooks and the per-block graphs cost more than the one unoverlapped all-gather and reduce-scatter.
+# The 1.5B GPT (issue 49: 0.90 of DDP one block a unit) stays in units: its exposed traffic would be 9 GB a step.
+WHOLE_MAX_PARAMS = 500_000_000
 HEADROOM = 0.5  # auto: ddp while weights + gradients + optimizer state take at most this share of the free memory
 STATE_COPIES = {"adamw": 2, "adam": 2, "lion": 1}  # optimizer tensors per parameter (sgd: 1 with momentum, else 0)
 
@@ -136,12 +144,57 @@ def group_units(units: list[nn.Module], min_params: int) -> list[list[nn.Module]
     return groups
 
 
+def keep_gathered(model: nn.Module, training, precision: str, world: int, free: int | None) -> tuple[bool, str]:
+    """(whether every unit keeps its gathered weights from its forward to its backward, the reason).
+
+    Resharding after the forward frees a unit's full weights and gathers them again for the
+    backward: one more all-gather per unit and step. Keeping them costs the whole model's weights
+    in the compute dtype on every device (2 bytes a parameter in bf16) on top of the sharded state:
+    kept while that sum fits HEADROOM of the free memory, as auto's ddp test counts. The last unit
+    keeps its weights either way (its backward starts right after its forward)."""
+    n = sum(p.numel() for p in model.parameters())
+    full = n * (2 if precision in ("bf16", "fp16") else 4)
+    sharded = state_bytes(model, training) // max(1, world)
+    need = full + sharded
+    if free is None:
+        return False, f"resharded after the forward (free memory unknown; kept would add {_gb(full)} a device)"
+    if need <= HEADROOM * free:
+        return True, (f"weights kept gathered from forward to backward (+{_gb(full)} a device; with the sharded state "
+                      f"{_gb(need)}, within {HEADROOM:.0%} of {_gb(free)} free)")
+    return False, (f"resharded after the forward (keeping the weights gathered needs {_gb(need)} with the sharded state, "
+                   f"over {HEADROOM:.0%} of {_gb(free)} free)")
+
+
+def fsdp_plan(model: nn.Module, training, precision: str, world: int, free: int | None) -> tuple[int, bool, str]:
+    """(min_unit_params for apply_fsdp, -1 for the whole model as one unit; reshard_after_forward; the reason).
+
+    One unit while the model has at most WHOLE_MAX_PARAMS parameters and its gathered weights, its
+    full gradients (in the compute dtype and in fp32 for the reduction) and the sharded state fit
+    HEADROOM of the free memory: one all-gather before the forward, one reduce-scatter after the
+    backward, and the step compiled as one graph. Otherwise blocks grouped into units of at least
+    UNIT_MIN_PARAMS, the weights kept gathered from forward to backward where memory allows
+    (keep_gathered)."""
+    n = sum(p.numel() for p in model.parameters())
+    compute = 2 if precision in ("bf16", "fp16") else 4
+    whole = n * (2 * compute + 4) + state_bytes(model, training) // max(1, world)
+    if n <= WHOLE_MAX_PARAMS and free is not None and whole <= HEADROOM * free:
+        return -1, False, (f"one unit, the whole model ({_millions(n)} parameters, at most {WHOLE_MAX_PARAMS / 1e6:.0f}M): gathered "
+                           f"weights and full gradients with the sharded state take {_gb(whole)}, within {HEADROOM:.0%} of "
+                           f"{_gb(free)} free")
+    keep, why = keep_gathered(model, training, precision, world, free)
+    size = (f"{_millions(n)} parameters, over {WHOLE_MAX_PARAMS / 1e6:.0f}M" if n > WHOLE_MAX_PARAMS else
+            f"the whole model as one unit needs {_gb(whole)}, over {HEADROOM:.0%} of {_gb(free)} free" if free is not None else
+            "free memory unknown")
+    return UNIT_MIN_PARAMS, not keep, f"units of at least {UNIT_MIN_PARAMS / 1e6:.0f}M parameters ({size}); {why}"
+
+
 def apply_fsdp(model: nn.Module, units: list[nn.Module], device: torch.device, precision: str, world: int,
                compile_unit=None, reshard_after_forward: bool = True, min_unit_params: int = UNIT_MIN_PARAMS) -> str:
     """Shard each group of units (group_units), then the root (which gathers what the units leave:
     embeddings, the head). `compile_unit(module)` compiles each unit first (per block: the FSDP
-    hooks stay outside the graphs). The model's parameters become DTensors on `device`; build the
-    optimizer after this."""
+    hooks stay outside the graphs). The last group never reshards after its forward (its backward
+    follows at once, as torchtitan does); the others as `reshard_after_forward` says. The model's
+    parameters become DTensors on `device`; build the optimizer after this."""
     import torch
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -150,16 +203,18 @@ def apply_fsdp(model: nn.Module, units: list[nn.Module], device: torch.device, p
     kw = {"mesh": mesh}
     if precision == "bf16":  # the gathered weights in bf16 (half the traffic), gradients reduced in fp32
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    groups = group_units(units, min_unit_params)
-    for group in groups:
+    groups = group_units(units, min_unit_params) if min_unit_params >= 0 else []
+    for i, group in enumerate(groups):
         if compile_unit is not None:
             for unit in group:
                 compile_unit(unit)
-        fully_shard(group if len(group) > 1 else group[0], reshard_after_forward=reshard_after_forward, **kw)
+        last = i == len(groups) - 1
+        fully_shard(group if len(group) > 1 else group[0], reshard_after_forward=reshard_after_forward and not last, **kw)
     fully_shard(model, **kw)
     sizes = sorted({len(g) for g in groups})
-    return (f"{len(groups)} unit{'s' * (len(groups) > 1)} of {'-'.join(map(str, sizes))} block{'s' * (sizes[-1] > 1)} + root "
-            f"over {world} processes" + (", bf16 weights, fp32 gradient reduction" if "mp_policy" in kw else ""))
+    plan = (f"{len(groups)} unit{'s' * (len(groups) > 1)} of {'-'.join(map(str, sizes))} block{'s' * (sizes[-1] > 1)} + root"
+            if groups else "the root only (one unit)")
+    return (f"{plan} over {world} processes" + (", bf16 weights, fp32 gradient reduction" if "mp_policy" in kw else ""))
 
 
 def checkpoint_activations(units: list[nn.Module]) -> None:
@@ -181,6 +236,10 @@ def set_gradient_sync(model: nn.Module, mode: str, sync: bool) -> None:
         model.require_backward_grad_sync = sync
     elif mode == "fsdp":
         model.set_requires_gradient_sync(sync)
+
+
+def _millions(n: int) -> str:
+    return f"{n / 1e6:.0f}M" if n >= 10_000_000 else f"{n / 1e6:.2g}M"
 
 
 def _gb(n: int | None) -> str:

@@ -124,7 +124,7 @@ class Trainer:
         self.cfg, torch_settings, notes = determinism.prepare(self.cfg, torch_settings)
         for message in (notes + apply_torch_settings(torch_settings, self.device_type)
                         + apply_sdpa_backend(self.training.sdpa_backend, self.device_type)
-                        + (determinism.apply(self.device_type) if self.training.deterministic else [])):
+                        + (determinism.apply(self.device_type, self.cfg.model.type) if self.training.deterministic else [])):
             self.log(message)
         self.loss_sum = torch.zeros((), dtype=torch.float32, device=self.device)
 
@@ -165,9 +165,15 @@ class Trainer:
                  + (f" ({self.device_name})" if self.device_type == "cuda" else ""))
         if self.parallel == "fsdp":
             compiling = want_compile(self.training.compile, self.device_type) == "on"
+            min_unit, reshard, plan_why = sharding.fsdp_plan(
+                model, self.training, self.precision, self.world,
+                sharding.free_bytes(self.device, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
             done = sharding.apply_fsdp(model, units, self.device, self.precision, self.world,
-                                       compile_unit=self._compile_unit if compiling else None)
-            self.compile_note = f"on, per {'block' if model_type == 'gpt' else 'unit'} and the whole step" if compiling else "off"
+                                       compile_unit=self._compile_unit if compiling and min_unit >= 0 else None,
+                                       reshard_after_forward=reshard, min_unit_params=min_unit)
+            done += f"; {plan_why}"
+            per = "" if min_unit < 0 else f"per {'block' if model_type == 'gpt' else 'unit'} and "
+            self.compile_note = f"on, {per}the whole step" if compiling else "off"
             self.log(f"training.parallel: fsdp ({why}): {done}")
         else:
             model.to(self.device)
@@ -196,7 +202,8 @@ class Trainer:
         from the state's position. `next_batch` times the wait for data (watching/watch.py)."""
         training = self.training
         self.loss_module = LossModule(self.raw_model, state.grad_accum)
-        # fsdp: each unit was compiled as it was sharded (_setup_model); the step is compiled whole as well, so the
+        # fsdp: with several units each was compiled as it was sharded (_setup_model; one unit: the step alone); the
+        # step is compiled whole as well, so the
         # head and the loss are fused (on one H100, GPT-2 small: 10.8 GB peak against 15.7 with the loss eager,
         # and the fastest of the three ways, benchmarks/bench_fsdp_one_process.py)
         self.model, note = maybe_compile(self.loss_module, want_compile(training.compile, self.device_type),
