@@ -132,3 +132,18 @@ def test_on_cuda_the_batches_built_on_the_gpu_train_the_same_floats(tmp_path):
         curves.append(_curve(run_dir))
         assert ("held on cuda" in (run_dir / "train.log").read_text()) is setting
     assert curves[0] == curves[1]  # bit for bit: the same floats built on the GPU as on the host
+
+
+@pytest.mark.parametrize(("width", "channels_last"), [(4, False), (8, True)])
+def test_channels_last_auto_keeps_a_narrow_strided_cnn_contiguous_on_the_cpu(width, channels_last):
+    """A width-4 cnn's 1x1 stride-2 shortcut corrupts the heap in channels-last backward on an AVX2
+    CPU (torch 2.13.0+cpu): auto keeps it contiguous there; from 8 channels on it is channels-last."""
+    from envkit.train.run.models import build_model
+
+    cfg = load_config(None, data={"dataset": {"type": "synthetic", "task": "images"}, "model": {"type": "cnn", "width": width}})
+    model = build_model(cfg, {"num_classes": 10, "in_channels": 3}, "cpu")
+    assert model.stages[1].short[0].stride == (2, 2) and model.stages[1].short[0].in_channels == width  # the narrow one
+    weight = model.stem[0].weight  # 3x3: channels-last or not tells apart (a 1x1 weight is both)
+    assert weight.is_contiguous(memory_format=torch.channels_last) is channels_last
+    x = torch.randn(4, 3, 32, 32)
+    model(x.contiguous(memory_format=torch.channels_last) if channels_last else x).sum().backward()  # alive after it

@@ -144,6 +144,15 @@ class ResNet(nn.Module):
         return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
+def narrow_strided_conv(model: nn.Module) -> bool:
+    """Whether the model has a strided convolution over fewer than 8 channels (a width-4 cnn's 1x1
+    shortcut). Its channels-last backward corrupts the heap on the CPU (torch 2.13.0+cpu, oneDNN on an
+    AVX2 AMD EPYC: `Conv2d(4, 8, 1, stride=2)` in channels-last dies within 20 backward passes with
+    "double free or corruption", contiguous it does not; 8 channels and more, or stride 1, are fine),
+    so `channels_last: auto` keeps such a model contiguous on the CPU. Too narrow to be faster anyway."""
+    return any(isinstance(c, nn.Conv2d) and max(c.stride) > 1 and c.in_channels < 8 for c in model.modules())
+
+
 def build_model(cfg, info: dict, device_type: str) -> nn.Module:
     """info comes from the data: vocab_size, num_classes, input_dim, in_channels."""
     m = cfg.model
@@ -164,7 +173,8 @@ def build_model(cfg, info: dict, device_type: str) -> nn.Module:
         cl = m.channels_last
         # auto: everywhere envkit trains convolutions; on this repository's 2-core CPU too, ResNet-18 trained
         # 6% faster at width 64 and 8% at width 8 in channels-last (benchmarks/RESULTS.md)
-        if cl is True or (cl == "auto" and device_type in ("cuda", "mps", "cpu")):
+        if cl is True or (cl == "auto" and device_type in ("cuda", "mps") or cl == "auto" and device_type == "cpu"
+                          and not narrow_strided_conv(model)):
             model = model.to(memory_format=torch.channels_last)
         return model
     factory = import_factory(kind, "model")
