@@ -275,13 +275,11 @@ def test_an_archive_is_read_with_the_caps_it_was_written_with(tmp_path, case):
     from envkit.runfolder.archive import extract
 
     archive = tmp_path / "project-untracked.tar"
-    if case == "bomb":  # 64 MiB of zeros in a gzip of about 64 KiB: a thousandfold on reading
-        _tar(archive, [("big.bin", bytes(64 << 20))], mode="w:gz")
-        assert archive.stat().st_size < 1 << 20
-    else:
-        _tar(archive, {"escape": [("../outside.py", b"x")], "absolute": [("/tmp/abs.py", b"x")],
-                       "link": [_link("data", "/etc")], "git": [(".git/hooks/post-checkout", b"#!/bin/sh\n")],
-                       "too-many": [(f"f{i}.py", b"") for i in range(UNTRACKED_COUNT_MAX + 1)]}[case])
+    members = {"bomb": [("big.bin", bytes(64 << 20))],  # 64 MiB of zeros, gzipped to about 64 KiB: a thousandfold
+               "escape": [("../outside.py", b"x")], "absolute": [("/tmp/abs.py", b"x")],
+               "link": [_link("data", "/etc")], "git": [(".git/hooks/post-checkout", b"#!/bin/sh\n")],
+               "too-many": [(f"f{i}.py", b"") for i in range(UNTRACKED_COUNT_MAX + 1)]}[case]
+    _tar(archive, members, mode="w:gz" if case == "bomb" else "w")
     dest = tmp_path / "tree"
     dest.mkdir()
     with pytest.raises(RunFolderError) as err:
