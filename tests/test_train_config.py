@@ -55,8 +55,9 @@ def test_unknown_section(tmp_path):
 
 
 def test_wrong_type(tmp_path):
-    p = quick_with(tmp_path, "  batch_size: 64", "  batch_size: big")
-    one_line_error(envkit("validate", str(p)), "training.batch_size", "expected an integer")
+    p = quick_with(tmp_path, "  batch_size: 64", '  batch_size: "lots"')
+    one_line_error(envkit("validate", str(p)), "training.batch_size", "expected an integer or auto, got str 'lots'",
+                   "(fix: give training.batch_size a whole number or auto, e.g. `batch_size: 32`)")
 
 
 def test_negative_lr(tmp_path):
@@ -88,7 +89,10 @@ def test_bf16_on_cpu_is_allowed(tmp_path):
 
 
 def test_set_overrides_checked(tmp_path):
-    one_line_error(envkit("validate", str(QUICK), "--set", "training.lr=abc"), "--set training.lr", "expected a number")
+    one_line_error(envkit("validate", str(QUICK), "--set", "training.lr=fast"), "--set training.lr", "expected a number",
+                   "(fix: give training.lr a number (3e-4, 0.001, 2), e.g. --set training.lr=0.0003)")
+    one_line_error(envkit("validate", str(QUICK), "--set", "training.compile=yes please"), "--set training.compile",
+                   "(fix: give training.compile auto, true or false, e.g. --set training.compile=auto)")
     one_line_error(envkit("validate", str(QUICK), "--set", "trainig.lr=1"), "did you mean 'training'")
     one_line_error(envkit("validate", str(QUICK), "--set", "model.hidden=3"), "does not apply to model type gpt")
 
