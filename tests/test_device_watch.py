@@ -253,6 +253,22 @@ def test_plot_draws_utilization_and_memory_under_the_loss(tmp_path):
     assert img.std() > 0.05  # something is drawn
 
 
+def test_plot_of_a_run_that_logged_no_throughput_draws_the_loss_alone(tmp_path):
+    """An `envkit exec` script that logs step and loss only (envkit.track.log): one panel, the loss,
+    not a second panel of "samples per second" drawn as a flat 0.0 line."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.image
+
+    d = tmp_path / "runs" / "exec-exp" / "r1"
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps({"values": {}}))
+    (d / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 1.0 / s, "lr": 0.1}) + "\n" for s in range(1, 6)))
+    res = envkit("plot", str(d), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    img = matplotlib.image.imread(str(d / "curves.png"))
+    assert img.shape[:2] == (400, 600)  # one 6 x 4 inch panel at 100 dpi, not the 11 x 4 of loss beside throughput
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not __import__("conftest").has_cuda(), reason="needs CUDA")
 def test_cuda_run_records_real_utilization_memory_and_power(tmp_path):
