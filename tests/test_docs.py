@@ -191,8 +191,10 @@ KINDS = {
             (r"training (\w+) for \d+ steps \(\d+ x \d+ accum x \d+ proc, \w+, compile .+\) from step \d+; run folder \S+", "training {}"),
             (r"eval step \d+: val loss [\d.]+, accuracy [\d.]+ \(baseline [\d.]+\)", "eval"),
             # the run's rate over its training time, and beside it, named, the median of the logged windows
+            # and the steps it counts (the warm-up's window left out, named)
             (r"completed: (\d+)/\1 steps, final loss [\d.]+, best val loss [\d.]+, accuracy [\d.]+, [\d,]+ (tokens|samples)/s overall "
-             r"\([\d,]+ \2/s median of the logged windows\), \S+ of training", "completed")],
+             r"\([\d,]+ \2/s median of the logged windows of steps \d+-\1; steps 1-\d+, the warm-up, left out\), \S+ of training",
+             "completed")],
     "runs": [(r"experiment +run +status +steps +loss +best val loss +accuracy +avg util", "columns"),
              (r"\S+ +\S+ +(?:completed|running|interrupted|failed|stalled|orphaned|killed) +\d+/(?:\d+|-) +.+", "row")],
 }
