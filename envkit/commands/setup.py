@@ -65,7 +65,12 @@ def setup(profile_name, torch_req, with_, no_numpy, venv_opt, python_opt, instal
 
 
 def _after_install(venv_python: str, profile, selftest: bool, ui, tune: str | None = None, root: Path | None = None) -> int:
-    """The stages after install, composed here: the self-test, then (with --tune) the tuner."""
+    """The stages after install, composed here: where the environment is, the self-test, then (with
+    --tune) the tuner."""
+    if root is not None:
+        from envkit.install.setup.managed import where_line
+
+        ui.say(where_line(root))
     rc = _selftest(venv_python, profile, selftest, ui)
     if rc:
         return rc
