@@ -75,3 +75,10 @@ def test_no_gates_judges_doctor_checks_on_this_machine():
     r = envkit("check")
     assert r.returncode == 0, r.stdout
     assert "ok   torch:" in r.stdout
+
+
+def test_a_misspelt_package_gate_names_the_installed_one():
+    r = envkit("check", "--require", "torhc>=2", "--require", "pyyalm>=5")
+    assert r.returncode == 1
+    assert "FAIL torhc>=2: torhc is not installed (did you mean 'torch'?) (fix: --require 'torch>=2')" in r.stdout
+    assert "FAIL pyyalm>=5: pyyalm is not installed (did you mean 'pyyaml'?) (fix: --require 'pyyaml>=5')" in r.stdout

@@ -126,6 +126,62 @@ def test_idle_gpu_with_data_on_time_says_the_steps_are_too_small():
     assert hint.id == "device-underused" and "utilization 30%" in hint.evidence and "(now 8)" in hint.fix
 
 
+def test_no_hint_judges_the_warm_up_window():
+    """A compiled GPT-2 small on an H100 at step 10: the window was the compile (2,912 ms a step, the GPU at 0%);
+    a hint then said the GPU was underused. A window the trainer marks as the warm-up is not judged,
+    nor the first row of a file that carries no mark (an older envkit's)."""
+    warm = {"step": 10, "loss": 10.9, "dt_ms": 2912.0, "data_wait_fraction": 0.0, "device_util_pct": 0.0, "warmup": True}
+    ctx = HintContext(device="cuda", batch_size=16)
+    assert diagnose([warm], ctx) == []
+    assert diagnose([{k: v for k, v in warm.items() if k != "warmup"}], ctx) == []
+    # a resumed attempt's warm-up later in the file is left out too; the windows around it are judged
+    judged = rows(2, data_wait_fraction=0.01, device_util_pct=30.0)
+    (hint,) = diagnose([warm, judged[0], {**warm, "step": 30}, judged[1]], ctx)
+    assert hint.id == "device-underused" and "median of the last 2 logs: cuda utilization 30%" in hint.evidence
+
+
+def test_a_hint_never_proposes_a_setting_that_is_already_on():
+    r = rows(data_wait_fraction=0.02, device_util_pct=30.0)
+    (on,) = diagnose(r, HintContext(device="cuda", batch_size=16, compile=True))
+    assert on.fix == "a larger training.batch_size (now 16) (small steps are launch-bound)"
+    (off,) = diagnose(r, HintContext(device="cuda", batch_size=16, compile=False))
+    assert off.fix == "a larger training.batch_size (now 16) (small steps are launch-bound), or training.compile: true"
+    # read from a run's config (envkit monitor): compile auto is on on CUDA
+    (auto,) = diagnose(r, HintContext.from_config({"training": {"batch_size": 16, "compile": "auto"}}, "cuda"))
+    assert auto.fix == on.fix
+
+
+def test_utilization_is_unknown_until_a_sample_taken_after_the_first_step(tmp_path):
+    """A sample taken while the first step runs (compiling: the GPU idles) gives the row no
+    utilization, never a 0% of the warm-up; memory it does give. From a sample taken after the first
+    step ended, the row has the utilization, and only those samples make the run's average."""
+    import time
+
+    from envkit.train.watching.watch import RunWatch
+
+    watch = RunWatch(tmp_path, {"logging": {"device_seconds": 0}}, "cuda", None, lambda m: None, enabled=False)
+    watch.sampler = DeviceSampler("cuda", None, interval=0.01, runner=replay("real_h100_training")).start()
+
+    def row_after(n):
+        deadline = time.monotonic() + 30
+        while watch.sampler.summary()["device_samples"] < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+        row = {"step": 10, "loss": 1.0, "dt_ms": 100.0}
+        watch.on_log(row)
+        return row
+
+    early = row_after(2)
+    assert "device_util_pct" not in early and early["device_mem_used_mb"] == 961.0
+    assert "device_util_pct" not in watch.heartbeat_fields()["device"]
+    watch.first_step_done(compiling=True)
+    seen = watch.sampler.summary()["device_samples"]
+    late = row_after(seen + 2)
+    watch.sampler.stop()
+    assert late["device_util_pct"] == 7.0  # the recording's own figure
+    assert watch.sampler.summary()["avg_device_util_pct"] == 7.0
+    assert watch.context.compile is True
+
+
 def test_memory_near_the_limit_warns_before_the_oom():
     r = rows(data_wait_fraction=0.0, device_util_pct=99.0)
     r[-1].update(device_mem_used_mb=76000.0, device_mem_total_mb=81559.0, torch_reserved_mb=74000.0)
@@ -253,6 +309,22 @@ def test_plot_draws_utilization_and_memory_under_the_loss(tmp_path):
     assert img.std() > 0.05  # something is drawn
 
 
+def test_plot_of_a_run_that_logged_no_throughput_draws_the_loss_alone(tmp_path):
+    """An `envkit exec` script that logs step and loss only (envkit.track.log): one panel, the loss,
+    not a second panel of "samples per second" drawn as a flat 0.0 line."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.image
+
+    d = tmp_path / "runs" / "exec-exp" / "r1"
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps({"values": {}}))
+    (d / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 1.0 / s, "lr": 0.1}) + "\n" for s in range(1, 6)))
+    res = envkit("plot", str(d), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    img = matplotlib.image.imread(str(d / "curves.png"))
+    assert img.shape[:2] == (400, 600)  # one 6 x 4 inch panel at 100 dpi, not the 11 x 4 of loss beside throughput
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not __import__("conftest").has_cuda(), reason="needs CUDA")
 def test_cuda_run_records_real_utilization_memory_and_power(tmp_path):
@@ -323,6 +395,7 @@ def test_the_sampler_thread_averages_utilization_and_keeps_the_peak_memory():
     mine = ["GPU-9ae77c61-ee3a-9b02-50dc-e90c515f7c61", "GPU-5f1d2c3a-9b8e-4f7a-a1b2-0c9d8e7f6a51"]
     sampler = DeviceSampler("cuda", None, interval=0.01, runner=_Sequence(["real_h100_training", "nvidia_2gpu", "nvidia_garbled"]))
     sampler.uuids = mine
+    sampler.training_started(at=0.0)  # the first step ended before the first sample: every one counts
     sampler.start()
     deadline = time.monotonic() + 30
     while sampler.summary()["device_samples"] < 4 and time.monotonic() < deadline:

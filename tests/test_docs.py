@@ -68,6 +68,17 @@ def test_the_docs_extra_pins_the_material_the_test_extra_installs():
     assert set(extras["docs"]) <= set(extras["test"])
 
 
+def test_every_page_that_says_how_to_build_the_docs_names_the_docs_extra():
+    said = {}  # page -> the extras its paragraphs about MkDocs tell a reader to install
+    for page in [README, *sorted(DOCS.rglob("*.md"))]:
+        for paragraph in page.read_text(encoding="utf-8").split("\n\n"):
+            if "mkdocs" in paragraph.lower():
+                said.setdefault(page.relative_to(ROOT).as_posix(), set()).update(re.findall(r"pip install -e '\.\[(\w+)\]'", paragraph))
+    assert said["README.md"] == {"docs"}
+    assert said["docs/index.md"] == {"docs"}
+    assert set().union(*said.values()) == {"docs"}, said
+
+
 @needs_mkdocs
 def test_the_strict_build_fails_on_a_broken_link_an_anchor_and_a_page_outside_the_nav(tmp_path):
     shutil.copy(ROOT / "mkdocs.yml", tmp_path / "mkdocs.yml")
@@ -180,8 +191,10 @@ KINDS = {
             (r"training (\w+) for \d+ steps \(\d+ x \d+ accum x \d+ proc, \w+, compile .+\) from step \d+; run folder \S+", "training {}"),
             (r"eval step \d+: val loss [\d.]+, accuracy [\d.]+ \(baseline [\d.]+\)", "eval"),
             # the run's rate over its training time, and beside it, named, the median of the logged windows
+            # and the steps it counts (the warm-up's window left out, named)
             (r"completed: (\d+)/\1 steps, final loss [\d.]+, best val loss [\d.]+, accuracy [\d.]+, [\d,]+ (tokens|samples)/s overall "
-             r"\([\d,]+ \2/s median of the logged windows\), \S+ of training", "completed")],
+             r"\([\d,]+ \2/s median of the logged windows of steps \d+-\1; steps 1-\d+, the warm-up, left out\), \S+ of training",
+             "completed")],
     "runs": [(r"experiment +run +status +steps +loss +best val loss +accuracy +avg util", "columns"),
              (r"\S+ +\S+ +(?:completed|running|interrupted|failed|stalled|orphaned|killed) +\d+/(?:\d+|-) +.+", "row")],
 }

@@ -86,6 +86,15 @@ def test_setup_json_is_json_alone_planning_installing_and_from_a_lock(server, ve
     res = envkit("setup", *common, "--yes", "--no-selftest", "--json", cwd=tmp_path, env=env, timeout=240)
     assert parse(res)["versions"] == {"torch": "2.6.0+cpu"}
     assert "wrote envkit.lock" in res.stderr and "next: source .envkit/activate" in res.stderr
+    # where the environment is, and how a project in another folder uses it (ENVKIT_HOME)
+    home = (tmp_path / ".envkit").resolve()
+    assert (f"environment: {home} (found by envkit run, exec and selftest in {home.parent} and the folders below it; "
+            f"a project elsewhere uses it with: export ENVKIT_HOME={home})\n") in res.stderr
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-elsewhere"
+    elsewhere.mkdir()
+    activate = f"{venv}/bin/activate"
+    assert activate in envkit("env", "--shell", "bash", cwd=elsewhere, env={"ENVKIT_HOME": str(home)}).stdout
+    assert activate not in envkit("env", "--shell", "bash", cwd=elsewhere).stdout  # without it: not found from there
     # the self-test runs after the install: the fake torch of the test index fails it (exit 1), and
     # its report is on stderr, not after the plan on stdout
     res = envkit("setup", *common, "--torch", "2.5.1", "--yes", "--json", cwd=tmp_path, env=env, timeout=300)

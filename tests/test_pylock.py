@@ -113,6 +113,11 @@ def test_setup_plans_this_machines_build_and_refuses_other_machines(four, tmp_pa
     plan = json.loads(r.stdout)
     assert plan["target"] == "linux-x86_64-cpu" and plan["group"] == "cpu" and plan["versions"]["torch"] == "2.13.0+cpu"
     assert "nvidia-cuda-runtime" not in plan["versions"] and not (tmp_path / ".envkit/venv").exists()
+    # a new venv lacks every locked package: said in one line, not a line per package
+    r = run("setup", "--lock", "pylock.toml", "--dry-run", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    changes = [line for line in r.stdout.splitlines() if line.startswith("  change:")]
+    assert changes == [f"  change: a new venv, all {len(plan['versions'])} packages of the lock to install"], r.stdout
     snaps = Path(__file__).parent / "snapshots"
     # an H100 box whose driver (550) is older than cu130 needs: refused, never a silent CPU build
     r = run("setup", "--lock", "pylock.toml", "--replay", str(snaps / "linux_h100.json"), cwd=tmp_path)

@@ -62,6 +62,15 @@ def test_setup_a_missing_version_is_not_offline_and_a_real_pin_falls_back(server
     said = [n for n in plan["notes"] if "pip's configured sources" in n and "unreachable" in n]
     assert len(said) == 1 and said[0].endswith(f"torch from pip's configured sources ({pip_index})"), plan["notes"]
 
+    # the plan's index line names every source pip is configured with (pip.conf and PIP_* variables: pip
+    # installs torch's dependencies from any of them), not only the one torch was found on
+    links, extra = tmp_path / "wheels", server.url("html")
+    links.mkdir()
+    r = run(*common[:-1], "--torch", "2.5.1", "--dry-run", cwd=tmp_path, pip_conf={"index-url": pip_index, "find-links": str(links)},
+            env={"PIP_EXTRA_INDEX_URL": extra})
+    assert r.returncode == 0, r.stderr
+    assert f"  index     pip configured sources: {links}, {pip_index}, {extra} (torch from {pip_index}, {extra})  [" in r.stdout
+
     # offline: pip's sources cannot be reached either; that is what it says, not "on none of"
     down = refused_url()
     r = run(*common, "--torch", "2.5.1", cwd=tmp_path, pip_conf={"index-url": down})

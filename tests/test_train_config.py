@@ -35,6 +35,15 @@ def quick_with(tmp_path, old, new, name="train.yaml"):
     return write(tmp_path, name, text.replace(old, new))
 
 
+def test_init_help_and_list_give_the_default_template_the_same_time():
+    """One figure, measured (benchmarks/RESULTS.md: 76.5 s wall, 73.5 s of CPU, for the 1000 steps on one
+    core of the 2-core box), in both places a newcomer reads it."""
+    help_text = " ".join(envkit("init", "--help").stdout.split())
+    (listed,) = [line for line in envkit("init", "--list").stdout.splitlines() if line.startswith("gpt_quick_test ")]
+    assert "(default: the gpt quick test, about 80 s on one CPU core)" in help_text
+    assert listed.endswith("a small transformer learns 2-digit addition (about 80 s on one CPU core)"), listed
+
+
 def test_empty_file(tmp_path):
     one_line_error(envkit("validate", str(write(tmp_path, "e.yaml", ""))), "empty")
 
@@ -55,8 +64,9 @@ def test_unknown_section(tmp_path):
 
 
 def test_wrong_type(tmp_path):
-    p = quick_with(tmp_path, "  batch_size: 64", "  batch_size: big")
-    one_line_error(envkit("validate", str(p)), "training.batch_size", "expected an integer")
+    p = quick_with(tmp_path, "  batch_size: 64", '  batch_size: "lots"')
+    one_line_error(envkit("validate", str(p)), "training.batch_size", "expected an integer or auto, got str 'lots'",
+                   "(fix: give training.batch_size a whole number or auto, e.g. `batch_size: 32`)")
 
 
 def test_negative_lr(tmp_path):
@@ -88,7 +98,10 @@ def test_bf16_on_cpu_is_allowed(tmp_path):
 
 
 def test_set_overrides_checked(tmp_path):
-    one_line_error(envkit("validate", str(QUICK), "--set", "training.lr=abc"), "--set training.lr", "expected a number")
+    one_line_error(envkit("validate", str(QUICK), "--set", "training.lr=fast"), "--set training.lr", "expected a number",
+                   "(fix: give training.lr a number (3e-4, 0.001, 2), e.g. --set training.lr=0.0003)")
+    one_line_error(envkit("validate", str(QUICK), "--set", "training.compile=yes please"), "--set training.compile",
+                   "(fix: give training.compile auto, true or false, e.g. --set training.compile=auto)")
     one_line_error(envkit("validate", str(QUICK), "--set", "trainig.lr=1"), "did you mean 'training'")
     one_line_error(envkit("validate", str(QUICK), "--set", "model.hidden=3"), "does not apply to model type gpt")
 

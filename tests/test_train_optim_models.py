@@ -60,6 +60,48 @@ def test_lion_matches_the_papers_update_worked_by_hand():
     assert torch.allclose(m, torch.tensor([[0.99 * 0.005 + 0.01 * -0.03, 0.99 * -0.001 + 0.01 * 0.3]]), atol=1e-7)
 
 
+def test_adamw_on_the_cpu_matches_the_papers_update_worked_by_hand():
+    """Two steps of AdamW (arXiv:1711.05101, Algorithm 2, decoupled decay) on w = [1, -2], lr 0.1,
+    wd 0.5, betas 0.9/0.95, eps 1e-8, as the CPU trainer builds it (without torch._dynamo):
+    step 1, g = [0.5, -0.1]: m^ = g, v^ = g^2: w = w(1 - 0.05) - 0.1 g/|g| = [0.85, -1.8]
+    step 2, g = [-0.03, 0.3]: m = [0.042, 0.021], m^ = m/0.19; v = [0.01192, 0.004975], v^ = v/0.0975;
+            w = w(0.95) - 0.1 m^/sqrt(v^) = [0.8075 - 0.0632211, -1.71 - 0.0489294]"""
+    model = torch.nn.Linear(2, 1, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[1.0, -2.0]]))
+    opt = build_optimizer(model, training(optimizer="adamw", lr=0.1, weight_decay=0.5, beta1=0.9, beta2=0.95), "cpu")
+    for g in ([0.5, -0.1], [-0.03, 0.3]):
+        model.weight.grad = torch.tensor([g])
+        opt.step()
+    assert torch.allclose(model.weight, torch.tensor([[0.7442789, -1.7589294]]), atol=1e-6)
+    again = build_optimizer(torch.nn.Linear(2, 1, bias=False), training(optimizer="adamw"), "cpu")
+    again.load_state_dict(opt.state_dict())  # a checkpoint's round trip
+    assert again.state_dict()["state"][0]["exp_avg"].tolist() == opt.state[model.weight]["exp_avg"].tolist()
+    opt.zero_grad()
+    assert model.weight.grad is None
+
+
+def test_a_cpu_run_without_compile_never_imports_torch_dynamo(tmp_path):
+    """torch.optim's optimizers import torch._dynamo on their first use (add_param_group, every step),
+    compile on or off: as long again as importing torch, before the first step of every CPU run. A
+    CPU run without compile trains, checkpoints and resumes without it (python -X importtime lists
+    every module the trainer imports)."""
+    from conftest import envkit
+
+    cfg = tmp_path / "t.yaml"
+    cfg.write_text("experiment: {name: t}\ndataset: {type: synthetic, task: teacher, input_dim: 8, num_samples: 256}\n"
+                   "model: {type: mlp, hidden: 16, depth: 1}\ntraining: {max_steps: 2, batch_size: 16}\n"
+                   "eval: {every_steps: 0, batches: 1}\ndevice: {type: cpu}\n")
+    res = envkit("run", str(cfg), "--run-id", "r", "--profile", "cpu", "--stop-after", "1", cwd=tmp_path,
+                 env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert res.returncode == 0, res.stderr[-2000:]
+    res = envkit("run", str(cfg), "--run-id", "r", "--profile", "cpu", cwd=tmp_path, env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert res.returncode == 0 and "resuming run" in res.stderr, res.stderr[-2000:]
+    imported = [line.rsplit("|", 1)[-1].strip() for line in res.stderr.splitlines() if line.startswith("import time:")]
+    assert "torch" in imported and "envkit.train.run.loop" in imported  # the trainer's own imports are listed
+    assert [m for m in imported if m.startswith("torch._dynamo")] == []
+
+
 def test_lion_takes_a_beta2_the_user_set():
     model = torch.nn.Linear(2, 1, bias=False)
     opt = build_optimizer(model, training(optimizer="lion", beta2=0.9), "cpu", origin={"training.beta2": "yaml"})

@@ -14,6 +14,8 @@ Stated targets:
 from __future__ import annotations
 
 import json
+import re
+import sys
 
 from test_train_run import exp_dir, run, summary
 
@@ -43,9 +45,22 @@ def test_gpt_quick_test_learns(tmp_path):
 def test_mlp_quick_test_reaches_stated_accuracy(tmp_path):
     res = run(tmp_path, "mlp_quick_test")
     assert res.returncode == 0, res.stderr[-2000:]
-    s = summary(exp_dir(tmp_path, "mlp_quick_test") / "r")
+    d = exp_dir(tmp_path, "mlp_quick_test") / "r"
+    s = summary(d)
     assert s["status"] == "completed" and s["accuracy"] >= 0.75, s
     assert s["samples_per_second"] > 0
+    # the warm-up is a phase of its own: the progress says so until the first step ends, its window (steps
+    # 1-50: the template logs every 50 steps of 1500) is marked and the summary's rate says what it counts
+    assert "step 0/1500 | warming up until the first step ends\n" in res.stdout
+    # no managed environment in the folder (nor ENVKIT_HOME): one line says so and how to use one made elsewhere
+    assert (f"note: no `envkit setup` environment in {tmp_path.resolve()} or a folder above it, and ENVKIT_HOME is not set: "
+            f"using {sys.executable} (fix: `envkit setup` here, or export ENVKIT_HOME=PATH/.envkit to use the one a project "
+            "in PATH set up)\n") in res.stderr
+    assert re.search(r"^step 1/1500 \| first step done in \d+\.\ds \(warm-up included\)$", res.stdout, re.M), res.stdout[:2000]
+    assert "samples/s median of the logged windows of steps 51-1500; steps 1-50, the warm-up, left out), " in res.stdout
+    assert (s["median_window_steps"], s["warmup_steps"]) == ([51, 1500], [1, 50])
+    rows = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if r.get("warmup")] == [50]
 
 
 def test_cnn_quick_test_reaches_stated_accuracy(tmp_path):

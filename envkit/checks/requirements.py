@@ -90,7 +90,25 @@ def found_version(req: Requirement, facts: Facts) -> str | None:
     return None
 
 
-def evaluate(req: Requirement, facts: Facts, checks: dict[str, Check], lookup_package=None) -> Result:
+GATE_NAMES = ("python", "macos", "driver", "cuda", "torch")
+
+
+def did_you_mean_package(req: Requirement, installed) -> str:
+    """" (did you mean 'torch'?) (fix: --require 'torch>=2')" for a name close to an installed
+    distribution's (or a gate's own: python, macos, driver, cuda), else ""."""
+    import difflib
+
+    norm = {n.lower().replace("_", "-"): n for n in (*installed, *GATE_NAMES) if n}
+    close = difflib.get_close_matches(req.name.replace("_", "-"), sorted(norm), n=1, cutoff=0.75)
+    if not close:
+        return ""
+    name = norm[close[0]].lower()
+    return f" (did you mean '{name}'?) (fix: --require '{name}{req.spec}')"
+
+
+def evaluate(req: Requirement, facts: Facts, checks: dict[str, Check], lookup_package=None, installed=()) -> Result:
+    """One gate judged; `installed`: the names of the distributions installed where the gate looks,
+    for a did-you-mean when the gate names none of them."""
     if req.spec is None:
         c = checks.get(req.name)
         if c is None:
@@ -101,7 +119,8 @@ def evaluate(req: Requirement, facts: Facts, checks: dict[str, Check], lookup_pa
         found = lookup_package(req.name)
     if found is None:
         what = {"macos": "not macOS", "driver": "no NVIDIA driver found",
-                "cuda": "torch has no CUDA build label"}.get(req.name, f"{req.name} is not installed")
+                "cuda": "torch has no CUDA build label"}.get(req.name, None)
+        what = what or f"{req.name} is not installed" + did_you_mean_package(req, [*installed, *facts.packages])
         return Result(req.text, False, None, what)
     try:
         ok = req.spec.contains(Version(found), prereleases=True)

@@ -8,6 +8,12 @@ from pathlib import Path
 import click
 
 
+def _installed_names() -> list[str]:
+    from importlib import metadata
+
+    return [d.metadata["Name"] for d in metadata.distributions() if d.metadata["Name"]]
+
+
 def _package_version(name: str) -> str | None:
     from importlib import metadata
 
@@ -49,7 +55,8 @@ def check(requires, pyproject, as_json, fmt, replay, python, lock) -> None:
     by_id = {c.id: c for c in checks}
     lookup = _package_version if not replay and not python else None
     if reqs:
-        results = [evaluate(r, facts, by_id, lookup) for r in reqs]
+        installed = _installed_names() if lookup else ()
+        results = [evaluate(r, facts, by_id, lookup, installed) for r in reqs]
     else:
         from envkit.checks.requirements import Result
 

@@ -65,7 +65,12 @@ def setup(profile_name, torch_req, with_, no_numpy, venv_opt, python_opt, instal
 
 
 def _after_install(venv_python: str, profile, selftest: bool, ui, tune: str | None = None, root: Path | None = None) -> int:
-    """The stages after install, composed here: the self-test, then (with --tune) the tuner."""
+    """The stages after install, composed here: where the environment is, the self-test, then (with
+    --tune) the tuner."""
+    if root is not None:
+        from envkit.install.setup.managed import where_line
+
+        ui.say(where_line(root))
     rc = _selftest(venv_python, profile, selftest, ui)
     if rc:
         return rc
@@ -153,7 +158,7 @@ def _show(plan: dict, as_json: bool) -> None:
     _say(f"  profile   {plan['profile']}")
     _say(f"  torch     {plan['request']} -> " + (", ".join(f"{k} {v}" for k, v in plan["versions"].items()) if plan["versions"] else plan["spec"]))
     _say(f"  build     {plan['device']} ({plan['backend']}, {plan['channel']})")
-    _say(f"  index     {plan['index_url'] or 'pip configured sources: ' + ', '.join(plan['sources'])}  [{plan['index_why']}]")
+    _say(f"  index     {plan['index_url'] or _pip_sources_text(plan)}  [{plan['index_why']}]")
     if plan["limit"]:
         _say(f"  limit     torch {plan['limit']}: {'; '.join(plan['limit_why'])}")
     _say(f"  venv      {plan['venv']}" + (" (new)" if plan["create_venv"] else ""))
@@ -164,6 +169,13 @@ def _show(plan: dict, as_json: bool) -> None:
         _say(f"  $ {c}")
     for n in plan["notes"]:
         _say(f"  note: {n}")
+
+def _pip_sources_text(plan: dict) -> str:
+    """Every source pip is configured with (pip installs torch's dependencies from any of them), and
+    the ones torch itself was found on."""
+    text = "pip configured sources: " + ", ".join(plan["pip_sources"])
+    return text + (f" (torch from {', '.join(plan['sources'])})" if plan["sources"] != plan["pip_sources"] else "")
+
 
 def _confirm(yes: bool) -> None:
     if yes:

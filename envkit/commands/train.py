@@ -130,8 +130,9 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
         return
     _warn(p.warnings)
     if p.managed is None and not python:
-        click.echo(f"note: no `envkit setup` environment here: training with {sys.executable} "
-                   "(`envkit setup` makes a managed one with the profile's torch)", err=True)
+        from envkit.install.setup.managed import missing_line
+
+        click.echo(missing_line(sys.executable), err=True)
     if selftest:
         _selftest(p)
     rc = launcher.start(p, stop_after=stop_after, debug=bool((ctx.obj or {}).get("debug")), profile_steps=window,

@@ -29,6 +29,7 @@ class Plan:
     commands: list[list[str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     wanted: list[str] = field(default_factory=lambda: ["torch"])
+    pip_sources: list[str] = field(default_factory=list)  # index_url None: every source pip is configured with
 
     @property
     def nothing_to_do(self) -> bool:
@@ -40,7 +41,8 @@ class Plan:
             "device": self.choice.device, "backend": self.choice.backend, "channel": self.choice.channel,
             "index_url": self.index_url, "index_why": self.choice.index_why if self.index_url == self.choice.index_url else
             ("pip's configured sources" if self.index_url is None else self.choice.index_why),
-            "sources": self.sources, "limit": str(self.choice.limit) or None, "limit_why": self.choice.limit_why,
+            "sources": self.sources, "pip_sources": self.pip_sources or self.sources,
+            "limit": str(self.choice.limit) or None, "limit_why": self.choice.limit_why,
             "required_local_label": self.choice.local,
             "resolved": self.versions is not None, "versions": self.versions,
             "spec": None if self.versions is not None else self.unresolved_spec(),
@@ -121,10 +123,10 @@ def venv_command(installer: str, base_python: str, venv: str) -> list[str]:
 def make_plan(*, machine: str, profile: str, request: Request, choice: Choice, venv: str, python: str,
               base_python: str, create_venv: bool, installer: str, versions: dict[str, str] | None,
               index_url: str | None, sources: list[str], installed: dict[str, str], notes: list[str],
-              wanted: list[str], report: str | None = None) -> Plan:
+              wanted: list[str], report: str | None = None, pip_sources: list[str] = ()) -> Plan:
     plan = Plan(machine=machine, profile=profile, request=request.text, choice=choice, venv=venv, python=python,
                 base_python=base_python, create_venv=create_venv, installer=installer, versions=versions,
-                index_url=index_url, sources=sources, notes=list(notes), wanted=wanted)
+                index_url=index_url, sources=sources, notes=list(notes), wanted=wanted, pip_sources=list(pip_sources))
     plan.installed = {n: installed.get(n) for n in wanted}
     if versions is not None:
         plan.changes = [{"name": n, "from": installed.get(n), "to": v} for n, v in versions.items() if installed.get(n) != v]

@@ -23,8 +23,9 @@ class Resolved:
     companions: dict[str, pages.Candidate] = field(default_factory=dict)
     extras: dict[str, pages.Candidate] = field(default_factory=dict)  # numpy: not paired, newest that fits
     index_url: str | None = None  # None: pip's configured sources (the offline fallback)
-    sources: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)  # those that hold the torch picked
     notes: list[str] = field(default_factory=list)
+    configured: list[str] = field(default_factory=list)  # pip's configured sources, all of them: pip installs from each
 
     def versions(self) -> dict[str, str]:
         out = {"torch": str(self.torch.version)}
@@ -159,7 +160,8 @@ def _fallback(choice, request, tags, python_version, companions, pip_python, err
     None answered: offline, and both are named."""
     why = sources.reason(err)
     tried, unreachable, everything = [choice.index_url], {choice.index_url: why}, []
-    for group in sources.pip_groups(pip_python):
+    groups = sources.pip_groups(pip_python)
+    for group in groups:
         found = sources.look("torch", group)
         tried += group
         unreachable.update(found.unreachable)
@@ -168,7 +170,7 @@ def _fallback(choice, request, tags, python_version, companions, pip_python, err
         if pick is None:
             continue
         used = [s for s in found.used() if any(c.version == pick.version for c in found.answered[s])]
-        res = Resolved(torch=pick, index_url=None, sources=found.used())
+        res = Resolved(torch=pick, index_url=None, sources=found.used(), configured=[s for g in groups for s in g])
         for name in companions:
             comp = select_companion(sources.look(name, group).candidates, name, pick, tags, python_version)
             if comp is None:

@@ -115,7 +115,9 @@ def install_from_lock(lock: LockFile, facts, profile, venv: Path, base_python: s
             + (", sha256 enforced" if hashed else ", no hashes (some packages lack one)"))
         for name, version in sel.versions.items():
             say(f"  {name} {version}")
-        for line in drift["lines"]:
+        if create:  # every package is "in the lock but not installed": one line, not one per package
+            say(f"  change: a new venv, all {len(sel.versions)} packages of the lock to install")
+        for line in [] if create else drift["lines"]:
             say(f"  change: {line}")
         if project_line(drift):
             say(f"  keep: {project_line(drift)}")

@@ -79,13 +79,14 @@ def run_setup(opts: SetupOptions, ui) -> Installed | None:
         installer = "pip"
         found.notes.append(("--installer uv" if opts.installer == "uv" else "installer auto (uv)")
                            + ": switching to pip, because torch comes from pip's configured sources (pip.conf, PIP_* variables: "
-                           + ", ".join(found.sources) + "), which uv does not read")
+                           + ", ".join(found.configured or found.sources) + "), which uv does not read")
     resolved, versions = found.resolved, found.versions
     extras = () if no_numpy or (resolved and "numpy" not in resolved.extras) else DEFAULT_EXTRAS
     plan = planmod.make_plan(machine=machine_label(facts), profile=profile.name, request=request, choice=found.choice,
                              venv=str(venv), python=venv_python, base_python=base_python, create_venv=create,
                              installer=installer, versions=versions, index_url=found.index_url, sources=found.sources,
-                             installed=found.installed, notes=found.notes, wanted=["torch", *companions, *extras])
+                             installed=found.installed, notes=found.notes, wanted=["torch", *companions, *extras],
+                             pip_sources=found.configured)
     ui.show_plan(plan.to_dict(), as_json)
     if plan.nothing_to_do:
         have = ", ".join(f"{k} {v}" for k, v in versions.items())
@@ -121,6 +122,7 @@ class IndexAnswer:
     installed: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
     cached: dict = field(default_factory=dict)  # name -> the wheel file kept in envkit's cache (nightlies)
+    configured: list = field(default_factory=list)  # pip's configured sources, all (index_url None: pip reads each)
 
 
 def read_index(facts, request, companions, override, *, venv_python: str, create: bool, base_python: str, replay,
@@ -160,7 +162,8 @@ def read_index(facts, request, companions, override, *, venv_python: str, create
                 raise
             missing[choice.backend] = f"{choice.backend}: {choice.index_url} holds no torch {request.text} for this Python"
             choice = choose(facts, request, url, why, companions, missing)
-    return IndexAnswer(choice, resolved, resolved.versions(), resolved.index_url, resolved.sources, installed, list(resolved.notes))
+    return IndexAnswer(choice, resolved, resolved.versions(), resolved.index_url, resolved.sources, installed, list(resolved.notes),
+                       configured=list(resolved.configured))
 
 
 def _install(found: IndexAnswer, installer: str, venv: Path, venv_python: str, create: bool, base_python: str,

@@ -1,7 +1,10 @@
 """The managed environment a project gets from `envkit setup`: a folder `.envkit/` holding the
 venv, the env scripts, the resolved profile and `state.json` (which profile, which Python).
 
-`envkit selftest` and `envkit run` use it when it exists and the current interpreter otherwise.
+`envkit run`, `exec`, `selftest`, `check` and `env` find it in the current folder or the nearest
+folder above it that has one; a project elsewhere names it with ENVKIT_HOME (the path of that
+`.envkit` folder). Where none is found they use the current interpreter and say so in one line
+(`missing_line`); `envkit setup` ends by saying where it is and how to use it elsewhere (`where_line`).
 """
 
 from __future__ import annotations
@@ -57,6 +60,24 @@ def find_managed(start: Path | None = None) -> Managed | None:
             if m.python.exists():
                 return m
     return None
+
+
+def where_line(root: Path) -> str:
+    """What `envkit setup` says last about the environment it made: where it is, what finds it."""
+    root = Path(root).resolve()
+    return (f"environment: {root} (found by envkit run, exec and selftest in {root.parent} and the folders below it; "
+            f"a project elsewhere uses it with: export ENVKIT_HOME={root})")
+
+
+def missing_line(python: str, start: Path | None = None) -> str:
+    """The one line `envkit run` and `envkit exec` print where no managed environment is found: what
+    was looked at, what is used instead, and how to use one made in another folder."""
+    explicit = os.environ.get("ENVKIT_HOME")
+    here = (start or Path.cwd()).resolve()
+    looked = (f"ENVKIT_HOME={explicit} holds no environment (no {STATE_FILE} naming a Python that exists)" if explicit else
+              f"no `envkit setup` environment in {here} or a folder above it, and ENVKIT_HOME is not set")
+    return (f"note: {looked}: using {python} (fix: `envkit setup` here, or export ENVKIT_HOME=PATH/{MANAGED_DIR} "
+            "to use the one a project in PATH set up)")
 
 
 def write_state(root: Path, **values) -> Managed:

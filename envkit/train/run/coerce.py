@@ -159,7 +159,7 @@ def coerce(value: Any, f: Field, where: str, *, from_text: bool = False):
     if kind == "auto_bool":
         if value is True or value is False or value == AUTO:
             return value
-        raise EnvkitError(f"expected auto, true or false, got {value!r}", where=where)
+        raise EnvkitError(f"expected auto, true or false, got {value!r}", where=where, fix=form_fix(f, where))
     if kind == "int_auto":
         if value == AUTO:
             return value
@@ -167,32 +167,33 @@ def coerce(value: Any, f: Field, where: str, *, from_text: bool = False):
     if kind == "bool":
         if isinstance(value, bool):
             return value
-        raise EnvkitError(f"expected true or false, got {value!r}", where=where)
+        raise EnvkitError(f"expected true or false, got {value!r}", where=where, fix=form_fix(f, where))
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer() and not from_text:
                 value = int(value)
             else:
-                raise EnvkitError(f"expected an integer{' or auto' if f.kind == 'int_auto' else ''}, got {describe_value(value)}", where=where)
+                raise EnvkitError(f"expected an integer{' or auto' if f.kind == 'int_auto' else ''}, got {describe_value(value)}",
+                                  where=where, fix=form_fix(f, where))
     elif kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             if isinstance(value, str) and re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+", value.strip()):
                 value = float(value)  # YAML 1.1 reads `3e-4` (no dot) as a string
             else:
-                raise EnvkitError(f"expected a number, got {describe_value(value)}", where=where)
+                raise EnvkitError(f"expected a number, got {describe_value(value)}", where=where, fix=form_fix(f, where))
         value = float(value)
         if value != value or value in (float("inf"), float("-inf")):
             raise EnvkitError("must be a finite number", where=where)
     elif kind in ("str", "name"):
         if not isinstance(value, str):
-            raise EnvkitError(f"expected a string, got {describe_value(value)}", where=where)
+            raise EnvkitError(f"expected a string, got {describe_value(value)}", where=where, fix=form_fix(f, where))
         if kind == "name":
             from envkit.fsutil import check_name
 
             check_name(value, where)
     elif kind == "list":
         if not isinstance(value, list):
-            raise EnvkitError(f"expected a list, got {describe_value(value)}", where=where)
+            raise EnvkitError(f"expected a list, got {describe_value(value)}", where=where, fix=form_fix(f, where))
         for item in value if f.choices is not None else ():
             if item not in f.choices:
                 raise EnvkitError(f"{item!r} is not one of {', '.join(map(str, f.choices))}{did_you_mean(item, f.choices)}",
@@ -200,7 +201,7 @@ def coerce(value: Any, f: Field, where: str, *, from_text: bool = False):
         return value
     elif kind == "dict":
         if not isinstance(value, dict):
-            raise EnvkitError(f"expected a mapping, got {describe_value(value)}", where=where)
+            raise EnvkitError(f"expected a mapping, got {describe_value(value)}", where=where, fix=form_fix(f, where))
     if f.choices is not None and value not in f.choices:
         raise EnvkitError(f"{value!r} is not one of {', '.join(map(str, f.choices))}{did_you_mean(value, f.choices)}", where=where)
     if kind == "int" and not INT_MIN <= value <= INT_MAX:
@@ -215,6 +216,28 @@ def coerce(value: Any, f: Field, where: str, *, from_text: bool = False):
         if f.max is not None and value > f.max:
             raise EnvkitError(f"must be at most {f.max:g}, got {value:g}", where=where)
     return value
+
+
+FORMS = {  # kind -> the form a value takes, and an example when the field's default is not one
+    "int": ("a whole number", 1), "int_auto": ("a whole number or auto", 1), "float": ("a number (3e-4, 0.001, 2)", 0.001),
+    "bool": ("true or false", "true"), "auto_bool": ("auto, true or false", "auto"), "str": ("text", "name"),
+    "name": ("a folder name", "name"), "list": ("a list", "[a, b]"), "dict": ("a mapping", "{key: value}"),
+}
+
+
+def form_fix(f: Field, where: str) -> str:
+    """The `(fix: ...)` of a value of the wrong type: the form the key takes and the key written with
+    one (its default when that is one), as --set or as a line of train.yaml, whichever `where` names."""
+    form, example = FORMS.get(f.kind, (f.kind, None))
+    default = f.default
+    if isinstance(default, bool) and f.kind in ("bool", "auto_bool"):
+        example = "true" if default else "false"
+    elif default is not None and not isinstance(default, (bool, list, dict)) and f.kind not in ("list", "dict"):
+        example = f"{default:g}" if isinstance(default, float) else default
+    path = where.rsplit(" ", 1)[-1]
+    if where.startswith("--set"):
+        return f"give {path} {form}, e.g. --set {path}={example}"
+    return f"give {path} {form}, e.g. `{path.rpartition('.')[2]}: {example}`"
 
 
 def describe_value(value) -> str:

@@ -113,6 +113,7 @@ class _Loop:
     elapsed_mark: float  # perf_counter at the last checkpoint: state.elapsed grows by what follows
     saved_step: int = 0  # the step the newest checkpoint holds (the one resumed from, at first)
     eta: float | None = None  # seconds left, as of the last logged step
+    warm: bool = False  # the first step of this attempt has ended (compilation, caches, workers: done)
 
     def run(self, stop) -> str:
         """Steps until max_steps (completed), --stop-after or on_step (stopped), or a signal (interrupted)."""
@@ -131,6 +132,8 @@ class _Loop:
             finally:
                 if stop is not None:
                     stop.leave_step()
+            if not self.warm:
+                self.first_step_done()
             if state.trained is not None:  # None: resumed from a checkpoint that did not count it
                 state.trained += tr.per_step(state)  # samples or tokens, for the run's overall rate
             self.profiler.after_step(state.step)
@@ -150,6 +153,16 @@ class _Loop:
             if signalled:
                 return self.interrupted(stop)
         return "completed"
+
+    def first_step_done(self) -> None:
+        """The warm-up ends with the first step: the device is waited for once, so the moment is the
+        step's real end; utilization is sampled from here, and the progress says so."""
+        self.warm = True
+        if self.tr.device_type == "cuda":
+            torch.cuda.synchronize(self.tr.device)
+        compiling = str(self.tr.compile_note).startswith("on")
+        self.watch.first_step_done(compiling)
+        self.tel.first_step_done(self.state.step)
 
     def stop_between(self, stop) -> str:
         """A stop that came after the last step's check: the last completed step is checkpointed
@@ -201,11 +214,17 @@ class _Loop:
         tr, state, result = self.tr, self.state, self.result
         dt, steps = tr.clock.read()  # eval and checkpoint time left out
         rate = tr.per_step(state) / dt if dt > 0 else None
+        window = [state.step - steps + 1, state.step]
         if tr.clock.readings > 1 or steps > 2 * tr.cfg.logging.every_steps:
             result.rates.append(rate)  # the first interval holds warm-up and compilation
+            result.rate_steps = [(result.rate_steps or window)[0], state.step]
+        else:
+            result.warmup_steps = window
         result.final_loss = loss
         row = {"step": state.step, "loss": round(loss, 6), "lr": lr, "dt_ms": round(1000 * dt, 3),
                f"{tr.unit}_per_second": rate, "epoch": round(tr.sampler.epoch_of(state.batches), 4)}
+        if tr.clock.readings == 1:
+            row["warmup"] = True  # the window holding this attempt's first step: no hint judges it
         if out.grad_norm is not None:
             row["grad_norm"] = float(out.grad_norm)
         mfu = compute_mfu(tr.flops_per_token, rate, tr.device_name, tr.world) if tr.unit == "tokens" else None
@@ -253,6 +272,7 @@ def _say_start(tr: Trainer, state: TrainState, tel: Telemetry) -> None:
         tr.log(f"training.batch_size {training.batch_size} ({tr.cfg.origin.get('training.batch_size', 'auto')})")
     tr.log(f"training {tr.cfg.model.type} for {training.max_steps} steps ({state.micro_batch} x {state.grad_accum} accum x "
            f"{tr.world} proc, {tr.precision}, compile {tr.compile_note}) from step {state.step}; run folder {tr.run_dir}")
+    tel.warming_up(state.step, compiling=str(tr.compile_note).startswith("on"))
     tel.heartbeat(step=state.step, loss=None, eta=None, force=True)
 
 
@@ -304,6 +324,9 @@ def _rates(result: TrainResult) -> str:
     beside it, named, the median rate of the logged windows (steady state, which MFU is taken from)."""
     unit = result.unit
     overall = f"{result.overall_per_second:,.0f} {unit}/s overall" if result.overall_per_second else f"{unit}/s n/a (no time measured)"
-    steady = (f"{result.per_second:,.0f} {unit}/s median of the logged windows" if result.per_second
+    first, last = result.rate_steps or (None, None)
+    steady = (f"{result.per_second:,.0f} {unit}/s median of the logged windows of steps {first}-{last}" if result.per_second
               else "no steady rate (too few logged windows: the first holds the warm-up)")
+    if result.per_second and result.warmup_steps:
+        steady += f"; steps {result.warmup_steps[0]}-{result.warmup_steps[1]}, the warm-up, left out"
     return f"{overall} ({steady})"

@@ -13,8 +13,62 @@ from envkit.train.run.lion import Lion
 LION_BETA2 = 0.99  # the paper's default; AdamW's 0.95 in the schema would make Lion's momentum short-sighted
 
 
+def _undecorated(fn):
+    """The function under torch's wrappers that import torch._dynamo (`_disable_dynamo`,
+    `_use_grad_for_differentiable`, the step's profiling hook): each keeps it as `__wrapped__`."""
+    while hasattr(fn, "__wrapped__"):
+        fn = fn.__wrapped__
+    return fn
+
+
+class WithoutDynamo:
+    """A torch.optim optimizer as it runs eagerly, minus the import of torch._dynamo: its
+    add_param_group, zero_grad, state_dict and load_state_dict are wrapped to disable dynamo, and its
+    step to break dynamo's graph, and each wrapper imports torch._dynamo on first use: as long again
+    as importing torch, on the first step of every run, compile on or off. With compile off nothing
+    traces the optimizer, so the functions under the wrappers are called (the step under no_grad, as
+    its wrapper does for a non-differentiable optimizer): the same code, the same numbers. The
+    class's step is still wrapped by Optimizer's profiling and hooks."""
+
+    def add_param_group(self, param_group) -> None:
+        return _undecorated(torch.optim.Optimizer.add_param_group)(self, param_group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        return _undecorated(torch.optim.Optimizer.zero_grad)(self, set_to_none)
+
+    def state_dict(self):
+        return _undecorated(torch.optim.Optimizer.state_dict)(self)
+
+    def load_state_dict(self, state_dict) -> None:
+        return _undecorated(torch.optim.Optimizer.load_state_dict)(self, state_dict)
+
+    def step(self, closure=None):
+        with torch.no_grad():
+            return _undecorated(type(self).EAGER_STEP)(self, closure)
+
+
+class EagerAdamW(WithoutDynamo, torch.optim.AdamW):
+    EAGER_STEP = torch.optim.AdamW.step
+
+
+class EagerAdam(WithoutDynamo, torch.optim.Adam):
+    EAGER_STEP = torch.optim.Adam.step
+
+
+class EagerSGD(WithoutDynamo, torch.optim.SGD):
+    EAGER_STEP = torch.optim.SGD.step
+
+
+class EagerLion(WithoutDynamo, Lion):
+    EAGER_STEP = Lion.step
+
+
 def build_optimizer(model: torch.nn.Module, T: dict, device_type: str, origin: dict | None = None) -> torch.optim.Optimizer:
-    """`origin` (the config's value origins) tells a beta2 the user set from the schema's default."""
+    """`origin` (the config's value origins) tells a beta2 the user set from the schema's default.
+    On the CPU without compile, torch's optimizers run without importing torch._dynamo (WithoutDynamo)."""
+    from envkit.train.run.speed import want_compile
+
+    eager = device_type == "cpu" and want_compile(T.compile, device_type) != "on"
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
     groups = [{"params": decay, "weight_decay": T.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
@@ -22,12 +76,14 @@ def build_optimizer(model: torch.nn.Module, T: dict, device_type: str, origin: d
     if kind in ("adamw", "adam"):
         fused = {"fused": True} if device_type == "cuda" else {}
         cls = torch.optim.AdamW if kind == "adamw" else torch.optim.Adam  # adam: weight decay as L2 in the gradient
+        cls = {torch.optim.AdamW: EagerAdamW, torch.optim.Adam: EagerAdam}[cls] if eager else cls
         return cls(groups, lr=lr, betas=(T.beta1, T.beta2), **fused)
     if kind == "lion":
         beta2 = T.beta2 if (origin or {}).get("training.beta2", "default") != "default" else LION_BETA2
-        return Lion(groups, lr=lr, betas=(T.beta1, beta2))
+        return (EagerLion if eager else Lion)(groups, lr=lr, betas=(T.beta1, beta2))
     fused = {"fused": True} if device_type == "cuda" else {}  # one kernel for all parameters (torch >= 2.3)
-    return torch.optim.SGD(groups, lr=lr, momentum=T.momentum, nesterov=T.nesterov and T.momentum > 0, **fused)
+    return (EagerSGD if eager else torch.optim.SGD)(groups, lr=lr, momentum=T.momentum, nesterov=T.nesterov and T.momentum > 0,
+                                                   **fused)
 
 
 def lr_at(step: int, T: dict) -> float:

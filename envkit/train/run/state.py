@@ -114,6 +114,8 @@ class TrainResult:
     peak_memory_mb: float | None = None  # per process: the device's peak allocation (CUDA), None on the CPU
     parameters: int | None = None
     rates: list = field(default_factory=list)  # per logged interval, the first (warm-up, compilation) left out
+    rate_steps: list | None = None  # [first, last]: the steps of the windows `rates` holds
+    warmup_steps: list | None = None  # [first, last]: the steps of the window left out as the warm-up
     resumed_from: str | None = None
     rollbacks: int = 0
     config_hash: str | None = None  # of the declared config: the same in config.json and every checkpoint
@@ -150,7 +152,7 @@ class TrainResult:
                "world_size": self.world_size, "parallel": self.parallel,
                "peak_memory_mb": None if self.peak_memory_mb is None else round(self.peak_memory_mb, 1), "parameters": self.parameters,
                f"{self.unit}_per_second": self.overall_per_second, f"{self.unit}_per_second_median_window": self.per_second,
-               self.unit: self.trained,
+               "median_window_steps": self.rate_steps, "warmup_steps": self.warmup_steps, self.unit: self.trained,
                "resumed_from": self.resumed_from, "rollbacks": self.rollbacks, "config_hash": self.config_hash,
                "derived": self.derived, "elapsed_seconds": round(self.elapsed_seconds, 2), "updated_at": time.time()}
         if self.accuracy is not None:

@@ -27,20 +27,30 @@ def draw_curves(d: Path, out: Path) -> Path:
         raise EnvkitError("no metrics yet", where=str(d / names.METRICS))
     dev = [r for r in train if "device_util_pct" in r or "device_mem_used_mb" in r or "torch_allocated_mb" in r
            or "data_wait_fraction" in r]
+    # throughput as logged: a script run by `envkit exec` that never logged one gets no panel of zeros
+    key = next((k for k in ("tokens_per_second", "samples_per_second") if any(r.get(k) is not None for r in train)), None)
     if dev:
         fig, axes = plt.subplots(3, 2, figsize=(11, 10), sharex="col")
         (ax1, ax2), (ax3, ax4), (ax5, ax6) = axes
         _plot_device(dev, ax3, ax4, ax5, ax6)
-    else:
+    elif key:
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    else:
+        fig, ax1 = plt.subplots(1, 1, figsize=(6, 4))
+        ax2 = None
     ax1.plot([r["step"] for r in train], [r["loss"] for r in train], label="train")
     if val:
         ax1.plot([r["step"] for r in val], [r["val_loss"] for r in val], "o-", label="val")
     ax1.set_xlabel("step"), ax1.set_ylabel("loss"), ax1.legend(), ax1.set_title(f"{d.parent.name}/{d.name}")
-    key = "tokens_per_second" if any("tokens_per_second" in r for r in train) else "samples_per_second"
-    ax2.plot([r["step"] for r in train], [r.get(key) or 0 for r in train])
-    ax2.set_xlabel("step"), ax2.set_ylabel(key.replace("_", " "))
-    ax1.set_xlabel("step" if not dev else ""), ax2.set_xlabel("step" if not dev else "")
+    ax1.set_xlabel("step" if not dev else "")
+    if key:
+        rated = [r for r in train if r.get(key) is not None]
+        ax2.plot([r["step"] for r in rated], [r[key] for r in rated])
+        ax2.set_ylabel(key.replace("_", " "))
+    elif ax2 is not None:
+        ax2.text(0.5, 0.5, "throughput: not logged", ha="center", va="center", transform=ax2.transAxes)
+    if ax2 is not None:
+        ax2.set_xlabel("step" if not dev else "")
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     plt.close(fig)

@@ -143,6 +143,7 @@ class DeviceSampler:
         self._util: list[float] = []
         self._count = 0
         self._peak_mem_frac: float | None = None
+        self._training_since: float | None = None  # when the first step ended: utilization counts from then
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="envkit-device-sampler", daemon=True)
         self._cpu_clock = (time.process_time(), time.monotonic())
@@ -193,12 +194,22 @@ class DeviceSampler:
                             torch_mem=torch_memory(self.device_type, self.device),
                             workers=len(multiprocessing.active_children()), uuids=self.uuids)
 
+    def training_started(self, at: float | None = None) -> None:
+        """The first step has ended (at `at`, time.time()): samples taken from then on measure the
+        training; the ones before are warm-up, their utilization unknown (never a 0% while it runs)."""
+        with self._lock:
+            self._training_since = time.time() if at is None else at
+
+    def in_training(self, s: DeviceSample | None) -> bool:
+        since = self._training_since
+        return s is not None and since is not None and s.time >= since
+
     def _record(self, s: DeviceSample) -> None:
         m = s.metrics
         with self._lock:
             self._latest = s
             self._count += 1
-            if m.get("device_util_pct") is not None:
+            if m.get("device_util_pct") is not None and self.in_training(s):
                 self._util.append(m["device_util_pct"])
             used = max(m.get("device_mem_used_mb") or 0, m.get("torch_reserved_mb") or 0)
             if m.get("device_mem_total_mb") and used:

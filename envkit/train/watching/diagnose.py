@@ -22,7 +22,7 @@ BUSY_UTIL_PCT = 85.0
 UNDERUSED_UTIL_PCT = 50.0
 MEMORY_FRACTION = 0.90
 SYSTEM_FREE_PCT = 10.0
-WINDOW = 5  # the last logged intervals judged (the first, with warm-up and compilation, is skipped)
+WINDOW = 5  # the last logged intervals judged (the warm-up's, with compilation and the first step, are not)
 
 _DEVICE_NOUN = {"cuda": "GPU", "mps": "Apple GPU", "cpu": "CPU"}
 
@@ -50,13 +50,25 @@ class HintContext:
     pin_memory: bool = False
     batch_size: int | None = None
     cpu_count: int = os.cpu_count() or 1
+    compile: bool | None = None  # torch.compile on for this run (None: not known): never proposed when on
 
     @classmethod
     def from_config(cls, values: dict, device: str) -> HintContext:
         dl, t = values.get("dataloader", {}), values.get("training", {})
         pin = dl.get("pin_memory", "auto")
+        comp = t.get("compile", "auto")
         return cls(device=device, num_workers=int(dl.get("num_workers") or 0),
-                   pin_memory=(device == "cuda") if pin == "auto" else bool(pin), batch_size=t.get("batch_size"))
+                   pin_memory=(device == "cuda") if pin == "auto" else bool(pin), batch_size=t.get("batch_size"),
+                   compile=(device == "cuda") if comp == "auto" else bool(comp))
+
+
+def after_warmup(train: list[dict]) -> list[dict]:
+    """The training rows past the warm-up: a row the trainer marked `"warmup": true` is the logged
+    window that holds the first step of an attempt (compilation, workers spawning, caches filling);
+    rows of an older envkit carry no mark, and their first row is that window."""
+    if any("warmup" in r for r in train):
+        return [r for r in train if not r.get("warmup")]
+    return train[1:]
 
 
 def _median(rows: list[dict], key: str) -> float | None:
@@ -78,10 +90,7 @@ def _input_fix(ctx: HintContext) -> str:
 
 def diagnose(rows: list[dict], ctx: HintContext) -> list[Hint]:
     """Hints from the training rows of metrics.jsonl (rows with "loss"), newest last."""
-    train = [r for r in rows if "loss" in r]
-    if len(train) > 1:
-        train = train[1:]  # the first interval holds start-up: workers spawning, compilation
-    recent = train[-WINDOW:]
+    recent = after_warmup([r for r in rows if "loss" in r])[-WINDOW:]
     if not recent:
         return []
     hints: list[Hint] = []
@@ -101,7 +110,7 @@ def diagnose(rows: list[dict], ctx: HintContext) -> list[Hint]:
                           f"median of the last {len(recent)} logs: {ctx.device} utilization {util:.0f}%, "
                           f"{100 * (wait or 0):.0f}% of step time waiting for data, step {dt:.0f} ms",
                           f"a larger training.batch_size{f' (now {ctx.batch_size})' if ctx.batch_size else ''}"
-                          " (small steps are launch-bound), or training.compile: true"))
+                          " (small steps are launch-bound)" + ("" if ctx.compile else ", or training.compile: true")))
     last = recent[-1]
     total = last.get("device_mem_total_mb")
     used = max(last.get("device_mem_used_mb") or 0, last.get("torch_reserved_mb") or 0, last.get("torch_driver_mb") or 0)

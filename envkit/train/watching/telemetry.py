@@ -51,6 +51,7 @@ class Telemetry:
         self.epochs, self.epoch = None, None  # with training.epochs: the goal and the latest logged position
         self.heartbeat_seconds = heartbeat_seconds
         self._last_beat = 0.0
+        self._warm_from: tuple[float, str] | None = None  # (perf_counter, what) while the first step runs
         # with the pid, for `envkit stop`: a PID alone may have been given to another program since
         self._pid_start = process_start_time(os.getpid()) if enabled else None
         self.extra_fields = None  # a callable adding fields to every heartbeat (the device sample, hints)
@@ -137,6 +138,30 @@ class Telemetry:
         if self._bar is not None:
             self._bar.start()
             self._bar.update(self._task, completed=step)
+
+    def warming_up(self, step: int, compiling: bool) -> None:
+        """Until the first step ends the progress says what the wait is: compiling (torch.compile
+        builds its kernels in that step) or warming up (caches, workers, the first allocations)."""
+        self._warm_from = (time.perf_counter(), "compilation" if compiling else "warm-up")
+        what = "compiling" if compiling else "warming up"
+        if self._bar is not None:
+            self._bar.update(self._task, info=f"{what} until the first step ends")
+        elif self.mode == "plain":
+            self._plain(f"step {step}/{self.total} | {what} until the first step ends")
+
+    def first_step_done(self, step: int) -> None:
+        took = ""
+        if self._warm_from is not None:
+            since, what = self._warm_from
+            took = f" in {time.perf_counter() - since:.1f}s ({what} included)"
+        if self._bar is not None:
+            self._bar.update(self._task, completed=step, info=f"first step done{took}")
+        elif self.mode == "plain":
+            self._plain(f"step {step}/{self.total} | first step done{took}")
+
+    def _plain(self, line: str) -> None:
+        print(line, flush=True)
+        self._append(self._log, "train.log", time.strftime("%Y-%m-%d %H:%M:%S ") + line + "\n")
 
     def set_epochs(self, epochs: int, total_steps: int) -> None:
         """training.epochs: the step count is known once the data is; progress and heartbeat speak epochs."""

@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
-from envkit.train.watching.diagnose import HintContext, diagnose
+from envkit.train.watching.diagnose import HintContext, after_warmup, diagnose
 from envkit.train.watching.trackers import Trackers
 
 ROWS_KEPT = 50
+# What a sample taken before the first step ended says nothing about: the device was compiling,
+# loading or waiting, and its 0% is not the training's. Unknown until a sample of the training.
+UTILIZATION_KEYS = ("device_util_pct", "renderer_util_pct")
 
 
 class RunWatch:
@@ -62,7 +66,7 @@ class RunWatch:
         self._wait = 0.0
         sample = self.sampler.latest() if self.sampler else None
         if sample is not None:
-            row.update(sample.metrics)
+            row.update(self.sampled(sample))
         if not self.enabled:
             return
         self._rows = (self._rows + [row])[-ROWS_KEPT:]
@@ -71,11 +75,26 @@ class RunWatch:
                 self.log(hint.line())
             self._hints[hint.id] = hint.to_dict()
 
+    def first_step_done(self, compiling: bool | None = None) -> None:
+        """The first step of this attempt has ended (compilation in it): the device's utilization is
+        sampled from now on; `compiling` tells the hints whether torch.compile is on."""
+        if self.sampler is not None:
+            self.sampler.training_started()
+        if compiling is not None:
+            self.context = replace(self.context, compile=compiling)
+
+    def sampled(self, sample) -> dict:
+        """A sample's figures, its utilization left out (unknown) when it was taken before the first
+        step ended."""
+        if self.sampler.in_training(sample):
+            return dict(sample.metrics)
+        return {k: v for k, v in sample.metrics.items() if k not in UTILIZATION_KEYS}
+
     def heartbeat_fields(self) -> dict:
         out = {}
         sample = self.sampler.latest() if self.sampler else None
         if sample is not None:
-            out["device"] = sample.to_dict()
+            out["device"] = {k: v for k, v in sample.to_dict().items() if k in self.sampled(sample) or k not in sample.metrics}
         if self._hints:
             out["hints"] = list(self._hints.values())
         return out
@@ -86,7 +105,7 @@ class RunWatch:
         if self.sampler is not None:
             self.sampler.stop()
             out.update(self.sampler.summary())
-        waits = [r["data_wait_fraction"] for r in self._rows[1:] or self._rows if "data_wait_fraction" in r]
+        waits = [r["data_wait_fraction"] for r in after_warmup(self._rows) or self._rows if "data_wait_fraction" in r]
         if waits:
             out["avg_data_wait_fraction"] = round(sum(waits) / len(waits), 4)
         out["hints"] = list(self._hints.values())
