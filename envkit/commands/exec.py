@@ -131,7 +131,7 @@ def _environment(profile_name, argv: list[str]):
     """(managed env, profile, the command's environment, the command's resolved path), the profile's
     warnings said; a command that is not there or a script that cannot run is refused."""
     from envkit.exec import environment
-    from envkit.install.setup.managed import find_managed
+    from envkit.install.setup.managed import find_managed, missing_line
     from envkit.profiles import load_profile
 
     managed = find_managed()
@@ -143,6 +143,8 @@ def _environment(profile_name, argv: list[str]):
     xenv = environment.build_environ(profile, managed.venv if managed else None)
     resolved = environment.find_command(argv, xenv.environ)
     environment.check_script(argv)
+    if managed is None:  # said, not silently skipped: the torch-against-lock check has no lock to hold to
+        click.echo(missing_line(str(resolved or argv[0])), err=True)
     return managed, profile, xenv, resolved
 
 
