@@ -6,7 +6,7 @@ throughput of each beside the other (the cost of determinism).
     python benchmarks/bench_reproduce.py                     # both models, 60 steps each
     python benchmarks/bench_reproduce.py --models gpt2 --steps 100 --venv /tmp/repro-venv
     python benchmarks/bench_reproduce.py --quick             # tiny shapes: minutes on a CPU
-    python benchmarks/bench_reproduce.py --repeat --reproduce det --cifar-steps 400   # issue 48's figures
+    python benchmarks/bench_reproduce.py --repeat --reproduce det --cifar-steps 400   # the determinism figures
 
 --repeat trains each deterministic config a second time and compares its metrics with the first's
 (identical at every logged step is required); --reproduce det reproduces the deterministic runs

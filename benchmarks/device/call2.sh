@@ -1,7 +1,7 @@
 #!/bin/bash
 # The ENVKIT_* variables it sets were experiment-only switches (commits 6006721 and 77ce0d7, removed in de8cd97);
 # without them those runs repeat the plain configuration. Results: benchmarks/RESULTS.md (2026-11-27).
-# Issue 48 + 49 on a 4 x H100 host, second call. Stage A: ResNet-18 CIFAR default / deterministic /
+# Determinism and DDP/FSDP figures on a 4 x H100 host, second call. Stage A: ResNet-18 CIFAR default / deterministic /
 # deterministic again on GPU 0 (longer, for steadier windows), GPT-2 small with Inductor's deterministic
 # mode off on GPU 1 (profiled). Stage B: FSDP variants beside DDP on GPUs 0,1; DDP variants on GPUs 2,3.
 set -o pipefail

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 48 + 49 on a 4 x H100 host, third call. Stage A: ResNet-18 CIFAR default / deterministic /
+# Determinism and DDP/FSDP figures on a 4 x H100 host, third call. Stage A: ResNet-18 CIFAR default / deterministic /
 # deterministic again, alone on GPU 0. Stage B: FSDP as now shipped (GPT-2 small: the whole model one
 # unit) beside DDP on GPUs 0,1; GPT-2 small default against deterministic with FlashAttention-2 for both
 # (cuDNN attention is unavailable under deterministic algorithms) on GPU 2.

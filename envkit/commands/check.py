@@ -8,10 +8,21 @@ from pathlib import Path
 import click
 
 
-def _installed_names() -> list[str]:
-    from importlib import metadata
+def _installed_names(python: str | None = None) -> list[str]:
+    """The distributions installed here, or in `python`'s environment (the managed one): the names a
+    misspelt --require is held against."""
+    if python is None:
+        from importlib import metadata
 
-    return [d.metadata["Name"] for d in metadata.distributions() if d.metadata["Name"]]
+        return [d.metadata["Name"] for d in metadata.distributions() if d.metadata["Name"]]
+    import subprocess
+
+    code = "import importlib.metadata as m\nfor d in m.distributions():\n    print(d.metadata['Name'] or '')"
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line for line in out.splitlines() if line]
 
 
 def _package_version(name: str) -> str | None:
@@ -55,7 +66,7 @@ def check(requires, pyproject, as_json, fmt, replay, python, lock) -> None:
     by_id = {c.id: c for c in checks}
     lookup = _package_version if not replay and not python else None
     if reqs:
-        installed = _installed_names() if lookup else ()
+        installed = () if replay else _installed_names(None if lookup else python)
         results = [evaluate(r, facts, by_id, lookup, installed) for r in reqs]
     else:
         from envkit.checks.requirements import Result

@@ -39,7 +39,7 @@ UNIT_MIN_PARAMS = 25_000_000
 # 2 x H100, GPT-2 small (124M) trained at 0.92 of DDP that way, against 0.61 in 3 units of 4 blocks, 0.70
 # in one unit of 12 blocks (each block compiled) and 0.61 with resharding (benchmarks/RESULTS.md): FSDP2's
 # per-unit hooks and the per-block graphs cost more than the one unoverlapped all-gather and reduce-scatter.
-# The 1.5B GPT (issue 49: 0.90 of DDP one block a unit) stays in units: its exposed traffic would be 9 GB a step.
+# The 1.5B GPT (0.90 of DDP at one block a unit) stays in units: its exposed traffic would be 9 GB a step.
 WHOLE_MAX_PARAMS = 500_000_000
 HEADROOM = 0.5  # auto: ddp while weights + gradients + optimizer state take at most this share of the free memory
 STATE_COPIES = {"adamw": 2, "adam": 2, "lion": 1}  # optimizer tensors per parameter (sgd: 1 with momentum, else 0)
