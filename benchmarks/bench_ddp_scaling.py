@@ -5,6 +5,14 @@ user runs it, on GPT-2 small (templates/train/gpt2_small_tokens.yaml) over a fol
     python benchmarks/bench_ddp_scaling.py --nproc 1 2 4 --set training.grad_accum=4
     python benchmarks/bench_ddp_scaling.py --try training.ddp_comm_dtype=bf16 --try training.ddp_bucket_mb=100 --profile
 
+    python benchmarks/bench_ddp_scaling.py --size 1.5b --nproc 1 2 --try training.parallel=fsdp
+    python benchmarks/bench_ddp_scaling.py --size 6.7b --nproc 2 --set training.parallel=fsdp --try training.parallel=ddp
+
+--size picks the GPT: small (GPT-2 small, 124M, batch 16 a GPU), 1.5b (48 layers, width 1600, batch 8)
+or 6.7b (32 layers, width 4096, batch 4, activation checkpointing: weights, gradients and AdamW state
+take 106 GB, more than one 80 GB GPU holds, so it trains only sharded). A run that fails says the
+last line of its error (an out-of-memory, say) beside its peak memory.
+
 --try KEY=VALUE[,KEY=VALUE] (repeatable) adds a run at the largest --nproc with those overrides, scaled
 against the same 1-process run; a part `env:NAME=VALUE` sets an environment variable for that run
 instead (`--try env:NCCL_PROTO=Simple`). --profile records steps 41-43 of the smallest and the largest plain run with
@@ -29,13 +37,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 TEMPLATE = ROOT / "templates" / "train" / "gpt2_small_tokens.yaml"
+# --size: (model overrides, batch per GPU). 12 L d^2 parameters a GPT block plus the tied 50,304 x d embedding.
+SIZES = {"small": ([], 16),
+         "1.5b": (["model.n_layer=48", "model.n_head=25", "model.n_embd=1600"], 8),
+         "6.7b": (["model.n_layer=32", "model.n_head=32", "model.n_embd=4096", "training.activation_checkpointing=full"], 4)}
 NOISE = ("OMP_NUM_THREADS", "barrier(): using the device", "UserWarning")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nproc", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--batch", type=int, default=16, help="per GPU")
+    ap.add_argument("--size", choices=sorted(SIZES), default="small", help="the GPT's size (default GPT-2 small)")
+    ap.add_argument("--batch", type=int, help="per GPU (default: the size's)")
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--set", action="append", default=[], help="extra config override (repeatable)")
     ap.add_argument("--try", dest="tries", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]")
@@ -45,6 +58,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.profile and args.steps < 50:
         ap.error("--profile needs --steps 50 or more (steps 41-43 are recorded, after compilation)")
+    model_sets, default_batch = SIZES[args.size]
+    args.batch = args.batch or default_batch
+    args.set = model_sets + args.set
     runs = [(n, [], False) for n in args.nproc] + [(max(args.nproc), t.split(","), False) for t in args.tries]
     if args.profile:  # the smallest and the largest, side by side: what the extra processes cost
         runs += [(n, [], True) for n in sorted({min(args.nproc), max(args.nproc)})]
@@ -90,7 +106,11 @@ def main(argv=None) -> int:
                     for js in run_dir.glob("profile_steps_41-43*.json"):
                         with js.open("rb") as src, gzip.open(args.traces / f"{run_id}-{js.name}.gz", "wb") as dst:
                             shutil.copyfileobj(src, dst)
+            error = None if res.returncode == 0 else next((line.strip()[:300] for line in reversed(out.splitlines())
+                                                           if "error" in line.lower() or "out of memory" in line.lower()), None)
             results.append({"nproc": n, "set": extra, "profile": profile, "timeline": timeline, "returncode": res.returncode,
+                            "peak_memory_gb": round(s["peak_memory_mb"] / 1024, 1) if s.get("peak_memory_mb") else None,
+                            "error": error,
                             "tokens_per_second": s.get("tokens_per_second_median_window"),
                             "mfu": s.get("mfu"), "status": s.get("status"), "device_name": s.get("device_name"),
                             "noise_lines": noise, "parallel_line": parallel})
@@ -98,7 +118,7 @@ def main(argv=None) -> int:
                   f"{s.get('tokens_per_second_median_window') or 0:,.0f} tokens/s, {s.get('status')}", file=sys.stderr, flush=True)
             if res.returncode != 0:
                 print(out[-4000:], file=sys.stderr)
-    base = results[0]["tokens_per_second"]
+    base = results[0]["tokens_per_second"]  # the first --nproc (a 6.7b run has no one-GPU baseline: its 2 processes are it)
     for r in results:
         r["scaling"] = r["tokens_per_second"] / base if base and r["tokens_per_second"] else None
     if args.json:
@@ -110,7 +130,9 @@ def main(argv=None) -> int:
         scale = f"x{r['scaling']:.3f}" if r["scaling"] else "n/a"
         label = f" ({', '.join(r['set'])})" if r["set"] else " (profiled)" if r["profile"] else ""
         print(f"{r['nproc']} proc{label}: {tps} tokens/s | MFU {mfu} | scaling {scale} vs 1 proc | {r['status']} "
-              f"({r['device_name']}) | torch/torchrun noise lines: {len(r['noise_lines'])}")
+              f"({r['device_name']}) | peak {r['peak_memory_gb'] or '?'} GB a GPU | torch/torchrun noise lines: {len(r['noise_lines'])}")
+        if r["error"]:
+            print(f"    failed: {r['error']}")
         if r.get("parallel_line"):
             print(f"    {r['parallel_line']}")
         for line in r["noise_lines"][:5]:
