@@ -8,20 +8,18 @@ OUT=${1:-${OUT:-/tmp/out}}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 PY=${PY:-python3}
-T=${T:-560}
 { date -u; nvidia-smi -L; $PY -c "import torch; print(torch.__version__, torch.cuda.device_count())"; } 2>&1 | tee "$OUT/env.log"
 (
   export CUDA_VISIBLE_DEVICES=0,1
-  $PY benchmarks/bench_ddp_scaling.py --size 1.5b --nproc 2 --steps 40 --set training.parallel=ddp --try training.parallel=fsdp
-  $PY benchmarks/bench_plain_ddp.py --parallel fsdp --size 1.5b --nproc 2 --windows 3
-  $PY benchmarks/bench_plain_ddp.py --parallel fsdp --size small --nproc 2
+  timeout 330 $PY benchmarks/bench_ddp_scaling.py --size 1.5b --nproc 2 --steps 40 --set training.parallel=ddp --try training.parallel=fsdp
+  timeout 150 $PY benchmarks/bench_plain_ddp.py --parallel fsdp --size 1.5b --nproc 2 --windows 3
+  timeout 80 $PY benchmarks/bench_plain_ddp.py --parallel fsdp --size small --nproc 2
 ) > "$OUT/pair01.log" 2>&1 &
 (
   export CUDA_VISIBLE_DEVICES=2,3
-  $PY benchmarks/bench_ddp_scaling.py --size 6.7b --nproc 2 --steps 30 --try training.parallel=ddp
-  $PY benchmarks/bench_plain_ddp.py --parallel fsdp --size 6.7b --nproc 2 --windows 2
+  timeout 400 $PY benchmarks/bench_ddp_scaling.py --size 6.7b --nproc 2 --steps 30 --try training.parallel=ddp
+  timeout 150 $PY benchmarks/bench_plain_ddp.py --parallel fsdp --size 6.7b --nproc 2 --windows 2
 ) > "$OUT/pair23.log" 2>&1 &
-timeout $T bash -c wait
 wait
 echo "done $(date -u)" | tee -a "$OUT/env.log"
 grep -h -v "^\[\|^ *noise" "$OUT"/pair*.log | grep -E "proc|plain|failed|parallel|Error|error" | head -60
