@@ -9,7 +9,7 @@ user runs it, on GPT-2 small (templates/train/gpt2_small_tokens.yaml) over a fol
     python benchmarks/bench_ddp_scaling.py --size 6.7b --nproc 2 --set training.parallel=fsdp --try training.parallel=ddp
 
 --size picks the GPT: small (GPT-2 small, 124M, batch 16 a GPU), 1.5b (48 layers, width 1600, batch 8)
-or 6.7b (32 layers, width 4096, batch 4, activation checkpointing: weights, gradients and AdamW state
+or 6.7b (32 layers, width 4096, batch 8, activation checkpointing: weights, gradients and AdamW state
 take 106 GB, more than one 80 GB GPU holds, so it trains only sharded). A run that fails says the
 last line of its error (an out-of-memory, say) beside its peak memory.
 
@@ -40,7 +40,7 @@ TEMPLATE = ROOT / "templates" / "train" / "gpt2_small_tokens.yaml"
 # --size: (model overrides, batch per GPU). 12 L d^2 parameters a GPT block plus the tied 50,304 x d embedding.
 SIZES = {"small": ([], 16),
          "1.5b": (["model.n_layer=48", "model.n_head=25", "model.n_embd=1600"], 8),
-         "6.7b": (["model.n_layer=32", "model.n_head=32", "model.n_embd=4096", "training.activation_checkpointing=full"], 4)}
+         "6.7b": (["model.n_layer=32", "model.n_head=32", "model.n_embd=4096", "training.activation_checkpointing=full"], 8)}
 NOISE = ("OMP_NUM_THREADS", "barrier(): using the device", "UserWarning")
 
 
@@ -114,32 +114,39 @@ def main(argv=None) -> int:
                             "tokens_per_second": s.get("tokens_per_second_median_window"),
                             "mfu": s.get("mfu"), "status": s.get("status"), "device_name": s.get("device_name"),
                             "noise_lines": noise, "parallel_line": parallel})
-            print(f"[{i + 1}/{len(runs)}] {n} proc {' '.join(extra)}{' (profiled)' if profile else ''}: "
-                  f"{s.get('tokens_per_second_median_window') or 0:,.0f} tokens/s, {s.get('status')}", file=sys.stderr, flush=True)
+            results[-1]["scaling"] = _scaling(results[-1], results[0])
+            # each run's line as it ends: a call cut by its time limit still leaves the runs it finished
+            print(f"[{i + 1}/{len(runs)}] " + describe(results[-1]), file=sys.stderr, flush=True)
             if res.returncode != 0:
                 print(out[-4000:], file=sys.stderr)
-    base = results[0]["tokens_per_second"]  # the first --nproc (a 6.7b run has no one-GPU baseline: its 2 processes are it)
-    for r in results:
-        r["scaling"] = r["tokens_per_second"] / base if base and r["tokens_per_second"] else None
     if args.json:
         print(json.dumps(results, indent=2))
         return 0 if all(r["returncode"] == 0 for r in results) else 1
     for r in results:
-        tps = f"{r['tokens_per_second']:,.0f}" if r["tokens_per_second"] else "n/a"
-        mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] else "n/a"
-        scale = f"x{r['scaling']:.3f}" if r["scaling"] else "n/a"
-        label = f" ({', '.join(r['set'])})" if r["set"] else " (profiled)" if r["profile"] else ""
-        print(f"{r['nproc']} proc{label}: {tps} tokens/s | MFU {mfu} | scaling {scale} vs 1 proc | {r['status']} "
-              f"({r['device_name']}) | peak {r['peak_memory_gb'] or '?'} GB a GPU | torch/torchrun noise lines: {len(r['noise_lines'])}")
-        if r["error"]:
-            print(f"    failed: {r['error']}")
-        if r.get("parallel_line"):
-            print(f"    {r['parallel_line']}")
+        print(describe(r))
         for line in r["noise_lines"][:5]:
             print(f"    noise: {line}")
         if r["timeline"]:
             print("    " + r["timeline"].replace("\n", "\n    "))
     return 0 if all(r["returncode"] == 0 for r in results) else 1
+
+
+def _scaling(run: dict, first: dict) -> float | None:
+    """Against the first run (the smallest --nproc; a 6.7b run has no one-GPU baseline: its 2 processes are it)."""
+    base, tps = first["tokens_per_second"], run["tokens_per_second"]
+    return tps / base if base and tps else None
+
+
+def describe(r: dict) -> str:
+    tps = f"{r['tokens_per_second']:,.0f}" if r["tokens_per_second"] else "n/a"
+    mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] else "n/a"
+    scale = f"x{r['scaling']:.3f}" if r["scaling"] else "n/a"
+    label = f" ({', '.join(r['set'])})" if r["set"] else " (profiled)" if r["profile"] else ""
+    lines = [f"{r['nproc']} proc{label}: {tps} tokens/s | MFU {mfu} | scaling {scale} vs the first | {r['status']} "
+             f"({r['device_name']}) | peak {r['peak_memory_gb'] or '?'} GB a GPU | torch/torchrun noise lines: {len(r['noise_lines'])}"]
+    lines += [f"    {r['parallel_line']}"] if r.get("parallel_line") else []
+    lines += [f"    failed: {r['error']}"] if r["error"] else []
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

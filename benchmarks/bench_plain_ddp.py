@@ -42,7 +42,7 @@ SMOKE = ["model.n_layer=2", "model.n_head=2", "model.n_embd=64", "model.block_si
 VOCAB = 50304
 SIZES = {"small": ([], 16),  # the same presets as bench_ddp_scaling.py: (model overrides, batch per GPU)
          "1.5b": (["model.n_layer=48", "model.n_head=25", "model.n_embd=1600"], 8),
-         "6.7b": (["model.n_layer=32", "model.n_head=32", "model.n_embd=4096"], 4)}
+         "6.7b": (["model.n_layer=32", "model.n_head=32", "model.n_embd=4096"], 8)}
 
 
 def shard_like_torchtitan(model, device, checkpoint_blocks: bool) -> None:
@@ -179,7 +179,8 @@ def main(argv=None) -> int:
     if args.worker:
         worker(args)
         return 0
-    passed = [f"--parallel={args.parallel}", f"--size={args.size}", *([f"--batch={args.batch}"] if args.batch else []), f"--bucket-mb={args.bucket_mb}", f"--window={args.window}", f"--warmup={args.warmup}",
+    passed = [f"--parallel={args.parallel}", f"--size={args.size}", *([f"--batch={args.batch}"] if args.batch else []),
+              f"--bucket-mb={args.bucket_mb}", f"--window={args.window}", f"--warmup={args.warmup}",
               f"--windows={args.windows}", *(["--smoke"] if args.smoke else [])]
     results: dict[int, list[float]] = {}
     peaks: dict[int, float | None] = {}
@@ -199,7 +200,8 @@ def main(argv=None) -> int:
     out = {n: {"tokens_per_second": statistics.median(r), "rounds": r, "scaling": statistics.median(r) / base,
                "peak_memory_gib": peaks.get(n)} for n, r in results.items()}
     if args.json:
-        print(json.dumps({"parallel": args.parallel, "size": args.size, "batch_per_process": args.batch or SIZES[args.size][1], "bucket_mb": args.bucket_mb, "runs": out}, indent=2))
+        print(json.dumps({"parallel": args.parallel, "size": args.size, "batch_per_process": args.batch or SIZES[args.size][1],
+                          "bucket_mb": args.bucket_mb, "runs": out}, indent=2))
         return 0
     print(f"plain {args.parallel.upper()} loop, {'tiny GPT on the CPU (smoke)' if args.smoke else 'GPT ' + args.size}, "
           f"batch {args.batch or SIZES[args.size][1]} per process" + (f", bucket {args.bucket_mb:g} MB" if args.parallel == "ddp" else ""))
