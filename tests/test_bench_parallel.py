@@ -157,3 +157,25 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_text(errors="replace")
     except OSError:
         return ""
+
+
+AGREE = """
+import sys, torch.distributed as dist
+from envkit.bench.clock import StepClock
+rank = int(sys.argv[1])
+dist.init_process_group("gloo", init_method=sys.argv[2], rank=rank, world_size=2)
+clock = StepClock("cpu", warmup_steps=1, seconds=1.0, windows=1)
+print([clock.agree(rank == 1), clock.agree(False)], flush=True)  # rank 1's window is up, rank 0's is not; then neither
+dist.destroy_process_group()
+"""
+
+
+def test_processes_close_a_window_when_any_of_them_says_its_time_is_up(tmp_path):
+    """Each process times its own windows: one that stopped alone would leave the others waiting in
+    their next all-reduce. Rank 0 still in its window follows rank 1, whose window is over."""
+    init = f"file://{tmp_path / 'rendezvous'}"
+    procs = [subprocess.Popen([sys.executable, "-c", AGREE, str(rank), init], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for rank in (0, 1)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-1000:] for _, err in outs]
+    assert [out.strip() for out, _ in outs] == ["[True, False]", "[True, False]"]
