@@ -72,6 +72,9 @@ def measure(spec: dict) -> dict:
     device_type = spec["device"]
     if device_type == "cuda":
         torch.cuda.init()
+        # under torchrun each process has its GPU (the trainer's cuda:LOCAL_RANK): the memory read
+        # below must be that one's, not a context on GPU 0 for every process
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     _, free_before = device_memory_mb(device_type) if device_type in ("cuda", "cpu") else (None, None)
     clock = StepClock(spec["device"], warmup_steps=int(spec["warmup_steps"]), seconds=float(spec["seconds"]),
                       windows=int(spec["windows"]), max_steps=spec.get("max_steps"))

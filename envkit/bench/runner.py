@@ -147,22 +147,36 @@ def _kill(proc: subprocess.Popen) -> None:
 
 
 def descendants(pid: int) -> list[int]:
-    """Every process below pid (children, theirs, ...), read from `ps` (Linux and macOS alike)."""
-    try:
-        listing = subprocess.run(["ps", "-A", "-o", "pid=", "-o", "ppid="], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
+    """Every process below pid (children, theirs, ...)."""
     children: dict[int, list[int]] = {}
-    for line in listing.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
-            children.setdefault(int(parts[1]), []).append(int(parts[0]))
+    for child, parent in _parents():
+        children.setdefault(parent, []).append(child)
     found, todo = [], [pid]
     while todo:
         for child in children.get(todo.pop(), []):
             found.append(child)
             todo.append(child)
     return found
+
+
+def _parents() -> list[tuple[int, int]]:
+    """(pid, parent pid) of every process: from /proc on Linux (a slim container may have no `ps`),
+    else from `ps` (macOS)."""
+    proc = Path("/proc")
+    if (proc / "self" / "stat").exists():
+        pairs = []
+        for stat in proc.glob("[0-9]*/stat"):
+            try:  # the name, in parentheses, may hold spaces: the fields after its last ")"
+                pairs.append((int(stat.parent.name), int(stat.read_text().rsplit(")", 1)[1].split()[1])))
+            except (OSError, IndexError, ValueError):
+                continue  # ended meanwhile
+        return pairs
+    try:
+        listing = subprocess.run(["ps", "-A", "-o", "pid=", "-o", "ppid="], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [(int(a), int(b)) for a, b in (ln.split() for ln in listing.splitlines() if len(ln.split()) == 2)
+            if a.isdigit() and b.isdigit()]
 
 
 def _kill_group(pid: int) -> None:
