@@ -137,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
     if os.environ.get("RANK", "0") == "0":  # under torchrun every rank measured; rank 0 speaks for them
         print(MARK + json.dumps(out), flush=True)
+    elif out["status"] == "fail":  # another rank's failure ends rank 0 before it speaks: its stderr says why
+        print(f"rank {os.environ['RANK']}: {out['reason']}", file=sys.stderr, flush=True)
     # under torchrun a rank that failed exits non-zero, so torchrun ends the others (which would
     # otherwise wait in a collective for it until NCCL's timeout); rank 0's line is out by then
     return 1 if out["status"] == "fail" and int(os.environ.get("WORLD_SIZE", "1")) > 1 else 0
