@@ -56,9 +56,10 @@ def test_bench_on_cpu_runs_cpu_rungs_skips_device_rungs_saves_and_plots(tmp_path
     assert prof["status"] in ("ok", "flagged") and prof["loss"] == pytest.approx(base["loss"], rel=1e-3)  # same steps, same seed
     assert base["steps"] >= 3 and base["micro_batch"] == data["batch_size"] and not base["did_not_fit"]
     assert rungs["cpu + compile"]["status"] == "skip" and "--no-compile" in rungs["cpu + compile"]["reason"]
-    # fp32, bf16, compile, profile, cuda graphs, data on device (the teacher set can be held there): no channels_last for an mlp
+    # fp32, bf16, compile, profile, cuda graphs, data on device (the teacher set can be held there), ddp, fsdp: no
+    # channels_last for an mlp
     cuda = [r for r in data["rungs"] if r["name"].startswith("cuda")]
-    assert len(cuda) == 6 and all(r["status"] == "skip" and r["check"] == "cuda" and r["reason"] for r in cuda)
+    assert len(cuda) == 8 and all(r["status"] == "skip" and r["check"] == "cuda" and r["reason"] for r in cuda)
     # each rung says what it changed, in the config keys a user would set
     assert rungs["cuda + cuda graphs"]["changed"] == "training.compile_mode: reduce-overhead (CUDA graphs)"
     assert rungs["cuda + data on device"]["changed"].startswith("dataset.on_device: true")
@@ -164,7 +165,7 @@ def test_bench_on_an_80_column_terminal_keeps_every_line_within_80_columns(gpt_o
     lines, saved = gpt_on_80_columns
     assert [r["name"] for r in saved["rungs"] if r["status"] == "ok"] == ["cpu fp32", "cpu + profile"]
     assert [line for line in lines if len(line) > 80] == []
-    assert len(lines) < 30  # the gpt's eight rungs, a footer and notes: no reason folded down a narrow column
+    assert len(lines) < 30  # the gpt's ten rungs, a footer and notes: no reason folded down a narrow column
 
 
 @pytest.mark.skipif(has_cuda(), reason="the cuda rungs run on a CUDA machine")
@@ -172,7 +173,7 @@ def test_bench_on_an_80_column_terminal_says_each_skipped_rung_in_one_line(gpt_o
     lines, saved = gpt_on_80_columns
     skipped = [r for r in saved["rungs"] if r["status"] == "skip"]
     assert {r["name"] for r in skipped} == {"cpu + compile", "cuda fp32", "cuda + bf16", "cuda + compile", "cuda + profile",
-                                            "cuda + cuda graphs"}
+                                            "cuda + cuda graphs", "cuda + ddp", "cuda + fsdp"}
     for r in skipped:
         said = [line for line in lines if f"{r['name']}:" in line]
         short = f"{SHORT[r['check']]} (doctor check '{r['check']}')" if r["check"] else r["reason"]

@@ -12,6 +12,7 @@ the median window. Prints one line `@@envkit-bench {json}`. Needs torch and the 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -46,6 +47,8 @@ def run_config(spec: dict):
         v["training.compile_mode"] = spec["compile_mode"]
     if spec.get("on_device") is not None:
         v["dataset.on_device"] = bool(spec["on_device"])
+    if spec.get("parallel"):  # the data-parallel rungs, under torchrun: the trainer sets up DDP/FSDP from its environment
+        v["training.parallel"] = spec["parallel"]
     v.update({"eval.every_steps": 0, "checkpoint.every_steps": 0, "logging.progress": "none", "logging.trackers": [],
               "experiment.seed": int(spec["seed"])})
     return cfg.replace_many(v)
@@ -69,6 +72,9 @@ def measure(spec: dict) -> dict:
     device_type = spec["device"]
     if device_type == "cuda":
         torch.cuda.init()
+        # under torchrun each process has its GPU (the trainer's cuda:LOCAL_RANK): the memory read
+        # below must be that one's, not a context on GPU 0 for every process
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     _, free_before = device_memory_mb(device_type) if device_type in ("cuda", "cpu") else (None, None)
     clock = StepClock(spec["device"], warmup_steps=int(spec["warmup_steps"]), seconds=float(spec["seconds"]),
                       windows=int(spec["windows"]), max_steps=spec.get("max_steps"))
@@ -100,6 +106,7 @@ def measure(spec: dict) -> dict:
         memory["device_used_mb"] = free_before - device_memory_mb("cuda")[1]
     return {"status": "ok", "per_second": statistics.median(clock.rates), "unit": clock.unit, "peak_memory_mb": clock.peak_mb,
             **memory, "loss": clock.loss, "windows": len(clock.rates), "steps": clock.steps_timed,
+            "world": result.world_size or 1, "timed_s": clock.timed_s,
             "micro_batch": result.micro_batch, "grad_accum": result.grad_accum, "did_not_fit": splits}
 
 
@@ -128,8 +135,13 @@ def main(argv: list[str] | None = None) -> int:
         out = {"status": "fail", "reason": _first_line(exc), "oom": False}
         if "--debug" in args:
             traceback.print_exc()
-    print(MARK + json.dumps(out), flush=True)
-    return 0
+    if os.environ.get("RANK", "0") == "0":  # under torchrun every rank measured; rank 0 speaks for them
+        print(MARK + json.dumps(out), flush=True)
+    elif out["status"] == "fail":  # another rank's failure ends rank 0 before it speaks: its stderr says why
+        print(f"rank {os.environ['RANK']}: {out['reason']}", file=sys.stderr, flush=True)
+    # under torchrun a rank that failed exits non-zero, so torchrun ends the others (which would
+    # otherwise wait in a collective for it until NCCL's timeout); rank 0's line is out by then
+    return 1 if out["status"] == "fail" and int(os.environ.get("WORLD_SIZE", "1")) > 1 else 0
 
 
 if __name__ == "__main__":  # the spawn guard: DataLoader workers re-import the main module on macOS

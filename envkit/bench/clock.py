@@ -4,6 +4,7 @@ and of the runs `envkit sweep --pack auto` times in stages (envkit/bench/stages.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 
@@ -29,6 +30,9 @@ class StepClock:
         self.micro, self.since, self.t0, self.n = None, 0, 0.0, 0
         self.rates: list[float] = []
         self.steps_timed, self.loss, self.peak_mb, self.unit = 0, None, None, "samples"
+        self.timed_s = 0.0  # the windows' seconds, summed
+        self.speaks = os.environ.get("RANK", "0") == "0"  # under torchrun rank 0 alone prints the running figure
+        self.group = None  # several processes: where they agree to close a window (agree)
 
     def __call__(self, *, step: int, loss, micro_batch: int, per_step: int, unit: str, epoch_samples: int = 0) -> bool:
         phase = self.count(step, loss, micro_batch, unit)
@@ -40,11 +44,12 @@ class StepClock:
             return False
         self.n += 1
         capped = self.max_steps is not None and self.steps_timed + self.n >= self.max_steps
-        if time.perf_counter() - self.t0 < self.window_s and not capped:
+        if not self.agree(time.perf_counter() - self.t0 >= self.window_s or capped):
             return False
         self.rates.append(self.close_window(per_step))
-        print(PROGRESS + json.dumps({"per_second": statistics.median(self.rates), "unit": unit, "window": len(self.rates),
-                                     "windows": self.windows, "micro_batch": micro_batch}), flush=True)
+        if self.speaks:
+            print(PROGRESS + json.dumps({"per_second": statistics.median(self.rates), "unit": unit, "window": len(self.rates),
+                                         "windows": self.windows, "micro_batch": micro_batch}), flush=True)
         self._read_peak()
         if len(self.rates) >= self.windows or capped:
             return True  # the loss of LOSS_STEP is read by now: warm-up >= 1 step, a window >= 1 step
@@ -64,11 +69,30 @@ class StepClock:
             return "warm-up"
         return "warm" if self.since == self.warmup_steps else "timing"
 
+    def agree(self, done: bool) -> bool:
+        """Whether the window closes at this step. One process: its own clock says. Under torchrun
+        every process must close its windows, and stop, at the same step: one that stopped alone
+        would leave the others waiting in the next step's all-reduce. So each step they take the
+        max of their flags, through gloo on the CPU (a tiny message, no wait on the device)."""
+        import torch
+
+        dist = torch.distributed
+        if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+            return done
+        if self.group is None:  # the CPU's default group is gloo already; NCCL carries device tensors only
+            self.group = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else dist.group.WORLD
+        flag = torch.tensor([int(done)], dtype=torch.int32)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)
+        return bool(flag.item())
+
     def close_window(self, per_step: int) -> float:
-        """The window's rate, read after a device sync (its work done before the clock is read)."""
+        """The window's rate, read after a device sync (its work done before the clock is read). per_step
+        is over all processes (Trainer.per_step): under torchrun the rate is the global one."""
         sync_device(self.device_type)
-        rate = self.n * per_step / (time.perf_counter() - self.t0)
+        seconds = time.perf_counter() - self.t0
+        rate = self.n * per_step / seconds
         self.steps_timed += self.n
+        self.timed_s += seconds
         return rate
 
     def _start_window(self) -> None:

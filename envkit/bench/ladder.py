@@ -31,6 +31,10 @@ LADDER: tuple[dict, ...] = (
     # compile with mode reduce-overhead, an option a user turns on, not a default
     {"name": "{dev} + cuda graphs", "on": "device", "adds": {"compile_mode": "reduce-overhead"}, "needs": "cudagraphs"},
     {"name": "{dev} + data on device", "on": "device", "adds": {"on_device": True}, "needs": "on_device"},
+    # several processes under torchrun, each with everything the last passing single-device rung had:
+    # what `envkit run --nproc-per-node N` does. Last, so a --budget that runs out loses these first
+    {"name": "{dev} + ddp", "on": "device", "adds": {"parallel": "ddp"}, "needs": "multi"},
+    {"name": "{dev} + fsdp", "on": "device", "adds": {"parallel": "fsdp"}, "needs": "multi"},
 )
 
 # What a later rung reverts to when the rung that added a setting did not pass (carry_forward).
@@ -53,10 +57,36 @@ class Rung:
     adds: dict = field(default_factory=dict)
     changes: str = ""  # what it changed over the rung before it, in config keys (describe)
 
+    @property
+    def nproc(self) -> int:
+        """Processes it trains with (torchrun's --nproc-per-node): 1 but for the data-parallel rungs."""
+        return int(self.settings.get("nproc") or 1)
+
 
 def accelerator(facts) -> str:
     """The accelerator this kind of machine would train on: mps on a Mac, cuda elsewhere."""
     return "mps" if getattr(facts, "is_macos", False) else "cuda"
+
+
+def cuda_devices(facts) -> int:
+    """The CUDA devices the target interpreter sees (CUDA_VISIBLE_DEVICES honoured), else the GPUs
+    nvidia-smi (or rocm-smi) lists: what torchrun's processes are shared out over, one each."""
+    count = (getattr(facts, "runtime", None) or {}).get("device_count")
+    if count is not None:
+        return int(count)
+    return len([g for g in getattr(facts, "gpus", None) or [] if getattr(g, "vendor", "nvidia") in ("nvidia", "amd")])
+
+
+def multi_skip(dev: str, nproc: int, gpus: int) -> tuple[str, str] | None:
+    """(why, in short) a data-parallel rung cannot run here, or None: one process per GPU."""
+    if dev != "cuda":
+        return f"the data-parallel rungs start one process per CUDA GPU: {dev} is one device", "CUDA only"
+    if nproc < 2:
+        return (f"data parallel needs 2 or more processes, one per GPU: {gpus} CUDA GPU{'s' if gpus != 1 else ''} here"
+                + (f", --nproc {nproc}" if nproc != gpus else ""), f"needs 2+ GPUs ({gpus} here)")
+    if nproc > gpus:
+        return f"--nproc {nproc} asks one GPU each, and {gpus} are here", f"--nproc {nproc} > {gpus} GPUs"
+    return None
 
 
 def low_precision(device: str, facts, checks: dict) -> tuple[str | None, str]:
@@ -109,16 +139,19 @@ def describe(adds: dict, device: str, baseline: bool = False) -> str:
              "compile_mode": lambda v: f"training.compile_mode: {v} (CUDA graphs)",
              "profile": lambda v: "the profile's dataloader, [torch] and env settings",
              "channels_last": lambda v: "model.channels_last: true",
-             "on_device": lambda v: "dataset.on_device: true (the rungs before: false)"}
+             "on_device": lambda v: "dataset.on_device: true (the rungs before: false)",
+             "parallel": lambda v: f"training.parallel: {v}", "nproc": lambda v: f"{v} processes (torchrun --nproc-per-node {v})"}
     return "; ".join(words[k](v) if k in words else f"{k}: {v}" for k, v in adds.items())
 
 
 def build_ladder(facts, checks: dict, target: str, model: str, *, no_compile: bool = False,
-                 on_device_data: bool = False) -> list[Rung]:
+                 on_device_data: bool = False, nproc: int | None = None, fsdp_problem=None) -> list[Rung]:
     """The rungs for this machine, each with its settings or the reason (and doctor check) it is skipped.
     on_device_data: the config's data set can be held on the device (data_can_live_on_device); the
     device rungs before the data-on-device rung then build batches with the DataLoader, so that
-    rung measures what holding the data there changes."""
+    rung measures what holding the data there changes. nproc: the data-parallel rungs' processes
+    (None: one per CUDA GPU here); fsdp_problem(settings) -> (why, short) | None: why the fsdp rung
+    cannot train this config (no sharding plan for the model, fp16), from the trainer's own check."""
     dev = target if target in ("cuda", "mps") else accelerator(facts)
     low, low_why = low_precision(dev, facts, checks)
     fast, fast_label, fast_why = fast_path(dev, model)
@@ -126,6 +159,8 @@ def build_ladder(facts, checks: dict, target: str, model: str, *, no_compile: bo
     first = {"precision": "fp32", **({"on_device": False} if on_device_data else {})}
     state = {"cpu": {"precision": "fp32"}, "device": first}
     dev_usable = target == dev and checks.get(dev) is not None and checks[dev].status == "pass"
+    gpus = cuda_devices(facts)
+    nproc = gpus if nproc is None else nproc
     for row in LADDER:
         if row.get("target_only") and row["target_only"] != target:
             continue
@@ -138,6 +173,8 @@ def build_ladder(facts, checks: dict, target: str, model: str, *, no_compile: bo
             adds["precision"] = low
         if row.get("needs") == "fast":
             adds = dict(fast)
+        if row.get("needs") == "multi":
+            adds["nproc"] = nproc
         rung = Rung(name, device, {**state[row["on"]], **adds}, baseline=bool(row.get("baseline")), adds=adds,
                     changes=describe(adds, device, bool(row.get("baseline"))))
         need = (row.get("needs") or "").format(dev=dev)
@@ -155,6 +192,10 @@ def build_ladder(facts, checks: dict, target: str, model: str, *, no_compile: bo
             rung.skip = rung.short = "--no-compile"
         elif need in ("compile", "cudagraphs") and checks.get("compile") is not None and checks["compile"].status != "pass":
             rung.skip, rung.check, rung.short = checks["compile"].message, "compile", "torch.compile unavailable"
+        elif need == "multi" and multi_skip(dev, nproc, gpus):
+            rung.skip, rung.short = multi_skip(dev, nproc, gpus)
+        elif need == "multi" and adds["parallel"] == "fsdp" and fsdp_problem and fsdp_problem(rung.settings):
+            rung.skip, rung.short = fsdp_problem(rung.settings)
         if rung.skip is None:
             state[row["on"]] = dict(rung.settings)
         rungs.append(rung)

@@ -50,6 +50,15 @@ def header(report) -> str:
             f"profile {report.profile or 'none'}, torch {report.torch or '?'}")
 
 
+def scaling_text(r) -> str:
+    """A data-parallel rung against the best single-GPU rung: `x1.87 of cuda + profile on 2 GPUs, 94% per GPU`."""
+    if r.world < 2:
+        return ""
+    if r.scaling is None:
+        return f"{r.world} processes, no single-GPU rung to compare with"
+    return f"x{r.scaling:.2f} of {r.scaling_over} on {r.world} GPUs, {100 * r.efficiency:.0f}% per GPU"
+
+
 def render_plain(report, echo) -> None:
     cols = width()
     for line in _wrap(header(report), cols):
@@ -64,6 +73,8 @@ def render_plain(report, echo) -> None:
             continue
         echo(_crop(f"[{r.status}] {r.name}: {r.per_second:,.0f} {report.unit}/s, x{_num(r.speedup, '.2f')}, "
                    f"peak {_num(r.peak_memory_mb, ',.0f')} MB, loss {_num(r.loss, '.4f')}", cols))
+        if scaling_text(r):
+            echo(_crop(f"       {scaling_text(r)}", cols))
         if r.changed:
             echo(_crop(f"       changed {r.changed}", cols))
         if r.reason:
@@ -111,6 +122,11 @@ def render_rich(report, console) -> None:
                           _num(r.per_second, ",.0f"), "-" if r.speedup is None else f"x{r.speedup:.2f}",
                           _num(r.peak_memory_mb, ",.0f"), _num(r.loss, ".4f"))
         console.print(table)
+        for r in ran:  # the data-parallel rungs: scaling over the best single GPU, and per GPU
+            if scaling_text(r):
+                line = Text(f"{r.name}: ", style="bold")
+                line.append(scaling_text(r))
+                console.print(line, no_wrap=True, overflow="ellipsis")
         for r in ran:  # what each measured rung changed: the figure's cause, in the keys a user would set
             if r.changed:
                 line = Text(f"{r.name} changed ", style="bold")

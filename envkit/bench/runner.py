@@ -26,11 +26,17 @@ _BOOT = ("import sys, runpy; sys.path.append({folder!r}); "
          "runpy.run_module('envkit.bench.child', run_name='__main__', alter_sys=True)")
 
 
-def child_command(python: str, spec_path: Path, debug: bool = False) -> list[str]:
-    from envkit.train.run.torchrun import child_entry
+def child_command(python: str, spec_path: Path, debug: bool = False, nproc: int = 1) -> list[str]:
+    """The child's command line; with nproc > 1 under torchrun on this machine (`envkit run
+    --nproc-per-node N` starts the trainer so: torchrun.py), which runs the same command N times
+    with RANK, WORLD_SIZE and the rendezvous set, from which the trainer sets up DDP or FSDP."""
+    from envkit.train.run.torchrun import Nodes, child_entry, torchrun_head
 
     folder = str(child_entry().parent)
-    return [python, "-u", "-c", _BOOT.format(folder=folder), str(spec_path), *(["--debug"] if debug else [])]
+    cmd = [python, "-u", "-c", _BOOT.format(folder=folder), str(spec_path), *(["--debug"] if debug else [])]
+    if nproc > 1:  # --no-python: torchrun runs the command as given (it takes a script otherwise, not `-c`)
+        return [*torchrun_head(python, Nodes(), nproc), "--no-python", *cmd]
+    return cmd
 
 
 def child_env(spec: RunSpec, base: dict[str, str]) -> dict[str, str]:
@@ -38,8 +44,20 @@ def child_env(spec: RunSpec, base: dict[str, str]) -> dict[str, str]:
     env.update(spec.env)
     if spec.threads:
         env["OMP_NUM_THREADS"] = str(spec.threads)  # before torch starts: its OpenMP pool reads it
+    elif spec.nproc > 1:
+        from envkit.train.run.launcher import omp_threads_per_process
+
+        # what `envkit run` gives each torchrun process: its share of the cores (or of the profile's count)
+        env["OMP_NUM_THREADS"] = omp_threads_per_process(_Profile(spec.env), env, spec.nproc)
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+class _Profile:
+    """The profile as omp_threads_per_process reads it: its environment variables."""
+
+    def __init__(self, env: dict[str, str]):
+        self.env = env
 
 
 class Interrupted(Exception):
@@ -55,7 +73,7 @@ def run_spec(spec: RunSpec, python: str, base_env: dict[str, str], timeout: floa
         path = Path(tmp) / "spec.json"
         path.write_text(json.dumps(spec.to_dict()))
         kwargs = {"start_new_session": True} if os.name == "posix" else {}  # Ctrl-C reaches envkit, which ends the child
-        proc = subprocess.Popen(child_command(python, path, debug), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        proc = subprocess.Popen(child_command(python, path, debug, spec.nproc), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, env=child_env(spec, base_env), **kwargs)
         out: list[str] = []
         err: list[str] = []
@@ -75,19 +93,26 @@ def run_spec(spec: RunSpec, python: str, base_env: dict[str, str], timeout: floa
         for t in readers:
             t.join(timeout=10)
     seconds = time.perf_counter() - t0
+    return read_result(spec.name, out, seconds) or RunResult(
+        spec.name, "fail", reason=f"the child {_describe(proc.returncode)}: {_tail(chr(10).join(err))}", seconds=seconds)
+
+
+def read_result(name: str, out: list[str], seconds: float = 0.0) -> RunResult | None:
+    """The child's result line (its last, under torchrun rank 0's), or None when it printed none."""
     for line in reversed(out):
         if line.startswith(MARK):
             data = json.loads(line[len(MARK):])
-            r = RunResult(spec.name, data["status"], data.get("per_second"), data.get("unit", "samples"),
+            r = RunResult(name, data["status"], data.get("per_second"), data.get("unit", "samples"),
                           data.get("peak_memory_mb"), data.get("loss"), data.get("reason", ""), steps=data.get("steps") or 0,
                           micro_batch=data.get("micro_batch"), grad_accum=data.get("grad_accum"),
-                          did_not_fit=data.get("did_not_fit") or [], seconds=seconds)
+                          did_not_fit=data.get("did_not_fit") or [], seconds=seconds,
+                          world=data.get("world") or 1, timed_s=data.get("timed_s"))
             r.rss_peak_mb, r.device_free_mb = data.get("rss_peak_mb"), data.get("device_free_mb")
             r.device_used_mb = data.get("device_used_mb")
             if data.get("oom"):
                 r.note = "oom"
             return r
-    return RunResult(spec.name, "fail", reason=f"the child {_describe(proc.returncode)}: {_tail(chr(10).join(err))}", seconds=seconds)
+    return None
 
 
 def _read(stream, lines: list[str], name: str, on_progress) -> None:
@@ -102,9 +127,15 @@ def _read(stream, lines: list[str], name: str, on_progress) -> None:
 
 
 def _kill(proc: subprocess.Popen) -> None:
+    """The child and everything it started. Its process group holds its DataLoader workers; torchrun
+    starts each worker in a session of its own (out of that group's reach), and a SIGKILLed torchrun
+    cannot end them: they are found as descendants first, and each one's group killed too."""
     try:
         if os.name == "posix":
-            os.killpg(proc.pid, signal.SIGKILL)  # DataLoader workers too
+            tree = descendants(proc.pid)
+            os.killpg(proc.pid, signal.SIGKILL)
+            for pid in tree:
+                _kill_group(pid)
         else:
             proc.kill()
     except (ProcessLookupError, PermissionError):
@@ -112,6 +143,49 @@ def _kill(proc: subprocess.Popen) -> None:
     try:
         proc.communicate(timeout=10)
     except (subprocess.TimeoutExpired, ValueError, OSError):
+        pass
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below pid (children, theirs, ...)."""
+    children: dict[int, list[int]] = {}
+    for child, parent in _parents():
+        children.setdefault(parent, []).append(child)
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _parents() -> list[tuple[int, int]]:
+    """(pid, parent pid) of every process: from /proc on Linux (a slim container may have no `ps`),
+    else from `ps` (macOS)."""
+    proc = Path("/proc")
+    if (proc / "self" / "stat").exists():
+        pairs = []
+        for stat in proc.glob("[0-9]*/stat"):
+            try:  # the name, in parentheses, may hold spaces: the fields after its last ")"
+                pairs.append((int(stat.parent.name), int(stat.read_text().rsplit(")", 1)[1].split()[1])))
+            except (OSError, IndexError, ValueError):
+                continue  # ended meanwhile
+        return pairs
+    try:
+        listing = subprocess.run(["ps", "-A", "-o", "pid=", "-o", "ppid="], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [(int(a), int(b)) for a, b in (ln.split() for ln in listing.splitlines() if len(ln.split()) == 2)
+            if a.isdigit() and b.isdigit()]
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        if os.getpgid(pid) == pid:  # a torchrun worker leads its own group: its DataLoader workers with it
+            os.killpg(pid, signal.SIGKILL)
+        else:
+            os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
         pass
 
 

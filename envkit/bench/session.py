@@ -33,7 +33,7 @@ class BenchReport:
 
     def to_dict(self) -> dict:
         keys = ("name", "status", "per_second", "speedup", "peak_memory_mb", "loss", "reason", "micro_batch", "grad_accum",
-                "did_not_fit", "steps", "seconds", "changed")
+                "did_not_fit", "steps", "seconds", "changed", "world", "scaling", "scaling_over", "efficiency")
         return {"device": self.device, "model": self.model,
                 "rungs": [{**{k: getattr(r, k) for k in keys}, "check": r.check} for r in self.rungs],
                 "unit": self.unit, "profile": self.profile, "torch": self.torch, "batch_size": self.batch_size,
@@ -68,7 +68,7 @@ def spec_for(ctx: BenchContext, rung: Rung, *, seconds: float | None = None) -> 
     spec = RunSpec(rung.name, rung.device, ctx.config.resolved(), precision=s.get("precision") or "fp32",
                    compile=bool(s.get("compile")), channels_last=bool(s.get("channels_last")),
                    compile_mode=s.get("compile_mode"), on_device=s.get("on_device"),
-                   batch_size=int(T.batch_size), grad_accum=int(T.grad_accum),
+                   batch_size=int(T.batch_size), grad_accum=int(T.grad_accum), nproc=rung.nproc, parallel=s.get("parallel"),
                    seed=int(ctx.config.experiment.seed), **measurement_for(rung, ctx.target, seconds))
     if s.get("profile") and ctx.profile is not None:
         p = ctx.profile
@@ -79,6 +79,34 @@ def spec_for(ctx: BenchContext, rung: Rung, *, seconds: float | None = None) -> 
         spec.torch_settings = dict(p.torch)
         spec.env = ctx.profile_env()
     return spec
+
+
+def fsdp_problem(config, nproc: int):
+    """The fsdp rung's check: the trainer's own (sharding.config_problem: a model with no sharding
+    plan, fp16 without a sharded GradScaler), for the rung's precision. (why, in short) or None."""
+    from envkit.train.run.sharding import config_problem
+
+    def problem(settings: dict):
+        cfg = config.replace_many({"training.parallel": "fsdp", "training.precision": settings.get("precision") or "fp32"})
+        found = config_problem(cfg, max(2, nproc))
+        if found is None:
+            return None
+        why = found[0]
+        return why, ("no sharding plan for this model" if "sharding plan" in why else why.split(" needs ")[0][:40])
+    return problem
+
+
+def scale(result: RunResult, results: list[RunResult], device: str) -> None:
+    """A data-parallel rung against the best single-process rung on its device: x1.87 of cuda + profile
+    on 2 GPUs is 94% per GPU. The rate is the global one (all processes' samples or tokens)."""
+    if result.world < 2 or result.status not in ("ok", "flagged") or not result.per_second:
+        return
+    single = [r for r in results if r.world == 1 and r.status == "ok" and r.per_second and r.name.startswith(device)]
+    best = max(single, key=lambda r: r.per_second, default=None)
+    if best is None:
+        return
+    result.scaling, result.scaling_over = result.per_second / best.per_second, best.name
+    result.efficiency = result.scaling / result.world
 
 
 def fit_note(r: RunResult) -> str:
@@ -106,12 +134,15 @@ def measuring_order(rungs: list, target: str, baseline: str = "cpu") -> list[int
 
 
 def run_bench(ctx: BenchContext, *, no_compile: bool = False, seconds: float | None = None, budget_s: float = 240.0,
-              baseline: str = "cpu", on_start=None, on_progress=None, on_rung=None, debug: bool = False) -> BenchReport:
+              baseline: str = "cpu", on_start=None, on_progress=None, on_rung=None, debug: bool = False,
+              nproc: int | None = None) -> BenchReport:
     """Every rung in its own child, within `budget_s` for the whole ladder. baseline "device": the
-    CPU rung is skipped and the first device rung is the reference for speed-ups and losses."""
+    CPU rung is skipped and the first device rung is the reference for speed-ups and losses. nproc:
+    the data-parallel rungs' processes (None: one per CUDA GPU)."""
     t0 = time.monotonic()
     rungs = build_ladder(ctx.facts, ctx.checks, ctx.target, ctx.model, no_compile=no_compile,
-                         on_device_data=data_can_live_on_device(ctx.config.dataset))
+                         on_device_data=data_can_live_on_device(ctx.config.dataset), nproc=nproc,
+                         fsdp_problem=fsdp_problem(ctx.config, nproc or 2))
     timing = measurement_for(Rung("", ctx.target), ctx.target, seconds)  # a rung on the training device
     report = BenchReport(ctx.target, ctx.model, [], profile=getattr(ctx.profile, "name", None),
                          torch=getattr(ctx.facts.torch, "version", None),
@@ -158,6 +189,7 @@ def run_bench(ctx: BenchContext, *, no_compile: bool = False, seconds: float | N
             if ref is None and result.status == "ok" and (rung.baseline or baseline == "device"):
                 ref = result
             judge(result, ref)
+            scale(result, list(results.values()), ctx.target)
             report.unit = result.unit if result.status in ("ok", "flagged") else report.unit
         result.changed = rung.changes
         results[i] = result

@@ -32,6 +32,10 @@ class RunSpec:
     max_steps: int | None = None  # a cap on the timed steps (the CPU baseline: a few steps, said so)
     split_oom: bool = True  # the trainer splits a micro-batch that does not fit (False: report it, stop)
     seed: int = 1337
+    # the data-parallel rungs: processes started by torchrun (one per GPU), and training.parallel
+    # (ddp | fsdp; None: the config's own, one process)
+    nproc: int = 1
+    parallel: str | None = None
     # sweep --pack auto: the folder where runs started together are timed in stages (bench/stages.py),
     # and this run's place among them
     stages: str | None = None
@@ -67,6 +71,11 @@ class RunResult:
     rss_peak_mb: float | None = None  # the child process's peak resident memory (torch included)
     device_free_mb: float | None = None  # what the device had free when the child started (CPU: RAM available)
     device_used_mb: float | None = None  # CUDA: how much less was free at the end (context and cache included)
+    world: int = 1  # processes it trained with; per_second is over all of them (the global batch / window time)
+    timed_s: float | None = None  # rank 0's timed windows, summed: per_second x timed_s is what they trained, at one window
+    scaling: float | None = None  # several processes: per_second over the best single-device rung's
+    scaling_over: str | None = None  # ... that rung's name
+    efficiency: float | None = None  # scaling / world: 1.0 when each GPU keeps its single-GPU rate
 
     def to_dict(self) -> dict:
         return asdict(self)

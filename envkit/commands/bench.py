@@ -1,5 +1,5 @@
 """`envkit bench`: the optimization ladder (CPU fp32 baseline, the device, bf16/fp16, compile, the
-profile's settings, channels_last for the cnn), each rung a fresh child process that trains with the trainer's own
+profile's settings, channels_last for the cnn, then ddp and fsdp over the GPUs), each rung a fresh child process that trains with the trainer's own
 step (envkit/bench/child.py), timed for a few seconds after warm-up, the whole ladder within --budget."""
 
 from __future__ import annotations
@@ -26,12 +26,15 @@ import click
               help="cpu: the CPU fp32 rung (capped to a few steps on a GPU machine) is the reference; device: skip it, "
                    "the first device rung is.")
 @click.option("--no-compile", is_flag=True, help="Skip the torch.compile rungs (compiling takes a minute on a CPU).")
+@click.option("--nproc", "nproc", type=click.IntRange(1, 1024), default=None,
+              help="Processes for the ddp and fsdp rungs, one GPU each (default: every CUDA GPU here; they need 2 or more).")
 @click.option("--output", "output", type=click.Path(dir_okay=False), default=None,
               help="Where to save the results (default runs/bench/MODEL-DEVICE-TIME.json).")
 @click.option("--plot", "plot", type=click.Path(dir_okay=False), default=None, help="Also draw the ladder as a PNG bar chart.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.pass_context
-def bench(ctx, model, config_path, profile_name, device, python, seconds, budget, baseline, no_compile, output, plot, as_json) -> None:
+def bench(ctx, model, config_path, profile_name, device, python, seconds, budget, baseline, no_compile, nproc, output, plot,
+          as_json) -> None:
     """Measure the optimization ladder on this machine through the trainer's own step: samples or
     tokens per second, speed-up over the baseline, peak memory, and the loss after the same steps
     (flagged when it departs). A micro-batch that does not fit is split (the effective batch kept) and said."""
@@ -52,7 +55,7 @@ def bench(ctx, model, config_path, profile_name, device, python, seconds, budget
         report = run_bench(bctx, no_compile=no_compile, seconds=seconds, budget_s=budget_s, baseline=baseline,
                            on_start=shown.start, on_progress=shown.update,
                            on_rung=lambda r: shown.done(r.name, r.status, r.per_second, r.unit, r.seconds, r.reason),
-                           debug=bool(ctx.obj and ctx.obj.get("debug")))
+                           debug=bool(ctx.obj and ctx.obj.get("debug")), nproc=nproc)
     save_report(report, Path(output) if output else None)
     if plot:
         report.notes.append(f"plot: {plot_ladder(report, Path(plot))}")
