@@ -124,7 +124,7 @@ def default_sigint() -> None:
 # cores). `pytest -m "not slow" -n auto` runs the rest in about a minute; CI runs everything.
 # Files measured with --durations (a file whose every test takes under a few seconds is not here).
 SLOW_FILES = frozenset({
-    "test_train_run.py", "test_slurm.py", "test_bench_tune.py", "test_train_faults.py", "test_fsdp.py",
+    "test_train_run.py", "test_slurm.py", "test_bench_tune.py", "test_train_faults.py", "test_fsdp.py", "test_processes.py",
     "test_train_prefetch.py", "test_sweep.py", "test_sweep_pack.py", "test_owner_exec_sweep.py", "test_run_owner.py",
     "test_bench_failures.py", "test_auto_batch.py", "test_train_tokens.py", "test_train_cifar.py", "test_bad_images.py",
     "test_train_multinode.py", "test_checkpoint_keep.py", "test_stop_without_start_time.py", "test_json_stdout.py",
@@ -144,7 +144,7 @@ SLOW_FILES = frozenset({
 LONGEST_FIRST = (
     "test_slurm.py", "test_reproduce.py", "test_bench_tune.py", "test_docs_examples.py", "test_readme_tour.py",
     "test_train_templates.py", "test_train_faults.py", "test_train_run.py", "test_owner_exec_sweep.py", "test_lock.py",
-    "test_fsdp.py", "test_json_stdout.py", "test_packaging.py", "test_setup.py", "test_exec.py", "test_pylock_real.py",
+    "test_processes.py", "test_fsdp.py", "test_json_stdout.py", "test_packaging.py", "test_setup.py", "test_exec.py", "test_pylock_real.py",
     "test_run_owner.py", "test_selftest.py", "test_bench_failures.py", "test_sweep.py", "test_sweep_pack.py",
     "test_install_failures.py", "test_pylock_interop.py", "test_auto_batch.py", "test_train_tokens.py", "test_train_prefetch.py",
 )

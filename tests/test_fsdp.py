@@ -177,7 +177,8 @@ def _flip_a_byte(path: Path) -> None:
 def test_a_sharded_checkpoint_resumes_on_one_process_as_a_ddp_one_does(tmp_path, two_process_runs):
     """The 2-process runs stopped at step 12; each newest checkpoint is damaged (one byte of one fsdp
     shard, one byte of the ddp file), so both resume from step 8, on one process: the same weights,
-    optimizer state and data position make the same losses."""
+    optimizer state and data position make the same losses. Their batch_size is per process, so the
+    step's global batch halves, and the log says so (test_processes.py resumes with the same one)."""
     shutil.copytree(two_process_runs[0] / "runs", tmp_path / "runs")  # a copy: the other test reads the stopped runs
     _flip_a_byte(_dir(tmp_path, "fsdp") / "checkpoints" / "step_00000012.dcp" / "__1_0.distcp")
     _flip_a_byte(_dir(tmp_path, "ddp") / "checkpoints" / "step_00000012.pt")
@@ -188,7 +189,12 @@ def test_a_sharded_checkpoint_resumes_on_one_process_as_a_ddp_one_does(tmp_path,
     f, g = _dir(tmp_path, "fsdp"), _dir(tmp_path, "ddp")
     log = (f / "train.log").read_text()
     assert "skipping corrupt checkpoint step_00000012.dcp" in log and "__1_0.distcp: checksum mismatch" in log, log
-    assert "checkpoint step_00000008.dcp was written by 2 processes, resumed on 1" in log, log
+    # batch_size is per process: one process trains half the global batch, said in one line with the way to resume exactly
+    said = [line for line in log.splitlines() if "checkpoint step_00000008.dcp was written by 2 processes, resumed on 1" in line]
+    assert len(said) == 1 and said[0].endswith(
+        "weights and optimizer state resharded; global batch 32 (2 processes x 16), now 16 (1 process x 16): the data position "
+        "is kept, the losses will not match an uninterrupted run; to resume exactly: --nproc-per-node 2 (a run with "
+        "training.global_batch_size keeps its global batch at any process count)"), said
     assert _summary(f)["resumed_from"] == "step_00000008.dcp" and _summary(g)["resumed_from"] == "step_00000008.pt"
     assert _summary(f)["world_size"] == 1 and _summary(f)["status"] == "completed" and _summary(f)["steps"] == 16
     _close(_losses(f), _losses(g), range(9, 17))

@@ -24,6 +24,7 @@ from envkit.plan.rundirs import (
     experiment_dir,
     place_combination,
 )
+from envkit.train.run.config import per_process_batch
 from envkit.train.run.torchrun import Nodes
 
 
@@ -62,6 +63,7 @@ def _one_run(base: Plan, r: Resolved) -> Plan:
     req, cfg = base.request, base.cfg
     machine = hold_against_machine(cfg, base.facts) if req.here else []  # the login node is not the machine that trains
     check_processes(cfg, req)
+    cfg = per_process_batch(cfg, req.world)  # training.global_batch_size: refused here, before anything starts, if it does not split
     run_id = req.run_id or (base.nodes.rdzv_id if base.nodes.nnodes > 1 else None)  # every node names the same run
     run_dir, resuming, note, saved = choose_for_run(cfg, run_id, req.resume)
     batch_note = None

@@ -82,7 +82,7 @@ def command_paths(command: list[str], top: Path | None) -> list[tuple[str, str]]
 
 def write_run_record(run_dir: Path, *, python: str | None, config=None, command: list[str] | None = None,
                      project: Path | None = None, facts=None, detached: bool = False,
-                     profile: str | None = None) -> threading.Thread | None:
+                     profile: str | None = None, processes: dict | None = None) -> threading.Thread | None:
     """pylock.toml, code/ and record.json in run_dir (config: a train Config, for `envkit run`;
     command: the argv of `envkit exec`). Called before the run's code starts, and its code state is
     taken here and now, before it returns (the commit, the patch, the untracked files, the
@@ -92,7 +92,9 @@ def write_run_record(run_dir: Path, *, python: str | None, config=None, command:
     trainer or the command starts; record.json is written when it ends, files.PENDING marks the run
     folder until then. The thread is not a daemon: the caller waits for it before it returns
     (`envkit exec` joins it; `envkit run`'s process ends only once it is done). None for a resumed
-    run (its record is its start's). `detached` is kept for callers; the record is the same."""
+    run (its record is its start's). `detached` is kept for callers; the record is the same.
+    `processes`: {"world": all processes, "nodes": machines} of an `envkit run` run: its arithmetic
+    (how a batch is split and its gradients summed), which a reproduction trains with again."""
     run_dir = Path(run_dir)
     if (run_dir / files.RECORD).is_file():
         return None
@@ -100,6 +102,8 @@ def write_run_record(run_dir: Path, *, python: str | None, config=None, command:
     try:
         atomic_write_text(run_dir / files.PENDING, json.dumps({"pid": os.getpid()}))
         rec, errors = capture(run_dir, config=config, command=command, project=project, cwd=os.getcwd(), profile=profile)
+        if processes is not None:
+            rec["processes"] = dict(processes)
     except OSError:  # a full disk: the run's own files say so (train.log, summary.json); no record is written
         (run_dir / files.PENDING).unlink(missing_ok=True)
         return None

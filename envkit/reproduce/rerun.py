@@ -173,6 +173,26 @@ def run_config(run_dir: Path, new_dir: Path, rec: dict | None = None) -> tuple[P
     return path, pins, notes
 
 
+def processes(run_dir: Path, rec: dict, say) -> list[str]:
+    """`--nproc-per-node N` for the run's own process count: how a batch is split over processes and
+    their gradients summed is part of the arithmetic (one process trains another sum, and with a
+    batch_size per process another batch). The sealed record's count; a record from before it kept
+    one: summary.json's world_size. A run of several machines is trained here with all its processes
+    (the same splits and sums; on the CPU gloo's, on GPUs it needs as many of them here)."""
+    from envkit.runfolder.folder import RunFolder
+    from envkit.runfolder.records import MAX_PROCESSES
+
+    recorded = rec.get("processes") or {}
+    world, nodes = recorded.get("world"), recorded.get("nodes") or 1
+    if world is None:
+        world = RunFolder(run_dir).summary.get("world_size")
+    if not isinstance(world, int) or isinstance(world, bool) or not 1 < world <= MAX_PROCESSES:
+        return []
+    if nodes > 1:
+        say(f"note: the run trained on {nodes} machines, {world} processes in all: trained here with --nproc-per-node {world}")
+    return ["--nproc-per-node", str(world)]
+
+
 def rerun(run_dir: Path, rec: dict, new_dir: Path, venv: Path, restored, steps: int | None, say, device: str | None = None,
           elsewhere: bool = False) -> int:
     """Train the reproduction; its exit code. `device`: train on it (--device). A run from another
@@ -206,7 +226,8 @@ def rerun(run_dir: Path, rec: dict, new_dir: Path, venv: Path, restored, steps: 
             pins += [f"device.type={device}"] if device else []
             cmd = [sys.executable, "-m", "envkit", "run", str(path), "--run-id", new_dir.name, "--resume", "never",
                    "--python", python_of(venv), *(["--profile", profile] if profile else []),
-                   *[a for p in pins for a in ("--set", p)], *(["--stop-after", str(steps)] if steps else [])]
+                   *[a for p in pins for a in ("--set", p)], *(["--stop-after", str(steps)] if steps else []),
+                   *processes(run_dir, rec, say)]
             cwd = _cwd(restored, rec.get("cwd"), run_dir, fallback=run_dir.parent.parent.parent)
         say(f"training again into {new_dir}: {' '.join(cmd[3:])}")
         return subprocess.run(cmd, env=env, cwd=cwd, stdout=sys.stderr, check=False).returncode

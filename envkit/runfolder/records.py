@@ -172,6 +172,8 @@ class RunRecord:
     config: dict  # config_record(): declared, overrides, derived_at_start, origin, profile, source
     deterministic: bool
     errors: tuple[str, ...]
+    processes: int | None = None  # an `envkit run` run's processes in all (None: a record from before it kept them)
+    nodes: int = 1
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -204,10 +206,26 @@ class RunRecord:
                    local=tuple(LocalDist.from_reader(d) for _, d in env.objects("local")),
                    missing_hashes=tuple(env.strings("missing_hashes")), data=tuple(data_entries),
                    config=dict(cfg.data), deterministic=bool(r.obj("determinism").get("deterministic", (bool,), False)),
-                   errors=tuple(r.strings("errors")), raw=dict(data))
+                   errors=tuple(r.strings("errors")), raw=dict(data), **_processes(r.obj("processes")))
 
     def to_json(self) -> dict:
         return dict(self.raw)
+
+
+MAX_PROCESSES = 65536
+
+
+def _processes(r: _Reader) -> dict:
+    """record.json's {"world", "nodes"}: counts a reproduction starts processes by, so each is held
+    to a count envkit could have written (a crafted folder cannot ask for a million processes)."""
+    out = {}
+    for key, name in (("world", "processes"), ("nodes", "nodes")):
+        value = r.get(key, (int,))
+        if value is not None and not 1 <= value <= MAX_PROCESSES:
+            r.fail(key, f"is {value}, not a process count (1 to {MAX_PROCESSES})")
+        if value is not None:
+            out[name] = value
+    return out
 
 
 THREAD_COUNT = re.compile(r"[1-9][0-9]{0,5}")

@@ -295,6 +295,25 @@ def is_factory(name: str) -> bool:
     return ":" in name and bool(re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", name))
 
 
+def per_process_batch(cfg: Config, world: int) -> Config:
+    """training.global_batch_size: batch_size per process from the process count, derived (outside
+    the config hash), so a checkpoint of this config resumes on another process count with the same
+    global batch, and the same steps. cfg itself without it. One EnvkitError when the processes and
+    the accumulation do not divide it (a global batch rounded would not be the one asked for)."""
+    t = cfg.training
+    total = t.global_batch_size
+    if total is None:
+        return cfg
+    share = world * t.grad_accum
+    if total % share:
+        near = max(share, round(total / share) * share)
+        raise EnvkitError(f"training.global_batch_size {total} does not split over {world} process{'es' if world > 1 else ''} "
+                          f"x grad_accum {t.grad_accum} (a multiple of {share} does)", where=where_set(cfg, "training.global_batch_size"),
+                          fix=f"--set training.global_batch_size={near}, or another --nproc-per-node or training.grad_accum")
+    return cfg.derive("training.batch_size", total // share,
+                      origin=f"global_batch_size: {total} over {world} process{'es' if world > 1 else ''} x {t.grad_accum} accum")
+
+
 def check_consistency(cfg: Config) -> Config:
     """Rules across keys: model/dataset types, keys that do not apply, dataset paths, head sizes.
     Returns cfg, a factory model's empty kwargs made a mapping."""

@@ -114,7 +114,8 @@ def _write_run_files(p: Plan, run_dir: Path, child_env: dict) -> None:
     atomic_write_text(run_dir / names.ENVIRONMENT, json.dumps(redact(env_doc), indent=2, default=str) + "\n")
     from envkit.record.start import write_run_record
 
-    write_run_record(run_dir, python=p.python, config=p.cfg, project=src, facts=p.facts)  # pylock.toml, code/, record.json
+    write_run_record(run_dir, python=p.python, config=p.cfg, project=src, facts=p.facts,  # pylock.toml, code/, record.json
+                     processes={"world": p.request.world, "nodes": p.request.node_count})
 
 
 

@@ -192,7 +192,7 @@ class _Loop:
         do_save = bool(every["checkpoint"] and step % every["checkpoint"] == 0) or at_end
         if not (do_log or do_eval or do_save):
             return True
-        loss = float(out.loss) if do_log else None  # syncs with the device
+        loss = self.tr.global_loss(out.loss) if do_log else None  # syncs with the device
         val = None
         if do_eval and recover.check_finite(self.tr, loss):
             with self.tr.clock.pause():

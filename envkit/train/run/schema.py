@@ -107,6 +107,10 @@ class Training:
     memory_fraction: float = F("float", 0.8, gt=0, max=1, help="batch_size auto: the share of the device's memory the run may plan for")
     batch_size_max: int = F("int", 1024, min=1, help="batch_size auto: never above this")
     grad_accum: int = F("int", 1, min=1, help="micro-steps per optimizer step")
+    global_batch_size: int | None = F("int", None, nullable=True, min=1,
+                                      help="samples per optimizer step over all processes; sets batch_size per process "
+                                           "(global_batch_size / (processes x grad_accum)), so the run resumes on another "
+                                           "process count with the same steps (a batch_size beside it has no effect)")
     lr: float = F("float", 3e-4, gt=0, help="peak learning rate")
     min_lr: float | None = F("float", None, nullable=True, min=0, help="end of the cosine (default lr/10)")
     schedule: str = F("str", "cosine", choices=("cosine", "constant"), help="after the warm-up: cosine from lr to min_lr, or constant lr")
@@ -254,6 +258,9 @@ MOOT_WHEN = (
     ("training.beta1", "training.optimizer", ("sgd",), "sgd has no betas (its momentum is training.momentum)", None),
     ("training.beta2", "training.optimizer", ("sgd",), "sgd has no betas (its momentum is training.momentum)", None),
     ("training.compile_mode", "training.compile", (False,), "compile_mode is torch.compile's mode", None),
+    # a note, not a refusal: `envkit reproduce` writes a run's file and --set values into one train.yaml
+    ("training.batch_size", "training.global_batch_size", "set", "global_batch_size sets the batch per process from the "
+     "process count", None),
     ("training.memory_fraction", "training.batch_size", "number", "only batch_size auto plans with it", None),
     ("training.batch_size_max", "training.batch_size", "number", "only batch_size auto is capped by it", None),
     ("training.nan_lr_factor", "training.nan_policy", ("stop",), "nan_policy stop never rolls back", None),

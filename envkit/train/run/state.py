@@ -38,10 +38,13 @@ class TrainState:
     def restore(self, saved: dict, batch_size: int, grad_accum: int, world: int = 1) -> None:
         """Counters from a checkpoint. A micro-batch split after an out-of-memory stays split (the
         smaller of the checkpoint's and this process's), and the data position is converted to it,
-        and to this run's process count (a position counts global batches of micro x world)."""
+        and to this run's process count (a position counts global batches of micro x world). A
+        checkpoint of another process count that was never split has another micro-batch only because
+        batch_size per process follows the count (training.global_batch_size): this one's is kept."""
         loop = saved.get("loop", {})
         saved_micro = loop.get("micro_batch") or batch_size
-        micro = min(saved_micro, self.micro_batch)
+        split = (loop.get("grad_accum") or grad_accum) > grad_accum  # the accumulation grew: an out-of-memory split
+        micro = min(saved_micro, self.micro_batch) if split else self.micro_batch
         self.step = saved["step"]
         saved_world = saved.get("world") or world
         self.batches = saved["data"]["batches"] * saved_micro * saved_world // (micro * world)

@@ -25,7 +25,7 @@ from envkit.train.data.prefetch import DeviceBatches, want_fetch_ahead
 from envkit.train.recovery.guards import resolve_device
 from envkit.train.run import checkpoint as ckpt
 from envkit.train.run import determinism
-from envkit.train.run.config import Config, Dataloader, Training
+from envkit.train.run.config import Config, Dataloader, Training, per_process_batch
 from envkit.train.recovery.guards import TrainingStopped
 from envkit.train.run import sharded_checkpoint as sharded
 from envkit.train.run import sharding
@@ -97,11 +97,25 @@ class Trainer:
         per_sample = self.data.tokens_per_sample if self.data.kind == "lm" else 1
         return state.micro_batch * state.grad_accum * self.world * per_sample
 
+    def global_loss(self, loss: torch.Tensor) -> float:
+        """The step's loss over the global batch, as metrics.jsonl logs it: each process's mean over its
+        share, averaged over the processes. The shares are equal (the sampler's slices of one global
+        batch), so this is the mean over the whole batch that DDP's averaged gradients are the gradient
+        of, and the same number at any process count (a resume on another count compares). Every
+        process calls it at the same (logged) steps: it is a collective."""
+        if self.world > 1:
+            loss = loss.detach().clone()
+            torch.distributed.all_reduce(loss)  # a sum: gloo has no average
+            loss /= self.world
+        return float(loss)
+
     # -- building
     @classmethod
     def build(cls, cfg: Config, run_dir: Path, torch_settings: dict | None, log) -> "Trainer":
-        tr = cls(cfg, Path(run_dir), int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0")),
-                 int(os.environ.get("WORLD_SIZE", "1")), log)
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        # training.global_batch_size: this process's share (a sweep's runs and bench come here without envkit run's plan)
+        tr = cls(per_process_batch(cfg, world), Path(run_dir), int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0")),
+                 world, log)
         tr._setup_device(torch_settings)
         tr._setup_data()
         tr._setup_precision()
@@ -259,6 +273,23 @@ class Trainer:
     def checkpoint(self, state: TrainState) -> dict:
         return {"model": self.raw_model.state_dict(), "optimizer": self.optimizer.state_dict(), **self._fields(state)}
 
+    def _global_batch_said(self, saved: dict, written_by: int) -> str:
+        """Whether a step still trains the global batch it trained when the checkpoint was written:
+        the sampler hands each process its slice of one global batch whatever their count
+        (data/bundle.py), so the same global batch means the same samples in each step and the losses of
+        an uninterrupted run, up to the order of fp32 sums; another one keeps the data position alone."""
+        loop, training = saved.get("loop") or {}, self.training
+        per = training.batch_size * training.grad_accum
+        was = (loop.get("micro_batch") or training.batch_size) * (loop.get("grad_accum") or training.grad_accum)
+        before, now = f"{_processes(written_by)} x {was}", f"{_processes(self.world)} x {per}"
+        if was * written_by == per * self.world:
+            return f"global batch {per * self.world} as before ({before}, now {now}): the steps go on as they would have"
+        # batch_size is hashed, so it cannot be raised for the resume; global_batch_size (hashed instead) can keep it
+        fix = (f"--nproc-per-node {written_by} (a run with training.global_batch_size keeps its global batch at any process "
+               "count)")
+        return (f"global batch {was * written_by} ({before}), now {per * self.world} ({now}): the data position is kept, the losses "
+                f"will not match an uninterrupted run; to resume exactly: {fix}")
+
     def _fields(self, state: TrainState) -> dict:
         return {"scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None, "rng": ckpt.rng_state(),
                 "config_hash": self.cfg.config_hash(), "world": self.world, **state.checkpoint_fields()}
@@ -294,9 +325,12 @@ class Trainer:
             self.scaler.load_state_dict(saved["scaler"])
         written_by = saved.get("world") or self.world
         if written_by != self.world:
-            self.log(f"checkpoint {path.name} was written by {written_by} processes, resumed on {self.world}: weights and "
-                     f"optimizer state {'resharded' if self.parallel == 'fsdp' or saved.get('format') == 'dcp' else 'loaded'}; "
-                     f"the data position is kept in samples, and each step now trains {self.world}/{written_by} of the batch "
-                     "it did (batch_size is per process)")
+            moved = "resharded" if self.parallel == "fsdp" or saved.get("format") == "dcp" else "loaded"
+            self.log(f"checkpoint {path.name} was written by {_processes(written_by)}, resumed on {self.world}: weights and "
+                     f"optimizer state {moved}; {self._global_batch_said(saved, written_by)}")
         state.restore(saved, self.training.batch_size, self.training.grad_accum, world=self.world)
         ckpt.set_rng_state(saved["rng"])
+
+
+def _processes(n: int) -> str:
+    return f"{n} process{'es' if n != 1 else ''}"
