@@ -7,6 +7,7 @@ throughput of each beside the other (the cost of determinism).
     python benchmarks/bench_reproduce.py --models gpt2 --steps 100 --venv /tmp/repro-venv
     python benchmarks/bench_reproduce.py --quick             # tiny shapes: minutes on a CPU
     python benchmarks/bench_reproduce.py --repeat --reproduce det --cifar-steps 400   # the determinism figures
+    python benchmarks/bench_reproduce.py --models gpt2 --nproc 2 --repeat --reproduce det   # deterministic DDP on 2 GPUs
 
 --repeat trains each deterministic config a second time and compares its metrics with the first's
 (identical at every logged step is required); --reproduce det reproduces the deterministic runs
@@ -72,8 +73,9 @@ def train(model: str, det: bool, args, out: Path, data: dict, run_id: str) -> tu
         sets += ["training.epochs=null"] + (["model.width=8"] if args.quick else [])
     sets += args.set
     profile = ["--profile-steps", args.profile_steps] if args.profile_steps and not run_id.endswith("-again") else []
+    nproc = ["--nproc-per-node", str(args.nproc)] if args.nproc > 1 else []
     r = envkit("run", str(ROOT / "templates" / "train" / template), "--run-id", run_id, "--resume", "never",
-               *[a for s in sets for a in ("--set", s)], *profile, cwd=out)
+               *[a for s in sets for a in ("--set", s)], *profile, *nproc, cwd=out)
     if r.returncode != 0:
         return None, (r.stderr.strip().splitlines() or ["?"])[-1]
     return next(out.glob(f"runs/*/{run_id}")), None
@@ -87,7 +89,7 @@ def one(model: str, det: bool, args, out: Path, data: dict) -> dict:
     summary = json.loads((run_dir / "summary.json").read_text())
     unit = "tokens" if summary.get("tokens_per_second") else "samples"
     speed = summary.get(f"{unit}_per_second_median_window") or summary.get(f"{unit}_per_second")
-    per_step = 16 * (128 if args.quick else 1024) if model == "gpt2" else 128
+    per_step = (16 * (128 if args.quick else 1024) if model == "gpt2" else 128) * args.nproc
     row = {"run": run_id, "per_second": speed, "unit": f"{unit}/s", "step_ms": 1000 * per_step / speed if speed else None,
            "device": summary.get("device_name"), "precision": summary.get("precision"), "compile": summary.get("compile"),
            "compile_mode": (summary.get("derived") or {}).get("training.compile_mode")}
@@ -124,6 +126,7 @@ def main() -> int:
     ap.add_argument("--repeat", action="store_true", help="train each deterministic config twice and compare the metrics")
     ap.add_argument("--reproduce", choices=["all", "det", "none"], default="all", help="which runs `envkit reproduce` checks")
     ap.add_argument("--set", action="append", default=[], help="a config override for every run (repeatable)")
+    ap.add_argument("--nproc", type=int, default=1, help="processes (one GPU each, DDP) for every run")
     ap.add_argument("--profile-steps", help="A:B: `envkit run --profile-steps` for the first run of each config (the tables stay in its folder)")
     ap.add_argument("--venv", help="where `envkit reproduce` builds its venv (default: envkit's cache)")
     ap.add_argument("--out", help="folder for the data and the runs (default: a temporary one)")
