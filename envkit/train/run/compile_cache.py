@@ -105,6 +105,9 @@ class CompileCache:
         return cache_folder() / f"{self.key}.bin"
 
     def load(self) -> None:
+        if self.enabled and not hasattr(torch.compiler, "load_cache_artifacts"):
+            self.enabled = False
+            self._say(f"compile cache: off (torch {torch.__version__} has no torch.compiler.save_cache_artifacts: 2.7 and later)")
         if not self.enabled:
             return
         try:

@@ -29,6 +29,7 @@ from envkit.train.run.config import Config
 from envkit.train.run.evaluate import evaluate
 from envkit.train.run.memory import empty_cache, peak_memory_mb
 from envkit.train.run.optim import lr_at
+from envkit.train.run.speed import eager_stance
 from envkit.train.run.state import TrainResult, TrainState
 from envkit.train.run.step import StepOut, train_step
 from envkit.train.run.stopping import Stopper
@@ -210,7 +211,7 @@ class _Loop:
         if do_eval and recover.check_finite(self.tr, loss):
             # eager, as before blocks were compiled in place (compile_scope blocks, fsdp units): other batch
             # sizes and no_grad would compile them again, once per shape, for a few batches
-            with self.tr.clock.pause(), torch.compiler.set_stance("force_eager"):
+            with self.tr.clock.pause(), eager_stance():
                 val, acc = evaluate(self.tr.raw_model, self.tr.val_batches, self.tr.data, self.tr.device, self.tr.autocast)
         if not recover.check_finite(self.tr, loss, val):
             recover.rollback(self.tr, self.state, self.guard)

@@ -99,6 +99,26 @@ def compile_scope_for(setting: str, blockwise: bool, world: int, mode: str, mode
     return "model", None
 
 
+def blocks_share_a_compile() -> bool:
+    """Dynamo reuses one block's compile for the others only where it inlines modules with their
+    parameters as graph inputs (torch >= 2.5's default); before, each block compiles again, and past
+    its cache limit (8) the rest would run eager."""
+    try:
+        import torch._dynamo
+
+        return bool(getattr(torch._dynamo.config, "inline_inbuilt_nn_modules", False))
+    except Exception:  # noqa: BLE001 - a torch without Dynamo: no regional compile
+        return False
+
+
+def eager_stance():
+    """A context in which compiled modules run eager (torch >= 2.6's set_stance), else nothing."""
+    import contextlib
+
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
+
+
 def compile_blocks(module, note: str, log, mode: str = "default"):
     """(the module to train, what summary.json says of compile) for compile_scope blocks: each block
     compiled in place with the same options, so Dynamo compiles the first and reuses it for the rest

@@ -34,8 +34,8 @@ from envkit.train.run.evaluate import val_batches
 from envkit.train.run.models import build_model
 from envkit.train.run.optim import build_optimizer, steps_for_epochs
 from envkit.train.run.compile_cache import CompileCache, cache_key
-from envkit.train.run.speed import (apply_sdpa_backend, apply_torch_settings, compile_blocks, compile_kwargs, compile_mode_for,
-                                    compile_scope_for, maybe_compile, want_compile)
+from envkit.train.run.speed import (apply_sdpa_backend, apply_torch_settings, blocks_share_a_compile, compile_blocks,
+                                    compile_kwargs, compile_mode_for, compile_scope_for, maybe_compile, want_compile)
 from envkit.train.run.state import StepClock, TrainState
 from envkit.train.run.step import BlockwiseLoss, LossModule, has_blocks
 
@@ -158,7 +158,7 @@ class Trainer:
         self.compile_mode, changed = compile_mode_for(self.training.compile_mode, self.world)
         if changed and want_compile(self.training.compile, self.device_type) == "on":
             self.log(changed)
-        self.compile_scope, scope_line = compile_scope_for(self.training.compile_scope, has_blocks(model), self.world,
+        self.compile_scope, scope_line = compile_scope_for(self.training.compile_scope, has_blocks(model) and blocks_share_a_compile(), self.world,
                                                            self.compile_mode, model_type)
         if self.parallel == "fsdp":
             self.compile_scope = "fsdp units"  # sharding.apply_fsdp compiles each unit, then the whole step
