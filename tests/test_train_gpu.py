@@ -16,9 +16,34 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not has_cuda(), reason="needs 
 
 
 def compiled_as(run_dir) -> str:
-    """What summary.json says of compile for the mode the run's config (its profile) asked for."""
+    """What summary.json says of compile for the mode the run's config (its profile) asked for, and
+    the scope the run decided (compile_scope auto: per block without CUDA graphs)."""
     mode = json.loads((run_dir / "config.json").read_text())["values"]["training"]["compile_mode"]
-    return "on" if mode == "default" else f"on ({mode})"
+    scope = json.loads((run_dir / "summary.json").read_text())["derived"]["training.compile_scope"]
+    on = "on" if mode == "default" else f"on ({mode})"
+    return {"model": on, "blocks": f"{on}, per block (2 blocks, one compile) and the head with the loss"}[scope]
+
+
+@pytest.mark.parametrize("scope", ["model", "blocks"])
+def test_a_second_run_on_another_machine_compiles_nothing(tmp_path, scope):
+    """The compile cache: a second run with envkit's cache kept and Inductor's and Triton's fresh (a
+    new machine that got envkit's cache) loads it and compiles no graph (torch's counters)."""
+    args = ["--set", "device.type=cuda", "--set", "training.compile=true", "--set", f"training.compile_scope={scope}",
+            "--set", "training.max_steps=5", "--set", "eval.every_steps=0", "--set", "checkpoint.every_steps=0"]
+    stats, outs = {}, {}
+    for run_id in ("a", "b"):
+        env = {"ENVKIT_CACHE_DIR": str(tmp_path / "cache"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / run_id / "inductor"),
+               "TRITON_CACHE_DIR": str(tmp_path / run_id / "triton")}
+        res = envkit("run", str(ROOT / "templates" / "train" / "gpt_quick_test.yaml"), "--run-id", run_id, *args,
+                     cwd=tmp_path, env=env, timeout=600)
+        assert res.returncode == 0, res.stderr[-3000:]
+        s = json.loads((tmp_path / "runs" / "gpt-quick-test" / run_id / "summary.json").read_text())
+        stats[run_id], outs[run_id] = s["compile_stats"], res.stdout + res.stderr
+        assert s["derived"]["training.compile_scope"] == scope
+    assert stats["a"]["fxgraph_cache_miss"] > 0 and "compile cache: saved gpt-" in outs["a"], (stats, outs["a"][-2000:])
+    assert "compile cache: loaded gpt-" in outs["b"], outs["b"][-2000:]
+    assert stats["b"]["fxgraph_cache_miss"] == 0 and stats["b"]["autograd_cache_miss"] == 0, stats
+    assert stats["b"]["fxgraph_cache_hit"] > 0, stats
 
 
 def test_gpt_quick_test_bf16_compile_on_cuda(tmp_path):

@@ -49,6 +49,12 @@ def _key(create: bool) -> bytes | None:
     return _key(create=False)
 
 
+def machine_key() -> bytes:
+    """This machine's signing key (made on first use): what else envkit keeps in its cache and
+    will execute later (train/run/compile_cache.py) is signed with it too."""
+    return _key(create=True)
+
+
 def _manifest(run_dir: Path) -> dict[str, str] | None:
     """relative path -> sha256 of every sealed file; None where one is not a regular file (a link)."""
     out: dict[str, str] = {}

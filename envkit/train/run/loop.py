@@ -24,10 +24,12 @@ from envkit.train.data.bad_files import UnreadableFile
 from envkit.train.recovery import faults
 from envkit.train.recovery.guards import NanGuard, TrainingStopped
 from envkit.train.run import recover
+from envkit.train.run.compile_cache import compile_counters
 from envkit.train.run.config import Config
 from envkit.train.run.evaluate import evaluate
 from envkit.train.run.memory import empty_cache, peak_memory_mb
 from envkit.train.run.optim import lr_at
+from envkit.train.run.speed import eager_stance
 from envkit.train.run.state import TrainResult, TrainState
 from envkit.train.run.step import StepOut, train_step
 from envkit.train.run.stopping import Stopper
@@ -114,6 +116,7 @@ class _Loop:
     saved_step: int = 0  # the step the newest checkpoint holds (the one resumed from, at first)
     eta: float | None = None  # seconds left, as of the last logged step
     warm: bool = False  # the first step of this attempt has ended (compilation, caches, workers: done)
+    first_step: int | None = None  # that step's number
 
     def run(self, stop) -> str:
         """Steps until max_steps (completed), --stop-after or on_step (stopped), or a signal (interrupted)."""
@@ -145,7 +148,10 @@ class _Loop:
                                                          epoch_samples=tr.sampler.per_epoch * tr.per_step(state) // state.grad_accum):
                 return "stopped"
             signalled = stop is not None and stop.agreed(tr.world)
-            if not self.after_step(out, lr, at_end=state.step in (training.max_steps, self.stop_after) or signalled):
+            kept = self.after_step(out, lr, at_end=state.step in (training.max_steps, self.stop_after) or signalled)
+            if state.step == self.first_step:  # after the first step's line: keeping the compiled graphs does not delay it
+                self.keep_compiled()
+            if not kept:
                 continue  # rolled back: the steps since that checkpoint are trained again
             if state.step == self.stop_after:
                 tr.log(f"stopped after step {state.step} (--stop-after); `envkit run` again resumes")
@@ -163,6 +169,14 @@ class _Loop:
         compiling = str(self.tr.compile_note).startswith("on")
         self.watch.first_step_done(compiling)
         self.tel.first_step_done(self.state.step)
+        self.first_step = self.state.step
+
+    def keep_compiled(self) -> None:
+        """Everything a step runs is compiled by the first step's end (eval runs the eager model):
+        rank 0 keeps it for the next run (compile_cache.py); the clock does not count the write."""
+        if self.tr.compile_cache is not None and self.tr.master:
+            with self.tr.clock.pause():
+                self.tr.compile_cache.save()
 
     def stop_between(self, stop) -> str:
         """A stop that came after the last step's check: the last completed step is checkpointed
@@ -195,7 +209,9 @@ class _Loop:
         loss = self.tr.global_loss(out.loss) if do_log else None  # syncs with the device
         val = None
         if do_eval and recover.check_finite(self.tr, loss):
-            with self.tr.clock.pause():
+            # eager, as before blocks were compiled in place (compile_scope blocks, fsdp units): other batch
+            # sizes and no_grad would compile them again, once per shape, for a few batches
+            with self.tr.clock.pause(), eager_stance():
                 val, acc = evaluate(self.tr.raw_model, self.tr.val_batches, self.tr.data, self.tr.device, self.tr.autocast)
         if not recover.check_finite(self.tr, loss, val):
             recover.rollback(self.tr, self.state, self.guard)
@@ -287,6 +303,11 @@ def _finish(tr: Trainer, state: TrainState, result: TrainResult, tel: Telemetry,
     if result.unit == "tokens":
         result.mfu = compute_mfu(result.flops_per_token, result.per_second, result.device_name, result.world_size)
     result.watch = watch.finish()
+    if tr.compile_cache is not None:
+        if tr.master and state.step:
+            tr.compile_cache.save()  # only if a graph compiled after the first step's save
+        result.compile_cache = {"key": tr.compile_cache.key, "enabled": tr.compile_cache.enabled, "notes": tr.compile_cache.notes}
+        result.compile_stats = compile_counters()
     if tr.data.skipped is not None:
         result.skipped_files = tr.data.skipped.summary()
         if tr.data.skipped.count:

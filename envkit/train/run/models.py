@@ -74,13 +74,19 @@ class GPT(nn.Module):
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
+    # forward in three parts, so compile_scope blocks can compile the blocks and the head apart (step.BlockwiseLoss)
+    def embed(self, idx):
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        return self.drop(self.wte(idx) + self.wpe(pos))
+
+    def head(self, x):
+        return self.lm_head(self.ln_f(x))
+
     def forward(self, idx):
-        T = idx.shape[1]
-        pos = torch.arange(T, device=idx.device)
-        x = self.drop(self.wte(idx) + self.wpe(pos))
+        x = self.embed(idx)
         for block in self.blocks:
             x = block(x)
-        return self.lm_head(self.ln_f(x))
+        return self.head(x)
 
     def flops_per_token(self, seq_len: int | None = None) -> float:
         """6N + 12*L*H*Q*T (PaLM appendix B, as nanoGPT/nanochat), N without position embeddings."""

@@ -126,6 +126,15 @@ class Training:
     compile: bool | str = F("auto_bool", AUTO, help="torch.compile: auto (CUDA only) | true | false")
     compile_mode: str = F("str", "default", choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
                           help="torch.compile mode (reduce-overhead: CUDA graphs; max-autotune: minutes of tuning)")
+    compile_scope: str = F("str", AUTO, choices=("auto", "model", "blocks"),
+                           help="what one torch.compile call covers: model (the forward and the loss, one graph) or blocks "
+                                "(each repeated block alone: compiled once, reused for all; the embedding eager, the head and "
+                                "the loss a second graph: a fraction of the compile time); auto: blocks for a model of repeated "
+                                "blocks (gpt) in one process without CUDA graphs, else model")
+    compile_cache: bool = F("bool", True,
+                            help="keep what torch.compile produced in envkit's cache (compile/, one signed file per torch build, "
+                                 "device and model shape; tens to hundreds of MB each) and load it on the next run: "
+                                 "a second run compiles nothing; false: neither load nor save")
     deterministic: bool = F("bool", False,
                             help="the same numbers on every run of this config on this kind of device and torch build: "
                                  "deterministic kernels only (torch.use_deterministic_algorithms), cuBLAS's fixed workspace, "
@@ -261,6 +270,8 @@ MOOT_WHEN = (
     # a note, not a refusal: `envkit reproduce` writes a run's file and --set values into one train.yaml
     ("training.batch_size", "training.global_batch_size", "set", "global_batch_size sets the batch per process from the "
      "process count", None),
+    ("training.compile_scope", "training.compile", (False,), "compile_scope says what torch.compile covers", None),
+    ("training.compile_cache", "training.compile", (False,), "the cache keeps what torch.compile produced", None),
     ("training.memory_fraction", "training.batch_size", "number", "only batch_size auto plans with it", None),
     ("training.batch_size_max", "training.batch_size", "number", "only batch_size auto is capped by it", None),
     ("training.nan_lr_factor", "training.nan_policy", ("stop",), "nan_policy stop never rolls back", None),
@@ -292,6 +303,7 @@ PROFILE_KEYS = {
 HASH_EXCLUDED = {"logging", "checkpoint", "sweep"}
 HASH_EXCLUDED_KEYS = {"experiment.name", "experiment.output_dir", "experiment.tags", "experiment.notes",
                       "eval.batches", "eval.accuracy_samples", "device.fallback_to_cpu", "device.fallback", "dataloader.num_workers",
+                      "training.compile_scope", "training.compile_cache",  # what one compile covers, and kept: the same steps
                       "training.compile_mode", "training.sdpa_backend", "training.ddp_bucket_mb",  # speed only: same computation
                       "training.deterministic",  # which kernels compute it: the same steps (and old run folders keep their hash)
                       "training.parallel", "training.activation_checkpointing",  # the same steps, spread or recomputed

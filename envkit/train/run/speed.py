@@ -83,12 +83,77 @@ def maybe_compile(module, note: str, log, mode: str = "default"):
     return FallbackOnFirstCall(compiled, module, log), "on" if mode in (None, "default") else f"on ({mode})"
 
 
+def compile_scope_for(setting: str, blockwise: bool, world: int, mode: str, model_type: str) -> tuple[str, str | None]:
+    """(model | blocks, a line when blocks was asked for and cannot be). auto: blocks where the
+    model repeats a block (a fraction of the compile time: GPT-2 small's 12 blocks compile as one),
+    in one process without CUDA graphs; several processes (DDP wraps the compiled module) and CUDA
+    graphs keep the whole-step graph they were measured with (profiles/cuda-hopper.toml)."""
+    if setting == "model":
+        return "model", None
+    if not blockwise:
+        why = (f"training.compile_scope blocks: model.type {model_type} is not embed -> repeated blocks -> head; "
+               "compiled whole") if setting == "blocks" else None
+        return "model", why
+    if setting == "blocks" or (world == 1 and mode not in WITHOUT_CUDA_GRAPHS):
+        return "blocks", None
+    return "model", None
+
+
+def blocks_share_a_compile() -> bool:
+    """Dynamo reuses one block's compile for the others only where it inlines modules with their
+    parameters as graph inputs (torch >= 2.5's default); before, each block compiles again, and past
+    its cache limit (8) the rest would run eager."""
+    try:
+        import torch._dynamo
+
+        return bool(getattr(torch._dynamo.config, "inline_inbuilt_nn_modules", False))
+    except Exception:  # noqa: BLE001 - a torch without Dynamo: no regional compile
+        return False
+
+
+def eager_stance():
+    """A context in which compiled modules run eager (torch >= 2.6's set_stance), else nothing."""
+    import contextlib
+
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
+
+
+def compile_blocks(module, note: str, log, mode: str = "default"):
+    """(the module to train, what summary.json says of compile) for compile_scope blocks: each block
+    compiled in place with the same options, so Dynamo compiles the first and reuses it for the rest
+    (parameters are graph inputs: torch.compiler docs, regional compilation), and the head with the
+    loss as one more graph (step.BlockwiseLoss)."""
+    if note != "on":
+        return module, note
+    blocks = list(module.model.blocks)
+    try:
+        for block in blocks:
+            block.compile(**compile_kwargs(mode))
+        module.head_loss = torch.compile(module.head_loss, **compile_kwargs(mode))
+    except Exception as exc:  # noqa: BLE001 - compile is an optimisation: fall back, say so
+        _uncompile(module)
+        log(f"warning: torch.compile failed ({type(exc).__name__}: {exc}); training eager")
+        return module, f"failed, eager ({type(exc).__name__})"
+    on = "on" if mode in (None, "default") else f"on ({mode})"
+    return (FallbackOnFirstCall(module, module, log, undo=lambda: _uncompile(module)),
+            f"{on}, per block ({len(blocks)} blocks, one compile) and the head with the loss")
+
+
+def _uncompile(module) -> None:
+    from envkit.train.run.step import head_loss
+
+    for block in module.model.blocks:
+        block._compiled_call_impl = None  # what nn.Module.compile set: its call runs eager again
+    module.head_loss = head_loss
+
+
 class FallbackOnFirstCall(torch.nn.Module):
     """torch.compile compiles lazily: if the first forward fails, run eager from then on (reported)."""
 
-    def __init__(self, compiled, eager, log):
+    def __init__(self, compiled, eager, log, undo=None):
         super().__init__()
-        self.compiled, self._eager, self._log, self._checked = compiled, [eager], log, False
+        self.compiled, self._eager, self._log, self._checked, self._undo = compiled, [eager], log, False, undo
 
     def forward(self, *args, **kwargs):
         if self._checked:
@@ -98,6 +163,8 @@ class FallbackOnFirstCall(torch.nn.Module):
         except Exception as exc:  # noqa: BLE001 - compile is an optimisation: fall back to eager, say so
             self._log(f"warning: torch.compile failed at the first step ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
                       "training eager (set training.compile: false to skip the attempt)")
+            if self._undo is not None:  # compiled in place (compile_scope blocks): made eager again
+                self._undo()
             self.compiled = self._eager[0]
             out = self.compiled(*args, **kwargs)
         self._checked = True

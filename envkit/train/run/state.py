@@ -136,6 +136,8 @@ class TrainResult:
     signal: str | None = None  # the signal that interrupted the run (SIGINT, SIGTERM, SIGUSR1): its exit code is 128 + its number
     skipped_files: dict | None = None  # {"count", "paths"}: unreadable files skipped (dataset.on_bad_file: skip)
     watch: dict = field(default_factory=dict)  # device and data-wait figures (watching/watch.py)
+    compile_cache: dict | None = None  # {"key", "enabled", "notes"}: what was loaded or saved (compile_cache.py)
+    compile_stats: dict | None = None  # torch's counts: graphs traced, Inductor/AOTAutograd cache hits and misses
 
     @property
     def per_second(self) -> float | None:
@@ -172,5 +174,7 @@ class TrainResult:
             out["signal"] = self.signal
         if self.skipped_files is not None:
             out["skipped_files"] = self.skipped_files
+        if self.compile_stats is not None:
+            out.update(compile_cache=self.compile_cache, compile_stats=self.compile_stats)
         out.update(self.watch)
         return out

@@ -32,8 +32,41 @@ class LossModule(nn.Module):
         self.model, self.accum = model, accum
 
     def forward(self, x, y):
-        logits = self.model(x)
-        return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1)) / self.accum
+        return loss_of(self.model(x), y, self.accum)
+
+
+def loss_of(logits, y, accum: int):
+    return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1)) / accum
+
+
+def head_loss(model, h, y, accum: int):
+    """The model's head and the loss: one graph under compile_scope blocks, so the (B*T x V) logits
+    stay fused into the log-softmax as they are when the whole step is one graph."""
+    return loss_of(model.head(h), y, accum)
+
+
+def has_blocks(model: nn.Module) -> bool:
+    """Whether the model is embed -> repeated blocks -> head (the built-in gpt; a factory's model may be)."""
+    blocks = getattr(model, "blocks", None)
+    return (callable(getattr(model, "embed", None)) and callable(getattr(model, "head", None))
+            and isinstance(blocks, nn.ModuleList) and len(blocks) > 1)
+
+
+class BlockwiseLoss(LossModule):
+    """LossModule's computation, the same operations in the same order, in three parts that
+    compile_scope blocks compiles apart (speed.compile_blocks): the embedding (eager: two lookups
+    and an add), each block (one compile, reused by all: the same code and shapes), the head with
+    the loss (`self.head_loss`, a compiled function: not a module, so nothing is registered twice)."""
+
+    def __init__(self, model: nn.Module, accum: int = 1):
+        super().__init__(model, accum)
+        self.head_loss = head_loss
+
+    def forward(self, x, y):
+        h = self.model.embed(x)
+        for block in self.model.blocks:
+            h = block(h)
+        return self.head_loss(self.model, h, y, self.accum)
 
 
 @dataclass

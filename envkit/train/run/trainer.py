@@ -33,10 +33,11 @@ from envkit.train.run.distributed import init_distributed, wrap_ddp
 from envkit.train.run.evaluate import val_batches
 from envkit.train.run.models import build_model
 from envkit.train.run.optim import build_optimizer, steps_for_epochs
-from envkit.train.run.speed import (apply_sdpa_backend, apply_torch_settings, compile_kwargs, compile_mode_for, maybe_compile,
-                                    want_compile)
+from envkit.train.run.compile_cache import CompileCache, cache_key
+from envkit.train.run.speed import (apply_sdpa_backend, apply_torch_settings, blocks_share_a_compile, compile_blocks,
+                                    compile_kwargs, compile_mode_for, compile_scope_for, maybe_compile, want_compile)
 from envkit.train.run.state import StepClock, TrainState
-from envkit.train.run.step import LossModule
+from envkit.train.run.step import BlockwiseLoss, LossModule, has_blocks
 
 
 @dataclass
@@ -61,6 +62,8 @@ class Trainer:
     precision: str = "fp32"
     compile_note: str = "off"
     compile_mode: str = "default"  # training.compile_mode, or what it becomes with several processes (speed.compile_mode_for)
+    compile_scope: str = "model"  # training.compile_scope as decided: model (one graph) or blocks (speed.compile_scope_for)
+    compile_cache: CompileCache | None = None  # what was compiled, kept for the next run (compile_cache.py); None: compile off
     parameters: int = 0
     flops_per_token: float | None = None
     val_batches: list = field(default_factory=list)
@@ -169,6 +172,12 @@ class Trainer:
         self.compile_mode, changed = compile_mode_for(self.training.compile_mode, self.world)
         if changed and want_compile(self.training.compile, self.device_type) == "on":
             self.log(changed)
+        self.compile_scope, scope_line = compile_scope_for(self.training.compile_scope, has_blocks(model) and blocks_share_a_compile(), self.world,
+                                                           self.compile_mode, model_type)
+        if self.parallel == "fsdp":
+            self.compile_scope = "fsdp units"  # sharding.apply_fsdp compiles each unit, then the whole step
+        elif scope_line and want_compile(self.training.compile, self.device_type) == "on":
+            self.log(scope_line)
         units = sharding.shard_units(model, model_type)
         if self.training.activation_checkpointing == "full":
             if units is None:
@@ -215,13 +224,19 @@ class Trainer:
         """After resume: the training module (forward + loss, compiled, DDP) and the batch stream
         from the state's position. `next_batch` times the wait for data (watching/watch.py)."""
         training = self.training
-        self.loss_module = LossModule(self.raw_model, state.grad_accum)
-        # fsdp: with several units each was compiled as it was sharded (_setup_model; one unit: the step alone); the
-        # step is compiled whole as well, so the
-        # head and the loss are fused (on one H100, GPT-2 small: 10.8 GB peak against 15.7 with the loss eager,
-        # and the fastest of the three ways, benchmarks/bench_fsdp_one_process.py)
-        self.model, note = maybe_compile(self.loss_module, want_compile(training.compile, self.device_type),
-                                         self.log, self.compile_mode)
+        compiling = want_compile(training.compile, self.device_type)
+        if compiling == "on":  # before anything compiles: a second run loads what the first compiled
+            self.compile_cache = CompileCache(cache_key(self, state.micro_batch), training.compile_cache, self.log)
+            self.compile_cache.load()
+        if self.compile_scope == "blocks":
+            self.loss_module = BlockwiseLoss(self.raw_model, state.grad_accum)
+            self.model, note = compile_blocks(self.loss_module, compiling, self.log, self.compile_mode)
+        else:
+            self.loss_module = LossModule(self.raw_model, state.grad_accum)
+            # fsdp: with several units each was compiled as it was sharded (_setup_model; one unit: the step alone); the
+            # step is compiled whole as well, so the head and the loss are fused (on one H100, GPT-2 small: 10.8 GB
+            # peak against 15.7 with the loss eager, and the fastest of the three ways, benchmarks/bench_fsdp_one_process.py)
+            self.model, note = maybe_compile(self.loss_module, compiling, self.log, self.compile_mode)
         if self.parallel != "fsdp":
             self.compile_note = note
         if self.parallel == "ddp":
@@ -236,7 +251,8 @@ class Trainer:
         """What `auto` became on this machine, recorded beside the config (summary.json's "derived"), never in its hash."""
         decided = {"device.type": self.device_type, "training.precision": self.precision,
                    "training.compile": want_compile(self.training.compile, self.device_type) == "on",
-                   "training.compile_mode": self.compile_mode, "training.parallel": self.parallel,
+                   "training.compile_mode": self.compile_mode, "training.compile_scope": self.compile_scope,
+                   "training.parallel": self.parallel,
                    "dataset.on_device": self.data_on_device, "dataloader.pin_memory": bool(self.pin_memory)}
         for path, value in decided.items():
             self.cfg = self.cfg.derive(path, value)

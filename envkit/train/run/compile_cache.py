@@ -1,0 +1,186 @@
+"""What torch.compile produced, kept in envkit's cache so the next run of the same model on the
+same kind of machine compiles nothing (training.compile_cache).
+
+Inductor already keeps a local cache (/tmp/torchinductor_<user>), but a fresh machine, a new
+container or a cleaned /tmp starts empty and pays the whole compile again (about 29 s for GPT-2
+small on an H100). torch's "mega cache" (torch.compiler.save_cache_artifacts / load_cache_artifacts)
+packs the compiled graphs (Inductor's FX graph cache, AOTAutograd's cache, Triton kernels, autotuning
+results) into one blob; envkit writes it after the first step to cache_dir()/compile/<key>.bin and
+loads it before the next run compiles.
+
+The key names what the graphs depend on: torch's build (version, git commit, CUDA), the device
+(its name, or the CPU's architecture), Python's version and the model's shape (its config, the
+data's vocabulary or classes, the micro-batch, precision, compile mode and scope, the processes).
+A blob holds generated code that will run, so it is signed with this machine's key
+(runfolder/seal.py): a file that does not verify (copied from elsewhere, changed) is never
+loaded; one line says so and the run compiles as if there were none. Nothing here stops a run:
+every failure is a warning. Only rank 0 writes, each write atomic, so several processes or
+runs never see half a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import platform
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+MAGIC = b"envkit-compile-cache 1\n"
+MAX_BYTES = 512 << 20  # a blob above this is not kept: reading it would cost more than compiling saves
+COUNTERS = (("inductor", "fxgraph_cache_hit"), ("inductor", "fxgraph_cache_miss"),
+            ("aot_autograd", "autograd_cache_hit"), ("aot_autograd", "autograd_cache_miss"))
+
+
+def compile_counters() -> dict:
+    """torch's own counts of compiled graphs and cache hits in this process (summary.json's
+    "compile_stats"): a miss is a graph compiled here; a second run that loaded the cache has none."""
+    from torch._dynamo.utils import counters
+
+    out = {name: int(counters[group][name]) for group, name in COUNTERS}
+    out["graphs"] = int(counters["stats"]["unique_graphs"])  # what Dynamo traced (it traces on a hit too)
+    return out
+
+
+def cache_folder() -> Path:
+    from envkit.install.act.execute import cache_dir
+
+    return cache_dir() / "compile"
+
+
+def key_parts(tr, micro_batch: int) -> dict:
+    """What the compiled graphs depend on, as the key's readable source."""
+    cfg = tr.cfg
+    device = tr.device_name if tr.device_type == "cuda" else f"{tr.device_type} {platform.machine()}"
+    return {"torch": torch.__version__, "git": getattr(torch.version, "git_version", None),
+            "cuda": torch.version.cuda, "hip": getattr(torch.version, "hip", None), "device": device,
+            "python": sys.version.split()[0], "model": cfg.run_dict().get("model"),
+            "data": {k: v for k, v in sorted(tr.data.info.items()) if isinstance(v, (int, float, str, bool, type(None)))},
+            "batch": micro_batch, "precision": tr.precision, "mode": tr.compile_mode, "scope": tr.compile_scope,
+            "world": tr.world, "parallel": tr.parallel, "deterministic": cfg.training.deterministic}
+
+
+def cache_key(tr, micro_batch: int) -> str:
+    digest = hashlib.sha256(json.dumps(key_parts(tr, micro_batch), sort_keys=True, default=str).encode()).hexdigest()
+    return f"{tr.cfg.model.type.replace(':', '_').replace('.', '_')[:40]}-{digest[:20]}"
+
+
+def _mac(key: str, data: bytes) -> str:
+    from envkit.runfolder.seal import machine_key
+
+    return hmac.new(machine_key(), key.encode() + b"\0" + hashlib.sha256(data).digest(), hashlib.sha256).hexdigest()
+
+
+def pack(key: str, data: bytes) -> bytes:
+    """One file, header then blob: written in one atomic rename, never a blob without its signature."""
+    return MAGIC + _mac(key, data).encode() + b"\n" + data
+
+
+def unpack(key: str, blob: bytes) -> bytes | None:
+    """The blob, if its signature verifies under this machine's key for this key; else None."""
+    if not blob.startswith(MAGIC):
+        return None
+    mac, _, data = blob[len(MAGIC):].partition(b"\n")
+    return data if hmac.compare_digest(mac, _mac(key, data).encode()) else None
+
+
+@dataclass
+class CompileCache:
+    """One run's use of the cache: `load` before the first step compiles, `save` after it (rank 0)."""
+
+    key: str
+    enabled: bool
+    log: object
+    loaded: bytes | None = None
+    saved_misses: int = 0  # the compile count at the last save: a later save only when something new compiled
+    notes: list = field(default_factory=list)  # summary.json's compile_cache: what was loaded and saved
+
+    @property
+    def path(self) -> Path:
+        return cache_folder() / f"{self.key}.bin"
+
+    def load(self) -> None:
+        if self.enabled and not hasattr(torch.compiler, "load_cache_artifacts"):
+            self.enabled = False
+            self._say(f"compile cache: off (torch {torch.__version__} has no torch.compiler.save_cache_artifacts: 2.7 and later)")
+        if not self.enabled:
+            return
+        try:
+            self._load()
+        except Exception as exc:  # noqa: BLE001 - the cache only saves time: compile instead, say why
+            self._say(f"compile cache: not loaded ({type(exc).__name__}: {str(exc)[:200]}); compiling")
+
+    def _load(self) -> None:
+        path = self.path
+        if not path.is_file():
+            self._say(f"compile cache: none for {self.key} yet (saved after the first step)")
+            return
+        if path.stat().st_size > MAX_BYTES + 4096:
+            self._say(f"compile cache: {path} refused: larger than {MAX_BYTES >> 20} MiB; compiling")
+            return
+        data = unpack(self.key, path.read_bytes())
+        if data is None:
+            self._say(f"compile cache: {path} refused: its signature does not verify under this machine's key "
+                      "(written elsewhere or changed; generated code is never run unverified); compiling")
+            return
+        info = torch.compiler.load_cache_artifacts(data)
+        count = sum(len(v) for v in info.artifacts.values()) if info is not None else 0
+        self.loaded = data
+        self._say(f"compile cache: loaded {self.key} ({count} artifacts, {len(data) / 2**20:.1f} MiB)")
+
+    def save(self) -> None:
+        """After the first step (everything the steps run is compiled by then), and again at the
+        end only if something compiled since (a split micro-batch). Rank 0 only."""
+        if not self.enabled:
+            return
+        misses = _misses()
+        if misses == self.saved_misses:
+            return  # nothing compiled since the load or the last save: the file holds it all
+        try:
+            self._save(misses)
+        except Exception as exc:  # noqa: BLE001 - the cache only saves time: the run goes on
+            self._say(f"compile cache: not saved ({type(exc).__name__}: {str(exc)[:200]})")
+
+    def _save(self, misses: int) -> None:
+        self.saved_misses = misses
+        if self.loaded is not None:  # what was loaded is not recorded again by torch: kept in the new file too
+            with contextlib.suppress(Exception):
+                _record_again(self.loaded)
+        result = torch.compiler.save_cache_artifacts()
+        if result is None:
+            return
+        data, info = result
+        count = sum(len(v) for v in info.artifacts.values())
+        if len(data) > MAX_BYTES:
+            self._say(f"compile cache: not saved: {len(data) / 2**20:.0f} MiB is above the {MAX_BYTES >> 20} MiB kept")
+            return
+        from envkit.fsutil import atomic_write_bytes
+
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        atomic_write_bytes(self.path, pack(self.key, data), mode=0o600)
+        self._say(f"compile cache: saved {self.key} ({count} artifacts, {len(data) / 2**20:.1f} MiB) in {self.path.parent}")
+
+    def _say(self, line: str) -> None:
+        self.notes.append(line.removeprefix("compile cache: "))
+        self.log(line)
+
+
+def _misses() -> int:
+    c = compile_counters()
+    return c["fxgraph_cache_miss"] + c["autograd_cache_miss"]
+
+
+def _record_again(data: bytes) -> None:
+    """torch records an artifact when it compiles one, not when a loaded one hits: without this a
+    run that loaded the cache and compiled one graph more would save that graph alone."""
+    from torch.compiler._cache import CacheArtifactManager  # private: any failure only leaves the file smaller
+
+    artifacts = CacheArtifactManager.deserialize(data) or {}
+    for kind, items in artifacts.items():
+        for artifact in items:
+            CacheArtifactManager.record_artifact(kind, artifact.key, artifact.content)
