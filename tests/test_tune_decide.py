@@ -26,8 +26,9 @@ def ladder_for(snapshot: str, model: str = "gpt", **kw):
 def test_cpu_machine_runs_cpu_rungs_and_skips_device_rungs_naming_the_cuda_check():
     rungs = ladder_for("linux_no_gpu")
     assert [n for n, r in rungs.items() if not r.skip] == ["cpu fp32", "cpu + compile", "cpu + profile"]
-    device = [r for r in rungs.values() if r.device == "cuda"]  # fp32, bf16, compile, cuda graphs, profile: channels_last is the cnn's
-    assert len(device) == 5 and all(r.skip and r.check == "cuda" for r in device)
+    # fp32, bf16, compile, profile, cuda graphs, ddp, fsdp: channels_last is the cnn's
+    device = [r for r in rungs.values() if r.device == "cuda"]
+    assert len(device) == 7 and all(r.skip and r.check == "cuda" for r in device)
 
 
 def test_m3_max_climbs_mps_with_bf16_and_m1_with_fp16_where_bf16_is_emulated():
@@ -69,11 +70,14 @@ def test_h100_ladder_adds_cuda_graphs_on_top_of_compile_and_data_on_device_for_i
     rungs = ladder_for("real_h100", model="cnn", on_device_data=True)
     names = list(rungs)
     graphs, data = rungs["cuda + cuda graphs"], rungs["cuda + data on device"]
-    assert names[-3:] == ["cuda + channels last", "cuda + cuda graphs", "cuda + data on device"]
+    assert names[-5:] == ["cuda + channels last", "cuda + cuda graphs", "cuda + data on device", "cuda + ddp", "cuda + fsdp"]
     assert not graphs.skip and graphs.settings["compile"] is True and graphs.settings["compile_mode"] == "reduce-overhead"
     assert "training.compile_mode: reduce-overhead" in graphs.changes
     # the device rungs before it build batches with the DataLoader, so this rung measures the difference
-    assert all(r.settings["on_device"] is False for r in rungs.values() if r.device == "cuda" and r is not data)
+    before = names[:names.index(data.name)]
+    assert all(rungs[n].settings["on_device"] is False for n in before if rungs[n].device == "cuda")
+    # the data-parallel rungs after it keep what the rung before them had, data on the device too
+    assert all(rungs[n].settings["on_device"] is True for n in ("cuda + ddp", "cuda + fsdp"))
     assert not data.skip and data.settings["on_device"] is True and data.settings["compile_mode"] == "reduce-overhead"
     assert data.changes.startswith("dataset.on_device: true")
     # token files and generated images are not held on the device: no such rung is listed
@@ -94,7 +98,7 @@ def test_a_failed_cuda_graphs_rung_leaves_the_later_rungs_on_the_default_compile
     rungs = list(ladder_for("real_h100", model="cnn", on_device_data=True).values())
     i = next(j for j, r in enumerate(rungs) if r.name == "cuda + cuda graphs")
     notes = carry_forward(rungs, i, ok=False)
-    later = [r for r in rungs[i + 1:] if r.device == "cuda"]
+    later = [r for r in rungs[i + 1:] if r.device == "cuda" and not r.skip]  # one H100: the ddp and fsdp rungs are skipped
     assert later and all(r.settings["compile_mode"] == "default" and r.settings["compile"] is True for r in later)
     assert notes and all("without compile_mode" in n for n in notes)
 
