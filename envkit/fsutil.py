@@ -13,6 +13,7 @@ import errno
 import os
 import tempfile
 from pathlib import Path
+from typing import TypeGuard
 
 from envkit.runfolder import names
 
@@ -239,8 +240,9 @@ def process_start_time(pid) -> str | None:
     return " ".join(out.stdout.split()) or None
 
 
-def same_process(pid, start_time) -> bool:
-    """`pid` is alive and is the process that started at `start_time` (not a later one given its PID)."""
+def same_process(pid, start_time) -> TypeGuard[int]:
+    """`pid` is alive and is the process that started at `start_time` (not a later one given its PID);
+    so it is a number (TypeGuard: the caller's `pid` is an int where this is true)."""
     now = process_start_time(pid)
     return now is not None and start_time is not None and str(now) == str(start_time)
 

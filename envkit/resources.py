@@ -34,7 +34,7 @@ def load_toml(path: Path) -> dict:
     try:
         import tomllib
     except ModuleNotFoundError:  # Python < 3.11
-        import tomli as tomllib
+        import tomli as tomllib  # pyright: ignore[reportMissingImports] - tomli is installed on Python 3.10 only (its marker in pyproject)
     with open(path, "rb") as fh:
         return tomllib.load(fh)
 

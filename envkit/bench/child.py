@@ -102,8 +102,9 @@ def measure(spec: dict) -> dict:
         return {"status": "fail", "reason": f"no timed window ({result.status}: {result.error or 'stopped early'})",
                 "did_not_fit": splits}
     memory = {"rss_peak_mb": peak_mb("cpu"), "device_free_mb": free_before}
-    if device_type == "cuda" and free_before is not None:  # what this process took from the device, its context included
-        memory["device_used_mb"] = free_before - device_memory_mb("cuda")[1]
+    free_after = device_memory_mb("cuda")[1] if device_type == "cuda" and free_before is not None else None
+    if free_before is not None and free_after is not None:  # what this process took from the device, its context included
+        memory["device_used_mb"] = free_before - free_after
     return {"status": "ok", "per_second": statistics.median(clock.rates), "unit": clock.unit, "peak_memory_mb": clock.peak_mb,
             **memory, "loss": clock.loss, "windows": len(clock.rates), "steps": clock.steps_timed,
             "world": result.world_size or 1, "timed_s": clock.timed_s,

@@ -6,8 +6,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from envkit.errors import EnvkitError
+
+if TYPE_CHECKING:
+    from envkit.facts.model import Facts
+    from envkit.profiles.resolve import Profile
+    from envkit.train.run.config import Config
 
 MODELS = ("gpt", "cnn", "mlp")
 
@@ -15,11 +21,11 @@ MODELS = ("gpt", "cnn", "mlp")
 @dataclass
 class BenchContext:
     python: str
-    facts: object  # envkit.facts.Facts (runtime probed in the target interpreter)
+    facts: Facts  # runtime probed in the target interpreter
     checks: dict  # doctor check id -> Check
-    profile: object | None  # envkit.profiles.Profile
+    profile: Profile | None
     shipped_profile: str  # what doctor recommends, ignoring tuned profiles
-    config: object  # envkit.train.run.config.Config
+    config: Config
     model: str  # gpt | cnn | mlp | the user's factory
     target: str  # the device training uses here: cuda | mps | cpu
 
@@ -95,8 +101,9 @@ def decide_auto_batch(ctx: BenchContext, echo=None) -> None:
         return
     say = echo or (lambda m: print(m, file=sys.stderr, flush=True))
     env = ctx.profile.child_environ(dict(os.environ)) if ctx.profile is not None else dict(os.environ)
-    ctx.config, choice = auto_batch.resolve(ctx.config, python=ctx.python, env=env, child_entry=child_entry(),
-                                torch_settings=dict(getattr(ctx.profile, "torch", {}) or {}), device=ctx.target, echo=say)
+    cfg, choice = auto_batch.resolve(ctx.config, python=ctx.python, env=env, child_entry=child_entry(),
+                                     torch_settings=dict(getattr(ctx.profile, "torch", {}) or {}), device=ctx.target, echo=say)
+    ctx.config = cast("Config", cfg)  # the Config it was given, its batch derived (resolve's annotation says object)
     say(choice.note)
 
 

@@ -92,7 +92,7 @@ def multi_skip(dev: str, nproc: int, gpus: int) -> tuple[str, str] | None:
 def low_precision(device: str, facts, checks: dict) -> tuple[str | None, str]:
     """(bf16 | fp16 | None, why). bf16 where it is native; fp16 where bf16 is missing or emulated
     (M1/M2: docs/knowledge/mps.md) and fp16 autocast exists (MPS from torch 2.5)."""
-    from envkit.checks.gates import V, gates
+    from envkit.checks.gates import V, gates, known
 
     c = checks.get("bf16")
     if device == "cuda":
@@ -105,7 +105,7 @@ def low_precision(device: str, facts, checks: dict) -> tuple[str | None, str]:
             return "bf16", ""
         tv = V(getattr(getattr(facts, "torch", None), "base_version", None) or "0")
         need = g["autocast"]["mps"]["fp16_torch"]
-        if tv is not None and tv >= V(need):
+        if tv is not None and tv >= known(need):
             return "fp16", (f"bf16 is emulated on {family}" if emulated else (c.message if c else "bf16 unavailable"))
         return None, f"no autocast on MPS before torch {need} (installed {getattr(facts.torch, 'base_version', '?')})"
     return None, "the CPU trains in fp32"
@@ -192,8 +192,8 @@ def build_ladder(facts, checks: dict, target: str, model: str, *, no_compile: bo
             rung.skip = rung.short = "--no-compile"
         elif need in ("compile", "cudagraphs") and checks.get("compile") is not None and checks["compile"].status != "pass":
             rung.skip, rung.check, rung.short = checks["compile"].message, "compile", "torch.compile unavailable"
-        elif need == "multi" and multi_skip(dev, nproc, gpus):
-            rung.skip, rung.short = multi_skip(dev, nproc, gpus)
+        elif need == "multi" and (why := multi_skip(dev, nproc, gpus)):
+            rung.skip, rung.short = why
         elif need == "multi" and adds["parallel"] == "fsdp" and fsdp_problem and fsdp_problem(rung.settings):
             rung.skip, rung.short = fsdp_problem(rung.settings)
         if rung.skip is None:

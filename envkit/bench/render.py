@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envkit.bench.ladder import LOSS_TOLERANCE
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
 
 STATUS_STYLE = {"ok": "green", "flagged": "yellow", "fail": "red", "skip": "dim"}
 
@@ -114,8 +118,9 @@ def render_rich(report, console) -> None:
     ran = [r for r in report.rungs if r.status != "skip"]
     if ran:
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-        for col, just in (("rung", "left"), ("status", "left"), (f"{report.unit}/s", "right"), ("speed-up", "right"),
-                          ("peak MB", "right"), ("loss", "right")):
+        columns: tuple[tuple[str, JustifyMethod], ...] = (("rung", "left"), ("status", "left"), (f"{report.unit}/s", "right"), ("speed-up", "right"),
+                          ("peak MB", "right"), ("loss", "right"))
+        for col, just in columns:
             table.add_column(col, justify=just, no_wrap=col == "rung")
         for r in ran:
             table.add_row(r.name, Text(r.status, style=STATUS_STYLE.get(r.status, "")),

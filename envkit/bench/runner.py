@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from envkit.bench.child import MARK
 from envkit.bench.clock import PROGRESS
@@ -72,7 +73,7 @@ def run_spec(spec: RunSpec, python: str, base_env: dict[str, str], timeout: floa
     with tempfile.TemporaryDirectory(prefix="envkit-bench-") as tmp:
         path = Path(tmp) / "spec.json"
         path.write_text(json.dumps(spec.to_dict()))
-        kwargs = {"start_new_session": True} if os.name == "posix" else {}  # Ctrl-C reaches envkit, which ends the child
+        kwargs: dict[str, Any] = {"start_new_session": True} if os.name == "posix" else {}  # Ctrl-C reaches envkit, which ends the child
         proc = subprocess.Popen(child_command(python, path, debug, spec.nproc), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, env=child_env(spec, base_env), **kwargs)
         out: list[str] = []

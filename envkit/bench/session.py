@@ -102,8 +102,8 @@ def scale(result: RunResult, results: list[RunResult], device: str) -> None:
     if result.world < 2 or result.status not in ("ok", "flagged") or not result.per_second:
         return
     single = [r for r in results if r.world == 1 and r.status == "ok" and r.per_second and r.name.startswith(device)]
-    best = max(single, key=lambda r: r.per_second, default=None)
-    if best is None:
+    best = max(single, key=lambda r: r.per_second or 0.0, default=None)  # each has a rate (above)
+    if best is None or not best.per_second:
         return
     result.scaling, result.scaling_over = result.per_second / best.per_second, best.name
     result.efficiency = result.scaling / result.world

@@ -95,8 +95,9 @@ class StagedClock:
         # included), the free memory it started with, its peak; on the CPU its resident peak
         memory = {"peak_memory_mb": b.peak_mb, "rss_peak_mb": peak_mb("cpu"), "device_free_mb": self.free_before_mb,
                   "run_samples": run_samples}
-        if b.device_type == "cuda" and self.free_before_mb is not None:
-            memory["device_used_mb"] = self.free_before_mb - device_memory_mb("cuda")[1]
+        free_after = device_memory_mb("cuda")[1] if b.device_type == "cuda" and self.free_before_mb is not None else None
+        if self.free_before_mb is not None and free_after is not None:
+            memory["device_used_mb"] = self.free_before_mb - free_after
         write(self.folder / f"warm.{self.index}", memory)
 
     def _next_stage(self) -> bool:

@@ -39,6 +39,11 @@ def _minor(version) -> tuple[int, int] | None:
     return v.major, v.minor
 
 
+def _order(version) -> tuple[int, int]:
+    """A sort key of the table's release lines and backends (each parses: (0, 0) were one not to)."""
+    return _minor(version) or (0, 0)
+
+
 def rocm_builds(line: str | None, channel: str = "stable") -> tuple[str, list[tuple[str, list[str], str]]]:
     """(the release line used, [(backend, gfx targets, source)] oldest ROCm first) for "2.13", the
     newest line when None, the nightly matrix for channel nightly."""
@@ -47,14 +52,14 @@ def rocm_builds(line: str | None, channel: str = "stable") -> tuple[str, list[tu
     if channel == "nightly":
         key = "nightly"
     else:
-        lines = sorted((k for k in rows if k != "nightly"), key=lambda k: _minor(k))
+        lines = sorted((k for k in rows if k != "nightly"), key=_order)
         want = _minor(line) if line else None
         key = next((k for k in lines if _minor(k) == want), lines[-1]) if want else lines[-1]
     out = []
     for backend, set_name in rows[key].items():
         s = t["rocm_targets"][set_name]
         out.append((backend, list(s["gfx"]), s["source"]))
-    return key, sorted(out, key=lambda b: _minor(b[0].removeprefix("rocm")) or (0, 0))
+    return key, sorted(out, key=lambda b: _order(b[0].removeprefix("rocm")))
 
 
 def _base_gfx(arch: str | None) -> str | None:
@@ -81,15 +86,16 @@ def xpu_supported(gpu: GPUInfo) -> bool:
     return any(word.lower() in gpu.name.lower() for word in table()["xpu"]["supported"])
 
 
-def pick(facts: Facts, line: str | None, channel: str) -> Pick | None:
-    """The build for this machine's AMD or Intel GPU, or None when it has neither. Raises
-    NoBuildError (exit 1) when the GPU is known but no build of that release holds it."""
+def pick(facts: Facts, line: str | None, channel: str) -> Pick:
+    """The build for this machine's AMD or Intel GPU (callers ask only where facts.other_gpus has
+    one: ValueError otherwise). Raises NoBuildError (exit 1) when the GPU is known but no build of
+    that release holds it."""
     amd, intel = facts.amd_gpus, facts.intel_gpus
     if amd:
         return _pick_rocm(amd[0], facts, line, channel)
     if intel:
         return _pick_xpu(intel[0], line)
-    return None
+    raise ValueError("accel.pick: this machine has no AMD or Intel GPU")
 
 
 def _pick_rocm(gpu: GPUInfo, facts: Facts, line: str | None, channel: str) -> Pick:
@@ -102,7 +108,7 @@ def _pick_rocm(gpu: GPUInfo, facts: Facts, line: str | None, channel: str) -> Pi
     limit = ""
     if found is None and line is None and channel == "stable":
         # The newest release drops this GPU: an older release line may still hold it.
-        lines = sorted((k for k in table()["rocm"]["release"] if k != "nightly"), key=_minor, reverse=True)
+        lines = sorted((k for k in table()["rocm"]["release"] if k != "nightly"), key=_order, reverse=True)
         for older in lines[1:]:
             found = _holding(rocm_builds(older)[1], gfx)
             if found is not None:
@@ -111,9 +117,9 @@ def _pick_rocm(gpu: GPUInfo, facts: Facts, line: str | None, channel: str) -> Pi
                 break
     if found is None:
         have = ", ".join(b for b, _, _ in builds)
-        holding = sorted((k for k in table()["rocm"]["release"] if k != "nightly" and _holding(rocm_builds(k)[1], gfx)), key=_minor)
+        holding = sorted((k for k in table()["rocm"]["release"] if k != "nightly" and _holding(rocm_builds(k)[1], gfx)), key=_order)
         if not holding:  # no release ever held it: the CPU build is the best there is
-            first = min((k for k in table()["rocm"]["release"] if k != "nightly"), key=_minor)
+            first = min((k for k in table()["rocm"]["release"] if k != "nightly"), key=_order)
             return Pick("cpu", "cpu", f"PyTorch's CPU index: no ROCm build of torch {first}+ holds {gpu.name} ({gfx})",
                         [f"no ROCm build of torch holds {gfx} kernels ('HIP error: invalid device function'): the CPU build is installed"])
         raise NoBuildError(f"no ROCm build of torch {key} ({have}) holds kernels for {gfx}: it would fail with 'HIP error: invalid device function'",
@@ -137,7 +143,7 @@ def _holding(builds: list[tuple[str, list[str], str]], gfx: str) -> tuple[str, s
 
 def _pick_xpu(gpu: GPUInfo, line: str | None) -> Pick:
     x = table()["xpu"]
-    if line and _minor(line) < _minor(x["first"]):
+    if line and _order(line) < _order(x["first"]):
         raise NoBuildError(f"torch {line} has no Intel GPU (XPU) build: the first is {x['first']} ({x['source']})",
                            fix=f"ask for --torch {x['first']} or newer, or use a CPU build")
     if not xpu_supported(gpu):

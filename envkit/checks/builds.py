@@ -59,10 +59,11 @@ def release_row(version: Version | str | None) -> tuple[dict, bool]:
     rows = releases()
     if v is not None:
         for row in rows:
-            rv = _v(row["torch"])
+            rv = Version(row["torch"])  # the table's: it parses
             if (rv.major, rv.minor) == (v.major, v.minor):
                 return row, False
-        if (v.major, v.minor) < (_v(rows[0]["torch"]).major, _v(rows[0]["torch"]).minor):
+        first = Version(rows[0]["torch"])
+        if (v.major, v.minor) < (first.major, first.minor):
             return rows[0], True
     return rows[-1], v is not None
 
@@ -137,7 +138,7 @@ def sm_name(capability: str | None) -> str:
     return "sm_" + str(capability or "?").replace(".", "")
 
 
-def python_floor(torch_version: str | None) -> tuple[str, str]:
+def python_floor(torch_version: Version | str | None) -> tuple[str, str]:
     """The oldest Python a torch release has wheels for, and the source; the newest row's floor
     when no version is named."""
     row, _ = release_row(torch_version)
@@ -151,12 +152,12 @@ def has_xpu(row: dict) -> bool:
 def newest_fit(capability: str | None, driver: str | None) -> tuple[str, str] | None:
     """(release, backend) of the newest build that holds kernels for this GPU and runs on this
     driver, e.g. ("2.14", "cu126") for a Pascal card on driver 580."""
-    from envkit.checks.gates import V, min_driver_for_cuda
+    from envkit.checks.gates import min_driver_for_cuda, older_than
 
     for row in reversed(releases()):
         for b in reversed(cuda_builds(row)):
             need = min_driver_for_cuda(b.cuda)
-            if need and V(driver) is not None and V(driver) < V(need):
+            if need and older_than(driver, need):
                 continue
             if runs_on(b, capability) is not False:
                 return row["torch"], b.backend

@@ -93,7 +93,8 @@ def check_openmp(facts: Facts) -> Check:
         return Check("openmp", PASS, "no bundled OpenMP runtime found in site-packages", group="Environment")
     kinds: dict[str, list[str]] = {}
     for p in libs:
-        kinds.setdefault(_omp_kind(p), []).append(_owner(p))
+        if kind := _omp_kind(p):  # each has one (libs above)
+            kinds.setdefault(kind, []).append(_owner(p))
     intel_llvm = kinds.get("intel", []) + kinds.get("llvm", [])
     owners = sorted(set(intel_llvm), key=lambda o: (o == "torch", o))  # torch's own copy is the one to keep
     source = "pytorch#78490, #83540"

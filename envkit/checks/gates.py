@@ -24,27 +24,40 @@ def V(text: str | None) -> Version | None:
         return None
 
 
+def known(text: str) -> Version:
+    """A version from envkit's own tables (gates.toml, builds.toml), which always parses (an
+    InvalidVersion here is a broken table); V is for what a machine reports, which may not."""
+    return Version(str(text))
+
+
+def older_than(version: str | None, floor: str) -> bool:
+    """Whether `version` (a machine's: a driver, a macOS) is older than `floor` (a table's); False
+    when it is missing or does not parse."""
+    v = V(version)
+    return v is not None and v < known(floor)
+
+
 def macos_floor_for_mps(torch_version: str | None) -> tuple[Version, str]:
     """The lowest macOS on which this torch's MPS works, and the rule's source."""
     g = gates()["mps"]
-    floor, source = V(g["min_macos"]), g["source"]
+    floor, source = known(g["min_macos"]), g["source"]
     tv = V(torch_version)
     if tv is None:
         return floor, source
     for rule in g.get("macos_floor", []):
-        if SpecifierSet(rule["torch"], prereleases=True).contains(tv, prereleases=True) and V(rule["macos"]) > floor:
-            floor, source = V(rule["macos"]), rule["source"]
+        if SpecifierSet(rule["torch"], prereleases=True).contains(tv, prereleases=True) and known(rule["macos"]) > floor:
+            floor, source = known(rule["macos"]), rule["source"]
     return floor, source
 
 
 def newest_torch_spec_for_macos(macos: Version) -> str | None:
     """A specifier for torch whose MPS still works on this macOS, e.g. "<2.9" on macOS 13."""
     g = gates()["mps"]
-    if macos < V(g["min_macos"]):
+    if macos < known(g["min_macos"]):
         return None  # no torch has MPS on this macOS
     limits = []
     for rule in g.get("macos_floor", []):
-        if V(rule["macos"]) > macos:
+        if known(rule["macos"]) > macos:
             lower = str(rule["torch"]).lstrip(">=").split(",")[0].strip()
             limits.append(V(lower))
     if not limits:
@@ -69,9 +82,9 @@ def capability_problem(capability: str | None, cuda: str | None) -> str | None:
     if cc is None or cv is None:
         return None
     for rule in gates()["cuda"]["capability"]:
-        if "min_capability" in rule and cc >= V(rule["min_capability"]) and cv < V(rule["min_cuda"]):
+        if "min_capability" in rule and cc >= known(rule["min_capability"]) and cv < known(rule["min_cuda"]):
             return f"{rule['rule']} ({rule['source']})"
-        if "max_capability_below" in rule and cc < V(rule["max_capability_below"]) and cv > V(rule["max_cuda"]):
+        if "max_capability_below" in rule and cc < known(rule["max_capability_below"]) and cv > known(rule["max_cuda"]):
             return f"{rule['rule']} ({rule['source']})"
     return None
 
@@ -87,7 +100,7 @@ def paired_versions(torch_version: str | None) -> dict[str, str] | None:
         if row["torch"] == key:
             return {"torchvision": row["torchvision"], "torchaudio": row["torchaudio"]}
     if tv.major == 2:  # a release newer than the table: torchvision's lock-step rule still holds
-        last = V(pairing["torchaudio_last"])
+        last = known(pairing["torchaudio_last"])
         audio = pairing["torchaudio_last"] if (tv.major, tv.minor) >= (last.major, last.minor) else key
         return {"torchvision": f"0.{tv.minor + pairing['torchvision_minor_offset']}", "torchaudio": audio}
     return None

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from envkit.checks import accel, builds
 from envkit.checks.device import cuda_is_rocm, gate_note
-from envkit.checks.gates import V, capability_problem, gates, macos_floor_for_mps, min_driver_for_cuda, newest_torch_spec_for_macos
+from envkit.checks.gates import (V, capability_problem, gates, known, macos_floor_for_mps, min_driver_for_cuda, newest_torch_spec_for_macos,
+                                 older_than)
 from envkit.checks.system import NATIVE_PYTHON_FIX
 from envkit.checks.verdict import FAIL, PASS, SKIP, WARN, Check
 from envkit.facts.model import Facts
@@ -23,7 +24,7 @@ def check_mps(facts: Facts) -> Check:
         return Check("mps", SKIP, "torch is not installed or its version is unreadable (see the torch check)", group="Devices")
     g = gates()["mps"]
     tv = V(t.base_version)
-    if tv is not None and tv < V(g["min_torch"]):
+    if tv is not None and tv < known(g["min_torch"]):
         return Check("mps", FAIL, f"torch {t.version} predates MPS (needs {g['min_torch']}+)", "`envkit setup --torch stable`",
                      "Devices", g["source"])
     macos = V(facts.os.version)
@@ -64,7 +65,7 @@ def check_cuda(facts: Facts) -> Check:
                      "install a CUDA build chosen for this driver: `envkit setup --torch stable`", "Devices")
     if gpu and gpu.driver and cuda:
         need = min_driver_for_cuda(cuda)
-        if need and V(gpu.driver) is not None and V(gpu.driver) < V(need):
+        if need and older_than(gpu.driver, need):
             return Check("cuda", FAIL, f"torch {t.version} is built for CUDA {cuda}, which needs NVIDIA driver {need}+; this driver is {gpu.driver}",
                          f"upgrade the driver to {need}+, or let envkit pick a build this driver runs: `envkit setup --torch stable`",
                          "Devices", "NVIDIA CUDA release notes, table 2")
@@ -74,7 +75,7 @@ def check_cuda(facts: Facts) -> Check:
     for g in facts.nvidia_gpus:
         problem = capability_problem(g.compute_capability, cuda)
         if problem:
-            return Check("cuda", FAIL, f"{g.name} (sm_{g.compute_capability.replace('.', '')}) cannot run this CUDA {cuda} build: {problem}",
+            return Check("cuda", FAIL, f"{g.name} (sm_{str(g.compute_capability).replace('.', '')}) cannot run this CUDA {cuda} build: {problem}",
                          "`envkit setup --torch stable` picks a build for this GPU", "Devices")
     if rt.get("ok"):
         if rt.get("cuda_available"):

@@ -13,7 +13,7 @@ def apple_profile(family: str | None, tier: str | None) -> tuple[str, str | None
     """("m3-max", None), or the nearest known chip's profile and a warning for a chip not in chips.toml."""
     families: dict[str, list[str]] = chips_data()["families"]
     tier = tier if tier in TIER_SUFFIX else "base"
-    if family in families and tier in families[family]:
+    if family is not None and family in families and tier in families[family]:
         return family.lower() + TIER_SUFFIX[tier], None
     gen = int(family[1:]) if family and family[1:].isdigit() else None
     # Nearest: the newest known family at or below this one that has the tier (an M5 Max
@@ -73,8 +73,8 @@ def shipped_recommendation(facts: Facts) -> tuple[str, str | None]:
         ccs = []
         for g in facts.nvidia_gpus:
             try:
-                ccs.append(float(g.compute_capability))
-            except (TypeError, ValueError):
+                ccs.append(float(g.compute_capability or "unknown"))  # none known: skipped, as an unreadable one
+            except ValueError:
                 pass
         if ccs and min(ccs) >= 9.0:
             return "cuda-hopper", None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from envkit.checks import accel
 from envkit.checks.device import best_device, cuda_is_rocm, device_gpus, device_label, gate_note
-from envkit.checks.gates import V, gates
+from envkit.checks.gates import V, gates, known
 from envkit.checks.verdict import PASS, SKIP, WARN, Check
 from envkit.facts.model import Facts
 
@@ -13,22 +13,23 @@ from envkit.facts.model import Facts
 def check_bf16(facts: Facts) -> Check:
     device = best_device(facts)
     t, rt = facts.torch, facts.runtime or {}
-    if not t.base_version:
+    tv = V(t.base_version)  # a base version always parses (facts.parse made it)
+    if tv is None:
         return Check("bf16", SKIP, "torch is not installed (see the torch check)", group="Devices")
     if device == "mps":
         g = gates()["bf16"]["mps"]
         macos = V(facts.os.version)
         if facts.python.rosetta:
             return Check("bf16", SKIP, "no MPS under Rosetta (see python-arch)", group="Devices")
-        if macos is None or macos < V(g["macos"]):
+        if macos is None or macos < known(g["macos"]):
             return Check("bf16", WARN, f"bf16 on MPS needs macOS {g['macos']}+ (this Mac: {facts.os.version or 'unknown'}); use fp16 or fp32",
                          f"upgrade macOS to {g['macos']}+; until then keep training.precision at fp32 or fp16", "Devices", g["source"])
-        if V(t.base_version) < V(g["autocast_torch"]):
+        if tv < known(g["autocast_torch"]):
             return Check("bf16", WARN, f"bf16 autocast on MPS needs torch {g['autocast_torch']}+ (installed {t.base_version})",
                          "`envkit setup --torch stable`", "Devices", g["source"])
         if rt.get("ok") and rt.get("mps_bf16") is False:
             return Check("bf16", WARN, f"MPS refused a bf16 tensor: {rt.get('mps_bf16_error', '')}", "keep training.precision at fp32", "Devices")
-        if facts.chip.family in g["emulated_families"]:
+        if facts.chip.family and facts.chip.family in g["emulated_families"]:
             return Check("bf16", PASS, f"bf16 works but is emulated on {facts.chip.family}: no speed-up over fp32 "
                          f"(the {facts.chip.family.lower()} profiles train in fp32)", group="Devices", source=g["source"])
         return Check("bf16", PASS, f"bf16 supported on MPS (macOS {macos}, torch {t.base_version})" + gate_note(facts), group="Devices")
@@ -40,8 +41,8 @@ def check_bf16(facts: Facts) -> Check:
         g = gates()["bf16"]["cuda"]
         # Compute capability first: is_bf16_supported() also answers True where bf16 is only
         # emulated (T4, V100), which trains slower than fp16 (gates.toml [bf16.cuda]).
-        ccs = [V(gpu.compute_capability) for gpu in facts.nvidia_gpus if gpu.compute_capability]
-        if ccs and min(ccs) < V(g["min_compute_capability"]):
+        ccs = [cc for gpu in facts.nvidia_gpus if (cc := V(gpu.compute_capability))]
+        if ccs and min(ccs) < known(g["min_compute_capability"]):
             said = " (torch.cuda.is_bf16_supported() says True: it counts emulation)" if rt.get("ok") and rt.get("cuda_bf16") else ""
             return Check("bf16", WARN, f"compute capability {min(ccs)} < {g['min_compute_capability']}: no bf16 tensor cores, bf16 is emulated{said}",
                          "train with precision fp16 (GradScaler is used on CUDA)", "Devices", g["source"])
@@ -98,15 +99,15 @@ def _bf16_xpu(facts: Facts) -> Check:
 def check_compile(facts: Facts) -> Check:
     device = best_device(facts)
     t = facts.torch
-    if not t.base_version:
+    tv = V(t.base_version)  # a base version always parses (facts.parse made it)
+    if tv is None:
         return Check("compile", SKIP, "torch is not installed (see the torch check)", group="Devices")
-    tv = V(t.base_version)
     if device == "mps" and facts.python.rosetta:
         return Check("compile", SKIP, "no MPS under Rosetta (see python-arch)", group="Devices")
     if device == "mps":
         g = gates()["compile"]["mps"]
         macos = V(facts.os.version)
-        if tv < V(g["torch"]) or macos is None or macos < V(g["macos"]):
+        if tv < known(g["torch"]) or macos is None or macos < known(g["macos"]):
             return Check("compile", WARN, f"torch.compile on MPS is usable from torch {g['torch']} on macOS {g['macos']}+ "
                          f"(here torch {t.base_version}, macOS {facts.os.version or '?'}); training runs eager",
                          "`envkit setup --torch stable` (and macOS 14+) to enable it; meanwhile training.compile: false", "Devices", g["source"])
@@ -117,7 +118,7 @@ def check_compile(facts: Facts) -> Check:
             return Check("compile", SKIP, why, group="Devices")
     if device == "xpu":
         g = accel.table()["compile"]["xpu"]
-        if tv < V(g["torch"]):
+        if tv < known(g["torch"]):
             return Check("compile", WARN,
                          f"torch.compile on {device_label(facts)} (XPU) needs torch {g['torch']}+ (installed {t.base_version}); training runs eager",
                          "`envkit setup --torch stable`", "Devices", g["source"])
@@ -125,11 +126,11 @@ def check_compile(facts: Facts) -> Check:
                      group="Devices", source=g["source"])
     if device == "cuda":
         g = gates()["compile"]["cuda"]
-        ccs = [V(gpu.compute_capability) for gpu in facts.nvidia_gpus if gpu.compute_capability]
-        if ccs and min(ccs) < V(g["min_compute_capability"]):
+        ccs = [cc for gpu in facts.nvidia_gpus if (cc := V(gpu.compute_capability))]
+        if ccs and min(ccs) < known(g["min_compute_capability"]):
             return Check("compile", WARN, f"Triton needs compute capability {g['min_compute_capability']}+; torch.compile falls back",
                          "training.compile: false", "Devices", g["source"])
-    if tv < V("2.0"):
+    if tv < known("2.0"):
         return Check("compile", WARN, f"torch.compile needs torch 2.0+ (installed {t.base_version})", "`envkit setup --torch stable`", "Devices")
     where = "the CPU" if device == "cpu" else f"{device_label(facts)}, {'ROCm' if cuda_is_rocm(facts) else 'CUDA'}"
     return Check("compile", PASS, f"torch.compile available on {where} (torch {t.base_version})", group="Devices")

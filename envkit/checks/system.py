@@ -4,7 +4,7 @@ architecture), the installed torch and its companions (torchvision, torchaudio).
 from __future__ import annotations
 
 from envkit.checks import builds
-from envkit.checks.gates import V, gates, paired_versions
+from envkit.checks.gates import V, gates, known, paired_versions
 from envkit.checks.verdict import FAIL, PASS, SKIP, WARN, Check
 from envkit.facts.model import Facts
 
@@ -34,11 +34,11 @@ def check_python_version(facts: Facts) -> Check:
     installed = facts.torch.base_version
     floor, source = builds.python_floor(installed)
     newest = builds.releases()[-1]
-    if pv < V(floor):
+    if pv < known(floor):
         what = f"torch {installed}" if installed else f"torch {newest['torch']}"
         return Check("python-version", FAIL, f"Python {pv} is older than {floor}, the oldest {what} has wheels for",
                      "install Python 3.12 and run `envkit setup --python python3.12`", "Python", source)
-    if installed and pv < V(newest["python"]):
+    if installed and pv < known(newest["python"]):
         return Check("python-version", WARN, f"Python {pv} runs torch {installed}, but torch {newest['torch']} needs Python "
                      f"{newest['python']}+: this environment cannot move past its torch line",
                      "install Python 3.12 and run `envkit setup --python python3.12`", "Python", source)

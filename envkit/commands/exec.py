@@ -180,8 +180,8 @@ def interrupted_exit_code(rc: int, summary: dict) -> int:
     import signal
 
     name = summary.get("signal")
-    if rc == 0 and summary.get("status") == "interrupted" and isinstance(getattr(signal, str(name), None), int):
-        return 128 + int(getattr(signal, name))
+    if rc == 0 and summary.get("status") == "interrupted" and isinstance(number := getattr(signal, str(name), None), int):
+        return 128 + number
     return rc
 
 

@@ -74,12 +74,12 @@ def sweep(ctx, config, overrides, profile, parallel, pack, stop_after, python, a
     _report(runs, config, plot, as_json, say, report_only, interrupted)
 
 
-def _pack(pack: str | None, parallel_given: bool, on_slurm: bool):
+def _pack(text: str | None, parallel_given: bool, on_slurm: bool) -> int | str | None:
     """--pack as given (auto, N or None), refused with --parallel or --slurm: before anything is resolved."""
     from envkit.errors import EnvkitError
     from envkit.sweep.pack import parse_pack
 
-    pack = parse_pack(pack)  # a typo is one line, exit 2
+    pack = parse_pack(text)  # a typo is one line, exit 2
     if pack is not None and parallel_given:
         raise EnvkitError("--pack and --parallel both say how many runs at once", where="--pack",
                           fix="--pack auto to measure it, or --parallel N alone")

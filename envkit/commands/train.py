@@ -58,11 +58,12 @@ def validate(config, overrides, profile, replay, as_json):
         return
     _warn(p.warnings)
     c = p.cfg
+    assert c is not None  # validate's request names a train.yaml
     click.echo(f"{config}: valid ({c.model.type} on {c.dataset.type}"
                + (f"/{c.dataset.task}" if c.dataset.type == 'synthetic' else "")
                + (f", {c.training.epochs} epochs" if c.training.epochs else f", {c.training.max_steps} steps")
                + f", device {c.device.type}, precision {c.training.precision}, "
-               f"profile {p.cfg.profile or 'none'})")
+               f"profile {c.profile or 'none'})")
 
 
 def _warn(warnings) -> None:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from envkit.errors import EnvkitError
 from envkit.exec.rundir import read_json
@@ -70,7 +71,7 @@ class NothingSent(EnvkitError):
     exit_code = 1
 
 
-def _target(run_dir: Path, beat: dict, say=print) -> tuple[int, object] | None:
+def _target(run_dir: Path, beat: dict, say=print) -> tuple[int, Callable[[int], None]] | None:
     """(pid, how to signal it) of the run's own live process, checked to be the one envkit started:
     the PID with the start time heartbeat.json records (exec runs record their command's too), in a
     folder whose owner lock is not free (the kernel frees it when the run's processes die). None
@@ -91,7 +92,7 @@ def _target(run_dir: Path, beat: dict, say=print) -> tuple[int, object] | None:
     return None
 
 
-def _lock_holder(run_dir: Path, lock: str | None, pid, say) -> tuple[int, object] | None:
+def _lock_holder(run_dir: Path, lock: str | None, pid, say) -> tuple[int, Callable[[int], None]] | None:
     """For a heartbeat without a start time: the process holding the folder's owner lock, when the lock
     file names it with a start time that a live process has (take_owner_lock records both)."""
     from envkit.fsutil import OWNER_LOCK, read_owner, same_process

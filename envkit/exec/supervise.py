@@ -268,10 +268,13 @@ class Supervisor:
 
     def stop_group(self) -> None:
         """SIGINT, then SIGTERM after the grace period, then SIGKILL."""
+        proc = self.proc
+        if proc is None:  # not started: nothing to stop
+            return
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
             self._send(signum)
             try:
-                self.proc.wait(timeout=self.opts.grace)
+                proc.wait(timeout=self.opts.grace)
                 return
             except subprocess.TimeoutExpired:
                 continue

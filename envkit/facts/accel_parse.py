@@ -41,10 +41,13 @@ def _rocminfo_vram(block: str) -> int | None:
 def parse_amd_smi_static(text: str | None) -> list[dict]:
     """`amd-smi static --asic --driver`: one dict per "GPU: N" block, {"name": MARKET_NAME,
     "arch": TARGET_GRAPHICS_VERSION, "driver": the amdgpu driver VERSION}."""
-    gpus, cur, section = [], None, None
+    gpus: list[dict[str, str | None]] = []
+    cur: dict[str, str | None] | None = None
+    section = None
     for line in (text or "").splitlines():
         if re.match(r"^GPU:\s*\d+", line):
-            cur, section = {"name": None, "arch": None, "driver": None}, None
+            cur = {"name": None, "arch": None, "driver": None}
+            section = None
             gpus.append(cur)
             continue
         if cur is None:

@@ -58,10 +58,10 @@ def collect(runner: Runner, *, runtime: bool = True, gpu_detail: bool = True, so
     if torch.version and not torch.local:
         # Some installs drop the +cuXXX label from the metadata: torch itself, or the wheel's
         # nvidia-cuda-runtime requirement, still tells which build it is.
-        rt_local = parse.torch_version_info((rt or {}).get("torch_version")).get("local") if (rt or {}).get("ok") else None
-        if rt_local:
-            torch.local = rt_local
-            torch.cuda = parse.torch_version_info(rt["torch_version"])["cuda"]
+        rt_info = parse.torch_version_info((rt or {}).get("torch_version")) if (rt or {}).get("ok") else {}
+        if rt_info.get("local"):
+            torch.local = rt_info["local"]
+            torch.cuda = rt_info["cuda"]
         elif system == "Linux":
             torch.cuda = parse.cuda_from_requirements(interp.get("torch_cuda_requires") or [])
     facts = Facts(os=os_info, python=python, chip=chip, memory_bytes=memory, gpus=gpus,

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from envkit.errors import EnvkitError
 from envkit.redact import recorded_env, redact
@@ -144,7 +145,7 @@ class LiveRunner(Runner):
         except OSError:
             return None
 
-    def interpreter(self):
+    def interpreter(self) -> dict:
         if self._interp is None and os.path.realpath(self.python_exe) == os.path.realpath(sys.executable) \
                 and self.python_exe == sys.executable:
             from envkit.facts import interp_probe
@@ -159,6 +160,7 @@ class LiveRunner(Runner):
                 raise EnvkitError(f"cannot run the Python interpreter {self.python_exe}: {why}",
                                   fix="pass --python with a working interpreter")
             self._interp = json.loads(res.stdout)
+        assert self._interp is not None  # set above, by one way or the other
         return self._interp
 
     def environ(self):
@@ -239,7 +241,7 @@ class RecordingRunner(LiveRunner):
         if self._runtime is not None:
             snap["runtime"] = self._runtime
         # command outputs and files may hold URLs with credentials too (pip config, proxies)
-        return redact_home(redact(snap), str(Path.home()))
+        return cast(dict, redact_home(redact(snap), str(Path.home())))  # redact_home keeps the shape: a dict stays a dict
 
 
 def redact_home(value, home: str):

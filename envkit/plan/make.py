@@ -6,6 +6,7 @@ command met it, and before anything is written or started."""
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from envkit.plan.grid import expand
 from envkit.plan.model import Plan, PlannedRun, RunRequest
@@ -27,6 +28,9 @@ from envkit.plan.rundirs import (
 from envkit.train.run.config import per_process_batch
 from envkit.train.run.torchrun import Nodes
 
+if TYPE_CHECKING:
+    from envkit.train.run.config import Config
+
 
 def make_plan(request: RunRequest) -> Plan:
     """The request checked and resolved: every refusal is raised here (EnvkitError, one line, exit 2)."""
@@ -42,12 +46,12 @@ def make_plan(request: RunRequest) -> Plan:
                 python=request.python)
     base = Plan(request, nodes, r.cfg, r.facts, r.profile, r.python, r.managed)
     if request.purpose == "validate":
-        return _said(base, r, hold_against_machine(base.cfg, base.facts))
+        return _said(base, r, hold_against_machine(r.cfg, r.facts))
     if request.purpose == "print-config":
-        experiment_dir(base.cfg)  # experiment.name is one folder inside the runs folder
+        experiment_dir(r.cfg)  # experiment.name is one folder inside the runs folder
         return base
     if request.sweep:
-        return _sweep(base)
+        return _sweep(base, r.cfg, request.config)
     return _one_run(base, r)
 
 
@@ -60,8 +64,8 @@ def _said(p: Plan, r: Resolved, machine: list[str]) -> Plan:
 def _one_run(base: Plan, r: Resolved) -> Plan:
     """`envkit run`: the machine and the process count, then the run folder (resumed only with its
     own config, and at the batch it started with), then what depends on it."""
-    req, cfg = base.request, base.cfg
-    machine = hold_against_machine(cfg, base.facts) if req.here else []  # the login node is not the machine that trains
+    req, cfg = base.request, r.cfg
+    machine = hold_against_machine(cfg, r.facts) if req.here else []  # the login node is not the machine that trains
     check_processes(cfg, req)
     cfg = per_process_batch(cfg, req.world)  # training.global_batch_size: refused here, before anything starts, if it does not split
     run_id = req.run_id or (base.nodes.rdzv_id if base.nodes.nnodes > 1 else None)  # every node names the same run
@@ -78,11 +82,11 @@ def _one_run(base: Plan, r: Resolved) -> Plan:
     return dataclasses.replace(_said(base, r, machine), cfg=cfg, runs=(run,))
 
 
-def _sweep(base: Plan) -> Plan:
+def _sweep(base: Plan, base_cfg: Config, config: str) -> Plan:
     """Every combination resolved, placed and checked before anything runs (a bad value stops it all here)."""
     req = base.request
-    combos = expand(base.cfg.sweep.grid, req.config, req.max_runs)
-    runs = [PlannedRun(cfg, *place_combination(cfg, combo.run_id, req.config), combination=combo)
-            for combo, cfg in zip(combos, combination_configs(req.config, req.overrides, combos, base.profile))]
-    check_combinations(runs, base.cfg, req, base.facts)
+    combos = expand(base_cfg.sweep.grid, config, req.max_runs)
+    runs = [PlannedRun(cfg, *place_combination(cfg, combo.run_id, config), combination=combo)
+            for combo, cfg in zip(combos, combination_configs(config, req.overrides, combos, base.profile))]
+    check_combinations(runs, base_cfg, req, base.facts)
     return dataclasses.replace(base, runs=tuple(runs))

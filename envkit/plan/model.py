@@ -56,7 +56,7 @@ class RunRequest:
 
     @property
     def node_count(self) -> int:
-        return self.nnodes if self.here else self.slurm_nodes
+        return self.nnodes if self.slurm_nodes is None else self.slurm_nodes  # (self.here, spelt out: the type narrows)
 
     @property
     def world(self) -> int:

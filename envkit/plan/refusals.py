@@ -113,8 +113,8 @@ def hold_against_machine(cfg: Config, facts) -> list[str]:
         from envkit.checks.gates import V, gates
 
         need = gates()["autocast"]["mps"]["fp16_torch"]
-        tv = V(facts.torch.base_version)
-        if tv is not None and tv < V(need):
+        tv, need_v = V(facts.torch.base_version), V(need)
+        if tv is not None and need_v is not None and tv < need_v:
             raise EnvkitError(f"fp16 autocast on MPS needs torch {need}+ (installed {facts.torch.base_version})",
                               where=where_set(cfg, "training.precision"), fix="`envkit setup --torch stable`, or training.precision: fp32")
     comp = cfg.training.compile
@@ -140,7 +140,7 @@ def check_combinations(runs: list[PlannedRun], base_cfg: Config, request: RunReq
             try:
                 hold_against_machine(c, facts)
             except EnvkitError as exc:
-                raise EnvkitError(f"run {r.combination.run_id}: {exc.message}", where=f"{config}: sweep.grid",
+                raise EnvkitError(f"run {_run_id(r)}: {exc.message}", where=f"{config}: sweep.grid",
                                   fix="take that value out of sweep.grid (`envkit doctor` says what this machine can do)") from exc
     for r in runs:
         for check in (check_processes, check_batch):
@@ -148,5 +148,11 @@ def check_combinations(runs: list[PlannedRun], base_cfg: Config, request: RunReq
                 check(r.cfg, request)
             except EnvkitError as exc:
                 check(base_cfg, request)  # the file's own values are refused too: said as `envkit run` says it
-                raise EnvkitError(f"run {r.combination.run_id}: {exc.message}", where=f"{config}: sweep.grid",
+                raise EnvkitError(f"run {_run_id(r)}: {exc.message}", where=f"{config}: sweep.grid",
                                   fix="take that value out of sweep.grid") from exc
+
+
+def _run_id(run: PlannedRun) -> str:
+    """A sweep's run is its combination's (make_plan gives each one)."""
+    assert run.combination is not None, "a sweep's run without its combination"
+    return run.combination.run_id

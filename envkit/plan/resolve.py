@@ -31,7 +31,7 @@ class Resolved:
     profile_note: str | None = None  # why the profile could not be loaded (built-in defaults instead)
 
 
-def load_profile_or_note(name: str | None, facts, explicit: bool):
+def load_profile_or_note(name: str, facts, explicit: bool):
     """(profile or None, note): a profile that was not asked for and cannot load leaves the built-in defaults."""
     from envkit.profiles import load_profile
 

@@ -117,7 +117,7 @@ def _read(path: Path) -> dict:
         try:
             import tomllib
         except ModuleNotFoundError:  # Python < 3.11
-            import tomli as tomllib
+            import tomli as tomllib  # pyright: ignore[reportMissingImports] - tomli is installed on Python 3.10 only (its marker in pyproject)
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
     except OSError as exc:

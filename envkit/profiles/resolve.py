@@ -199,9 +199,11 @@ def _actual(key: str, facts) -> str | None:
         ccs = [g.compute_capability for g in facts.nvidia_gpus if g.compute_capability]
         if not ccs:
             return None
+        from packaging.version import Version
+
         from envkit.checks.gates import V
 
-        return str(min(ccs, key=lambda c: V(c) or V("0")))
+        return str(min(ccs, key=lambda c: V(c) or Version("0")))
     return None
 
 

@@ -61,7 +61,7 @@ def run_folder_above(folder: Path) -> Path | None:
     return None
 
 
-def refuse_inside_run(folder: Path, what: str, run_dir: Path | None = None) -> None:
+def refuse_inside_run(folder: str | Path, what: str, run_dir: Path | None = None) -> None:
     """InsideRunFolder (exit 2) for a recorded `folder` inside `run_dir` or inside any run folder."""
     p = Path(os.path.abspath(folder))
     inside = run_dir if run_dir is not None and (p.is_relative_to(Path(os.path.abspath(run_dir))) or
@@ -155,7 +155,7 @@ def _tar(files: list[tuple[str, Path]]) -> bytes:
 
 
 def code_state(folder: Path, *, role: str, out_dir: Path | None, pathspec: list[str] | None = None,
-               exclude: list[Path] = ()) -> dict | None:
+               exclude: list[Path] | tuple[Path, ...] = ()) -> dict | None:
     """The state of the git working tree holding `folder`, its patch and untracked files written
     into out_dir (run folder's code/) as <role>.patch and <role>-untracked.tar; None outside git."""
     top = toplevel(folder)

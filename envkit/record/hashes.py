@@ -93,6 +93,8 @@ def known_lock_indexes(paths: list[Path]) -> list[str]:
 
 
 def wheel_tags(dist_path: str | None) -> frozenset:
+    if dist_path is None:
+        return frozenset()
     try:
         text = (Path(dist_path) / "WHEEL").read_text(errors="replace")
     except (OSError, TypeError):

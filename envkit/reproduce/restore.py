@@ -191,8 +191,11 @@ def worktree(run_dir: Path, state: dict, out: Restored, dest: Path | None = None
     if not repo.is_dir():
         raise CannotReproduce(f"the run's code ({role}) was in {repo}, which is gone", where=str(run_dir),
                               fix=f"clone the repository there again (commit {state['commit']})")
-    temp = temp_folder(role) if dest is None else None
-    tree = dest if dest is not None else temp / "tree"
+    if dest is None:
+        temp = temp_folder(role)
+        tree = temp / "tree"
+    else:
+        temp, tree = None, dest
     if dest is not None and dest.is_dir() and not any(dest.iterdir()):
         dest.rmdir()  # the empty folder git leaves for a submodule
     proc = git(repo, "worktree", "add", "--detach", str(tree), state["commit"], timeout=600)

@@ -12,6 +12,7 @@ import enum
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal, NoReturn, overload
 
 from envkit.runfolder.bounded import RunFolderError
 
@@ -28,10 +29,10 @@ class _Reader:
     def __init__(self, data: dict, file: str, prefix: str = ""):
         self.data, self.file, self.prefix = data, file, prefix
 
-    def fail(self, key: str, what: str):
+    def fail(self, key: str, what: str) -> NoReturn:
         raise RunFolderError(f"{self.prefix}{key} {what}", where=self.file, fix=_FIX)
 
-    def get(self, key: str, kinds: tuple, default=None, *, required: bool = False):
+    def get(self, key: str, kinds: tuple, default=None, *, required: bool = False) -> Any:  # a JSON value, of one of `kinds`
         if key not in self.data or self.data[key] is None:
             if required:
                 self.fail(key, "is missing")
@@ -44,6 +45,11 @@ class _Reader:
         if isinstance(value, str) and len(value) > _STR_MAX:
             self.fail(key, f"is {len(value):,} characters long")
         return value
+
+    @overload
+    def text(self, key: str, *, required: Literal[True], pattern: re.Pattern | None = None) -> str: ...
+    @overload
+    def text(self, key: str, *, required: bool = False, pattern: re.Pattern | None = None) -> str | None: ...
 
     def text(self, key: str, *, required: bool = False, pattern: re.Pattern | None = None) -> str | None:
         value = self.get(key, (str,), required=required)

@@ -91,7 +91,7 @@ def perturb(torch, y):
     return y + 0.1 * y.detach().abs().max().clamp(min=1.0)
 
 
-def short_dtype(name):
+def short_dtype(name: str) -> str:
     return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(name, name)
 
 

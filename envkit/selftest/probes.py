@@ -141,6 +141,7 @@ def _load(name, filename):
     mod = sys.modules.get(name)
     if mod is None:
         spec = importlib.util.spec_from_file_location(name, os.path.join(_HERE, filename))
+        assert spec is not None and spec.loader is not None  # a .py file: the source loader
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
         spec.loader.exec_module(mod)
@@ -157,7 +158,7 @@ def run_probe(name, torch, cfg):
     fn = next((getattr(m, "probe_" + name) for m in modules if hasattr(m, "probe_" + name)), None)
     t0 = time.perf_counter()
     if fn is None:
-        res = {"status": "fail", "kind": "unknown", "message": "no probe named %r" % name}
+        res: dict = {"status": "fail", "kind": "unknown", "message": "no probe named %r" % name}
     else:
         try:
             kit.inject_before(name)

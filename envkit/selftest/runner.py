@@ -63,6 +63,7 @@ class Worker:
         threading.Thread(target=self._read_stderr, daemon=True).start()
 
     def _read_stdout(self) -> None:
+        assert self.proc.stdout is not None  # the pipes: opened with PIPE
         for line in self.proc.stdout:
             if line.startswith(MARK):
                 try:
@@ -76,10 +77,12 @@ class Worker:
         self._events.put(Event("exit", {"returncode": self.proc.returncode}))
 
     def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
         for line in self.proc.stderr:
             self.stderr_tail.append(line.rstrip("\n"))
 
     def send(self, data: dict) -> None:
+        assert self.proc.stdin is not None
         try:
             self.proc.stdin.write(json.dumps(data) + "\n")
             self.proc.stdin.flush()
@@ -163,6 +166,7 @@ def run_probes(python: str, env: dict[str, str], probes: list[str], make_config,
                     worker.kill()
                     return info, []
                 config = make_config(info)
+            assert config is not None  # made from the first worker's info
             worker.send({**config, "probes": batch})
             current: str | None = None
             started = 0.0

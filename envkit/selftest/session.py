@@ -53,7 +53,8 @@ def resolve_precision(precision: str | None, device: str, info: dict) -> tuple[s
     dtypes = (info.get("dtypes") or {}).get(device, [])
     if precision != "auto":
         return precision, None
-    tv = tuple(info.get("torch_version_tuple") or (0, 0))
+    version: list[int] = info.get("torch_version_tuple") or [0, 0]
+    tv = tuple(version)
     if device == "cuda":
         return ("bf16", None) if "bfloat16" in dtypes else ("fp16", "this GPU has no bf16")
     if device == "mps":

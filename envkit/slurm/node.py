@@ -55,7 +55,7 @@ def node_address(name: str) -> str:
     fields = dict(tok.split("=", 1) for tok in scontrol("show", "node", "-o", name).split() if "=" in tok)
     addr = fields.get("NodeAddr") or name
     try:
-        return socket.getaddrinfo(addr, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+        return str(socket.getaddrinfo(addr, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0])  # AF_INET: (host, port), host a str
     except socket.gaierror as exc:
         raise EnvkitError(f"node 0 ({name}) has address {addr!r}, which does not resolve on {socket.gethostname()}: {exc}",
                           where="slurm", fix="the cluster's NodeAddr should be an IP address or a name every node resolves") from None

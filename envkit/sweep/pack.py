@@ -64,11 +64,12 @@ def decide(probes: list[Probe], limit: int, per_run_mb: float | None, free_mb: f
     if first.per_second is None:
         return None, 1, _line(1, [f"the probe run failed: {first.reason}"])
     said = [f"1 alone {first.per_second:,.0f} {first.unit}/s{_on(first)}"]
-    chosen, rising, best = first, True, first.per_second
-    for prev, p in zip(probes, probes[1:]):
+    chosen, rising, best, prev_rate = first, True, first.per_second, first.per_second
+    for p in probes[1:]:
         if p.per_second is None:
             return None, chosen.n, _line(chosen.n, said + [f"{p.n} at once failed ({p.reason})"])
-        gain = p.per_second / prev.per_second - 1
+        gain = p.per_second / prev_rate - 1
+        prev_rate = p.per_second
         said.append(f"{p.n} at once {p.per_second:,.0f} ({gain:+.0%}){_on(p)}")
         rising = rising and gain >= GAIN
         if rising:
@@ -133,6 +134,7 @@ def sweep_seconds(n: int, runs: int, probes: list[Probe], starts: Starts, run_sa
     the largest timed below it, never more). probes: timed counts, none failed."""
     def round_s(m: int) -> float:
         total = max((p for p in probes if p.n <= m), key=lambda p: p.n).per_second
+        assert total is not None  # timed counts only
         return starts.seconds(m) + m * run_samples / total
 
     full, rest = divmod(runs, n)

@@ -19,6 +19,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from envkit.errors import EnvkitError
 from envkit.plan import Plan, RunRequest, make_plan
@@ -46,7 +47,11 @@ def prepare(config: str, overrides=(), profile_name: str | None = None, python: 
     is not the machine that trains: nothing is held against it)."""
     p = make_plan(RunRequest(config, tuple(overrides), profile_name, python, sweep=True, max_runs=max_runs,
                              slurm_nodes=slurm_nodes))
-    return [SweepRun(r.combination, p.of(r), r.run_dir, r.state) for r in p.runs]
+    runs = []
+    for r in p.runs:
+        assert r.combination is not None  # make_plan gives each of a sweep's runs its combination
+        runs.append(SweepRun(r.combination, p.of(r), r.run_dir, r.state))
+    return runs
 
 
 def execute(runs: list[SweepRun], *, parallel: int = 1, gpus: int = 0, stop_after: int | None = None,
@@ -59,7 +64,7 @@ def execute(runs: list[SweepRun], *, parallel: int = 1, gpus: int = 0, stop_afte
         if r.state == "completed":
             say(f"skip    {r.combo.run_id}: completed ({r.run_dir})")
     free_slots = list(range(max(1, parallel)))
-    active: dict[subprocess.Popen, tuple[SweepRun, int, object]] = {}
+    active: dict[subprocess.Popen, tuple[SweepRun, int, IO]] = {}  # the run, its slot, its owner lock (open)
     interrupted = {"yes": False}
 
     def on_sigint(signum, frame):  # the children got it too: let them checkpoint, start nothing new
@@ -116,6 +121,7 @@ def _own(r: SweepRun, say):
         r.state = "in use"
         return None
     try:  # decided again now, under the lock: another sweep or a Slurm task may have finished it since prepare()
+        assert r.plan.cfg is not None  # a sweep's plans are each made from its train.yaml
         r.state = run_state(r.plan.cfg, r.run_dir)
     except BaseException:
         lock.close()

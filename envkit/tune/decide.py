@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import cast
 
 from envkit.bench.ladder import LOSS_TOLERANCE
 
@@ -37,6 +38,16 @@ class Measurement:
     @property
     def usable(self) -> bool:
         return self.status == "ok" and not self.oom and self.per_second is not None and self.per_second > 0
+
+    @property
+    def speed(self) -> float:
+        """per_second, for comparing: only usable measurements are compared (0.0 for one that did not run)."""
+        return self.per_second or 0.0
+
+
+def as_count(m: Measurement) -> int:
+    """The value of a batch size's or a cadence's measurement: a count (value is `object` for the other settings)."""
+    return cast(int, m.value)
 
 
 @dataclass
@@ -72,7 +83,7 @@ def pick(incumbent: Measurement, candidates: list[Measurement], *, compare_loss:
         if compare_loss and not _same_loss(c, incumbent):
             why_not.append(f"{fmt(c.value)} changed the loss ({c.loss:.4f} vs {incumbent.loss:.4f})")
             continue
-        if c.per_second > best.per_second * (1 + margin):
+        if c.speed > best.speed * (1 + margin):
             best = c
     others = [c for c in candidates + [incumbent] if c is not best and c.usable]
     vs = ", ".join(f"{rate(c)} with {fmt(c.value)}" for c in others)
@@ -108,24 +119,24 @@ def choose_batch(measured: list[Measurement], shipped_batch: int, shipped_accum:
     if not fitting:
         raise ValueError("no batch size fits")
     incumbent = next((m for m in fitting if m.value == shipped_batch), None)
-    best = incumbent or max(fitting, key=lambda m: m.per_second)
+    best = incumbent or max(fitting, key=lambda m: m.speed)
     for m in fitting:
-        if m.per_second > best.per_second * (1 + margin):
+        if m.speed > best.speed * (1 + margin):
             best = m
-    largest = max(fitting, key=lambda m: m.value)
+    largest = max(fitting, key=as_count)
     effective = shipped_batch * shipped_accum
-    accum = max(1, math.ceil(effective / best.value)) if best.value < effective else 1
-    others = ", ".join(f"{rate(m)} at {m.value}" for m in sorted(fitting, key=lambda m: m.value) if m is not best)
+    accum = max(1, math.ceil(effective / as_count(best))) if as_count(best) < effective else 1
+    others = ", ".join(f"{rate(m)} at {m.value}" for m in sorted(fitting, key=as_count) if m is not best)
     reason = f"measured: {rate(best)} at batch {best.value}" + (f" vs {others}" if others else "")
     reason += f"; largest that fits: {largest.value}"
     if device_memory_mb and largest.peak_memory_mb is not None:
         reason += f" ({largest.peak_memory_mb:,.0f} of {device_memory_mb:,.0f} MB)"
     failed = [m for m in measured if not fits(m, device_memory_mb)]
     if failed:
-        reason += "; too big: " + ", ".join(f"{m.value} ({_why_not(m)})" for m in sorted(failed, key=lambda m: m.value))
+        reason += "; too big: " + ", ".join(f"{m.value} ({_why_not(m)})" for m in sorted(failed, key=as_count))
     if accum > 1:
         reason += f"; grad_accum {accum} keeps the effective batch of {effective}"
-    return int(best.value), accum, reason
+    return int(as_count(best)), accum, reason
 
 
 def _why_not(m: Measurement) -> str:
@@ -176,9 +187,9 @@ def choose_empty_cache(measured: list[Measurement], shipped: int, device_memory_
         raise ValueError("no cadence fits")
     incumbent = next((m for m in fitting if m.value == shipped), None)
     never = next((m for m in fitting if m.value == 0), None)
-    best = never or incumbent or max(fitting, key=lambda m: m.per_second)
+    best = never or incumbent or max(fitting, key=lambda m: m.speed)
     for m in fitting:
-        if m.per_second > best.per_second * (1 + margin):
+        if m.speed > best.speed * (1 + margin):
             best = m
     others = ", ".join(f"{rate(m)} every {m.value}" if m.value else f"{rate(m)} never" for m in fitting if m is not best)
     what = f"every {best.value} steps" if best.value else "never"
@@ -186,7 +197,7 @@ def choose_empty_cache(measured: list[Measurement], shipped: int, device_memory_
     out = [m for m in measured if m not in fitting]
     if out:
         reason += "; " + ", ".join(f"every {m.value}: {'out of memory' if m.oom else 'no headroom'}" for m in out)
-    return int(best.value), reason
+    return int(as_count(best)), reason
 
 
 def watermark_settings(proposed: dict[str, float] | None = None) -> tuple[dict[str, str], str]:

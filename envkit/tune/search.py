@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from envkit.bench.context import BenchContext
 from envkit.bench.ladder import low_precision
@@ -18,6 +19,9 @@ from envkit.bench.runner import Interrupted, run_spec
 from envkit.bench.spec import RunSpec
 from envkit.tune import decide
 from envkit.tune.decide import Decision, Measurement
+
+if TYPE_CHECKING:
+    from envkit.profiles.resolve import Profile
 
 # The order dimensions are searched in, per device: the likeliest wins first, compile (slow to
 # measure) last where it is costly. On CUDA the batch comes first: it is what depends on the model
@@ -58,8 +62,15 @@ class TuneResult:
     oom_batches: dict[int, str | None] = field(default_factory=dict)  # micro-batch -> what it asked for: does not fit
 
 
+def _profile(ctx: BenchContext) -> Profile:
+    """The profile tune starts from (bench.context.make_context always loads one; a bench may run without)."""
+    if ctx.profile is None:
+        raise ValueError("tune needs the profile it starts from")
+    return ctx.profile
+
+
 def shipped_settings(ctx: BenchContext) -> Settings:
-    p = ctx.profile
+    p = _profile(ctx)
     train, dl, env = p.train, p.dataloader, p.env
     precision = train["precision"]
     if precision == "auto":  # as the trainer decides it
@@ -88,7 +99,7 @@ def spec_of(ctx: BenchContext, s: Settings, name: str, seconds: float | None, sp
                    batch_size=s.batch_size, grad_accum=s.grad_accum, num_workers=s.num_workers, pin_memory=s.pin_memory,
                    persistent_workers=s.persistent_workers and s.num_workers > 0,
                    prefetch_factor=s.prefetch_factor if s.num_workers > 0 else None,
-                   empty_cache_every=s.empty_cache_every, threads=s.threads, torch_settings=dict(ctx.profile.torch),
+                   empty_cache_every=s.empty_cache_every, threads=s.threads, torch_settings=dict(_profile(ctx).torch),
                    env=env, warmup_steps=(2 if s.compile else 1) if on_cpu else 3,
                    seconds=seconds or (3.0 if on_cpu else 5.0), windows=3, split_oom=split_oom,
                    seed=int(ctx.config.experiment.seed))
@@ -110,7 +121,7 @@ class _Budget(Exception):
 def tune(ctx: BenchContext, budget_s: float, *, seconds: float | None = None, on_start=None, on_progress=None, on_run=None,
          no_compile: bool = False, debug: bool = False) -> TuneResult:
     t0 = time.monotonic()
-    result = TuneResult(ctx.profile.name, ctx.target, ctx.model, budget_s=budget_s)
+    result = TuneResult(_profile(ctx).name, ctx.target, ctx.model, budget_s=budget_s)
     shipped = shipped_settings(ctx)
     base_env = ctx.plain_env()
     costs: list[float] = []
@@ -227,7 +238,7 @@ def _search_threads(ctx: BenchContext, current: Settings, base: Measurement, shi
         return current, base
     win, why = decide.pick(base, cands, fmt=lambda v: f"{v} thread{'s' if v != 1 else ''}" if isinstance(v, int) else str(v))
     if win is not base:
-        current = replace(current, threads=int(win.value))
+        current = replace(current, threads=int(decide.as_count(win)))
     if current.threads:
         result.decisions.append(Decision("env", "OMP_NUM_THREADS", str(current.threads), why,
                                          current.threads != shipped.threads, [base, *cands]))
@@ -245,7 +256,7 @@ def _search_workers(ctx: BenchContext, current: Settings, base: Measurement, shi
         _raise(stopped)
         return current, base
     win, why = decide.pick(base, cands, compare_loss=False, fmt=lambda v: f"{v} workers")
-    current = replace(current, num_workers=int(win.value), persistent_workers=int(win.value) > 0)
+    current = replace(current, num_workers=int(decide.as_count(win)), persistent_workers=int(decide.as_count(win)) > 0)
     result.decisions.append(Decision("dataloader", "num_workers", current.num_workers, why,
                                      current.num_workers != shipped.num_workers, [base, *cands]))
     if current.num_workers > 0:

@@ -36,7 +36,7 @@ def install_with_rollback(venv: Path, venv_python: str, base_python: str, instal
         execute.run_step(cmd, "the install")
         if after:
             after()
-        result = {"ok": True}
+        result: dict = {"ok": True}
         if torch:
             say("verifying in " + venv_python, err=True)
             result = execute.verify(venv_python, versions, device)

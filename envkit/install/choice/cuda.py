@@ -82,7 +82,7 @@ def _build_problem(build: builds.Build, facts: Facts) -> str | None:
     """Why this CUDA build cannot run on this machine's GPUs and driver, or None."""
     need = gates.min_driver_for_cuda(build.cuda)
     for g in facts.nvidia_gpus:
-        if need and g.driver and gates.V(g.driver) and gates.V(g.driver) < gates.V(need):
+        if need and gates.older_than(g.driver, need):
             return f"{build.backend} needs NVIDIA driver {need} or newer (this one is {g.driver})"
         if builds.runs_on(build, g.compute_capability) is False:
             return f"{build.backend} holds no kernels for {g.name} ({builds.sm_name(g.compute_capability)}): it holds {build.arch_text()}"
@@ -91,7 +91,7 @@ def _build_problem(build: builds.Build, facts: Facts) -> str | None:
 
 def _driver_short(build: builds.Build, facts: Facts) -> bool:
     need = gates.min_driver_for_cuda(build.cuda)
-    return any(need and g.driver and gates.V(g.driver) and gates.V(g.driver) < gates.V(need) for g in facts.nvidia_gpus)
+    return any(need and gates.older_than(g.driver, need) for g in facts.nvidia_gpus)
 
 
 def _arch_fits(build: builds.Build, facts: Facts) -> bool:
@@ -111,7 +111,7 @@ def _torchaudio_builds(row: dict, channel: str) -> set[str] | None:
 
 def _newest_row_for_python(facts: Facts) -> dict | None:
     pv = gates.V(facts.python.version)
-    fits = [r for r in builds.releases() if pv is None or pv >= gates.V(r["python"])]
+    fits = [r for r in builds.releases() if pv is None or pv >= gates.known(r["python"])]
     return fits[-1] if fits else None
 
 

@@ -51,6 +51,7 @@ class Request:
             return public.is_devrelease
         if self.kind == "test":
             return public.is_prerelease and not public.is_devrelease
+        assert self.spec is not None  # kind "spec" is a request that holds one
         return self.spec.contains(public, prereleases=self.prereleases)
 
 

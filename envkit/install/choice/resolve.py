@@ -116,7 +116,7 @@ def _have(cands, request: Request, choice: Choice, tags: frozenset, python_versi
 
 
 def resolve(choice: Choice, request: Request, tags: frozenset, python_version: str, companions: list[str],
-            *, explicit_index: bool, pip_python: str, extras: list[str] = ()) -> Resolved:
+            *, explicit_index: bool, pip_python: str, extras: list[str] | tuple[str, ...] = ()) -> Resolved:
     """Read the index (index/sources.py says the order). When PyTorch's index cannot be reached
     (offline, firewalled) and the user named no index, a stable/pinned request falls back to pip's
     own configured sources (find-links, mirrors, PyPI) with the same rules: on a CPU-only Linux box

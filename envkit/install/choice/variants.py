@@ -72,7 +72,7 @@ def _macos(facts: Facts, request: Request, channel: str) -> Choice:
                       index_why="PyPI: the macOS wheels", limit=SpecifierSet(f"<={g['max_torch']}"),
                       limit_why=[f"Intel Mac: x86_64 macOS wheels stop at torch {g['max_torch']} ({g['source']})"],
                       notes=[f"Intel Macs stop at torch {g['max_torch']}: no MPS, CPU only"])
-    floor_min = gates.V(gates.gates()["mps"]["min_macos"])
+    floor_min = gates.known(gates.gates()["mps"]["min_macos"])
     if macos is not None and macos < floor_min:
         raise EnvkitError(f"macOS {facts.os.version} is older than {floor_min}, the first macOS with MPS",
                           fix=f"update macOS to {floor_min} or newer")
@@ -115,14 +115,14 @@ def _python_floor(facts: Facts, request: Request, choice: Choice) -> None:
     pinned = spec_pins_minor(request)
     if pinned is not None or request.kind == "nightly":
         floor, source = builds.python_floor(pinned)
-        if pv < gates.V(floor):
+        if pv < gates.known(floor):
             what = f"torch {request.text}" if pinned is not None else "torch nightly"
             raise EnvkitError(f"{what} has wheels for Python {floor} and newer only; this Python is {facts.python.version} ({source})",
                               where="--torch", fix=f"pass --python with a Python {floor} or newer (e.g. --python python3.12)")
         return
     if request.kind != "stable":
         return
-    fits = [r for r in builds.releases() if pv >= gates.V(r["python"])]
+    fits = [r for r in builds.releases() if pv >= gates.known(r["python"])]
     newest = builds.releases()[-1]
     if fits and fits[-1] is not newest:
         v = Version(fits[-1]["torch"])

@@ -105,9 +105,10 @@ def convert(path: Path, output: Path, rest: tuple[list[str], list[str]], say, re
                                          Wheel(p.url, p.sha256, p.size or size_of(p.url), p.filename))
             continue
         src, cand, sha = srcs.find(p.name, p.version, target, python, full)
-        if cand is None:
+        if cand is None or sha is None:  # sha None: a file:// wheel gone since it was listed (never locked unhashed)
             missing.append(p)
             continue
+        assert src is not None  # found with cand
         if src not in srcs.primary:
             elsewhere.setdefault(src, []).append(f"{p.name} {p.version}")
         tl.packages[p.name] = Locked(p.name, p.version, index_url_of(src),

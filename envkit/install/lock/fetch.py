@@ -21,6 +21,7 @@ def fetch_verified(picks: list[Pick], lock_indexes: list[str], where: str, say) 
         if p.url:
             url = with_credentials(p.url, index_of(p.url, p.index, lock_indexes))
         else:
+            assert p.path is not None  # picks with a file (has_file): a URL or a path
             url = Path(p.path).resolve().as_uri()
         for attempt in (1, 2):  # a stale file in the cache is fetched again once
             path = fetch_wheel(url, p.filename, None)

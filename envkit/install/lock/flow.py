@@ -46,7 +46,7 @@ def rest_sources(index_url: str | None) -> tuple[list[str], list[str]]:
 
     if index_url:
         override, _ = index_override(index_url)
-        return [override], []
+        return [override or index_url], []  # index_url given: override is it (a folder made absolute)
     from envkit.install.index import pip_config
 
     return pip_config.pip_sources(sys.executable)
@@ -99,7 +99,7 @@ def run_lock(opts: LockOptions, say) -> LockResult:
                                               "--index-url" if opts.index_url else "pip's configured sources")
     for note in dict.fromkeys(loc.note for loc in located.values() if loc.note):
         say(f"note: {note}", err=True)
-    extras = [] if not opts.numpy else list(DEFAULT_EXTRAS)
+    extras: list[str] = [] if not opts.numpy else list(DEFAULT_EXTRAS)
     locks = []
     for t in targets:
         say(f"resolving {t.name}: torch {families[t]['torch'].version}", err=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from envkit.install.lock.model import TargetLock
 from envkit.install.lock.targets import PROFILE_OF_DEVICE, Target, min_driver
@@ -121,13 +122,14 @@ def build_pylock(locks: list[TargetLock], *, python: str, request: str, channel:
         doc["default-groups"] = grouping.default_groups
     doc["created-by"] = "envkit"
     doc["packages"] = packages
-    doc["tool"] = {"envkit": redact({
+    tool = cast(dict, redact({  # redact keeps the shape: a dict stays a dict
         "envkit": envkit_version, "torch": request, "channel": channel, "python": python,
         "torch-version": locks[0].packages["torch"].version.split("+")[0] if locks else "",
         "indexes": [strip_userinfo(i) for i in rest_indexes],
-        "targets": {tl.target.name: _target_info(tl, grouping) for tl in locks}})}
+        "targets": {tl.target.name: _target_info(tl, grouping) for tl in locks}}))
     if project:
-        doc["tool"]["envkit"]["project"] = {"name": project["name"], "extras": list(project["extras"])}
+        tool["project"] = {"name": project["name"], "extras": list(project["extras"])}
+    doc["tool"] = {"envkit": tool}
     return doc
 
 

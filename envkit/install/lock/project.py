@@ -73,7 +73,7 @@ def installed_for(project: dict, dists: dict[str, dict], markers: dict[str, str]
         if own and all(canonicalize_name(r.name) in dists
                        and r.specifier.contains(dists[canonicalize_name(r.name)]["version"], prereleases=True) for r in own):
             installed_extras.append(extra)
-    seen: set[str] = set()
+    seen: set[tuple[str, tuple[str, ...]]] = set()
     todo = [(name, tuple(installed_extras))]
     while todo:
         key, extras = todo.pop()

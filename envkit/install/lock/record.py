@@ -95,11 +95,11 @@ def build(interpreter: Interpreter, *, platform: dict, profile: dict, source: di
         same_as_before = old is not None and old.version == d["version"]
         if r and r.get("version") == d["version"]:
             e["sha256"], e["url"] = r.get("sha256"), r.get("url")
-        elif same_as_before:
+        elif old is not None and same_as_before:
             e["sha256"], e["url"] = old.sha256, old.url or (Path(old.path).resolve().as_uri() if old.path else None)
         if key in cached:
             e["cached"] = cached[key]
-        elif same_as_before and old.cached:
+        elif old is not None and same_as_before and old.cached:
             e["cached"] = old.cached
         entries.append({k: v for k, v in e.items() if v})
     return single.doc(platform=platform, profile=profile, source=source, env=dict(env), entries=entries,

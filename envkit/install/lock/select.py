@@ -8,11 +8,16 @@ tool (uv, pdm) is selected with its default groups."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from envkit.errors import EnvkitError
 from envkit.install.lock.model import Pick
 from envkit.install.lock.read import LockFile, require_pylock
 from envkit.install.lock.targets import platform_of_machine
+
+if TYPE_CHECKING:
+    from packaging.markers import Environment
+
 
 @dataclass
 class Selection:
@@ -47,7 +52,7 @@ def machine_target(targets: dict[str, dict], facts, where: str) -> tuple[str, di
     nvidia = nvidia_gpus(facts)
     if nvidia:
         driver = gates.V(nvidia[0].driver)
-        runs = {n: t for n, t in cuda.items() if driver is None or not t.get("min-driver") or gates.V(t["min-driver"]) <= driver}
+        runs = {n: t for n, t in cuda.items() if driver is None or not t.get("min-driver") or gates.known(t["min-driver"]) <= driver}
         if runs:
             return max(runs.items(), key=lambda kv: int(str(kv[1].get("build", "cu0"))[2:] or 0))
         if cuda:
@@ -61,11 +66,11 @@ def machine_target(targets: dict[str, dict], facts, where: str) -> tuple[str, di
                       + f"); it has {has}", where=where, fix=fix)
 
 
-def marker_environment(python_version: str, implementation: str, machine: str) -> dict[str, str]:
+def marker_environment(python_version: str, implementation: str, machine: str) -> Environment:
     """The PEP 508 environment of the interpreter installed into (this machine's OS, its Python)."""
     from packaging.markers import default_environment
 
-    env = dict(default_environment())
+    env = default_environment()  # a new dict at each call
     env.update(python_full_version=python_version, python_version=".".join(python_version.split(".")[:2]),
                implementation_version=python_version, implementation_name=implementation.lower(),
                platform_python_implementation={"cpython": "CPython", "pypy": "PyPy"}.get(implementation.lower(), implementation))
@@ -76,7 +81,7 @@ def marker_environment(python_version: str, implementation: str, machine: str) -
 
 def select(lock: LockFile, facts, python_version: str, implementation: str, machine: str, tags: list[str]) -> Selection:
     """This machine's packages and wheels in a lock of many machines, exactly as the lock names them."""
-    from packaging.pylock import PylockSelectError
+    from packaging.pylock import PackageWheel, PylockSelectError
     from packaging.tags import parse_tag
 
     require_pylock(str(lock.path))
@@ -104,7 +109,7 @@ def select(lock: LockFile, facts, python_version: str, implementation: str, mach
                           fix="lock this machine too: envkit lock --target this --target ...")
     picks = []
     for p, dist in items:
-        if not hasattr(dist, "filename") or dist.__class__.__name__ != "PackageWheel":
+        if not isinstance(dist, PackageWheel):
             raise EnvkitError(f"{p.name} is locked as a {dist.__class__.__name__.removeprefix('Package').lower()}, "
                               "not a wheel: envkit installs wheels only", where=where, fix="lock it again with `envkit lock`")
         if not (dist.hashes or {}).get("sha256"):

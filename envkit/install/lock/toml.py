@@ -69,7 +69,7 @@ def validate(text: str, where: str) -> None:
     try:
         import tomllib
     except ImportError:  # Python 3.10
-        import tomli as tomllib
+        import tomli as tomllib  # pyright: ignore[reportMissingImports] - tomli is installed on Python 3.10 only (its marker in pyproject)
     try:
         Pylock.from_dict(tomllib.loads(text))
     except (PylockValidationError, ValueError) as exc:  # tomllib.TOMLDecodeError is a ValueError

@@ -5,6 +5,7 @@ whose build lacks that version is one line naming the versions its build has."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 from packaging.version import Version
 
@@ -114,7 +115,7 @@ Families = dict[Target, dict[str, pages.Candidate]]
 
 
 def pick_torch(targets: list[Target], request, python: str, channel: str, rest: list[str], companions: list[str],
-               links: list[str] = (), label: str = sources.PIP_SOURCES) -> tuple[Families, dict[Target, Located]]:
+               links: list[str] | tuple[str, ...] = (), label: str = sources.PIP_SOURCES) -> tuple[Families, dict[Target, Located]]:
     """({target: {"torch": wheel, "torchvision": wheel, ...}}, {target: where its torch is read}),
     the same public versions everywhere: the newest public torch that every target's build has.
     A version no target has is on none of their sources (exit 2, naming what they have); one that
@@ -140,7 +141,7 @@ def _what(request, t: Target) -> str:
     return f"torch {request.text} (" + (f"a +{t.local_label} build for " if t.local_label else "for ") + f"{t.name})"
 
 
-def _explain_missing(fits, located, request, python) -> None:
+def _explain_missing(fits, located, request, python) -> NoReturn:
     """One line. No target has the version: it is on none of their sources, with the versions
     they have. Some lack it: those targets, and the versions their build exists for."""
     if not any(fits.values()):

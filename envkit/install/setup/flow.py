@@ -14,6 +14,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envkit.errors import EnvkitError
 from envkit.install.act.apply import install_with_rollback, verify_device
@@ -22,6 +23,10 @@ from envkit.install.setup.options import (DEFAULT_EXTRAS, SetupOptions, index_ov
                                           venv_path, venv_python_of)
 from envkit.install.setup.outputs import write_outputs
 from envkit.install.setup.venv_lock import hold_venv
+
+if TYPE_CHECKING:
+    from envkit.install.choice.model import Choice
+    from envkit.install.choice.resolve import Resolved
 
 __all__ = ["Installed", "SetupOptions", "run_setup"]
 
@@ -89,7 +94,7 @@ def run_setup(opts: SetupOptions, ui) -> Installed | None:
                              pip_sources=found.configured)
     ui.show_plan(plan.to_dict(), as_json)
     if plan.nothing_to_do:
-        have = ", ".join(f"{k} {v}" for k, v in versions.items())
+        have = ", ".join(f"{k} {v}" for k, v in (versions or {}).items())  # nothing_to_do: versions were read
         if dry_run:
             say(f"nothing to change: {have} already installed in {venv} (dry run: nothing written)", err=as_json)
             return None
@@ -114,8 +119,8 @@ def run_setup(opts: SetupOptions, ui) -> Installed | None:
 class IndexAnswer:
     """What reading the index decided: the build (another one where the table's was withdrawn), the
     versions to install, where they come from, what the environment has now."""
-    choice: object
-    resolved: object | None = None  # choice.resolve's answer; None: planned for a recorded machine, index unread
+    choice: Choice
+    resolved: Resolved | None = None  # choice.resolve's answer; None: planned for a recorded machine, index unread
     versions: dict | None = None
     index_url: str | None = None
     sources: list = field(default_factory=list)
@@ -173,6 +178,7 @@ def _install(found: IndexAnswer, installer: str, venv: Path, venv_python: str, c
     from envkit.install.act import plan as planmod
 
     resolved, versions, index_used = found.resolved, found.versions, found.index_url
+    assert resolved is not None and versions is not None  # the index was read (--replay plans only: a dry run)
     wheels = {}
     for name, cand in ([("torch", resolved.torch)] + list(resolved.companions.items())):
         if cand.version.is_devrelease:  # nightlies vanish from the index: keep them in envkit's cache
