@@ -15,6 +15,8 @@ line `step 1/` (printed when the first step has ended, compilation included):
 - warm: envkit's cache kept from the cold run, Inductor's and Triton's fresh again: another machine
   that got envkit's compile cache (training.compile_cache), the case it is for. Its summary.json's
   median window rate is the throughput after the warm-up;
+- again: the same machine's second run, every cache as the cold run left it (Triton's compiled
+  kernels too, which envkit's cache does not carry where torch's artifacts leave them out);
 - plain: a hand-written loop of the same model (envkit's GPT or ResNet-18 definition, torch.compile
   of the forward and the loss as one graph, bf16 autocast on CUDA, fused AdamW / SGD), caches cold.
 Prints a table (`--json`: one object) with the compile cache's lines and torch's compile counters.
@@ -69,8 +71,8 @@ def settings(args, data: Path) -> list[str]:
     return out + list(args.set)
 
 
-def fresh_env(tmp: Path, name: str, envkit_cache: Path) -> dict:
-    d = tmp / f"caches-{name}"
+def fresh_env(tmp: Path, name: str, envkit_cache: Path, torch_caches: str | None = None) -> dict:
+    d = tmp / f"caches-{torch_caches or name}"
     return dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", ENVKIT_CACHE_DIR=str(envkit_cache),
                 TORCHINDUCTOR_CACHE_DIR=str(d / "inductor"), TRITON_CACHE_DIR=str(d / "triton"))
 
@@ -91,12 +93,12 @@ def timed(argv: list[str], env: dict, cwd: Path, marker: str, log: Path) -> tupl
     return seen, text
 
 
-def envkit_run(args, tmp: Path, data: Path, name: str, envkit_cache: Path) -> dict:
+def envkit_run(args, tmp: Path, data: Path, name: str, envkit_cache: Path, torch_caches: str | None = None) -> dict:
     template = TEMPLATES / ("cifar10.yaml" if args.cifar else "gpt2_small_tokens.yaml")
     argv = [sys.executable, "-m", "envkit", "run", str(template), "--run-id", name, "--resume", "never"]
     for s in settings(args, data):
         argv += ["--set", s]
-    seconds, text = timed(argv, fresh_env(tmp, name, envkit_cache), tmp, "step 1/", tmp / f"{name}.log")
+    seconds, text = timed(argv, fresh_env(tmp, name, envkit_cache, torch_caches), tmp, "step 1/", tmp / f"{name}.log")
     s = json.loads((tmp / "runs" / "ttfs" / name / "summary.json").read_text())
     unit = "tokens" if not args.cifar else "samples"
     return {"first_step_s": round(seconds, 2), "per_second": s.get(f"{unit}_per_second_median_window"), "unit": unit,
@@ -197,7 +199,9 @@ def main(argv=None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-ttfs-"))
     data = write_data(tmp, args.cifar, 512 if args.small else 50304)
     cache = tmp / "envkit-cache"  # fresh and empty for the cold run, kept for the warm one
-    results = {"cold": envkit_run(args, tmp, data, "cold", cache), "warm": envkit_run(args, tmp, data, "warm", cache)}
+    results = {"cold": envkit_run(args, tmp, data, "cold", cache), "warm": envkit_run(args, tmp, data, "warm", cache),
+               # the same machine again: envkit's, Inductor's and Triton's caches all as the cold run left them
+               "again": envkit_run(args, tmp, data, "again", cache, torch_caches="cold")}
     if not args.skip_plain:
         results["plain"] = plain_run(args, tmp)
     out = {"model": "resnet18-cifar" if args.cifar else "gpt2-small", "steps": args.steps, "settings": list(args.set),
