@@ -173,8 +173,8 @@ def build_ladder(facts, checks: dict, target: str, model: str, *, no_compile: bo
             adds["precision"] = low
         if row.get("needs") == "fast":
             adds = dict(fast)
-        if row.get("needs") == "multi":
-            adds["nproc"] = nproc
+        if row.get("needs") == "multi":  # a rung skipped for want of GPUs still says what it would run: 2 at least
+            adds["nproc"] = max(nproc, 2)
         rung = Rung(name, device, {**state[row["on"]], **adds}, baseline=bool(row.get("baseline")), adds=adds,
                     changes=describe(adds, device, bool(row.get("baseline"))))
         need = (row.get("needs") or "").format(dev=dev)
