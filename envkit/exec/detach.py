@@ -156,7 +156,7 @@ def main(argv: list[str]) -> int:
     run_dir = Path(argv[0])
     command = argv[argv.index("--") + 1:]
     options = read_json(run_dir / names.CONFIG).get("options") or {}
-    opts = Options(**{k: v for k, v in options.items() if k in Options.__dataclass_fields__}, echo=False)
+    opts = Options.from_record(options, echo=False)
     return Supervisor(command, dict(os.environ), run_dir, opts).run()
 
 

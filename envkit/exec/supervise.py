@@ -47,6 +47,19 @@ class Options:
     heartbeat_seconds: float = 3.0
     echo: bool = True  # show the output live (off for --detach: only train.log)
 
+    @classmethod
+    def from_record(cls, options: dict, **overrides) -> Options:
+        """From a run folder's config.json "options" (written by exec: ExecRequest.recorded): the
+        supervisor's keys, each of its type; the process layout and anything else is not the supervisor's."""
+        def number(key: str, default, kind=float):
+            value = options.get(key, default)
+            return kind(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+
+        stall = options.get("stall_timeout")
+        return cls(restarts=number("restarts", cls.restarts, int), restart_delay=number("restart_delay", cls.restart_delay),
+                   stall_timeout=float(stall) if isinstance(stall, (int, float)) and not isinstance(stall, bool) else None,
+                   grace=number("grace", cls.grace), caffeinate=options.get("caffeinate") is not False, **overrides)
+
 
 def caffeinate_command(pid: int, system: str, enabled: bool = True) -> list[str] | None:
     """macOS: keep the machine from idle (-i) and system (-s) sleep while `pid` lives (-w). Not -d:
