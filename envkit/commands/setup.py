@@ -8,15 +8,8 @@ from pathlib import Path
 
 import click
 
+from envkit.commands.setup_terminal import CommandLineUI
 from envkit.errors import EnvkitError
-
-
-def _say(text: str = "", err: bool = False) -> None:
-    """Every line setup prints (plan, commands, notes) loses URL credentials: the installer gets
-    the real index URL, the terminal and its logs do not."""
-    from envkit.redact import strip_userinfo
-
-    click.echo(strip_userinfo(text), err=err)
 
 
 @click.command()
@@ -55,7 +48,7 @@ def setup(profile_name, torch_req, with_, no_numpy, venv_opt, python_opt, instal
                         python=python_opt, installer=installer, index_url=index_url, dry_run=dry_run, yes=yes,
                         lock=lock_opt, selftest=not no_selftest, as_json=as_json, replay=replay,
                         tune=tune)
-    ui = _CommandLineUI(as_json)
+    ui = CommandLineUI(as_json)
     installed = run_setup(opts, ui)
     if installed is None:
         return
@@ -115,76 +108,3 @@ def _selftest(venv_python: str, profile, selftest: bool, ui) -> int:
             ui.say("the self-test failed: torch is installed and verified, but the device misbehaves (see above)", err=True)
             return 1
     return 0
-
-
-class _CommandLineUI:
-    """How setup talks to the person at the terminal (or to a script, with --json: then stdout holds
-    the plan as one JSON document, and every other line (notes, the installer's, the self-test's
-    report, the next step) goes to stderr)."""
-
-    def __init__(self, as_json: bool = False):
-        self.as_json = as_json
-
-    def say(self, text: str = "", err: bool = False) -> None:
-        _say(text, err=err or self.as_json)
-
-    @staticmethod
-    def show_json(obj) -> None:
-        from envkit.console import print_json
-
-        print_json(obj)
-
-    @staticmethod
-    def confirm(yes: bool) -> None:
-        _confirm(yes)
-
-    @staticmethod
-    def show_plan(plan: dict, as_json: bool) -> None:
-        _show(plan, as_json)
-
-    def selftest_report(self, report) -> None:
-        from envkit.selftest import render_report
-
-        render_report(report, echo=(lambda line: _say(line, err=True)) if self.as_json else None)
-
-
-def _show(plan: dict, as_json: bool) -> None:
-    if as_json:
-        from envkit.console import print_json
-
-        print_json(plan)
-        return
-    _say(f"envkit setup  {plan['machine']}")
-    _say(f"  profile   {plan['profile']}")
-    _say(f"  torch     {plan['request']} -> " + (", ".join(f"{k} {v}" for k, v in plan["versions"].items()) if plan["versions"] else plan["spec"]))
-    _say(f"  build     {plan['device']} ({plan['backend']}, {plan['channel']})")
-    _say(f"  index     {plan['index_url'] or _pip_sources_text(plan)}  [{plan['index_why']}]")
-    if plan["limit"]:
-        _say(f"  limit     torch {plan['limit']}: {'; '.join(plan['limit_why'])}")
-    _say(f"  venv      {plan['venv']}" + (" (new)" if plan["create_venv"] else ""))
-    _say(f"  installer {plan['installer']}")
-    for c in plan["changes"]:
-        _say(f"  change    {c['name']}: {c['from'] or 'not installed'} -> {c['to']}")
-    for c in plan["commands"]:
-        _say(f"  $ {c}")
-    for n in plan["notes"]:
-        _say(f"  note: {n}")
-
-def _pip_sources_text(plan: dict) -> str:
-    """Every source pip is configured with (pip installs torch's dependencies from any of them), and
-    the ones torch itself was found on."""
-    text = "pip configured sources: " + ", ".join(plan["pip_sources"])
-    return text + (f" (torch from {', '.join(plan['sources'])})" if plan["sources"] != plan["pip_sources"] else "")
-
-
-def _confirm(yes: bool) -> None:
-    if yes:
-        return
-    from envkit.console import is_tty
-
-    if not is_tty(sys.stdin):
-        raise EnvkitError("setup needs a confirmation and stdin is not a terminal", fix="pass --yes to proceed without asking")
-    if not click.confirm("Proceed?", default=True):
-        raise click.exceptions.Abort()
-
-
