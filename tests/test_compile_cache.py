@@ -98,6 +98,18 @@ def test_a_file_signed_under_another_machines_key_is_refused(tmp_path, monkeypat
     assert compile_cache.unpack("gpt-k", b"code") is None  # no header at all
 
 
+
+def test_a_damaged_machine_key_is_named_not_a_type_error(tmp_path, monkeypatch):
+    from envkit.errors import EnvkitError
+    from envkit.train.run import compile_cache
+
+    monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path))
+    key = tmp_path / "keys" / "run-folders.key"
+    key.parent.mkdir()
+    key.write_text("not hex\n")  # before: machine_key() returned None and hmac raised a TypeError
+    with pytest.raises(EnvkitError, match="does not read as a key: delete it"):
+        compile_cache.pack("gpt-k", b"code")
+
 def test_compile_scope_auto_picks_blocks_only_where_it_is_safe():
     from envkit.train.run.speed import compile_scope_for
 

@@ -52,7 +52,13 @@ def _key(create: bool) -> bytes | None:
 def machine_key() -> bytes:
     """This machine's signing key (made on first use): what else envkit keeps in its cache and
     will execute later (train/run/compile_cache.py) is signed with it too."""
-    return _key(create=True)
+    key = _key(create=True)
+    if key is None:  # the file is there (made first by another process, or by hand) but holds no key
+        from envkit.errors import EnvkitError
+
+        raise EnvkitError(f"the machine key {_key_path()} does not read as a key: delete it and a new one is made "
+                          "(what it signed, records and the compile cache, is then refused, not run)")
+    return key
 
 
 def _manifest(run_dir: Path) -> dict[str, str] | None:

@@ -10,6 +10,7 @@ import torch
 from torch.utils.data import Dataset
 
 from envkit.errors import EnvkitError
+from envkit.train.data.bad_files import SkippedFiles
 
 
 @dataclass
@@ -23,7 +24,7 @@ class DataBundle:
     tokens_per_sample: int = 1  # lm: block_size
     scorer: Callable | None = None  # scorer(model, device, autocast) -> {"accuracy": ...}
     check_batch: Callable | None = None  # check_batch(the DataLoader's batch) -> (x, y), in the trainer's process; raises EnvkitError
-    skipped: object | None = None  # bad_files.SkippedFiles: unreadable files skipped (dataset.on_bad_file: skip), for summary.json
+    skipped: SkippedFiles | None = None  # unreadable files skipped (dataset.on_bad_file: skip), for summary.json
     notes: list[str] = field(default_factory=list)
 
 

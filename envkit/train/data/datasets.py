@@ -220,7 +220,7 @@ def text(cfg) -> DataBundle:
     d, block = cfg.dataset, cfg.model.block_size
     path = resolve_path(cfg, d.path)
     raw = _read_text(path, d.level)
-    if d.level == "byte":
+    if isinstance(raw, bytes):  # dataset.level byte
         tokens, vocab = torch.tensor(list(raw), dtype=torch.long), 256
         itos = None
     else:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import zlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch.utils.data import Dataset
@@ -27,6 +28,9 @@ from envkit.train.data.bad_files import SEPARATOR, SkippedFiles, UnreadableFile
 from envkit.train.data.bundle import DataBundle, label_entropy
 from envkit.train.data.label_noise import flip_labels, note
 from envkit.train.data.paths import resolve_path
+
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
 
 SPLITS = ({"train"}, {"val", "validation", "test"})
 EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")  # torchvision's IMG_EXTENSIONS
@@ -57,8 +61,9 @@ class FolderImages(Dataset):
     def batch(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """(x, y) decoded in this process (validation, evaluate.py), its skipped files tallied here."""
         samples = self.__getitems__(indices)
-        for _, _, joined in samples if self.skipped is not None else ():
-            self.skipped.add(joined)
+        if self.skipped is not None:
+            for _, _, joined in samples:
+                self.skipped.add(joined)
         return torch.stack([x for x, _, _ in samples]), torch.tensor([y for _, y, _ in samples])
 
     def _sample(self, i: int, g: torch.Generator) -> tuple[torch.Tensor, int, str]:
@@ -78,7 +83,7 @@ class FolderImages(Dataset):
         raise UnreadableFile.of(first, OSError(f"not one of the {n} images of its set decodes"),
                                 fix="check the folder's files (do they open in an image viewer?)")
 
-    def _tensor(self, img, g: torch.Generator) -> torch.Tensor:
+    def _tensor(self, img: PILImage, g: torch.Generator) -> torch.Tensor:
         if self.crop == "random":
             box, flip = pil_images.random_box(*img.size, g), bool(torch.rand((), generator=g) < 0.5)
         else:

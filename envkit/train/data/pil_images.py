@@ -71,7 +71,7 @@ def random_box(width: int, height: int, g: torch.Generator) -> tuple[int, int, i
 def to_tensor(img, size: int, box, flip: bool) -> torch.Tensor:
     """The box of `img` resized to size x size, flipped left-right when `flip`, normalised (3, size, size)."""
     Image = pillow()
-    out = img.resize((size, size), Image.BILINEAR, box=box)
+    out = img.resize((size, size), Image.BILINEAR, box=box)  # pyright: ignore[reportAttributeAccessIssue] - Pillow sets its filter constants in a loop, not in its stubs
     x = torch.frombuffer(bytearray(out.tobytes()), dtype=torch.uint8).view(size, size, 3).permute(2, 0, 1)
     if flip:
         x = x.flip(2)

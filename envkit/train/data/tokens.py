@@ -18,8 +18,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from envkit.errors import EnvkitError
+
+if TYPE_CHECKING:
+    from torch.utils.data import Dataset
 
 ITEMSIZE = {"uint16": 2, "uint32": 4}
 
@@ -181,7 +185,9 @@ def tokens(cfg):
 
     sample = window(open_tokens(tf.train, tf.dtype, tf.n_train), 0, 1 << 20)  # unigram baseline from the first 1M tokens
     counts = torch.bincount(sample, minlength=tf.vocab_size)[: tf.vocab_size]
-    return DataBundle("lm", train, val, {"vocab_size": tf.vocab_size, "block_size": block},
+    # A map-style dataset by its __len__ and __getitem__ (what a DataLoader calls), not a Dataset
+    # subclass: this module imports without torch (validate checks a folder with it).
+    return DataBundle("lm", cast("Dataset", train), cast("Dataset", val), {"vocab_size": tf.vocab_size, "block_size": block},
                       baseline_loss=label_entropy(counts), tokens_per_sample=block, check_batch=check_batch,
                       notes=[f"tokens: train.bin {tf.n_train:,} and val.bin {tf.n_val:,} {tf.dtype} tokens (memory-mapped), "
                              f"vocabulary {tf.vocab_size} from {tf.vocab_from}"])

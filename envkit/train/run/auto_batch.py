@@ -64,7 +64,8 @@ def choose(probes: list[dict], *, fraction: float, cap: int, world: int = 1, mea
     if budget is not None and free is not None:
         budget = min(budget, free)
     examples = min((p["train_examples"] for p in probes if p.get("train_examples")), default=None)
-    per_sample = fixed = None
+    per_sample: float | None = None
+    fixed = 0.0  # MB, beside per_sample: read only where per_sample is set
     if len(ok) >= 2 and not measured_only:
         lo, hi = ok[-2], ok[-1]
         per_sample = max((hi["peak_mb"] - lo["peak_mb"]) / (hi["batch"] - lo["batch"]), 0.0)
@@ -103,7 +104,7 @@ def choose(probes: list[dict], *, fraction: float, cap: int, world: int = 1, mea
     note = f"training.batch_size auto -> {batch}: one eager step on {last.get('device')} took {measured}"
     if per_sample is not None:
         note += f" ({per_sample:,.1f} MB per sample + {_gb(fixed)})"
-    if budget is not None:
+    if budget is not None and total:  # (a budget is set only where the total is)
         within = ", within what is free" if free is not None and free < fraction * total else ""
         note += f"; budget {_gb(budget)} ({fraction:.0%} of {_gb(total)}{within})"
     if limits:

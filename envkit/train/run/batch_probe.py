@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sized
 from pathlib import Path
+from typing import cast
 
 
 def probe_config(cfg):
@@ -76,7 +78,8 @@ def probe(cfg, run_dir: Path, torch_settings: dict | None = None) -> dict:
     if device_type == "cuda":
         torch.cuda.init()
     total, free = device_memory_mb(device_type)
-    examples = len(build_data(cfg, seed=int(cfg.experiment.seed)).train)
+    # a DataBundle's sets are map-style, with a length (torch's Dataset does not declare __len__)
+    examples = len(cast(Sized, build_data(cfg, seed=int(cfg.experiment.seed)).train))
     out = {"batch": batch, "device": device_type, "total_mb": total, "free_mb": free, "train_examples": examples}
     if batch > examples:
         return {**out, "status": "small-data"}

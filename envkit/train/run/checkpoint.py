@@ -124,7 +124,9 @@ def prune(folder: Path, written: Path, keep_last: int, log=None) -> list[Path]:
     deleted: it is the user's to look at. Files older than the kept ones are deleted as before.
     Returns the paths moved aside."""
     folder, written = Path(folder), Path(written)
-    _verified[str(written)] = _stat_key(written)  # just written and fsynced: valid without reading it back
+    key = _stat_key(written)
+    if key is not None:  # just written and fsynced: valid without reading it back
+        _verified[str(written)] = key
     kept, moved, delete = 0, [], []
     for _, p in list_checkpoints(folder):
         if kept >= keep_last and p != written:

@@ -194,21 +194,22 @@ def coerce(value: Any, f: Field, where: str, *, from_text: bool = False):
     elif kind == "list":
         if not isinstance(value, list):
             raise EnvkitError(f"expected a list, got {describe_value(value)}", where=where, fix=form_fix(f, where))
-        for item in value if f.choices is not None else ():
-            if item not in f.choices:
-                raise EnvkitError(f"{item!r} is not one of {', '.join(map(str, f.choices))}{did_you_mean(item, f.choices)}",
-                                  where=where)
+        if f.choices is not None:
+            for item in value:
+                if item not in f.choices:
+                    raise EnvkitError(f"{item!r} is not one of {', '.join(map(str, f.choices))}{did_you_mean(item, f.choices)}",
+                                      where=where)
         return value
     elif kind == "dict":
         if not isinstance(value, dict):
             raise EnvkitError(f"expected a mapping, got {describe_value(value)}", where=where, fix=form_fix(f, where))
     if f.choices is not None and value not in f.choices:
-        raise EnvkitError(f"{value!r} is not one of {', '.join(map(str, f.choices))}{did_you_mean(value, f.choices)}", where=where)
-    if kind == "int" and not INT_MIN <= value <= INT_MAX:
+        raise EnvkitError(f"{value!r} is not one of {', '.join(map(str, f.choices))}{did_you_mean(str(value), f.choices)}", where=where)
+    if kind == "int" and isinstance(value, int) and not INT_MIN <= value <= INT_MAX:  # an int by now (above)
         raise EnvkitError(f"{value} is outside the range the trainer can use ({INT_MIN} .. {INT_MAX}, a 64-bit integer)", where=where,
                           fix=f"use a value up to {INT_MAX}"
                               + (" (any seed in 0 .. 2**63-1 is as good as another)" if where.endswith("seed") else ""))
-    if kind in ("int", "float"):
+    if kind in ("int", "float") and isinstance(value, (int, float)):  # a number by now (above)
         if f.gt is not None and not value > f.gt:
             raise EnvkitError(f"must be greater than {f.gt:g}, got {value:g}", where=where)
         if f.min is not None and value < f.min:

@@ -26,6 +26,7 @@ import hmac
 import json
 import platform
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -95,7 +96,7 @@ class CompileCache:
 
     key: str
     enabled: bool
-    log: object
+    log: Callable[[str], None]
     loaded: bytes | None = None
     saved_misses: int = 0  # the compile count at the last save: a later save only when something new compiled
     notes: list = field(default_factory=list)  # summary.json's compile_cache: what was loaded and saved

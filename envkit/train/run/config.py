@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -180,7 +181,7 @@ class Config:
 # ---------------------------------------------------------------- loading
 
 
-def load_config(path: str | Path | None, *, overrides: list[str] = (), profile=None, data: dict | None = None) -> Config:
+def load_config(path: str | Path | None, *, overrides: Sequence[str] = (), profile=None, data: dict | None = None) -> Config:
     """Resolve a train.yaml: defaults < profile < YAML < --set. `profile` is a loaded Profile (or None)."""
     src = str(path) if path is not None else "<defaults>"
     values: dict[str, Any] = {}  # "section.key" -> value, over the defaults

@@ -95,7 +95,7 @@ def apply(device_type: str, model_type: str = "") -> list[str]:
     with contextlib.suppress(AttributeError):  # torch.utils.deterministic: torch 2.1+
         import torch.utils.deterministic
 
-        torch.utils.deterministic.fill_uninitialized_memory = fill
+        torch.utils.deterministic.fill_uninitialized_memory = fill  # pyright: ignore[reportAttributeAccessIssue] - a module property torch sets up at import, not in its stubs
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
     with contextlib.suppress(Exception):  # a torch without Inductor compiles nothing

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import torch
 
@@ -14,7 +15,7 @@ def init_distributed(device: torch.device) -> None:
     import torch.distributed as dist
 
     if device.type == "cuda":
-        kw = {"device_id": device} if "device_id" in inspect.signature(dist.init_process_group).parameters else {}
+        kw: dict[str, Any] = {"device_id": device} if "device_id" in inspect.signature(dist.init_process_group).parameters else {}
         dist.init_process_group(backend="nccl", **kw)
     else:
         dist.init_process_group(backend="gloo")

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_text
@@ -22,15 +22,44 @@ from envkit.train.run.config import Config, to_yaml
 from envkit.train.run.spawn import ask_to_checkpoint, release_child, spawn_child
 from envkit.train.run.torchrun import child_command, child_entry
 
+if TYPE_CHECKING:
+    from envkit.facts.model import Facts
+    from envkit.install.setup.managed import Managed
+    from envkit.profiles.resolve import Profile
+
+
+class Request(Protocol):
+    """What this side reads of a plan's request (envkit.plan.RunRequest)."""
+
+    @property
+    def world(self) -> int: ...
+    @property
+    def node_count(self) -> int: ...
+
 
 class Plan(Protocol):
-    """What this side reads of a plan (envkit.plan.Plan, a later stage than train: not imported here)."""
+    """What this side reads of a plan (envkit.plan.Plan, a later stage than train: not imported here).
+    Read-only, as that frozen dataclass's fields are; cfg and facts are None in a plan of `envkit
+    exec` (no config), which never reaches the functions here."""
 
-    cfg: Config
-    facts: object
-    profile: object | None
-    python: str
-    managed: object | None
+    @property
+    def cfg(self) -> Config | None: ...
+    @property
+    def facts(self) -> Facts | None: ...
+    @property
+    def profile(self) -> Profile | None: ...
+    @property
+    def python(self) -> str: ...
+    @property
+    def managed(self) -> Managed | None: ...
+    @property
+    def request(self) -> Request: ...
+
+
+def _config(p: Plan) -> Config:
+    if p.cfg is None:
+        raise ValueError("a plan without a config (envkit exec's) has no run files")
+    return p.cfg
 
 
 # ---------------------------------------------------------------- files
@@ -91,19 +120,22 @@ def _write_run_files(p: Plan, run_dir: Path, child_env: dict) -> None:
     from envkit.checks.report import diagnose
     from envkit.redact import redact_argv
 
+    cfg = _config(p)
+    if p.facts is None:
+        raise ValueError("a plan without the machine's facts (envkit exec's) has no run files")
     run_dir.mkdir(parents=True, exist_ok=True)
     _inject_disk_full_at_start(run_dir / names.CONFIG)
     (run_dir / "checkpoints").mkdir(exist_ok=True)
-    resolved = p.cfg.resolved()
+    resolved = cfg.resolved()
     resolved["torch_settings"] = dict(getattr(p.profile, "torch", {}) or {}) if p.profile else None
     atomic_write_text(run_dir / names.CONFIG, json.dumps(resolved, indent=2, default=str) + "\n")
-    atomic_write_text(run_dir / "config.yaml", f"# resolved config (profile {p.cfg.profile or 'none'}); origins in config.json\n" + to_yaml(p.cfg))
+    atomic_write_text(run_dir / "config.yaml", f"# resolved config (profile {cfg.profile or 'none'}); origins in config.json\n" + to_yaml(cfg))
     d = diagnose(p.facts).to_dict()
-    src = Path(p.cfg.source).resolve().parent if p.cfg.source not in ("<defaults>",) else Path.cwd()
+    src = Path(cfg.source).resolve().parent if cfg.source not in ("<defaults>",) else Path.cwd()
     env_doc = {
         "created_at": time.time(), "python": p.python, "argv": redact_argv(sys.argv),
         "managed": str(p.managed.root) if p.managed else None,
-        "profile": p.cfg.profile, "profile_env": dict(getattr(p.profile, "env", {}) or {}) if p.profile else {},
+        "profile": cfg.profile, "profile_env": dict(getattr(p.profile, "env", {}) or {}) if p.profile else {},
         "user_env": p.profile.user_kept() if p.profile is not None and hasattr(p.profile, "user_kept") else {},
         "doctor": d, "packages": d["facts"].get("packages"),
         "environ": clean_environ(child_env), "git": git_commit(src),
@@ -114,7 +146,7 @@ def _write_run_files(p: Plan, run_dir: Path, child_env: dict) -> None:
     atomic_write_text(run_dir / names.ENVIRONMENT, json.dumps(redact(env_doc), indent=2, default=str) + "\n")
     from envkit.record.start import write_run_record
 
-    write_run_record(run_dir, python=p.python, config=p.cfg, project=src, facts=p.facts,  # pylock.toml, code/, record.json
+    write_run_record(run_dir, python=p.python, config=cfg, project=src, facts=p.facts,  # pylock.toml, code/, record.json
                      processes={"world": p.request.world, "nodes": p.request.node_count})
 
 
@@ -129,7 +161,7 @@ def stage_for_node(p: Plan, run_dir: Path, node_rank: int) -> Path:
     import tempfile
 
     stage = Path(tempfile.mkdtemp(prefix=f"envkit-node{node_rank}-"))
-    resolved = p.cfg.resolved()
+    resolved = _config(p).resolved()
     resolved["torch_settings"] = dict(getattr(p.profile, "torch", {}) or {}) if p.profile else None
     atomic_write_text(stage / names.CONFIG, json.dumps(resolved, indent=2, default=str) + "\n")
     if (run_dir / "checkpoints").is_dir():

@@ -41,9 +41,9 @@ class Lion(torch.optim.Optimizer):
                 moms.append(state["exp_avg"])
             # the foreach ops run one kernel per group of tensors, not one per parameter (CUDA/MPS)
             if wd:
-                torch._foreach_mul_(params, 1.0 - lr * wd)
-            update = torch._foreach_lerp(moms, grads, 1.0 - beta1)  # beta1 * m + (1 - beta1) * g
-            torch._foreach_sign_(update)
-            torch._foreach_add_(params, update, alpha=-lr)
-            torch._foreach_lerp_(moms, grads, 1.0 - beta2)
+                torch._foreach_mul_(params, 1.0 - lr * wd)  # pyright: ignore[reportPrivateImportUsage] - torch's foreach ops are public, not in torch's __all__
+            update = torch._foreach_lerp(moms, grads, 1.0 - beta1)  # pyright: ignore[reportPrivateImportUsage] - torch's foreach ops are public, not in torch's __all__; beta1 * m + (1 - beta1) * g
+            torch._foreach_sign_(update)  # pyright: ignore[reportPrivateImportUsage] - torch's foreach ops are public, not in torch's __all__
+            torch._foreach_add_(params, update, alpha=-lr)  # pyright: ignore[reportPrivateImportUsage] - torch's foreach ops are public, not in torch's __all__
+            torch._foreach_lerp_(moms, grads, 1.0 - beta2)  # pyright: ignore[reportPrivateImportUsage] - torch's foreach ops are public, not in torch's __all__
         return loss

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,7 +57,7 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
     cfg, training = tr.cfg, tr.training  # with what the trainer derived (max_steps from epochs)
     if training.epochs:
         tel.set_epochs(training.epochs, training.max_steps)
-    state = TrainState(micro_batch=training.batch_size, grad_accum=training.grad_accum)
+    state = TrainState(micro_batch=tr.batch_size, grad_accum=training.grad_accum)
     result = TrainResult(status="running", max_steps=training.max_steps, epochs=training.epochs, unit=tr.unit,
                          device=tr.device_type, device_name=tr.device_name, precision=tr.precision, world_size=tr.world,
                          parallel=tr.parallel, parameters=tr.parameters, config_hash=cfg.config_hash(), flops_per_token=tr.flops_per_token,
@@ -110,7 +111,7 @@ class _Loop:
     watch: RunWatch
     profiler: StepProfiler
     stop_after: int | None
-    on_step: object
+    on_step: Callable[..., bool] | None
     split_oom: bool
     elapsed_mark: float  # perf_counter at the last checkpoint: state.elapsed grows by what follows
     saved_step: int = 0  # the step the newest checkpoint holds (the one resumed from, at first)
@@ -217,7 +218,7 @@ class _Loop:
             recover.rollback(self.tr, self.state, self.guard)
             self.tel.rewound(self.state.step, "rollback")
             return False
-        if do_log:
+        if loss is not None:  # do_log
             self.log_row(loss, out, lr)
         if val is not None:
             self.eval_row(val, acc)
@@ -274,6 +275,7 @@ class _Loop:
         path = tr.save_checkpoint(state)  # every process: fsdp writes its shards
         self.saved_step = state.step
         if tr.master:
+            assert path is not None  # rank 0's save returns the checkpoint's path
             # the last logged ETA: a run that checkpoints more often than it beats would otherwise show none
             self.tel.heartbeat(step=state.step, loss=self.result.final_loss, eta=self.eta, force=True,
                                checkpoint=path.name)

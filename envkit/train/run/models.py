@@ -175,13 +175,13 @@ def build_model(cfg, info: dict, device_type: str) -> nn.Module:
         else:
             width = m.width if cfg.origin.get("model.width") in ("yaml", "cli") else 64  # the schema's 32 is cnn's
             model, source = build_resnet(int(kind[6:]), info["num_classes"], info.get("in_channels", 3), m.stem, width)
-            model.definition = source  # "torchvision" or "envkit": the trainer's log says which
+            model.definition = source  # pyright: ignore[reportArgumentType] - "torchvision" or "envkit", for the trainer's log: a plain attribute, where Module.__setattr__'s stub takes tensors and modules
         cl = m.channels_last
         # auto: everywhere envkit trains convolutions; on this repository's 2-core CPU too, ResNet-18 trained
         # 6% faster at width 64 and 8% at width 8 in channels-last (benchmarks/RESULTS.md)
         if cl is True or (cl == "auto" and device_type in ("cuda", "mps") or cl == "auto" and device_type == "cpu"
                           and not narrow_strided_conv(model)):
-            model = model.to(memory_format=torch.channels_last)
+            model = model.to(memory_format=torch.channels_last)  # pyright: ignore[reportCallIssue] - Module.to takes memory_format, its stub's overloads do not
         return model
     factory = import_factory(kind, "model")
     model = factory(**(m.kwargs or {}), **{k: v for k, v in info.items() if k in accepted_args(factory)})

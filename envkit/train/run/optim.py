@@ -5,15 +5,20 @@ more dimensions only (matrices, convolution kernels), never to biases and norm s
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from envkit.train.run.lion import Lion
 
+if TYPE_CHECKING:
+    from envkit.train.run.schema import Training
+
 LION_BETA2 = 0.99  # the paper's default; AdamW's 0.95 in the schema would make Lion's momentum short-sighted
 
 
-def _undecorated(fn):
+def _undecorated(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The function under torch's wrappers that import torch._dynamo (`_disable_dynamo`,
     `_use_grad_for_differentiable`, the step's profiling hook): each keeps it as `__wrapped__`."""
     while hasattr(fn, "__wrapped__"):
@@ -29,6 +34,8 @@ class WithoutDynamo:
     traces the optimizer, so the functions under the wrappers are called (the step under no_grad, as
     its wrapper does for a non-differentiable optimizer): the same code, the same numbers. The
     class's step is still wrapped by Optimizer's profiling and hooks."""
+
+    EAGER_STEP: ClassVar[Callable[..., Any]]  # the optimizer class's own step (each subclass names it)
 
     def add_param_group(self, param_group) -> None:
         return _undecorated(torch.optim.Optimizer.add_param_group)(self, param_group)
@@ -63,7 +70,7 @@ class EagerLion(WithoutDynamo, Lion):
     EAGER_STEP = Lion.step
 
 
-def build_optimizer(model: torch.nn.Module, T: dict, device_type: str, origin: dict | None = None) -> torch.optim.Optimizer:
+def build_optimizer(model: torch.nn.Module, T: Training, device_type: str, origin: dict | None = None) -> torch.optim.Optimizer:
     """`origin` (the config's value origins) tells a beta2 the user set from the schema's default.
     On the CPU without compile, torch's optimizers run without importing torch._dynamo (WithoutDynamo)."""
     from envkit.train.run.speed import want_compile
@@ -86,7 +93,7 @@ def build_optimizer(model: torch.nn.Module, T: dict, device_type: str, origin: d
                                                    **fused)
 
 
-def lr_at(step: int, T: dict) -> float:
+def lr_at(step: int, T: Training) -> float:
     """Warm-up over warmup_steps, then cosine from lr to min_lr (default lr/10) at max_steps, or constant.
     With `training.epochs` set, max_steps has been resolved from the data (steps_for_epochs)."""
     if step < T.warmup_steps:

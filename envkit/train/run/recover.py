@@ -54,6 +54,7 @@ def rollback(tr, state, guard: NanGuard) -> None:
     at = state.step
     found = ckpt.newest_valid(tr.run_dir / "checkpoints", log=tr.log)
     factor = guard.on_nonfinite(at, found is not None)
+    assert found is not None  # on_nonfinite raised TrainingStopped without a checkpoint to roll back to
     tr.load(state, *found)
     state.lr_scale *= factor
     state.rollbacks = guard.rollbacks

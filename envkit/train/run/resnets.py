@@ -83,7 +83,7 @@ class StandardResNet(nn.Module):
 
     def forward(self, x):
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))  # pyright: ignore[reportCallIssue] - layers set by setattr: Module.__getattr__'s stub type (Tensor | Module)
         return self.fc(torch.flatten(self.avgpool(x), 1))
 
 
@@ -104,7 +104,7 @@ def build_resnet(depth: int, num_classes: int, in_channels: int = 3, stem: str =
     checks and CI: 16 has 1/16 of the arithmetic) is envkit's own definition only."""
     if prefer_torchvision and base_width == 64:
         try:
-            from torchvision import models
+            from torchvision import models  # pyright: ignore[reportMissingImports] - optional (envkit[vision]), not installed where CI type-checks
         except Exception:  # noqa: BLE001 - missing, or built for another torch: envkit's own definition
             models = None
         if models is not None:

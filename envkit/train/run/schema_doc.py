@@ -142,7 +142,8 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m envkit.train.run.schema_doc", description=__doc__.splitlines()[0])
+    summary = __doc__.splitlines()[0] if __doc__ else None  # None under python -OO
+    parser = argparse.ArgumentParser(prog="python -m envkit.train.run.schema_doc", description=summary)
     parser.add_argument("--output", type=Path, default=OUTPUT, help=f"default {OUTPUT}")
     parser.add_argument("--check", action="store_true", help="exit 1 when the file differs from what would be written")
     args = parser.parse_args(argv)

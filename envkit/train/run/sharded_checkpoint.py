@@ -51,7 +51,7 @@ def save(folder: Path, model, optimizer, fields: dict, *, rank: int, world: int)
         tmp.mkdir(parents=True)
     dist.barrier()
     model_sd, optim_sd = get_state_dict(model, optimizer)
-    dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=str(tmp))
+    dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=str(tmp))  # pyright: ignore[reportPrivateImportUsage] - public API, not in the package's __all__
     mine = {p.name: sha256_file(p) for p in tmp.iterdir() if p.name.startswith(f"__{rank}_")}
     gathered: list = [None] * world
     dist.all_gather_object(gathered, mine)
@@ -101,7 +101,7 @@ def load_into(path: Path, model, optimizer) -> None:
 
     with warnings.catch_warnings():  # one process, no process group: DCP says it assumes so, which is the point
         warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process.*")
-        dcp.load(state, checkpoint_id=str(path))
+        dcp.load(state, checkpoint_id=str(path))  # pyright: ignore[reportPrivateImportUsage] - public API, not in the package's __all__
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
 
 

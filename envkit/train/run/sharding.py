@@ -21,7 +21,7 @@ a ddp and an fsdp run of one config start from the same weights and train to the
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from envkit.train.recovery.guards import TrainingStopped
 
@@ -49,9 +49,9 @@ def shard_units(model: nn.Module, model_type: str) -> list[nn.Module] | None:
     """The sharding plan: the submodules that are gathered and freed as one (then the root holds
     the rest: embeddings, the head, the stem). None: no plan for this model."""
     if callable(getattr(model, "shard_units", None)):  # a user factory's model may name its own units
-        return list(model.shard_units())
+        return list(model.shard_units())  # pyright: ignore[reportCallIssue] - a factory model's own method: Module.__getattr__'s stub type (Tensor | Module)
     if model_type == "gpt":
-        return list(model.blocks)
+        return list(model.blocks)  # pyright: ignore[reportArgumentType] - envkit's gpt's ModuleList: Module.__getattr__'s stub type (Tensor | Module)
     if model_type.startswith("resnet"):
         return [getattr(model, f"layer{i}") for i in range(1, 5)]
     return None
@@ -200,7 +200,7 @@ def apply_fsdp(model: nn.Module, units: list[nn.Module], device: torch.device, p
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mesh = init_device_mesh(device.type, (world,))
-    kw = {"mesh": mesh}
+    kw: dict[str, Any] = {"mesh": mesh}
     if precision == "bf16":  # the gathered weights in bf16 (half the traffic), gradients reduced in fp32
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     groups = group_units(units, min_unit_params) if min_unit_params >= 0 else []
@@ -233,9 +233,9 @@ def checkpoint_activations(units: list[nn.Module]) -> None:
 def set_gradient_sync(model: nn.Module, mode: str, sync: bool) -> None:
     """Accumulation: reduce the gradients on the last micro-batch only."""
     if mode == "ddp":
-        model.require_backward_grad_sync = sync
+        model.require_backward_grad_sync = sync  # pyright: ignore[reportArgumentType] - DDP's flag, a plain attribute: Module.__setattr__'s stub takes tensors and modules
     elif mode == "fsdp":
-        model.set_requires_gradient_sync(sync)
+        model.set_requires_gradient_sync(sync)  # pyright: ignore[reportCallIssue] - an FSDPModule's method (fully_shard changed the class): Module.__getattr__'s stub type (Tensor | Module)
 
 
 def _millions(n: int) -> str:

@@ -38,7 +38,13 @@ def die_with_parent(sig: int = signal.SIGTERM, ignore_usr1: bool = False):
 PARENT_FD_ENV = "ENVKIT_PARENT_FD"
 
 
-def spawn_child(cmd: list[str], env: dict, owner=None, **popen_kw) -> subprocess.Popen:
+class ChildProcess(subprocess.Popen):
+    """A trainer spawn_child started: it keeps the write end of the pipe the child's watcher reads."""
+
+    envkit_parent_pipe: int | None = None
+
+
+def spawn_child(cmd: list[str], env: dict, owner=None, **popen_kw) -> ChildProcess:
     """Start a trainer that dies with this process, by two means: PR_SET_PDEATHSIG (Linux, at once)
     and a pipe whose write end only this process holds (everywhere, macOS included): the kernel
     closes it when this process dies, however it dies, and the child's watcher thread
@@ -54,7 +60,7 @@ def spawn_child(cmd: list[str], env: dict, owner=None, **popen_kw) -> subprocess
         fds.append(owner.fileno())
     env = {**env, PARENT_FD_ENV: f"{read_end}@{os.getpid()}"}
     try:
-        proc = subprocess.Popen(cmd, env=env, preexec_fn=die_with_parent(ignore_usr1=True), pass_fds=tuple(fds), **popen_kw)
+        proc = ChildProcess(cmd, env=env, preexec_fn=die_with_parent(ignore_usr1=True), pass_fds=tuple(fds), **popen_kw)
     except BaseException:
         os.close(write_end)
         raise
@@ -69,9 +75,8 @@ def spawn_child(cmd: list[str], env: dict, owner=None, **popen_kw) -> subprocess
 
 
 def release_child(proc: subprocess.Popen) -> None:
-    fd = getattr(proc, "envkit_parent_pipe", None)
-    if fd is not None:
-        proc.envkit_parent_pipe = None
+    if isinstance(proc, ChildProcess) and proc.envkit_parent_pipe is not None:
+        fd, proc.envkit_parent_pipe = proc.envkit_parent_pipe, None
         os.close(fd)
 
 

@@ -63,8 +63,8 @@ class BlockwiseLoss(LossModule):
         self.head_loss = head_loss
 
     def forward(self, x, y):
-        h = self.model.embed(x)
-        for block in self.model.blocks:
+        h = self.model.embed(x)  # pyright: ignore[reportCallIssue] - envkit's gpt's embedding: Module.__getattr__'s stub type (Tensor | Module)
+        for block in self.model.blocks:  # pyright: ignore[reportGeneralTypeIssues] - its ModuleList: Module.__getattr__'s stub type (Tensor | Module)
             h = block(h)
         return self.head_loss(self.model, h, y, self.accum)
 
@@ -87,7 +87,7 @@ def train_step(tr, state, lr: float) -> StepOut:
         tr.scaler.unscale_(tr.optimizer)
         grad_norm = torch.nn.utils.clip_grad_norm_(tr.model.parameters(), tr.training.grad_clip)
         if hasattr(grad_norm, "full_tensor"):  # fsdp: the norm of all shards, a DTensor
-            grad_norm = grad_norm.full_tensor()
+            grad_norm = grad_norm.full_tensor()  # pyright: ignore[reportAttributeAccessIssue] - a DTensor (hasattr above), typed Tensor
     tr.scaler.step(tr.optimizer)
     tr.scaler.update()
     tr.optimizer.zero_grad(set_to_none=True)
@@ -110,4 +110,5 @@ def forward_backward(tr, grad_accum: int) -> torch.Tensor:
         tr.scaler.scale(loss).backward()
         # a copy, not the output itself: under CUDA graphs the next replay overwrites the output
         total = loss.detach().clone() if total is None else total.add_(loss.detach())
+    assert total is not None  # grad_accum >= 1 (the schema's minimum): one micro-batch at least
     return total

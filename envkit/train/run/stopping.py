@@ -20,6 +20,8 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
+from typing import NoReturn
 
 TERM_GRACE = 10.0  # seconds a step may still take after SIGTERM (the default of checkpoint.sigterm_grace_seconds)
 PARENT_GONE = "envkit's process ended"
@@ -45,7 +47,7 @@ def exit_code(reason: str | None) -> int:
     return 128 + int(sig) if sig is not None else 130
 
 
-def _end(line: str) -> None:
+def _end(line: str) -> NoReturn:
     try:
         print(f"envkit: {line}", file=sys.stderr, flush=True)
     except (OSError, ValueError):  # the terminal went with envkit's process
@@ -66,7 +68,7 @@ class Stopper:
         self.signal: str | None = None  # what asked to stop: a signal's name, or PARENT_GONE
         self.log, self.world, self.group = log, world, None
         self.term_grace = term_grace
-        self.on_give_up = None  # set by the loop: (reason) -> None, summary.json and a line before the process ends
+        self.on_give_up: Callable[[str], None] | None = None  # set by the loop: (reason) -> None, summary.json and a line before the process ends
         self._lock = threading.Lock()
         self._in_step = False
         self._urgent: str | None = None

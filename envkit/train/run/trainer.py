@@ -13,8 +13,10 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+from collections.abc import Callable, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 
@@ -47,17 +49,19 @@ class Trainer:
     rank: int
     local_rank: int
     world: int
-    log: object  # Telemetry.log: one line to train.log (and the terminal on rank 0)
+    log: Callable[[str], None]  # Telemetry.log: one line to train.log (and the terminal on rank 0)
+    # build() sets the fields of init=False, each before its first use: the device, the data and
+    # its sampler, the model, the scaler and the optimizer
     device_type: str = "cpu"
-    device: torch.device | None = None
+    device: torch.device = field(init=False)
     device_name: str = "cpu"
-    data: DataBundle | None = None
-    raw_model: torch.nn.Module | None = None  # the user's model: what checkpoints hold
+    data: DataBundle = field(init=False)
+    raw_model: torch.nn.Module = field(init=False)  # the user's model: what checkpoints hold
     loss_module: LossModule | None = None  # forward + loss; its accum follows an out-of-memory split
     model: torch.nn.Module | None = None  # what trains: the loss module, compiled, DDP-wrapped
     parallel: str = "single"  # "single" (one process), "ddp" or "fsdp" (training.parallel, decided in _setup_model)
-    optimizer: torch.optim.Optimizer | None = None
-    scaler: torch.amp.GradScaler | None = None
+    optimizer: torch.optim.Optimizer = field(init=False)
+    scaler: torch.amp.GradScaler = field(init=False)
     autocast: object = field(default_factory=contextlib.nullcontext)
     precision: str = "fp32"
     compile_note: str = "off"
@@ -69,10 +73,10 @@ class Trainer:
     val_batches: list = field(default_factory=list)
     pin_memory: bool = False
     data_on_device: bool = False  # the data sets live on the device: batches are built there (dataset.on_device)
-    sampler: ResumableBatchSampler | None = None
+    sampler: ResumableBatchSampler = field(init=False)
     batches: DeviceBatches | None = None
     clock: StepClock = field(default_factory=StepClock)
-    loss_sum: torch.Tensor | None = None  # the step losses summed on the device since the last rollback: non-finite once any was
+    loss_sum: torch.Tensor = field(init=False)  # the step losses summed on the device since the last rollback: non-finite once any was
 
     # -- config sections, as the run uses them
     @property
@@ -86,6 +90,14 @@ class Trainer:
     @property
     def seed(self) -> int:
         return self.cfg.experiment.seed
+
+    @property
+    def batch_size(self) -> int:
+        """training.batch_size as the run uses it: a number (auto is decided before the run starts)."""
+        batch = self.training.batch_size
+        if not isinstance(batch, int):
+            raise TrainingStopped(f"training.batch_size {batch!r} reached the trainer undecided: envkit run decides auto before it starts")
+        return batch
 
     @property
     def master(self) -> bool:
@@ -153,11 +165,11 @@ class Trainer:
         dataset = self.cfg.dataset
         self.data_on_device = on_device.place(self.data, dataset.on_device, self.device_type, self.device,
                                          bool(getattr(self.data.train, "augment", False)), loader.num_workers, self.log)
-        self.pin_memory = loader.pin_memory if loader.pin_memory != "auto" else self.device_type == "cuda"
-        self.sampler = self._sampler(training.batch_size)
+        self.pin_memory = loader.pin_memory if isinstance(loader.pin_memory, bool) else self.device_type == "cuda"  # else auto
+        self.sampler = self._sampler(self.batch_size)
         if training.epochs:  # max_steps follows the data: the schedule, log, ETA and summary count to it (derived: not hashed)
             self.cfg = self.cfg.derive("training.max_steps", steps_for_epochs(training.epochs, self.sampler.per_epoch, training.grad_accum))
-        self.val_batches = val_batches(self.data.val, training.batch_size, self.cfg.eval.batches)
+        self.val_batches = val_batches(self.data.val, self.batch_size, self.cfg.eval.batches)
 
     def _setup_model(self) -> None:
         """Built on the CPU (one initialisation for every mode), then moved, or sharded over the
@@ -165,7 +177,8 @@ class Trainer:
         model_type = self.cfg.model.type
         model = build_model(self.cfg, self.data.info, self.device_type)
         self.parameters = sum(p.numel() for p in model.parameters())
-        self.flops_per_token = model.flops_per_token() if hasattr(model, "flops_per_token") else None
+        flops: Any = getattr(model, "flops_per_token", None)  # envkit's gpt has it
+        self.flops_per_token = flops() if flops is not None else None
         self.parallel, why = sharding.choose(self.training.parallel, world=self.world, device=self.device, model=model,
                                              model_type=model_type, training=self.training,
                                              local_world=int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
@@ -187,6 +200,7 @@ class Trainer:
         self.log(f"model {model_type}: {self.parameters / 1e6:.2f}M parameters on {self.device_type}"
                  + (f" ({self.device_name})" if self.device_type == "cuda" else ""))
         if self.parallel == "fsdp":
+            assert units is not None  # sharding.choose picks fsdp only for a model with shard units
             compiling = want_compile(self.training.compile, self.device_type) == "on"
             min_unit, reshard, plan_why = sharding.fsdp_plan(
                 model, self.training, self.precision, self.world,
@@ -269,7 +283,8 @@ class Trainer:
         self.clock.restart()
 
     def _sampler(self, micro_batch: int) -> ResumableBatchSampler:
-        return ResumableBatchSampler(len(self.data.train), micro_batch, self.seed, rank=self.rank, world=self.world)
+        # a DataBundle's sets are map-style, with a length (torch's Dataset does not declare __len__)
+        return ResumableBatchSampler(len(cast(Sized, self.data.train)), micro_batch, self.seed, rank=self.rank, world=self.world)
 
     def _loader(self, start: int):
         loader_cfg, kw = self.loader_cfg, {}
@@ -344,7 +359,7 @@ class Trainer:
             moved = "resharded" if self.parallel == "fsdp" or saved.get("format") == "dcp" else "loaded"
             self.log(f"checkpoint {path.name} was written by {_processes(written_by)}, resumed on {self.world}: weights and "
                      f"optimizer state {moved}; {self._global_batch_said(saved, written_by)}")
-        state.restore(saved, self.training.batch_size, self.training.grad_accum, world=self.world)
+        state.restore(saved, self.batch_size, self.training.grad_accum, world=self.world)
         ckpt.set_rng_state(saved["rng"])
 
 

@@ -43,7 +43,7 @@ def draw_curves(d: Path, out: Path) -> Path:
         ax1.plot([r["step"] for r in val], [r["val_loss"] for r in val], "o-", label="val")
     ax1.set_xlabel("step"), ax1.set_ylabel("loss"), ax1.legend(), ax1.set_title(f"{d.parent.name}/{d.name}")
     ax1.set_xlabel("step" if not dev else "")
-    if key:
+    if key and ax2 is not None:  # ax2 is None only where no key was logged (and no device rows)
         rated = [r for r in train if r.get(key) is not None]
         ax2.plot([r["step"] for r in rated], [r[key] for r in rated])
         ax2.set_ylabel(key.replace("_", " "))

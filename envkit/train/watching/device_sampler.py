@@ -222,7 +222,7 @@ class DeviceSampler:
 
     def summary(self) -> dict:
         with self._lock:
-            out = {"device_samples": self._count}
+            out: dict[str, int | float] = {"device_samples": self._count}
             if self._util:
                 out["avg_device_util_pct"] = round(sum(self._util) / len(self._util), 1)
             if self._peak_mem_frac is not None:

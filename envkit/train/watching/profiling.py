@@ -8,14 +8,20 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch.profiler import profile, record_function
 
 
 class StepProfiler:
     def __init__(self, run_dir: Path, steps: tuple[int, int] | None, device_type: str, rank: int, world: int, log):
         self.run_dir, self.steps, self.device_type, self.log = Path(run_dir), steps, device_type, log
         self.suffix = f"_rank{rank}" if world > 1 else ""
-        self.prof = None
-        self.first = self.last = self.span = None
+        self.prof: profile | None = None
+        self.first: int | None = None
+        self.last: int | None = None
+        self.span: record_function | None = None
 
     def before_step(self, step: int) -> None:
         """`step` optimizer steps are done; the next one is step + 1."""
@@ -31,7 +37,7 @@ class StepProfiler:
             # "Profiler clears events at the end of each cycle" on every rank (seen on 2 x H200)
             import inspect
 
-            acc = {"acc_events": True} if "acc_events" in inspect.signature(profile.__init__).parameters else {}
+            acc: dict[str, Any] = {"acc_events": True} if "acc_events" in inspect.signature(profile.__init__).parameters else {}
             self.prof = profile(activities=activities, record_shapes=True, **acc)
             self.prof.__enter__()
             self.first = step + 1
@@ -42,7 +48,7 @@ class StepProfiler:
         if self.prof is not None:
             self._end_span()
             self.last = step
-            if step >= self.steps[1]:
+            if self.steps is not None and step >= self.steps[1]:  # steps is None only after _write
                 self._write()
 
     def close(self) -> None:
@@ -58,8 +64,10 @@ class StepProfiler:
     def _write(self) -> None:
         self._end_span()
         prof, self.prof = self.prof, None
+        a = self.first
+        assert prof is not None and a is not None  # called only while a window records (before_step set both)
         prof.__exit__(None, None, None)
-        a, b = self.first, self.last if self.last is not None else self.first
+        b = self.last if self.last is not None else a
         stem = self.run_dir / f"profile_steps_{a}-{b}{self.suffix}"
         tmp = stem.with_name(stem.name + f".{os.getpid()}.tmp.json")
         prof.export_chrome_trace(str(tmp))

@@ -15,6 +15,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import TypeGuard
 
 from envkit.errors import EnvkitError
 from envkit.runfolder import names
@@ -62,7 +63,7 @@ def _zombie(pid: int) -> bool:
     return stat[stat.rfind(")") + 2:stat.rfind(")") + 3] == "Z"
 
 
-def _final(summary: dict | None, beat: dict) -> bool:
+def _final(summary: dict | None, beat: dict) -> TypeGuard[dict]:
     """summary.json speaks for the run (not an older one's, left before a resume wrote a new heartbeat)."""
     return bool(summary) and (not beat or summary.get("updated_at", 0) >= beat.get("updated_at", 0) - 1)
 

@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import errno
@@ -60,7 +61,8 @@ class Telemetry:
         self.full: Path | None = None  # the file the disk filled up on: the run is stopping
         # set by the loop (train/run), which may import train/recovery: the stop a full disk raises
         # (TrainingStopped(message, status=)) and the tests' fault hook (name, step) -> bool
-        self.stopped, self.write_fault = None, None
+        self.stopped: Callable[..., Exception] | None = None
+        self.write_fault: Callable[[str, int], bool] | None = None
         torn = [name for name in (names.METRICS, "train.log") if enabled and cut_torn_line(self.dir / name)]
         self._log = open_append(self.dir / "train.log") if enabled else None
         self._metrics = open_append(self.dir / names.METRICS) if enabled else None

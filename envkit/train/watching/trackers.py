@@ -50,7 +50,7 @@ class WandbTracker:
     name = "wandb"
 
     def __init__(self, run_dir: Path, config: dict):
-        import wandb
+        import wandb  # pyright: ignore[reportMissingImports] - optional (envkit[wandb]), not installed where CI type-checks
 
         mode = os.environ.get("WANDB_MODE") or ("online" if wandb_logged_in() else "offline")
         self.mode = mode

@@ -14,9 +14,13 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envkit.train.watching.diagnose import HintContext, after_warmup, diagnose
 from envkit.train.watching.trackers import Trackers
+
+if TYPE_CHECKING:
+    from envkit.train.watching.device_sampler import DeviceSampler
 
 ROWS_KEPT = 50
 # What a sample taken before the first step ended says nothing about: the device was compiling,
@@ -34,7 +38,7 @@ class RunWatch:
         self._last_step: int | None = None
         self._rows: list[dict] = []
         self._hints: dict[str, dict] = {}
-        self.sampler = None
+        self.sampler: DeviceSampler | None = None
         self.trackers = Trackers(L.get("trackers") or [], run_dir, values, log) if enabled else Trackers([], run_dir, values, log)
         if enabled and (L.get("device_seconds") or 0) > 0:
             from envkit.train.watching.device_sampler import DeviceSampler
@@ -86,6 +90,7 @@ class RunWatch:
     def sampled(self, sample) -> dict:
         """A sample's figures, its utilization left out (unknown) when it was taken before the first
         step ended."""
+        assert self.sampler is not None  # a sample comes from the sampler
         if self.sampler.in_training(sample):
             return dict(sample.metrics)
         return {k: v for k, v in sample.metrics.items() if k not in UTILIZATION_KEYS}
