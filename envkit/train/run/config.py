@@ -36,6 +36,7 @@ from envkit.train.run.schema import (  # noqa: F401 - the schema's names are par
     Field,
     HASH_EXCLUDED,
     HASH_EXCLUDED_KEYS,
+    HASHED_WHEN_SET,
     MODEL_KEYS,
     MOOT_WHEN,
     PRECISIONS,
@@ -86,7 +87,10 @@ def _copy(value):
 def hash_of(values: dict[str, dict[str, Any]]) -> str:
     """The config hash of {section: {key: value}}: what a resumed run must match. The same bytes
     as every envkit before the typed config hashed, so old run folders keep resuming."""
-    slim = {s: {k: v for k, v in kv.items() if f"{s}.{k}" not in HASH_EXCLUDED_KEYS} for s, kv in values.items() if s not in HASH_EXCLUDED}
+    def hashed(key: str, value) -> bool:
+        return key not in HASH_EXCLUDED_KEYS and not (key in HASHED_WHEN_SET and value is None)
+
+    slim = {s: {k: v for k, v in kv.items() if hashed(f"{s}.{k}", v)} for s, kv in values.items() if s not in HASH_EXCLUDED}
     return hashlib.sha256(json.dumps(slim, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

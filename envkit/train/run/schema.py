@@ -299,6 +299,9 @@ PROFILE_KEYS = {
     ("dataloader", "persistent_workers"): "dataloader.persistent_workers",
     ("dataloader", "prefetch_factor"): "dataloader.prefetch_factor",
 }
+# Keys added after run folders were written with the hash that leaves them out: hashed only when set,
+# so a config that leaves them at None keeps the hash every earlier envkit wrote (and its runs resume).
+HASHED_WHEN_SET = {"training.global_batch_size"}
 # Sections that do not change the trajectory: excluded from the config hash checked on resume.
 HASH_EXCLUDED = {"logging", "checkpoint", "sweep"}
 HASH_EXCLUDED_KEYS = {"experiment.name", "experiment.output_dir", "experiment.tags", "experiment.notes",
