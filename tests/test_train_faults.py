@@ -1,5 +1,5 @@
 """Faults the trainer survives on its own, each raised for real on the CPU through the injection
-hook (ENVKIT_TRAIN_INJECT, envkit/train/recovery/faults.py), each ending in the promised state with
+hook (ENVKIT_TRAIN_INJECT, envkit/train/recovery/injection.py), each ending in the promised state with
 nothing lost: `envkit run` in a subprocess as a user would, a tiny MLP, a dozen steps.
 
 Each `envkit run` costs about 3 s of start-up (torch and torch._dynamo imported), most of these
@@ -352,3 +352,18 @@ def test_a_resumed_run_cuts_off_a_half_row_left_at_the_end_of_metrics(tmp_path, 
     rows = [json.loads(line) for line in text.decode().splitlines()]  # the old trainer's row 7 glued to the half: a ValueError
     assert [r["step"] for r in rows if "loss" in r][-6:] == list(range(7, 13))
     assert "the last line of metrics.jsonl was cut off mid-write" in (folder(tmp_path) / "train.log").read_text()
+
+
+def test_the_fault_hook_is_absent_unless_the_variable_is_set_and_a_bad_spec_is_one_line():
+    """A user's run builds no injector at all (the loop's `if inject:` is all it runs of the hook);
+    a test's spec is parsed once, up front, and a bad one is refused naming the variable and the fix."""
+    from envkit.errors import EnvkitError
+    from envkit.train.recovery import injection
+
+    assert injection.from_env({}) is None and injection.from_env({"ENVKIT_TRAIN_INJECT": " "}) is None
+    hook = injection.from_env({"ENVKIT_TRAIN_INJECT": "oom@5, nan@8,oom-above=16,sleep=0.05,diskfull@start"})
+    assert hook is not None
+    assert (hook.planned, hook.oom_above, hook.sleep, hook.at_start) == ((("oom", 5), ("nan", 8)), 16, 0.05, True)
+    with pytest.raises(EnvkitError) as bad:
+        injection.from_env({"ENVKIT_TRAIN_INJECT": "boom@3"})
+    assert bad.value.where == "ENVKIT_TRAIN_INJECT" and "KIND@STEP" in (bad.value.fix or "")

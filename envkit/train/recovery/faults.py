@@ -9,23 +9,7 @@
 - Every fault handled is one line in train.log and one JSON line in RUN_DIR/faults.jsonl, which
   summary.json lists under "faults".
 
-Testing hook (like the self-test's ENVKIT_SELFTEST_INJECT):
-  ENVKIT_TRAIN_INJECT="oom@5,nan@8,device@12,diskfull@6"
-raises that fault while optimizer step N is made (diskfull: when checkpoint step N is written;
-diskfull@start: when `envkit run` writes the run's files before training).
-  ENVKIT_TRAIN_INJECT="diskfull-metrics@34"  (also diskfull-log, diskfull-heartbeat, diskfull-summary)
-fills the disk while that file is written at step N: an append (metrics.jsonl, train.log) after half
-its line is written, a whole-file write (heartbeat.json, summary.json) before it is renamed.
-Each fires once per run folder (recorded in faults.jsonl), so a restarted or resumed run goes on.
-  ENVKIT_TRAIN_INJECT="oom-above=16"
-makes every step whose micro-batch is above 16 samples raise the device's out-of-memory error, as
-a device whose memory holds 16 samples would: the trainer splits, bench and tune record "does not
-fit" and search below it (so CI drives those paths on the CPU).
-  ENVKIT_TRAIN_INJECT="sleep=0.05"
-makes every step that much slower, so a test can signal a run mid-training on any machine.
-  ENVKIT_TRAIN_INJECT="slow@N"
-makes optimizer step N take SLOW_STEP seconds more (once per run folder): a step far longer than
-any test waits, to kill or signal a run in the middle of one.
+The hook that injects them for envkit's tests (ENVKIT_TRAIN_INJECT) is envkit/train/recovery/injection.py.
 Needs only torch and the standard library (it runs in the trainer's child process).
 """
 
@@ -39,14 +23,7 @@ from pathlib import Path
 
 from envkit.runfolder import names
 
-ENV_INJECT = "ENVKIT_TRAIN_INJECT"
 ENV_DEVICE = "ENVKIT_TRAIN_DEVICE"  # set by the child for itself after a switch to the CPU
-WRITE_FAULTS = {names.METRICS: "diskfull-metrics", "train.log": "diskfull-log", names.HEARTBEAT: "diskfull-heartbeat",
-                names.SUMMARY: "diskfull-summary"}
-KINDS = ("oom", "nan", "device", "diskfull", "slow", *WRITE_FAULTS.values())
-SLOW_STEP = 300.0  # seconds: slow@N
-OOM_ABOVE = "oom-above"  # oom-above=N: a pretend device memory that holds N samples per micro-batch
-SLEEP = "sleep"  # sleep=SECONDS: added to every step
 EVENTS = "faults.jsonl"
 
 
@@ -80,113 +57,6 @@ def events(run_dir: Path) -> list[dict]:
         except ValueError:
             continue  # a line cut by a kill: the others still count
     return out
-
-
-# ---------------------------------------------------------------- injection
-
-
-def planned() -> list[tuple[str, int]]:
-    spec = os.environ.get(ENV_INJECT, "").strip()
-    out = []
-    for part in filter(None, (p.strip() for p in spec.split(","))):
-        if part.startswith(OOM_ABOVE + "="):
-            oom_above()  # validated there
-            continue
-        if part.startswith(SLEEP + "="):
-            step_sleep()  # validated there
-            continue
-        if part == "diskfull@start":  # fired by envkit's process as it writes the run's files (train/run/launcher.py)
-            continue
-        kind, _, at = part.partition("@")
-        if kind not in KINDS or not at.isdigit():
-            from envkit.errors import EnvkitError
-
-            raise EnvkitError(f"bad fault {part!r}", where=ENV_INJECT,
-                              fix=f"KIND@STEP with KIND one of {', '.join(KINDS)}, or {OOM_ABOVE}=N (samples)")
-        out.append((kind, int(at)))
-    return out
-
-
-def take(run_dir: Path, kind: str, step: int) -> bool:
-    """True once per run folder when KIND@STEP is planned: the fault should happen now."""
-    if (kind, step) not in planned() or int(os.environ.get("RANK", "0")) != 0:
-        return False
-    tag = f"{kind}@{step}"
-    if any(e.get("injected") == tag for e in events(run_dir)):
-        return False
-    record(run_dir, {"event": "injected", "injected": tag, "step": step})
-    return True
-
-
-def oom_above() -> int | None:
-    """N from oom-above=N in ENVKIT_TRAIN_INJECT, or None."""
-    for part in os.environ.get(ENV_INJECT, "").split(","):
-        key, eq, value = part.strip().partition("=")
-        if key == OOM_ABOVE and eq:
-            if not value.strip().isdigit():
-                from envkit.errors import EnvkitError
-
-                raise EnvkitError(f"bad fault {part.strip()!r}", where=ENV_INJECT,
-                                  fix=f"{OOM_ABOVE}=N with N a number of samples, e.g. {OOM_ABOVE}=16")
-            return int(value)
-    return None
-
-
-def step_sleep() -> float | None:
-    for part in os.environ.get(ENV_INJECT, "").split(","):
-        key, eq, value = part.strip().partition("=")
-        if key == SLEEP and eq:
-            try:
-                return float(value)
-            except ValueError:
-                from envkit.errors import EnvkitError
-
-                raise EnvkitError(f"bad fault {part.strip()!r}", where=ENV_INJECT, fix=f"{SLEEP}=SECONDS, e.g. {SLEEP}=0.05") from None
-    return None
-
-
-def injected_oom(micro_batch: int, limit: int) -> BaseException:
-    """The error a device raises when a micro-batch does not fit, with what it asked for (as CUDA
-    words it: bench and tune read "Tried to allocate" from real errors too)."""
-    import torch
-
-    return torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {micro_batch / max(1, limit):.2f} GiB (injected by "
-                                  f"{ENV_INJECT}: micro-batch {micro_batch} is above {OOM_ABOVE}={limit})")
-
-
-def inject_before_step(run_dir: Path, step: int, model, micro_batch: int | None = None) -> None:
-    """Called before optimizer step `step` (1-based) is made with micro-batches of `micro_batch`."""
-    if not os.environ.get(ENV_INJECT):
-        return
-    import torch
-
-    pause = step_sleep()
-    if pause:
-        time.sleep(pause)
-    limit = oom_above()
-    if limit is not None and micro_batch is not None and micro_batch > limit:
-        raise injected_oom(micro_batch, limit)
-    if take(run_dir, "slow", step):
-        time.sleep(SLOW_STEP)
-    if take(run_dir, "oom", step):
-        raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate 20.00 GiB (injected by {ENV_INJECT} at step {step})")
-    if take(run_dir, "device", step):
-        raise NotImplementedError(f"The operator 'aten::envkit_injected' is not currently implemented for the MPS device "
-                                  f"(injected by {ENV_INJECT} at step {step})")
-    if take(run_dir, "nan", step):
-        with torch.no_grad():  # a real non-finite state: the NaN guard must find it and roll back
-            next(iter(model.parameters())).fill_(float("nan"))
-
-
-def inject_disk_full(run_dir: Path, step: int) -> bool:
-    return bool(os.environ.get(ENV_INJECT)) and take(run_dir, "diskfull", step)
-
-
-def inject_write_full(run_dir: Path, name: str, step: int) -> bool:
-    """diskfull-metrics@N and the like: the disk is full as `name` is first written at step N or later."""
-    if not os.environ.get(ENV_INJECT) or name not in WRITE_FAULTS:
-        return False
-    return any(k == WRITE_FAULTS[name] and step >= at and take(run_dir, k, at) for k, at in planned())
 
 
 def disk_full_error(path: Path) -> OSError:

@@ -74,10 +74,11 @@ def save(folder: Path, state: dict, keep_last: int) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"step_{state['step']:08d}.pt"
-    from envkit.train.recovery import faults
+    from envkit.train.recovery import injection
 
+    inject = injection.from_env()  # None unless a test set ENVKIT_TRAIN_INJECT
     with disk_full_said(path):
-        write_verified(path, state, fault=lambda: faults.inject_disk_full(folder.parent, state["step"]))
+        write_verified(path, state, fault=(lambda: inject.disk_full(folder.parent, state["step"])) if inject else None)
     prune(folder, path, keep_last)
     return path
 

@@ -109,11 +109,12 @@ def write_run_files(p: Plan, run_dir: Path, child_env: dict) -> None:
 
 def _inject_disk_full_at_start(path: Path) -> None:
     """ENVKIT_TRAIN_INJECT=diskfull@start: the first file written before training meets a full disk
-    (train/recovery/faults.py's other faults fire inside the trainer; this one in envkit's process)."""
-    from envkit.train.recovery.faults import ENV_INJECT, disk_full_error
+    (train/recovery/injection.py's other faults fire inside the trainer; this one in envkit's process)."""
+    from envkit.train.recovery import injection
 
-    if "diskfull@start" in [x.strip() for x in os.environ.get(ENV_INJECT, "").split(",")]:
-        raise disk_full_error(path)
+    inject = injection.from_env()
+    if inject:
+        inject.fail_at_start(path)
 
 
 def _write_run_files(p: Plan, run_dir: Path, child_env: dict) -> None:

@@ -22,8 +22,9 @@ import torch
 
 from envkit.runfolder import names
 from envkit.train.data.bad_files import UnreadableFile
-from envkit.train.recovery import faults
+from envkit.train.recovery import faults, injection
 from envkit.train.recovery.guards import NanGuard, TrainingStopped
+from envkit.train.recovery.injection import Injector
 from envkit.train.run import recover
 from envkit.train.run.compile_cache import compile_counters
 from envkit.train.run.config import Config
@@ -49,10 +50,11 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
     re-raises an out of memory instead of splitting the micro-batch."""
     run_dir = Path(run_dir)
     training, logging = cfg.training, cfg.logging
+    inject = injection.from_env()  # None unless a test set ENVKIT_TRAIN_INJECT
     tel = Telemetry(run_dir, total_steps=training.max_steps, unit="", heartbeat_seconds=logging.heartbeat_seconds,
-                    progress=logging.progress, enabled=os.environ.get("RANK", "0") == "0")
-    tel.stopped = TrainingStopped  # a full disk at any write: status disk_full, one line
-    tel.write_fault = lambda name, step: faults.inject_write_full(run_dir, name, step)  # tests only
+                    progress=logging.progress, enabled=os.environ.get("RANK", "0") == "0",
+                    stopped=TrainingStopped,  # a full disk at any write: status disk_full, one line
+                    write_fault=(lambda name, step: inject.write_full(run_dir, name, step)) if inject else None)
     tr = Trainer.build(cfg, run_dir, torch_settings, tel.log)
     cfg, training = tr.cfg, tr.training  # with what the trainer derived (max_steps from epochs)
     if training.epochs:
@@ -71,7 +73,8 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
     result.compile = tr.compile_note
     result.derived = dict(tr.cfg.derived)
     loop = _Loop(tr, state, guard, result, tel, watch, StepProfiler(run_dir, profile_steps, tr.device_type, tr.rank, tr.world, tr.log),
-                 stop_after=stop_after, on_step=on_step, split_oom=split_oom, elapsed_mark=time.perf_counter(), saved_step=state.step)
+                 stop_after=stop_after, on_step=on_step, split_oom=split_oom, elapsed_mark=time.perf_counter(), saved_step=state.step,
+                 inject=inject)
     _say_start(tr, state, tel)
     stop = (Stopper(tr.log if tr.master else (lambda m: None), tr.world, term_grace=cfg.checkpoint.sigterm_grace_seconds)
             if handle_signals else None)
@@ -118,6 +121,7 @@ class _Loop:
     eta: float | None = None  # seconds left, as of the last logged step
     warm: bool = False  # the first step of this attempt has ended (compilation, caches, workers: done)
     first_step: int | None = None  # that step's number
+    inject: Injector | None = None  # the tests' fault hook (ENVKIT_TRAIN_INJECT); None in every user's run
 
     def run(self, stop) -> str:
         """Steps until max_steps (completed), --stop-after or on_step (stopped), or a signal (interrupted)."""
@@ -128,7 +132,8 @@ class _Loop:
             self.profiler.before_step(state.step)
             lr = lr_at(state.step, T=training) * state.lr_scale  # warm-up, then cosine (train/run/optim.py)
             try:
-                faults.inject_before_step(tr.run_dir, state.step + 1, tr.raw_model, micro_batch=state.micro_batch)  # tests only
+                if self.inject:
+                    self.inject.before_step(tr.run_dir, state.step + 1, tr.raw_model, micro_batch=state.micro_batch)
                 out = train_step(tr, state, lr)
             except Exception as exc:  # noqa: BLE001 - out of memory: split the micro-batch, redo this step
                 recover.split_after_oom(tr, state, exc, split=self.split_oom, metrics=self.tel.metrics)
@@ -212,7 +217,7 @@ class _Loop:
         if do_eval and recover.check_finite(self.tr, loss):
             # eager, as before blocks were compiled in place (compile_scope blocks, fsdp units): other batch
             # sizes and no_grad would compile them again, once per shape, for a few batches
-            with self.tr.clock.pause(), eager_stance():
+            with self.tr.clock.pause(), eager_stance(self.tr.compile_cache is not None):
                 val, acc = evaluate(self.tr.raw_model, self.tr.val_batches, self.tr.data, self.tr.device, self.tr.autocast)
         if not recover.check_finite(self.tr, loss, val):
             recover.rollback(self.tr, self.state, self.guard)

@@ -4,7 +4,7 @@ Each changes `TrainState` one way (a restore from a checkpoint, or a smaller mic
 accumulation) and then calls `Trainer.rewind`, which moves the data stream to the new position and
 restarts the step clock. The non-finite check is made once per step, at the steps that sync with
 the device anyway (a logged, evaluated or checkpointed step): `check_finite`.
-What the faults are, and the hook that injects them for tests: envkit/train/recovery/faults.py.
+What the faults are: envkit/train/recovery/faults.py; the hook that injects them for tests: envkit/train/recovery/injection.py.
 """
 
 from __future__ import annotations

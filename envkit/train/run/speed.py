@@ -111,11 +111,12 @@ def blocks_share_a_compile() -> bool:
         return False
 
 
-def eager_stance():
-    """A context in which compiled modules run eager (torch >= 2.6's set_stance), else nothing."""
+def eager_stance(compiled: bool = True):
+    """A context in which compiled modules run eager (torch >= 2.6's set_stance), else nothing (and
+    nothing at all in a run that compiled nothing: set_stance loads torch._dynamo)."""
     import contextlib
 
-    set_stance = getattr(torch.compiler, "set_stance", None)
+    set_stance = getattr(torch.compiler, "set_stance", None) if compiled else None
     return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
 
 

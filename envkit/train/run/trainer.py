@@ -185,11 +185,13 @@ class Trainer:
         self.compile_mode, changed = compile_mode_for(self.training.compile_mode, self.world)
         if changed and want_compile(self.training.compile, self.device_type) == "on":
             self.log(changed)
-        self.compile_scope, scope_line = compile_scope_for(self.training.compile_scope, has_blocks(model) and blocks_share_a_compile(), self.world,
-                                                           self.compile_mode, model_type)
+        compiling = want_compile(self.training.compile, self.device_type) == "on"
+        # asked only when compiling: the question imports torch._dynamo, which a CPU run without compile never loads (optim.py)
+        shares = compiling and has_blocks(model) and blocks_share_a_compile()
+        self.compile_scope, scope_line = compile_scope_for(self.training.compile_scope, shares, self.world, self.compile_mode, model_type)
         if self.parallel == "fsdp":
             self.compile_scope = "fsdp units"  # sharding.apply_fsdp compiles each unit, then the whole step
-        elif scope_line and want_compile(self.training.compile, self.device_type) == "on":
+        elif scope_line and compiling:
             self.log(scope_line)
         units = sharding.shard_units(model, model_type)
         if self.training.activation_checkpointing == "full":

@@ -45,7 +45,8 @@ def write_json(path: Path, data: dict) -> None:
 
 class Telemetry:
     def __init__(self, run_dir: Path, *, total_steps: int, unit: str, heartbeat_seconds: float, progress: str,
-                 enabled: bool = True):
+                 enabled: bool = True, stopped: Callable[..., Exception] | None = None,
+                 write_fault: Callable[[str, int], bool] | None = None):
         self.dir = Path(run_dir)
         self.enabled = enabled
         self.total, self.unit = total_steps, unit
@@ -57,12 +58,12 @@ class Telemetry:
         self._pid_start = process_start_time(os.getpid()) if enabled else None
         self.extra_fields = None  # a callable adding fields to every heartbeat (the device sample, hints)
         self.sinks: list = []  # callables receiving every metrics row (trackers)
-        self.step = 0  # the latest step logged: where an injected disk fault fires (recovery/faults.py)
+        self.step = 0  # the latest step logged: where an injected disk fault fires (recovery/injection.py)
         self.full: Path | None = None  # the file the disk filled up on: the run is stopping
-        # set by the loop (train/run), which may import train/recovery: the stop a full disk raises
-        # (TrainingStopped(message, status=)) and the tests' fault hook (name, step) -> bool
-        self.stopped: Callable[..., Exception] | None = None
-        self.write_fault: Callable[[str, int], bool] | None = None
+        # given by the loop (train/run), which may import train/recovery: the stop a full disk raises
+        # (TrainingStopped(message, status=)) and the tests' fault hook (name, step) -> bool, None in a user's run
+        self.stopped = stopped
+        self.write_fault = write_fault
         torn = [name for name in (names.METRICS, "train.log") if enabled and cut_torn_line(self.dir / name)]
         self._log = open_append(self.dir / "train.log") if enabled else None
         self._metrics = open_append(self.dir / names.METRICS) if enabled else None
