@@ -72,18 +72,27 @@ def test_second_run_loads_the_cache_and_compiles_nothing(runs):
     assert losses(run_dir) == losses(runs["cold"][0])
 
 
-def test_a_changed_cache_file_is_refused_and_the_run_trains(runs):
-    cache = runs["dir"] / "tampered-cache"
+def test_a_changed_cache_file_is_refused_before_any_of_it_loads(runs, tmp_path, monkeypatch):
+    """The file the cold run saved, one byte of its generated code changed: the run's load refuses it
+    in one line and loads nothing (the run then compiles, as the cold run did)."""
+    from envkit.train.run import compile_cache
+
+    cache = tmp_path / "tampered-cache"
     shutil.copytree(runs["cache"], cache)
     (blob,) = (cache / "compile").glob("gpt-*.bin")
     data = bytearray(blob.read_bytes())
-    data[-100] ^= 0xFF  # one byte of the generated code changed
+    data[-100] ^= 0xFF
     blob.write_bytes(bytes(data))
-    run_dir, out = run(runs["dir"], "tampered", cache, runs["dir"] / "ind3", "--set", "training.compile=true")
-    assert "refused: its signature does not verify under this machine's key" in out, out[-2000:]
-    s = summary(run_dir)
-    assert s["status"] == "completed" and s["compile_stats"]["fxgraph_cache_miss"] > 0, s
-    assert "compile cache: saved gpt-" in out  # the refused file is replaced by this run's own
+    monkeypatch.setenv("ENVKIT_CACHE_DIR", str(cache))
+    lines: list[str] = []
+    mine = compile_cache.CompileCache(blob.stem, True, lines.append)
+    mine.load()
+    assert mine.loaded is None and len(lines) == 1, lines
+    assert "refused: its signature does not verify under this machine's key" in lines[0], lines
+    shutil.copy(runs["cache"] / "compile" / blob.name, blob)  # the file as saved: it verifies and loads
+    again = compile_cache.CompileCache(blob.stem, True, lines.append)
+    again.load()
+    assert again.loaded is not None and lines[-1].startswith(f"compile cache: loaded {blob.stem}"), lines
 
 
 def test_a_file_signed_under_another_machines_key_is_refused(tmp_path, monkeypatch):
