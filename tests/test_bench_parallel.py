@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import snapshot_path
+from processes import alive
 from envkit.bench.child import MARK
 from envkit.bench.clock import PROGRESS
 from envkit.bench.runner import child_command, child_env, read_result, run_spec
@@ -125,14 +126,6 @@ def _tree(pid: int) -> set[int]:
     return found
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"  # a zombie has ended; only its parent's wait is missing
-
-
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc (Linux)")
 def test_a_two_process_rung_killed_at_its_timeout_leaves_no_worker_behind():
     """torchrun starts each worker in a session of its own: killing torchrun's group alone leaves
@@ -156,9 +149,9 @@ def test_a_two_process_rung_killed_at_its_timeout_leaves_no_worker_behind():
     assert (result.status, result.note) == ("fail", "timeout")
     assert len(seen) >= 3  # torchrun and its 2 workers
     deadline = time.monotonic() + 10
-    while any(_alive(p) for p in seen) and time.monotonic() < deadline:
+    while any(alive(p) for p in seen) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert [p for p in seen if _alive(p)] == []
+    assert [p for p in seen if alive(p)] == []
 
 
 def _cmdline(pid: int) -> str:

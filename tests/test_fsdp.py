@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from train_runs import close, losses, summary
 from conftest import ROOT, envkit, share_of_cores
 from envkit.fsutil import owner_lock_state
 from processes import alive, wait_for
@@ -48,21 +49,6 @@ def _run(tmp_path, run_id, *args, timeout=600, env=None):
 
 def _dir(tmp_path, run_id) -> Path:
     return tmp_path / "runs" / "gpt-quick-test" / run_id
-
-
-def _losses(run_dir: Path) -> dict[int, float]:
-    """step -> loss, the last row of a step (a resumed run logs again the steps after its checkpoint)."""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r["loss"] for r in rows if "loss" in r}
-
-
-def _close(a: dict[int, float], b: dict[int, float], steps) -> None:
-    for s in steps:
-        assert a[s] == pytest.approx(b[s], rel=REL), (s, a[s], b[s])
-
-
-def _summary(run_dir: Path) -> dict:
-    return json.loads((run_dir / "summary.json").read_text())
 
 
 def _popen(tmp_path, run_id, *args, env=None):
@@ -101,9 +87,9 @@ def test_two_processes_through_torchrun_on_cpu(tmp_path, two_process_runs):
     and training.ddp_comm_dtype bf16 needs NCCL: on gloo it says so in one line and trains in fp32."""
     project, res = two_process_runs
     d = _dir(project, "ddp")
-    s = _summary(d)
+    s = summary(d)
     assert s["status"] == "stopped" and s["world_size"] == 2 and s["steps"] == 12
-    steps = _losses(d)
+    steps = losses(d)
     assert steps[12] < steps[1]  # it learned
     assert "16 x 1 accum x 2 proc" in (d / "train.log").read_text()
     # only envkit's lines: no torchrun banner about OMP_NUM_THREADS, no barrier() device warning
@@ -118,7 +104,7 @@ def test_two_processes_through_torchrun_on_cpu(tmp_path, two_process_runs):
                env=PROFILE_THREADS)
     assert res.returncode == 0, res.stderr[-3000:]
     small = _dir(tmp_path, "small")
-    assert _losses(small) == steps
+    assert losses(small) == steps
     assert "training.ddp_comm_dtype bf16 ignored on cpu: gloo all-reduces fp32" in (small / "train.log").read_text()
 
 
@@ -133,11 +119,11 @@ def test_fsdp_trains_like_ddp_and_a_sigkilled_run_resumes_exactly(tmp_path, two_
     plan = next(line for line in (d / "train.log").read_text().splitlines() if "training.parallel: fsdp" in line)
     assert ("training.parallel: fsdp (as set): the root only (one unit) over 2 processes; one unit, the whole "
             "model (0.23M parameters, at most 500M): gathered weights and full gradients with the sharded state take") in plan, plan
-    s = _summary(d)
+    s = summary(d)
     assert s["status"] == "stopped" and s["steps"] == 12 and s["parallel"] == "fsdp" and s["world_size"] == 2
-    a, b = _losses(_dir(project, "ddp")), _losses(d)
+    a, b = losses(_dir(project, "ddp")), losses(d)
     assert sorted(a) == sorted(b) == list(range(1, 13))
-    _close(a, b, range(1, 13))
+    close(a, b, range(1, 13), REL)
     assert b[12] < b[1]  # it learned
     # the checkpoints are folders of shards, each process's file, DCP's index and envkit's fields
     ckpts = sorted(p.name for p in (d / "checkpoints").iterdir())
@@ -148,7 +134,7 @@ def test_fsdp_trains_like_ddp_and_a_sigkilled_run_resumes_exactly(tmp_path, two_
     killed = _popen(tmp_path, "killed", *TWO, *STOP, "--set", "training.parallel=fsdp", env={"ENVKIT_TRAIN_INJECT": "sleep=0.3"})
     k = _dir(tmp_path, "killed")
     try:
-        assert wait_for(lambda: (k / "checkpoints" / "step_00000004.dcp").is_dir() and max(_losses(k) or {0: 0}) >= 6, seconds=300)
+        assert wait_for(lambda: (k / "checkpoints" / "step_00000004.dcp").is_dir() and max(losses(k) or {0: 0}) >= 6, seconds=300)
         killed.send_signal(signal.SIGKILL)
         killed.wait(timeout=60)
     finally:
@@ -158,14 +144,14 @@ def test_fsdp_trains_like_ddp_and_a_sigkilled_run_resumes_exactly(tmp_path, two_
     assert wait_for(lambda: not alive(beat["pid"]), seconds=120), "the trainer outlived envkit run"
     # every rank (and torchrun) gone: the folder's owner lock is free again, held by no orphan
     assert wait_for(lambda: owner_lock_state(k) == "free", seconds=120), "a process of the killed run still holds its folder"
-    status = _summary(k)["status"] if (k / "summary.json").exists() else None
+    status = summary(k)["status"] if (k / "summary.json").exists() else None
     assert status != "completed"
     again = _run(tmp_path, "killed", *TWO, *STOP, "--set", "training.parallel=fsdp")
     assert again.returncode == 0, again.stderr[-3000:]
-    resumed = _summary(k)
+    resumed = summary(k)
     # the orphaned trainer checkpoints at its next step and stops (train/run/parent_watch.py): any step from 4 on
     assert resumed["status"] == "stopped" and resumed["steps"] == 12 and resumed["resumed_from"].endswith(".dcp"), resumed
-    assert _losses(k) == b  # exact: the same floats as the run never stopped
+    assert losses(k) == b  # exact: the same floats as the run never stopped
 
 
 def _flip_a_byte(path: Path) -> None:
@@ -195,9 +181,9 @@ def test_a_sharded_checkpoint_resumes_on_one_process_as_a_ddp_one_does(tmp_path,
         "weights and optimizer state resharded; global batch 32 (2 processes x 16), now 16 (1 process x 16): the data position "
         "is kept, the losses will not match an uninterrupted run; to resume exactly: --nproc-per-node 2 (a run with "
         "training.global_batch_size keeps its global batch at any process count)"), said
-    assert _summary(f)["resumed_from"] == "step_00000008.dcp" and _summary(g)["resumed_from"] == "step_00000008.pt"
-    assert _summary(f)["world_size"] == 1 and _summary(f)["status"] == "completed" and _summary(f)["steps"] == 16
-    _close(_losses(f), _losses(g), range(9, 17))
+    assert summary(f)["resumed_from"] == "step_00000008.dcp" and summary(g)["resumed_from"] == "step_00000008.pt"
+    assert summary(f)["world_size"] == 1 and summary(f)["status"] == "completed" and summary(f)["steps"] == 16
+    close(losses(f), losses(g), range(9, 17), REL)
 
 
 @pytest.mark.parametrize("template,args,words", [

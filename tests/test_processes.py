@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from train_runs import close, losses, summary
 from conftest import ROOT, envkit
 
 GPT = str(ROOT / "templates" / "train" / "gpt_quick_test.yaml")
@@ -46,21 +47,6 @@ def _dir(project: Path, run_id: str) -> Path:
     return project / "runs" / "gpt-quick-test" / run_id
 
 
-def _losses(run_dir: Path) -> dict[int, float]:
-    """step -> loss, the last row of a step (a resumed run logs again the steps after its checkpoint)."""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r["loss"] for r in rows if "loss" in r}
-
-
-def _close(a: dict[int, float], b: dict[int, float], steps) -> None:
-    for s in steps:
-        assert a[s] == pytest.approx(b[s], rel=REL), (s, a[s], b[s])
-
-
-def _summary(run_dir: Path) -> dict:
-    return json.loads((run_dir / "summary.json").read_text())
-
-
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory) -> Path:
     """A project holding the three uninterrupted runs (SOURCES), 8 steps each."""
@@ -74,17 +60,17 @@ def sources(tmp_path_factory) -> Path:
 def test_the_global_batch_is_the_same_samples_at_any_process_count(sources):
     """2 processes of 8 (ddp or fsdp) and 1 of 16 train the same steps: the same 16 samples each step,
     and the logged loss is the whole batch's (the mean over the processes of their equal shares)."""
-    one = _losses(_dir(sources, "one"))
+    one = losses(_dir(sources, "one"))
     assert sorted(one) == list(range(1, 9)) and one[8] < one[1]  # it learned
     for run_id in ("ddp", "fsdp"):
-        _close(_losses(_dir(sources, run_id)), one, range(1, 9))
+        close(losses(_dir(sources, run_id)), one, range(1, 9), REL)
     for run_id, per, world in (("ddp", 8, 2), ("fsdp", 8, 2), ("one", 16, 1)):
         d = _dir(sources, run_id)
-        s = _summary(d)
+        s = summary(d)
         assert s["world_size"] == world and s["derived"]["training.batch_size"] == per, (run_id, s["derived"])
         assert f"training gpt for 8 steps ({per} x 1 accum x {world} proc" in (d / "train.log").read_text()
     # the config hash leaves the derived batch out: every run's checkpoints resume at any process count
-    assert len({_summary(_dir(sources, r))["config_hash"] for r in SOURCES}) == 1
+    assert len({summary(_dir(sources, r))["config_hash"] for r in SOURCES}) == 1
 
 
 @pytest.mark.parametrize("source,checkpoint,args,said", [
@@ -103,13 +89,13 @@ def test_a_checkpoint_resumes_exactly_on_another_process_count(tmp_path, sources
     d = _dir(tmp_path, source)
     res = _run(tmp_path, source, "--resume", str(d / "checkpoints" / checkpoint), *args)
     assert res.returncode == 0, res.stderr[-3000:]
-    s = _summary(d)
+    s = summary(d)
     assert s["status"] == "completed" and s["steps"] == 8 and s["resumed_from"] == checkpoint, s
     log = (d / "train.log").read_text()
     line = next(x for x in log.splitlines() if f"checkpoint {checkpoint} was written by" in x)
     assert said in line and line.endswith("the steps go on as they would have"), line
     assert "from step 4;" in log  # it did train the steps again
-    _close(_losses(d), _losses(_dir(sources, source)), range(5, 9))
+    close(losses(d), losses(_dir(sources, source)), range(5, 9), REL)
 
 
 def test_a_deterministic_run_of_two_processes_reproduces_identically(sources):
