@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from cifar_fixture import write_cifar10
-from envkit.train.run.config import load_config
+from envkit.config.config import load_config
 from envkit.train.run.optim import build_optimizer
 from envkit.train.run.resnets import build_resnet
 

@@ -166,7 +166,7 @@ def keep_resumed(cfg, saved: dict):
     """Resuming a run whose batch was decided by a probe: keep that batch (its checkpoints and data
     position were written at it). cfg with the saved batch derived, or None when there is none.
     `saved` is the run's config.json, written by this envkit or one before the typed config."""
-    from envkit.train.run.config import Config
+    from envkit.config.config import Config
 
     batch = Config.from_resolved(saved).derived.get(KEY) if saved.get("values") else None
     if not isinstance(batch, int) or isinstance(batch, bool):

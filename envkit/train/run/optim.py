@@ -13,7 +13,7 @@ import torch
 from envkit.train.run.lion import Lion
 
 if TYPE_CHECKING:
-    from envkit.train.run.schema import Training
+    from envkit.config.schema import Training
 
 LION_BETA2 = 0.99  # the paper's default; AdamW's 0.95 in the schema would make Lion's momentum short-sighted
 

@@ -26,9 +26,9 @@ from typing import Any
 
 from envkit.errors import EnvkitError
 from envkit.runfolder import names
-from envkit.train.data.paths import resolve_path
-from envkit.train.run.coerce import coerce, describe_value, did_you_mean, field_for, meant, parse_override, read_yaml, unknown_key
-from envkit.train.run.schema import (  # noqa: F401 - the schema's names are part of config's face
+from envkit.config.paths import resolve_path
+from envkit.config.coerce import coerce, describe_value, did_you_mean, field_for, meant, parse_override, read_yaml, unknown_key
+from envkit.config.schema import (  # noqa: F401 - the schema's names are part of config's face
     AUTO,
     DATASET_KEYS,
     DEVICES,
@@ -364,7 +364,7 @@ def check_consistency(cfg: Config) -> Config:
         if dtype == "text" and mtype in ("mlp", "cnn"):
             raise EnvkitError(f"a text dataset trains a language model (gpt), not {mtype}", where=where_set(cfg, "model.type"))
     if dtype == "tokens":
-        from envkit.train.data.tokens import check_token_folder
+        from envkit.config.token_files import check_token_folder
 
         if mtype in ("mlp", "cnn"):
             raise EnvkitError(f"a tokens dataset trains a language model (gpt), not {mtype}", where=where_set(cfg, "model.type"))
@@ -385,7 +385,7 @@ def check_consistency(cfg: Config) -> Config:
 
 
 def _check_image_dataset(cfg: Config, dtype: str, mtype: str) -> None:
-    from envkit.train.data.cifar_files import check_folder
+    from envkit.config.cifar_files import check_folder
 
     if mtype in ("gpt", "mlp"):
         raise EnvkitError(f"a {dtype} dataset trains an image model (resnet18, cnn), not {mtype}", where=where_set(cfg, "model.type"))
