@@ -33,7 +33,7 @@ import torch  # noqa: E402
 from envkit.train.data.tokens import write_tokens  # noqa: E402
 from envkit.train.run import sharded_checkpoint as sharded  # noqa: E402
 from envkit.train.run import sharding  # noqa: E402
-from envkit.train.run.config import load_config  # noqa: E402
+from envkit.config.config import load_config  # noqa: E402
 from envkit.train.run.models import build_model  # noqa: E402
 from envkit.train.run.optim import build_optimizer  # noqa: E402
 from envkit.train.run.speed import compile_kwargs  # noqa: E402

@@ -83,7 +83,7 @@ def worker(args) -> None:
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: N817 - its usual name
 
-    from envkit.train.run.config import load_config
+    from envkit.config.config import load_config
     from envkit.train.run.models import build_model
 
     rank, local, world = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])

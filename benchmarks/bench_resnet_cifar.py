@@ -39,7 +39,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from envkit.train.data.cifar import channel_stats  # noqa: E402
-from envkit.train.run.config import load_config  # noqa: E402
+from envkit.config.config import load_config  # noqa: E402
 from envkit.train.run.loop import train  # noqa: E402
 from envkit.train.run.resnets import build_resnet  # noqa: E402
 from envkit.train.run.speed import compile_kwargs  # noqa: E402

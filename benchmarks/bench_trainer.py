@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from envkit.train.run.config import load_config  # noqa: E402
+from envkit.config.config import load_config  # noqa: E402
 from envkit.train.run.loop import train  # noqa: E402
 from envkit.train.watching.mfu import mfu, peak_flops  # noqa: E402
 from envkit.train.run.models import build_model  # noqa: E402

@@ -138,7 +138,7 @@ def test_a_budget_too_short_for_the_ladder_still_measures_the_profile_rung(monke
     from envkit.bench.context import BenchContext, template_path
     from envkit.checks import run_checks
     from envkit.facts import gather
-    from envkit.train.run.config import load_config
+    from envkit.config.config import load_config
 
     facts = gather(str(snapshot_path("real_h100")), runtime=True)
     checks = {c.id: c for c in run_checks(facts)}

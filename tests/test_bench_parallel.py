@@ -31,7 +31,7 @@ def ladder(snapshot: str, model: str = "gpt", nproc: int | None = None):
     from envkit.bench.session import fsdp_problem
     from envkit.checks import best_device, run_checks
     from envkit.facts import gather
-    from envkit.train.run.config import load_config
+    from envkit.config.config import load_config
 
     facts = gather(str(snapshot_path(snapshot)), runtime=True)
     checks = {c.id: c for c in run_checks(facts)}
@@ -83,7 +83,7 @@ def test_a_data_parallel_rung_is_scaled_against_the_best_single_gpu_rung():
 
 def tiny_spec(**kw) -> RunSpec:
     from envkit.bench.context import template_path
-    from envkit.train.run.config import load_config
+    from envkit.config.config import load_config
 
     config = load_config(template_path("mlp")).resolved()
     return RunSpec("cpu + ddp", "cpu", config, batch_size=16, nproc=2, parallel="ddp", warmup_steps=2, threads=1, **kw)

@@ -65,8 +65,8 @@ def test_a_misspelt_section_and_a_misspelt_key_keep_their_did_you_mean(tmp_path)
 
 
 def test_every_alias_names_a_real_key_and_shadows_none():
-    from envkit.train.run.coerce import aliases
-    from envkit.train.run.schema import SCHEMA
+    from envkit.config.coerce import aliases
+    from envkit.config.schema import SCHEMA
 
     table = aliases()
     assert len(table) >= 40

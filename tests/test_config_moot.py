@@ -80,7 +80,7 @@ def test_a_setting_switched_later_on_the_command_line_leaves_the_file_s_other_ke
 def test_no_shipped_template_says_a_value_is_moot():
     """The templates' training and dataloader sections as written (their datasets need files this test
     has not got): no warning, no refusal."""
-    from envkit.train.run.config import load_config, read_yaml
+    from envkit.config.config import load_config, read_yaml
 
     templates = sorted(glob.glob(str(ROOT / "templates" / "train" / "*.yaml")))
     assert len(templates) >= 10

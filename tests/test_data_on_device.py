@@ -13,7 +13,7 @@ import torch
 from cifar_fixture import write_cifar10
 from conftest import has_cuda
 from envkit.train.data.cifar import PAD, CifarImages, crop_and_flip, crop_columns, normalise
-from envkit.train.run.config import load_config
+from envkit.config.config import load_config
 
 
 def per_image_reference(x, dy, dx, flip, pad):

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from envkit.train.run import determinism
-from envkit.train.run.config import load_config
+from envkit.config.config import load_config
 
 
 def _cfg(*sets: str):

@@ -98,14 +98,14 @@ def test_the_strict_build_fails_on_a_broken_link_an_anchor_and_a_page_outside_th
 
 
 def test_the_train_yaml_reference_is_what_the_generator_writes():
-    from envkit.train.run import schema_doc
+    from envkit.config import schema_doc
 
     committed = (DOCS / "reference" / "train-yaml.md").read_text(encoding="utf-8")
-    assert committed == schema_doc.render(), "docs/reference/train-yaml.md is stale: run python -m envkit.train.run.schema_doc"
+    assert committed == schema_doc.render(), "docs/reference/train-yaml.md is stale: run python -m envkit.config.schema_doc"
 
 
 def test_the_train_yaml_reference_names_every_key_with_its_default_and_help():
-    from envkit.train.run.schema import SCHEMA
+    from envkit.config.schema import SCHEMA
 
     text = (DOCS / "reference" / "train-yaml.md").read_text(encoding="utf-8")
     rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `([a-z0-9_]+\.[a-z0-9_]+)` \|.*$", text, re.M)}
@@ -121,7 +121,7 @@ def test_the_train_yaml_reference_names_every_key_with_its_default_and_help():
 def test_the_generator_check_mode_fails_on_a_stale_file(tmp_path):
     stale = tmp_path / "train-yaml.md"
     stale.write_text((DOCS / "reference" / "train-yaml.md").read_text().replace("peak learning rate", "learning rate"))
-    r = subprocess.run([sys.executable, "-m", "envkit.train.run.schema_doc", "--check", "--output", str(stale)],
+    r = subprocess.run([sys.executable, "-m", "envkit.config.schema_doc", "--check", "--output", str(stale)],
                        capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert r.returncode == 1 and "out of date" in r.stderr
 

@@ -209,7 +209,7 @@ def test_auto_shards_when_the_state_would_not_fit_one_device(monkeypatch):
 
     model = GPT(vocab_size=512, block_size=16, n_layer=2, n_head=2, n_embd=32)
     weights = sum(p.numel() * 4 for p in model.parameters())
-    from envkit.train.run.schema import Training
+    from envkit.config.schema import Training
 
     adamw = Training(optimizer="adamw", momentum=0.9)
     assert sharding.state_bytes(model, adamw) == 4 * weights  # weights, gradients, two AdamW moments
@@ -244,7 +244,7 @@ def test_fsdp_plan_is_one_unit_for_a_small_model_that_fits_and_units_by_memory_o
     gathered from forward to backward while they fit and resharded when they do not."""
     from envkit.train.run import sharding
     from envkit.train.run.models import GPT
-    from envkit.train.run.schema import Training
+    from envkit.config.schema import Training
 
     model = GPT(vocab_size=512, block_size=16, n_layer=2, n_head=2, n_embd=32)
     n = sum(p.numel() for p in model.parameters())

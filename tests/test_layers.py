@@ -1,8 +1,9 @@
 """The package's shape, read from the source with `ast` (nothing is imported): no import circles,
 and no stage importing a later one. The pipeline is
-    facts -> checks -> profiles -> install -> runfolder -> record -> selftest | train -> plan | exec -> bench -> sweep | slurm | tune
-    -> reproduce -> commands (cli)
-with the shared helpers (errors, redact, console, resources, fsutil) below every stage. Inside
+    facts -> checks -> profiles -> install -> runfolder -> record -> config -> selftest | train -> plan | exec -> bench
+    -> sweep | slurm | tune -> reproduce -> commands (cli)
+with the shared helpers (errors, redact, console, resources, fsutil) below every stage. config (train.yaml
+read and checked, no torch) sits below train and plan, which both read it. Inside
 train/: run -> data | recovery | watching -> user_code. An import inside a function counts too: a
 late import is still a dependency."""
 
@@ -17,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "envkit"
 
 STAGE_ORDER = {
     # stage: rank; a module may import its own stage and any lower rank
-    "base": 0, "facts": 1, "checks": 2, "profiles": 3, "install": 4, "runfolder": 4.4, "record": 4.5, "selftest": 5, "train": 5,
+    "base": 0, "facts": 1, "checks": 2, "profiles": 3, "install": 4, "runfolder": 4.4, "record": 4.5, "config": 4.7, "selftest": 5, "train": 5,
     "plan": 6, "exec": 6, "bench": 7, "sweep": 8, "slurm": 8, "tune": 8, "reproduce": 8.5, "commands": 9, "cli": 10,
 }
 BASE = {"errors", "redact", "console", "resources", "fsutil", "__init__", "data", "track"}
@@ -185,6 +186,8 @@ def test_a_circle_through_late_imports_is_found(tmp_path):
     ("install/setup/flow.py", "from envkit.tune.session import run_tune"),
     ("checks/recommend.py", "from envkit.profiles import files"),
     ("train/data/datasets.py", "from envkit.train.run.config import Config"),
+    ("config/config.py", "from envkit.train.data.tokens import files"),
+    ("config/schema.py", "from envkit.plan.make import Config"),
 ])
 def test_an_import_from_an_earlier_stage_to_a_later_one_is_found(tmp_path, importer, imported):
     files = {"__init__.py": "", importer: f"def f():\n    {imported}\n"}

@@ -134,7 +134,7 @@ def test_a_global_batch_that_does_not_split_is_refused_before_anything_starts(tm
 
 
 def test_the_batch_per_process_is_derived_outside_the_hash_and_a_batch_size_beside_it_is_said():
-    from envkit.train.run.config import load_config, per_process_batch
+    from envkit.config.config import load_config, per_process_batch
 
     cfg = load_config(None, overrides=["training.global_batch_size=48", "training.grad_accum=2"])
     assert [per_process_batch(cfg, world).training.batch_size for world in (1, 2, 3, 4, 6, 8)] == [24, 12, 8, 6, 4, 3]

@@ -160,7 +160,7 @@ def test_a_probe_counts_a_runs_length_in_the_units_it_times(tmp_path):
     token model with accumulation, one epoch is what the run's own steps train, in tokens (a
     length in sequences made a gpt run look block_size times shorter than it is)."""
     from envkit.bench.stages import StagedClock
-    from envkit.train.run.config import load_config
+    from envkit.config.config import load_config
     from envkit.train.run.loop import train
 
     cfg = load_config(None, data={

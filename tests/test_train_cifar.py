@@ -13,7 +13,7 @@ from cifar_fixture import write_cifar10, write_cifar100
 from conftest import envkit
 from envkit.errors import EnvkitError
 from envkit.train.data.datasets import build_data
-from envkit.train.run.config import load_config
+from envkit.config.config import load_config
 
 
 def config(path: Path, dtype: str = "cifar10", **dataset):

@@ -188,7 +188,7 @@ def test_validate_does_not_import_torch():
 
 
 def test_config_hash_ignores_logging_only():
-    from envkit.train.run.config import load_config
+    from envkit.config.config import load_config
 
     a = load_config(QUICK)
     b = load_config(QUICK, overrides=["logging.every_steps=1", "checkpoint.every_steps=5"])

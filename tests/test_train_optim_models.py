@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from cifar_fixture import write_cifar10
-from envkit.train.run.config import load_config
+from envkit.config.config import load_config
+from envkit.config.origin import Origin
 from envkit.train.run.optim import build_optimizer
 from envkit.train.run.resnets import build_resnet
 
@@ -104,7 +105,7 @@ def test_a_cpu_run_without_compile_never_imports_torch_dynamo(tmp_path):
 
 def test_lion_takes_a_beta2_the_user_set():
     model = torch.nn.Linear(2, 1, bias=False)
-    opt = build_optimizer(model, training(optimizer="lion", beta2=0.9), "cpu", origin={"training.beta2": "yaml"})
+    opt = build_optimizer(model, training(optimizer="lion", beta2=0.9), "cpu", origin={"training.beta2": Origin("yaml")})
     assert opt.param_groups[0]["betas"] == (0.9, 0.9)
 
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from cifar_fixture import write_cifar10
-from envkit.train.run.config import load_config
+from envkit.config.config import load_config
 
 
 def _config(folder, max_steps: int):

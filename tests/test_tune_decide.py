@@ -105,7 +105,7 @@ def test_a_failed_cuda_graphs_rung_leaves_the_later_rungs_on_the_default_compile
 
 def test_data_on_device_applies_to_in_memory_data_sets_only():
     from envkit.bench.ladder import data_can_live_on_device as can
-    from envkit.train.run.schema import Dataset
+    from envkit.config.schema import Dataset
 
     assert can(Dataset(type="cifar10")) and can(Dataset(type="npz")) and can(Dataset(type="synthetic", task="teacher"))
     assert not can(Dataset(type="tokens")) and not can(Dataset(type="synthetic", task="images")) and not can(Dataset(type="imagefolder"))

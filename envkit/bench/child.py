@@ -29,7 +29,7 @@ PYTORCH_DEFAULTS = {"matmul_precision": "highest", "allow_tf32": False, "cudnn_b
 def run_config(spec: dict):
     """The user's config with this run's settings: the rung's (or candidate's) precision, compile,
     batch, loader and device; no eval, checkpoint, tracker or progress display inside the clock."""
-    from envkit.train.run.config import Config
+    from envkit.config.config import Config
 
     cfg = Config.from_resolved(spec["config"])
     workers = int(spec.get("num_workers") or 0)
@@ -64,7 +64,7 @@ def measure(spec: dict) -> dict:
         torch.set_num_threads(int(spec["threads"]))
     from envkit.train.run.batch_probe import device_memory_mb, peak_mb
 
-    from envkit.train.run.config import Config
+    from envkit.config.config import Config
 
     real = Config.from_resolved(spec["config"]).training  # before run_config changes it: the run this one stands for
     run_length = {"epochs": real.epochs, "max_steps": real.max_steps}

@@ -13,7 +13,7 @@ from envkit.errors import EnvkitError
 if TYPE_CHECKING:
     from envkit.facts.model import Facts
     from envkit.profiles.resolve import Profile
-    from envkit.train.run.config import Config
+    from envkit.config.config import Config
 
 MODELS = ("gpt", "cnn", "mlp")
 
@@ -54,7 +54,7 @@ def load_context(model: str | None, config_path: str | None, profile_name: str |
     from envkit.facts import gather
     from envkit.install.setup.managed import find_managed
     from envkit.profiles import load_profile
-    from envkit.train.run.config import load_config
+    from envkit.config.config import load_config
 
     if config_path and model:
         raise EnvkitError("--model and --config exclude each other", where="--model",

@@ -123,7 +123,7 @@ def fast_path(device: str, model: str) -> tuple[dict, str, str | None]:
 
 
 def data_can_live_on_device(dataset) -> bool:
-    """Whether a config's data set (its dataset section, train/run/schema.py) can be held on the device
+    """Whether a config's data set (its dataset section, envkit/config/schema.py) can be held on the device
     (dataset.on_device): the CIFAR sets, npz arrays and the synthetic teacher set; not token files, text,
     image folders or factories."""
     return dataset.type in ON_DEVICE_DATA or (dataset.type == "synthetic" and dataset.task == "teacher")

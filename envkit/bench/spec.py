@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 class RunSpec:
     name: str
     device: str  # cpu | cuda | mps
-    config: dict  # envkit.train.run.config.Config.resolved(): model, dataset, training
+    config: dict  # envkit.config.config.Config.resolved(): model, dataset, training
     precision: str = "fp32"  # fp32 | bf16 | fp16
     compile: bool = False
     compile_mode: str | None = None  # training.compile_mode; None: the config's own (reduce-overhead: CUDA graphs)

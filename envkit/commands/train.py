@@ -17,7 +17,7 @@ from envkit.slurm.options import slurm_options
 
 
 def _print_config(cfg, as_json: bool) -> None:
-    from envkit.train.run.config import render_rows
+    from envkit.config.config import render_rows
 
     for note in cfg.notes:  # a value the config makes moot: said even when only the config is shown
         click.echo(f"warning: {note}", err=True)

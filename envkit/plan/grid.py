@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 
 from envkit.errors import EnvkitError
-from envkit.train.run.coerce import coerce, field_for
+from envkit.config.coerce import coerce, field_for
 
 SEED_KEY = "experiment.seed"
 

@@ -25,11 +25,11 @@ from envkit.plan.rundirs import (
     experiment_dir,
     place_combination,
 )
-from envkit.train.run.config import per_process_batch
+from envkit.config.config import per_process_batch
 from envkit.train.run.torchrun import Nodes
 
 if TYPE_CHECKING:
-    from envkit.train.run.config import Config
+    from envkit.config.config import Config
 
 
 def make_plan(request: RunRequest) -> Plan:

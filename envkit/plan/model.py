@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # types only: the plan is made without importing what these m
     from envkit.facts.model import Facts
     from envkit.install.setup.managed import Managed
     from envkit.profiles.resolve import Profile
-    from envkit.train.run.config import Config
+    from envkit.config.config import Config
 
 PURPOSES = ("train", "validate", "print-config")
 

@@ -13,7 +13,7 @@ import re
 from envkit.errors import EnvkitError
 from envkit.plan.model import PlannedRun, RunRequest
 from envkit.train.run.auto_batch import is_auto
-from envkit.train.run.config import Config, where_set
+from envkit.config.config import Config, where_set
 from envkit.train.run.sharding import config_problem
 from envkit.train.run.torchrun import Nodes
 

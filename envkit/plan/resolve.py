@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from envkit.errors import EnvkitError
 from envkit.plan.grid import Combination
-from envkit.train.data.paths import resolve_path
-from envkit.train.run.config import Config, load_config, read_yaml
+from envkit.config.paths import resolve_path
+from envkit.config.config import Config, load_config, read_yaml
 
 if TYPE_CHECKING:
     from envkit.facts.model import Facts

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.runfolder import names
-from envkit.train.run.config import Config, where_set
+from envkit.config.config import Config, where_set
 
 FINISHED = ("completed",)
 

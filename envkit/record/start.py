@@ -45,7 +45,7 @@ def config_record(cfg) -> dict:
     overrides = {k: v for k, v, o in cfg.rows() if o == "cli"}
     derived = dict(cfg.derived)
     whole = hashlib.sha256(json.dumps({"declared": declared, "derived": derived}, sort_keys=True, default=str).encode())
-    return {"declared": declared, "overrides": overrides, "derived_at_start": derived, "origin": dict(cfg.origin),
+    return {"declared": declared, "overrides": overrides, "derived_at_start": derived, "origin": cfg.origin_texts(),
             "profile": cfg.profile, "source": cfg.source, "config_hash": cfg.config_hash(),
             "values_hash": whole.hexdigest()[:16]}
 

@@ -155,7 +155,7 @@ def config_lines(rec: dict) -> list[str]:
     if not path.is_file():
         return [f"config: {path} is gone (the run's values are in its config.json)"]
     from envkit.profiles import load_profile
-    from envkit.train.run.config import load_config
+    from envkit.config.config import load_config
 
     try:
         profile = load_profile(cfg_rec["profile"]) if cfg_rec.get("profile") else None

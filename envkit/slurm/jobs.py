@@ -132,8 +132,8 @@ def snapshot(config: str, folder: Path) -> dict[str, str]:
 
     import yaml
 
-    from envkit.train.data.paths import resolve_path
-    from envkit.train.run.config import read_yaml
+    from envkit.config.paths import resolve_path
+    from envkit.config.config import read_yaml
 
     data = read_yaml(config)
     ds = data.get("dataset")

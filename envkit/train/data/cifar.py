@@ -1,4 +1,4 @@
-"""CIFAR-10 / CIFAR-100 from the official binary folders (the format: cifar_files.py), held in memory
+"""CIFAR-10 / CIFAR-100 from the official binary folders (the format: envkit/config/cifar_files.py), held in memory
 as uint8 (150 MB for 50,000 images; 240 MB padded for the crops), with the standard training augmentation (random crop after
 4 pixels of zero padding, horizontal flip) and per-channel normalisation.
 
@@ -16,10 +16,10 @@ import torch
 from torch.utils.data import Dataset
 
 from envkit.errors import EnvkitError
-from envkit.train.data import cifar_files
+from envkit.config import cifar_files
 from envkit.train.data.bundle import DataBundle, label_entropy
 from envkit.train.data.label_noise import flip_labels, note
-from envkit.train.data.paths import resolve_path
+from envkit.config.paths import resolve_path
 
 PAD = 4
 

@@ -19,7 +19,7 @@ from envkit.errors import EnvkitError
 from envkit.train.data.bundle import DataBundle, label_entropy
 from envkit.train.data.cifar import cifar
 from envkit.train.data.imagefolder import imagefolder
-from envkit.train.data.paths import resolve_path
+from envkit.config.paths import resolve_path
 from envkit.train.data.tokens import tokens
 from envkit.train.user_code import accepted_args, import_factory
 

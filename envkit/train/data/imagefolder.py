@@ -27,7 +27,7 @@ from envkit.train.data import pil_images
 from envkit.train.data.bad_files import SEPARATOR, SkippedFiles, UnreadableFile
 from envkit.train.data.bundle import DataBundle, label_entropy
 from envkit.train.data.label_noise import flip_labels, note
-from envkit.train.data.paths import resolve_path
+from envkit.config.paths import resolve_path
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage

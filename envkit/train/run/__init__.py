@@ -1,4 +1,4 @@
-"""The run itself. Read in this order: `schema` and `config` (train.yaml -> a validated Config),
+"""The run itself. Read in this order (train.yaml -> a validated Config is envkit/config/):
 `launcher` (the parent: given a plan from envkit/plan/, the run's files, the child and its
 signals), `torchrun` (the child's command line, one process or torchrun), `child` (the trainer's
 process), `loop` (the loop, top to bottom). One training step is four files: `step` (train_step:

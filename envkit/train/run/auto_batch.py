@@ -21,6 +21,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from envkit.config.origin import Origin
 from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_text
 from envkit.runfolder import names
@@ -159,16 +160,16 @@ def resolve(cfg, *, python: str, env: dict, child_entry: Path, torch_settings: d
             return json.loads(out.read_text())
 
     choice = search(run_probe, fraction=float(T.memory_fraction), cap=int(T.batch_size_max), world=world)
-    return cfg.derive(KEY, choice.batch, origin="auto: " + choice.note.split(": ", 1)[1]), choice
+    return cfg.derive(KEY, choice.batch, origin=Origin.derived("auto: " + choice.note.split(": ", 1)[1])), choice
 
 
 def keep_resumed(cfg, saved: dict):
     """Resuming a run whose batch was decided by a probe: keep that batch (its checkpoints and data
     position were written at it). cfg with the saved batch derived, or None when there is none.
     `saved` is the run's config.json, written by this envkit or one before the typed config."""
-    from envkit.train.run.config import Config
+    from envkit.config.config import Config
 
     batch = Config.from_resolved(saved).derived.get(KEY) if saved.get("values") else None
     if not isinstance(batch, int) or isinstance(batch, bool):
         return None
-    return cfg.derive(KEY, batch, origin=(saved.get("origin") or {}).get(KEY, "auto"))
+    return cfg.derive(KEY, batch, origin=Origin.parse(str((saved.get("origin") or {}).get(KEY, "auto"))))

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = Path(args.run_dir)
     try:
         resolved = json.loads((run_dir / names.CONFIG).read_text())
-        from envkit.train.run.config import Config
+        from envkit.config.config import Config
         from envkit.train.run.loop import train
 
         cfg = Config.from_resolved(resolved)

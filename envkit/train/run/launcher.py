@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_text
 from envkit.runfolder import names
-from envkit.train.run.config import Config, to_yaml
+from envkit.config.config import Config, to_yaml
 from envkit.train.run.spawn import ask_to_checkpoint, release_child, spawn_child
 from envkit.train.run.torchrun import child_command, child_entry
 

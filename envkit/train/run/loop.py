@@ -27,7 +27,7 @@ from envkit.train.recovery.guards import NanGuard, TrainingStopped
 from envkit.train.recovery.injection import Injector
 from envkit.train.run import recover
 from envkit.train.run.compile_cache import compile_counters
-from envkit.train.run.config import Config
+from envkit.config.config import Config
 from envkit.train.run.evaluate import evaluate
 from envkit.train.run.memory import empty_cache, peak_memory_mb
 from envkit.train.run.optim import lr_at

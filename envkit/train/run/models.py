@@ -173,7 +173,7 @@ def build_model(cfg, info: dict, device_type: str) -> nn.Module:
         if kind == "cnn":
             model = ResNet(info["num_classes"], info.get("in_channels", 3), m.width, m.blocks)
         else:
-            width = m.width if cfg.origin.get("model.width") in ("yaml", "cli") else 64  # the schema's 32 is cnn's
+            width = m.width if cfg.origin_of("model.width").by_user else 64  # the schema's 32 is cnn's
             model, source = build_resnet(int(kind[6:]), info["num_classes"], info.get("in_channels", 3), m.stem, width)
             model.definition = source  # pyright: ignore[reportArgumentType] - "torchvision" or "envkit", for the trainer's log: a plain attribute, where Module.__setattr__'s stub takes tensors and modules
         cl = m.channels_last

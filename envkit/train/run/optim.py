@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from envkit.config.origin import DEFAULT, Origin
 from envkit.train.run.lion import Lion
 
 if TYPE_CHECKING:
-    from envkit.train.run.schema import Training
+    from envkit.config.schema import Training
 
 LION_BETA2 = 0.99  # the paper's default; AdamW's 0.95 in the schema would make Lion's momentum short-sighted
 
@@ -70,7 +71,7 @@ class EagerLion(WithoutDynamo, Lion):
     EAGER_STEP = Lion.step
 
 
-def build_optimizer(model: torch.nn.Module, T: Training, device_type: str, origin: dict | None = None) -> torch.optim.Optimizer:
+def build_optimizer(model: torch.nn.Module, T: Training, device_type: str, origin: dict[str, Origin] | None = None) -> torch.optim.Optimizer:
     """`origin` (the config's value origins) tells a beta2 the user set from the schema's default.
     On the CPU without compile, torch's optimizers run without importing torch._dynamo (WithoutDynamo)."""
     from envkit.train.run.speed import want_compile
@@ -86,7 +87,7 @@ def build_optimizer(model: torch.nn.Module, T: Training, device_type: str, origi
         cls = {torch.optim.AdamW: EagerAdamW, torch.optim.Adam: EagerAdam}[cls] if eager else cls
         return cls(groups, lr=lr, betas=(T.beta1, T.beta2), **fused)
     if kind == "lion":
-        beta2 = T.beta2 if (origin or {}).get("training.beta2", "default") != "default" else LION_BETA2
+        beta2 = T.beta2 if (origin or {}).get("training.beta2", DEFAULT).kind != "default" else LION_BETA2
         return (EagerLion if eager else Lion)(groups, lr=lr, betas=(T.beta1, beta2))
     fused = {"fused": True} if device_type == "cuda" else {}  # one kernel for all parameters (torch >= 2.3)
     return (EagerSGD if eager else torch.optim.SGD)(groups, lr=lr, momentum=T.momentum, nesterov=T.nesterov and T.momentum > 0,

@@ -81,7 +81,7 @@ def free_bytes(device: torch.device, world_on_host: int) -> int | None:
 
 
 def config_problem(cfg, processes: int) -> tuple[str, str] | None:
-    """(what is wrong, the fix) for a config (train/run/config.py) that cannot train as asked, before any process starts."""
+    """(what is wrong, the fix) for a config (envkit/config/config.py) that cannot train as asked, before any process starts."""
     training, model_type = cfg.training, cfg.model.type
     if training.parallel != "fsdp":
         return None

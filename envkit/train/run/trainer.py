@@ -27,7 +27,7 @@ from envkit.train.data.prefetch import DeviceBatches, want_fetch_ahead
 from envkit.train.recovery.guards import resolve_device
 from envkit.train.run import checkpoint as ckpt
 from envkit.train.run import determinism
-from envkit.train.run.config import Config, Dataloader, Training, per_process_batch
+from envkit.config.config import Config, Dataloader, Training, per_process_batch
 from envkit.train.recovery.guards import TrainingStopped
 from envkit.train.run import sharded_checkpoint as sharded
 from envkit.train.run import sharding

@@ -2,8 +2,8 @@
 and key with its type, default, allowed values and help, which keys apply to which built-in model
 and dataset, which defaults a profile supplies, and which keys a resumed run may change.
 
-    python -m envkit.train.run.schema_doc            # rewrite docs/reference/train-yaml.md
-    python -m envkit.train.run.schema_doc --check    # exit 1 when the file differs (what CI's test does)
+    python -m envkit.config.schema_doc            # rewrite docs/reference/train-yaml.md
+    python -m envkit.config.schema_doc --check    # exit 1 when the file differs (what CI's test does)
 
 No torch, no YAML: only the schema is read, so the page cannot say what the code does not do."""
 
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from envkit.train.run.schema import (
+from envkit.config.schema import (
     DATASET_KEYS,
     HASH_EXCLUDED,
     HASH_EXCLUDED_KEYS,
@@ -95,11 +95,11 @@ def render() -> str:
     lines = [
         "# train.yaml reference",
         "",
-        "<!-- Generated from envkit/train/run/schema.py by `python -m envkit.train.run.schema_doc`: do not edit by",
+        "<!-- Generated from envkit/config/schema.py by `python -m envkit.config.schema_doc`: do not edit by",
         "     hand. tests/test_docs.py fails when this file differs from the generator's output. -->",
         "",
         "Every key `envkit run`, `envkit validate` and `envkit sweep` accept, generated from the schema the",
-        "trainer validates with (`envkit/train/run/schema.py`). An unknown section or key is an error with a",
+        "trainer validates with (`envkit/config/schema.py`). An unknown section or key is an error with a",
         "\"did you mean\"; a value of the wrong type or out of range names the key and the file (exit 2).",
         "[Training](../training.md) explains how the keys work together.",
         "",
@@ -143,7 +143,7 @@ def render() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     summary = __doc__.splitlines()[0] if __doc__ else None  # None under python -OO
-    parser = argparse.ArgumentParser(prog="python -m envkit.train.run.schema_doc", description=summary)
+    parser = argparse.ArgumentParser(prog="python -m envkit.config.schema_doc", description=summary)
     parser.add_argument("--output", type=Path, default=OUTPUT, help=f"default {OUTPUT}")
     parser.add_argument("--check", action="store_true", help="exit 1 when the file differs from what would be written")
     args = parser.parse_args(argv)
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         current = args.output.read_text(encoding="utf-8") if args.output.is_file() else None
         if current != text:
-            print(f"{args.output} is out of date: run python -m envkit.train.run.schema_doc", file=sys.stderr)
+            print(f"{args.output} is out of date: run python -m envkit.config.schema_doc", file=sys.stderr)
             return 1
         return 0
     args.output.parent.mkdir(parents=True, exist_ok=True)

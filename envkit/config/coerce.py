@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from envkit.errors import EnvkitError
-from envkit.train.run.schema import AUTO, SCHEMA, Field
+from envkit.config.schema import AUTO, SCHEMA, Field
 
 
 def read_yaml(path: str | Path) -> dict:

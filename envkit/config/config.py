@@ -4,7 +4,7 @@ remembering where it came from, and beside it what the run derived when it start
 No torch here: `envkit validate` and `envkit run --print-config` stay fast.
 
 Precedence (lowest first): built-in default < profile < YAML < `--set a.b=v`. Each resolved value
-remembers its origin ("default", "profile:<name>", "yaml", "cli") for `--print-config`.
+remembers its origin (an `Origin`, origin.py: the default, a profile, YAML, --set, or derived) for `--print-config`.
 
 `Config.declared` is what was asked for (a TrainConfig of frozen section dataclasses, schema.py); the
 config hash covers it alone. `Config.derived` holds the values a run decides when it starts
@@ -22,13 +22,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from envkit.errors import EnvkitError
 from envkit.runfolder import names
-from envkit.train.data.paths import resolve_path
-from envkit.train.run.coerce import coerce, describe_value, did_you_mean, field_for, meant, parse_override, read_yaml, unknown_key
-from envkit.train.run.schema import (  # noqa: F401 - the schema's names are part of config's face
+from envkit.config.paths import resolve_path
+from envkit.config.origin import CLI, DEFAULT, YAML, Origin
+from envkit.config.coerce import coerce, describe_value, did_you_mean, field_for, meant, parse_override, read_yaml, unknown_key
+from envkit.config.schema import (  # noqa: F401 - the schema's names are part of config's face
     AUTO,
     DATASET_KEYS,
     DEVICES,
@@ -97,7 +98,7 @@ def hash_of(values: dict[str, dict[str, Any]]) -> str:
 @dataclass(frozen=True, slots=True)
 class Config:
     declared: TrainConfig = field(default_factory=TrainConfig)  # what was asked for: hashed, printed
-    origin: dict[str, str] = field(default_factory=dict)  # "training.lr" -> "yaml"
+    origin: dict[str, Origin] = field(default_factory=dict)  # "training.lr" -> Origin("yaml"); a key not here is a default
     source: str = "train.yaml"
     profile: str | None = None
     # values decided when the run started ("training.batch_size" -> 64 for auto, "training.max_steps" from
@@ -126,7 +127,14 @@ class Config:
         section, key = _split(path)
         return getattr(getattr(self.run, section), key)
 
-    def replace(self, path: str, value, origin: str | None = None) -> "Config":
+    def origin_of(self, path: str) -> Origin:
+        return self.origin.get(path, DEFAULT)
+
+    def origin_texts(self) -> dict[str, str]:
+        """The origins as config.json and record.json hold them ("training.lr" -> "yaml")."""
+        return {path: str(o) for path, o in self.origin.items()}
+
+    def replace(self, path: str, value, origin: Origin | None = None) -> "Config":
         """A config declaring `value` at path (hashed like any declared value); the origin is kept unless given."""
         origins = {**self.origin, **({path: origin} if origin is not None else {})}
         return dataclasses.replace(self, declared=_with(self.declared, {path: value}), origin=origins)
@@ -135,7 +143,7 @@ class Config:
         """A config declaring each {"section.key": value} of changes (origins kept)."""
         return dataclasses.replace(self, declared=_with(self.declared, changes))
 
-    def derive(self, path: str, value, origin: str | None = None) -> "Config":
+    def derive(self, path: str, value, origin: Origin | None = None) -> "Config":
         """A config whose run uses `value` at path, decided at start: recorded in `derived`, outside the hash."""
         _split(path)
         origins = {**self.origin, **({path: origin} if origin is not None else {})}
@@ -161,7 +169,7 @@ class Config:
         return out
 
     def rows(self) -> list[tuple[str, Any, str]]:
-        return [(f"{s}.{k}", v, self.origin.get(f"{s}.{k}", "default")) for s, kv in self.to_dict().items() for k, v in kv.items()]
+        return [(f"{s}.{k}", v, str(self.origin_of(f"{s}.{k}"))) for s, kv in self.to_dict().items() for k, v in kv.items()]
 
     @classmethod
     def from_resolved(cls, data: dict) -> "Config":
@@ -174,11 +182,12 @@ class Config:
             values = {s: {k: (data["declared"] or {}).get(f"{s}.{k}", v) for k, v in kv.items()} for s, kv in values.items()}
         declared = TrainConfig(**{s: SECTIONS[s](**{k: v for k, v in kv.items() if k in SCHEMA[s]})
                                   for s, kv in values.items() if s in SECTIONS})
-        return cls(declared=declared, origin=data.get("origin", {}), source=data.get("source", names.CONFIG),
+        origin = {path: Origin.parse(str(text)) for path, text in (data.get("origin") or {}).items()}
+        return cls(declared=declared, origin=origin, source=data.get("source", names.CONFIG),
                    profile=data.get("profile"), derived=derived)
 
     def resolved(self) -> dict:
-        return {"values": self.to_dict(), "derived": dict(self.derived), "origin": dict(self.origin), "source": self.source,
+        return {"values": self.to_dict(), "derived": dict(self.derived), "origin": self.origin_texts(), "source": self.source,
                 "profile": self.profile, "config_hash": self.config_hash()}
 
 
@@ -189,7 +198,7 @@ def load_config(path: str | Path | None, *, overrides: Sequence[str] = (), profi
     """Resolve a train.yaml: defaults < profile < YAML < --set. `profile` is a loaded Profile (or None)."""
     src = str(path) if path is not None else "<defaults>"
     values: dict[str, Any] = {}  # "section.key" -> value, over the defaults
-    origin: dict[str, str] = {}
+    origin: dict[str, Origin] = {}
     pname = getattr(profile, "name", None)
 
     if profile is not None:
@@ -201,7 +210,7 @@ def load_config(path: str | Path | None, *, overrides: Sequence[str] = (), profi
                 except EnvkitError:
                     continue  # a profile value this schema does not take: keep the default
                 values[cpath] = v
-                origin[cpath] = f"profile:{pname}"
+                origin[cpath] = Origin.profile(pname)
 
     if data is None and path is not None:
         data = read_yaml(path)
@@ -221,7 +230,7 @@ def load_config(path: str | Path | None, *, overrides: Sequence[str] = (), profi
             v = coerce(value, f, f"{src}: {section}.{key}")
             if not _defer_auto(values, origin, f"{section}.{key}", v, "yaml"):
                 values[f"{section}.{key}"] = v
-                origin[f"{section}.{key}"] = "yaml"
+                origin[f"{section}.{key}"] = YAML
 
     for text in overrides:
         key, raw = parse_override(text)
@@ -229,23 +238,16 @@ def load_config(path: str | Path | None, *, overrides: Sequence[str] = (), profi
         v = coerce(raw, f, f"--set {key}", from_text=True)
         if not _defer_auto(values, origin, key, v, "cli"):
             values[key] = v
-            origin[key] = "cli"
+            origin[key] = CLI
 
     cfg = Config(declared=_with(TrainConfig(), values), origin=origin, source=src, profile=pname)
     cfg = dataclasses.replace(cfg, notes=tuple(moot_values(cfg)))
     return check_consistency(cfg)
 
 
-PRECEDENCE = {"default": 0, "profile": 1, "yaml": 2, "cli": 3}
-
-
 def _said_by(cfg: Config, path: str) -> str:
-    o = cfg.origin.get(path, "default")
-    return "--set" if o == "cli" else cfg.source if o == "yaml" else o.split(" ")[0].replace(":", " ")
-
-
-def _level(origin: str) -> int:
-    return PRECEDENCE.get(origin.split(":")[0].split(" ")[0], 0)
+    o = cfg.origin_of(path)
+    return "--set" if o.kind == "cli" else cfg.source if o.kind == "yaml" else f"profile {o.detail}" if o.kind == "profile" else str(o)
 
 
 def moot_values(cfg: Config) -> list[str]:
@@ -253,12 +255,12 @@ def moot_values(cfg: Config) -> list[str]:
     exit 2) where setting both can only be a mistake, else one warning line each (returned)."""
     notes = []
     for path, decider, when, why, refusal_fix in MOOT_WHEN:
-        mine = cfg.origin.get(path, "default")
+        mine = cfg.origin_of(path)
         value, decided = cfg.get(path), cfg.get(decider)
         section, key = _split(path)
-        if mine not in ("yaml", "cli") or value == SCHEMA[section][key].default:
+        if not mine.by_user or value == SCHEMA[section][key].default:
             continue  # not the user's word, or one that changes nothing
-        if _level(mine) < _level(cfg.origin.get(decider, "default")):
+        if mine.level < cfg.origin_of(decider).level:
             continue  # the decider was set later (--set over the file): the later word wins, as promised
         if not (decided is not None if when == "set" else decided != AUTO if when == "number" else decided in when):
             continue
@@ -274,25 +276,25 @@ def _show_value(value) -> str:
     return json.dumps(value) if not isinstance(value, str) else value
 
 
-def _defer_auto(values: dict, origin: dict, path: str, value, who: str) -> bool:
+def _defer_auto(values: dict, origin: dict[str, Origin], path: str, value, who: Literal["yaml", "cli"]) -> bool:
     """`auto` means "let envkit decide", and where the profile has decided (precision bf16 on an
     M3 Max, compile on a Hopper GPU) its tuned value is that decision: keep it."""
-    prev = origin.get(path, "")
-    if value == AUTO and prev.startswith("profile:") and values.get(path, AUTO) != AUTO:
-        origin[path] = f"{prev.split(' ')[0]} ({who} said auto)"
+    prev = origin.get(path, DEFAULT)
+    if value == AUTO and prev.kind == "profile" and values.get(path, AUTO) != AUTO:
+        origin[path] = dataclasses.replace(prev, said_auto=who)
         return True
     return False
 
 
 def where_set(cfg: Config, path: str) -> str:
     """Where a value was set, for an error naming it: `--set KEY`, `FILE: KEY` or `profile NAME: KEY`."""
-    o = cfg.origin.get(path, "default")
-    if o == "cli":
+    o = cfg.origin_of(path)
+    if o.kind == "cli":
         return f"--set {path}"
-    if o.startswith("profile:") and "said auto" in o:
-        return f"{cfg.source}: {path} (auto, taken from profile {o.split(':', 1)[1].split(' ')[0]})"
-    if o.startswith("profile:"):
-        return f"profile {o.split(':', 1)[1]}: {path}"
+    if o.kind == "profile" and o.said_auto:
+        return f"{cfg.source}: {path} (auto, taken from profile {o.detail})"
+    if o.kind == "profile":
+        return f"profile {o.detail}: {path}"
     return f"{cfg.source}: {path}"
 
 
@@ -316,7 +318,7 @@ def per_process_batch(cfg: Config, world: int) -> Config:
                           f"x grad_accum {t.grad_accum} (a multiple of {share} does)", where=where_set(cfg, "training.global_batch_size"),
                           fix=f"--set training.global_batch_size={near}, or another --nproc-per-node or training.grad_accum")
     return cfg.derive("training.batch_size", total // share,
-                      origin=f"global_batch_size: {total} over {world} process{'es' if world > 1 else ''} x {t.grad_accum} accum")
+                      origin=Origin.derived(f"global_batch_size: {total} over {world} process{'es' if world > 1 else ''} x {t.grad_accum} accum"))
 
 
 def check_consistency(cfg: Config) -> Config:
@@ -332,14 +334,14 @@ def check_consistency(cfg: Config) -> Config:
                           fix="use synthetic, text, npz, tokens, cifar10, cifar100, imagefolder or 'package.module:factory'")
     if mtype in MODEL_KEYS:
         for key in SCHEMA["model"]:
-            if cfg.origin.get(f"model.{key}") in ("yaml", "cli") and key not in MODEL_KEYS[mtype]:
+            if cfg.origin_of(f"model.{key}").by_user and key not in MODEL_KEYS[mtype]:
                 raise EnvkitError(f"'{key}' does not apply to model type {mtype}", where=where_set(cfg, f"model.{key}"),
                                   fix=f"{mtype} takes: {', '.join(sorted(MODEL_KEYS[mtype] - {'type'}))}")
     elif m.kwargs is None:
         cfg = cfg.replace("model.kwargs", {})
     if dtype in DATASET_KEYS:
         for key in SCHEMA["dataset"]:
-            if cfg.origin.get(f"dataset.{key}") in ("yaml", "cli") and key not in DATASET_KEYS[dtype]:
+            if cfg.origin_of(f"dataset.{key}").by_user and key not in DATASET_KEYS[dtype]:
                 raise EnvkitError(f"'{key}' does not apply to dataset type {dtype}", where=where_set(cfg, f"dataset.{key}"),
                                   fix=f"{dtype} takes: {', '.join(sorted(DATASET_KEYS[dtype] - {'type'}))}")
     if dtype == "synthetic":
@@ -364,7 +366,7 @@ def check_consistency(cfg: Config) -> Config:
         if dtype == "text" and mtype in ("mlp", "cnn"):
             raise EnvkitError(f"a text dataset trains a language model (gpt), not {mtype}", where=where_set(cfg, "model.type"))
     if dtype == "tokens":
-        from envkit.train.data.tokens import check_token_folder
+        from envkit.config.token_files import check_token_folder
 
         if mtype in ("mlp", "cnn"):
             raise EnvkitError(f"a tokens dataset trains a language model (gpt), not {mtype}", where=where_set(cfg, "model.type"))
@@ -385,7 +387,7 @@ def check_consistency(cfg: Config) -> Config:
 
 
 def _check_image_dataset(cfg: Config, dtype: str, mtype: str) -> None:
-    from envkit.train.data.cifar_files import check_folder
+    from envkit.config.cifar_files import check_folder
 
     if mtype in ("gpt", "mlp"):
         raise EnvkitError(f"a {dtype} dataset trains an image model (resnet18, cnn), not {mtype}", where=where_set(cfg, "model.type"))
