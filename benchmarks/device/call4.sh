@@ -3,12 +3,7 @@
 # FSDP2 loop) on GPUs 0,1, beside the 6.7B GPT (auto, which shards it; ddp, which cannot hold it; the plain
 # FSDP2 loop) on GPUs 2,3; then GPT-2 small's plain FSDP2 loop on GPUs 0,1. Results: benchmarks/RESULTS.md.
 # Run from the repository root: bash benchmarks/device/call4.sh OUTDIR
-set -o pipefail
-OUT=${1:-${OUT:-/tmp/out}}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
-PY=${PY:-python3}
-{ date -u; nvidia-smi -L; $PY -c "import torch; print(torch.__version__, torch.cuda.device_count())"; } 2>&1 | tee "$OUT/env.log"
+. benchmarks/device/common.sh "$@"
 (
   export CUDA_VISIBLE_DEVICES=0,1
   timeout 330 $PY benchmarks/bench_ddp_scaling.py --size 1.5b --nproc 2 --steps 40 --set training.parallel=ddp --try training.parallel=fsdp

@@ -3,12 +3,7 @@
 # deterministic under DDP (default, deterministic, deterministic again, `envkit reproduce`); on GPUs 2,3 the 6.7B GPT
 # (auto, which shards it) and the same under ddp (which cannot hold it), then the 1.5B GPT sharded at batch 16.
 # Results: benchmarks/RESULTS.md. Run from the repository root: bash benchmarks/device/call5.sh OUTDIR
-set -o pipefail
-OUT=${1:-${OUT:-/tmp/out}}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
-PY=${PY:-python3}
-{ date -u; nvidia-smi -L; $PY -c "import torch; print(torch.__version__, torch.cuda.device_count())"; } 2>&1 | tee "$OUT/env.log"
+. benchmarks/device/common.sh "$@"
 # envkit reproduce restores the code from git: make this copy a repository of its own
 if [ ! -d .git ]; then git init -q && git add -A && git -c user.name=bench -c user.email=bench@localhost commit -qm "device copy"; fi
 VENV=$($PY -c "import sys; print(sys.prefix)")

@@ -4,12 +4,7 @@
 # GPU test that a second run compiles nothing new, then ResNet-18 CIFAR's time to the first step; GPUs 2,3: the 6.7B GPT
 # (auto: sharded); then GPUs 0,1: `envkit bench`'s ladder with its ddp and fsdp rungs. Results: benchmarks/RESULTS.md.
 # Run from the repository root: bash benchmarks/device/call7.sh OUTDIR
-set -o pipefail
-OUT=${1:-${OUT:-/tmp/out}}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
-PY=${PY:-python3}
-{ date -u; nvidia-smi -L; $PY -c "import torch; print(torch.__version__, torch.cuda.device_count())"; } 2>&1 | tee "$OUT/env.log"
+. benchmarks/device/common.sh "$@"
 (
   export CUDA_VISIBLE_DEVICES=0
   timeout 170 $PY benchmarks/bench_time_to_first_step.py --steps 60
@@ -28,12 +23,7 @@ B=$!
 ) > "$OUT/big.log" 2>&1 &
 wait $A $B
 echo "first minute done $(date -u)" | tee -a "$OUT/env.log"
-mkdir -p /tmp/g2/data/openwebtext
-$PY -c "
-import torch, pathlib; from envkit.train.data.tokens import write_tokens
-g = torch.Generator().manual_seed(0); d = pathlib.Path('/tmp/g2/data/openwebtext')
-for n in ('train.bin', 'val.bin'): write_tokens(d / n, torch.randint(50304, (1 << 22,), generator=g), 'uint16')"
-sed 's/grad_accum: 16 /grad_accum: 1  /; s/batch_size: 32 /batch_size: 16 /' templates/train/gpt2_small_tokens.yaml > /tmp/g2/gpt2.yaml
+gpt2_bench_config
 CUDA_VISIBLE_DEVICES=0,1 timeout 210 $PY -m envkit bench --config /tmp/g2/gpt2.yaml --baseline device --seconds 3 --budget 200s \
   --output "$OUT/ladder.json" > "$OUT/bench.log" 2>&1
 wait
