@@ -81,13 +81,14 @@ def timed(argv: list[str], env: dict, cwd: Path, marker: str, log: Path) -> tupl
     """(seconds from the start to the first line starting with `marker`, the whole output)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd, text=True)
-    seen, lines = None, []
+    seen, lines, stamped = None, [], []
     for line in proc.stdout:
         lines.append(line)
+        stamped.append(f"{time.perf_counter() - t0:8.2f}s {line}")  # the log says when each line came: a timeline of the start
         if seen is None and line.startswith(marker):
             seen = time.perf_counter() - t0
     text = "".join(lines)
-    log.write_text(text)
+    log.write_text("".join(stamped))
     if proc.wait() != 0 or seen is None:
         raise SystemExit(f"{' '.join(argv[:4])} failed (exit {proc.returncode}); its output: {log}\n{text[-3000:]}")
     return seen, text
@@ -177,6 +178,9 @@ def table(results: dict) -> str:
         extra = f"{r.get('compile') or 'plain torch.compile'}" + (f" | {cache}" if cache else "") \
             + (f" | graphs compiled here: {misses}" if misses is not None else "")
         rows.append(f"{name:<8} {r['first_step_s']:>10.1f}s {rate:>16}  {extra}")
+        seconds = (r.get("counters") or {}).get("seconds") or {}
+        if seconds:  # torch's own phase timers, the longest first (they nest: compile_inner holds the rest)
+            rows.append(f"{'':<8} compile phases: " + ", ".join(f"{k} {v:.1f}s" for k, v in list(seconds.items())[:6]))
     return "\n".join(rows)
 
 
@@ -207,6 +211,8 @@ def main(argv=None) -> int:
     out = {"model": "resnet18-cifar" if args.cifar else "gpt2-small", "steps": args.steps, "settings": list(args.set),
            "folder": str(tmp), "results": results}
     print(json.dumps(out, indent=2) if args.json else table(results))
+    if not args.json:
+        print(f"logs, each line with its time from the start: {tmp}/*.log")
     return 0
 
 

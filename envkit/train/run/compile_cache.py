@@ -43,9 +43,26 @@ def compile_counters() -> dict:
     "compile_stats"): a miss is a graph compiled here; a second run that loaded the cache has none."""
     from torch._dynamo.utils import counters
 
-    out = {name: int(counters[group][name]) for group, name in COUNTERS}
+    out: dict = {name: int(counters[group][name]) for group, name in COUNTERS}
     out["graphs"] = int(counters["stats"]["unique_graphs"])  # what Dynamo traced (it traces on a hit too)
+    out["seconds"] = compile_seconds()
     return out
+
+
+def compile_seconds(top: int = 12, at_least: float = 0.05) -> dict[str, float]:
+    """Where the compile's seconds went in this process, by torch's own phase timers (Dynamo's trace,
+    AOTAutograd, Inductor's lowering, the wait for Triton/C++ kernel builds, autotuning...), the longest
+    first. The phases nest (compile_inner holds the rest), so they do not add up: they show whether a
+    warm start still pays for tracing, for kernel builds or for neither."""
+    try:
+        from torch._dynamo.utils import compile_times
+
+        names, values = compile_times(repr="csv", aggregate=True)
+        pairs = [(str(n), round(float(v), 2)) for n, v in zip(names, values)]
+    except Exception:  # noqa: BLE001 - a private torch helper: its shape may change; the figures are optional
+        return {}
+    pairs = sorted((p for p in pairs if p[1] >= at_least), key=lambda p: -p[1])[:top]
+    return dict(pairs)
 
 
 def cache_folder() -> Path:

@@ -104,9 +104,13 @@ def blocks_share_a_compile() -> bool:
     parameters as graph inputs (torch >= 2.5's default); before, each block compiles again, and past
     its cache limit (8) the rest would run eager."""
     try:
+        import warnings
+
         import torch._dynamo
 
-        return bool(getattr(torch._dynamo.config, "inline_inbuilt_nn_modules", False))
+        with warnings.catch_warnings():  # torch 2.13 deprecates the flag (always on) with a FutureWarning a user would see
+            warnings.simplefilter("ignore", FutureWarning)
+            return bool(getattr(torch._dynamo.config, "inline_inbuilt_nn_modules", False))
     except Exception:  # noqa: BLE001 - a torch without Dynamo: no regional compile
         return False
 
