@@ -6,6 +6,11 @@ OUT=${1:-${OUT:-/tmp/out}}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 PY=${PY:-python3}
+# A warm machine may still run an earlier call's processes (a run cut by `timeout` whose torchrun workers linger, seen
+# holding 123 GB of each GPU into the next call): stop them and wait for the GPUs to be free, or say who holds them.
+pkill -9 -f "envkit_child.py|torch.distributed.run|bench_time_to_first_step|bench_ddp_scaling" 2>/dev/null
+for _ in $(seq 30); do [ -z "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null)" ] && break; sleep 1; done
+nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader 2>/dev/null | sed 's/^/still on a GPU: /'
 { date -u; nvidia-smi -L; $PY -c "import torch; print(torch.__version__, torch.cuda.device_count())"; } 2>&1 | tee "$OUT/env.log"
 
 gpt2_bench_config() {  # $1: tokens per file (1 << 22 by default)
