@@ -121,3 +121,18 @@ def test_profile_steps_on_cuda_writes_the_device_timeline(tmp_path):
     text = (tmp_path / "runs" / "gpt-quick-test" / "p" / "profile_steps_8-10.txt").read_text()
     assert text.startswith("device timeline: ") and "ms a step" in text
     assert "matmul" in text and "kernels that took the most time:" in text
+
+
+def test_the_gpt_is_initialised_on_the_gpu_the_same_way_each_run(tmp_path):
+    """models.build_model_for: on CUDA the GPT's weights are drawn on the GPU (seconds saved at start),
+    and the same seed gives the same weights, so two runs train to the same losses."""
+    losses = {}
+    for run_id in ("a", "b"):
+        res = envkit("run", str(ROOT / "templates" / "train" / "gpt_quick_test.yaml"), "--run-id", run_id, "--set", "device.type=cuda",
+                     "--set", "training.compile=false", "--set", "training.max_steps=6", "--set", "logging.every_steps=1",
+                     "--set", "eval.every_steps=0", "--set", "checkpoint.every_steps=0", cwd=tmp_path, timeout=600)
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert "initialised there" in res.stdout + res.stderr, (res.stdout + res.stderr)[-2000:]
+        rows = (tmp_path / "runs" / "gpt-quick-test" / run_id / "metrics.jsonl").read_text().splitlines()
+        losses[run_id] = [json.loads(r)["loss"] for r in rows if '"loss"' in r]
+    assert len(losses["a"]) == 6 and losses["a"] == losses["b"], losses

@@ -14,8 +14,9 @@ auto chooses ddp while the state fits one device with room left for activations 
 from the model's real parameters and the optimizer's per-parameter state, against the device's free
 memory: `HEADROOM`), fsdp otherwise, and the run's first lines say which and why.
 
-The model is built on the CPU first, the same way in every mode (one seed, one initialisation), so
-a ddp and an fsdp run of one config start from the same weights and train to the same losses.
+The model is built the same way in every mode (one seed, one initialisation: on the GPU where it fits,
+else on the CPU, models.build_model_for), so a ddp and an fsdp run of one config start from the same
+weights and train to the same losses.
 """
 
 from __future__ import annotations

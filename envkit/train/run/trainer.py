@@ -33,7 +33,7 @@ from envkit.train.run import sharded_checkpoint as sharded
 from envkit.train.run import sharding
 from envkit.train.run.distributed import init_distributed, wrap_ddp
 from envkit.train.run.evaluate import val_batches
-from envkit.train.run.models import build_model
+from envkit.train.run.models import build_model_for
 from envkit.train.run.optim import build_optimizer, steps_for_epochs
 from envkit.train.run.compile_cache import CompileCache, cache_key
 from envkit.train.run.speed import (apply_sdpa_backend, apply_torch_settings, blocks_share_a_compile, compile_blocks,
@@ -172,10 +172,11 @@ class Trainer:
         self.val_batches = val_batches(self.data.val, self.batch_size, self.cfg.eval.batches)
 
     def _setup_model(self) -> None:
-        """Built on the CPU (one initialisation for every mode), then moved, or sharded over the
+        """Built and initialised on the GPU where it fits (models.build_model_for), else on the CPU; the
+        same initialisation for every mode on one kind of device; then moved, or sharded over the
         processes (training.parallel, train/run/sharding.py)."""
         model_type = self.cfg.model.type
-        model = build_model(self.cfg, self.data.info, self.device_type)
+        model, on_device = build_model_for(self.cfg, self.data.info, self.device)
         self.parameters = sum(p.numel() for p in model.parameters())
         flops: Any = getattr(model, "flops_per_token", None)  # envkit's gpt has it
         self.flops_per_token = flops() if flops is not None else None
@@ -200,7 +201,7 @@ class Trainer:
                                       "checkpoint (gpt and resnet18/34/50 have; a factory's model may define shard_units())")
             sharding.checkpoint_activations(units)
         self.log(f"model {model_type}: {self.parameters / 1e6:.2f}M parameters on {self.device_type}"
-                 + (f" ({self.device_name})" if self.device_type == "cuda" else ""))
+                 + (f" ({self.device_name})" if self.device_type == "cuda" else "") + (", initialised there" if on_device else ""))
         if self.parallel == "fsdp":
             assert units is not None  # sharding.choose picks fsdp only for a model with shard units
             compiling = want_compile(self.training.compile, self.device_type) == "on"
