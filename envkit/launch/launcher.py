@@ -12,15 +12,17 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envkit.config.config import Config, to_yaml
 from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_text
+from envkit.launch import auto_batch
 from envkit.launch.spawn import ask_to_checkpoint, release_child, spawn_child
 from envkit.launch.torchrun import child_command, child_entry
+from envkit.plan.batch import is_auto
 from envkit.plan.model import Plan
 from envkit.runfolder import names
 
@@ -220,9 +222,9 @@ def interrupted_exit_code(rc: int, summary: dict | None) -> int | None:
 
 
 def start(p: Plan, *, stop_after: int | None, debug: bool, profile_steps: tuple[int, int] | None, say, stdout=None) -> int:
-    """Train the one run of a plan: its batch decided, its folder owned and its
-    files written (node 0; another node stages a private folder), the child started and waited
-    for. Returns the child's exit code. `say` gets the lines for the user (stderr)."""
+    """Train the one run of a plan: its batch decided, its folder owned and its files written (node
+    0; another node stages a private folder), the child started and waited for. Returns the child's
+    exit code. `say` gets the lines for the user (stderr)."""
     run, nodes, nproc = p.runs[0], p.nodes, p.request.nproc
     if run.note:
         say(run.note)
@@ -258,9 +260,6 @@ def start(p: Plan, *, stop_after: int | None, debug: bool, profile_steps: tuple[
 def decide_batch(p: Plan, say) -> Plan:
     """training.batch_size: auto -> a number, probed on this machine before the run (a resumed run
     kept the number it started with: the plan has it); said in one line before the run starts."""
-    from envkit.launch import auto_batch
-    from envkit.plan.batch import is_auto
-
     if not is_auto(_config(p)):
         return p
     cfg, choice = auto_batch.resolve(_config(p), python=p.python, env=child_environ(p.profile, 1), child_entry=child_entry(),
