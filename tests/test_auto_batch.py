@@ -11,7 +11,7 @@ import pytest
 
 from conftest import ROOT, envkit
 from envkit.errors import EnvkitError
-from envkit.train.run.auto_batch import choose, search
+from envkit.launch.auto_batch import choose, search
 
 TEMPLATES = ROOT / "templates" / "train"
 H100 = {"device": "cuda", "total_mb": 81_559.0, "free_mb": 80_900.0, "train_examples": 1_000_000}

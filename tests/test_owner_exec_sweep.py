@@ -273,7 +273,7 @@ def test_a_sweep_skips_a_run_another_sweep_completed_after_it_started(tmp_path):
 
 # Where prctl(PR_SET_PDEATHSIG) does not exist (macOS) the pipe is all there is: the same kills with
 # spawn.die_with_parent returning None, as it does there.
-NO_PRCTL = "from envkit.train.run import spawn; spawn.die_with_parent = lambda *a, **k: None\n"
+NO_PRCTL = "from envkit.launch import spawn; spawn.die_with_parent = lambda *a, **k: None\n"
 
 
 def test_without_pdeathsig_the_exec_guard_still_ends_the_commands_group(tmp_path):

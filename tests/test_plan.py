@@ -91,7 +91,7 @@ def test_a_sweep_here_refuses_batch_size_auto_in_one_line(tmp_path):
 def test_slurm_refuses_a_run_folder_started_with_another_config_at_submission(tmp_path, monkeypatch):
     """The nodes would refuse it after the job waited in the queue: the plan refuses it here."""
     from envkit.plan import RunRequest, make_plan
-    from envkit.train.run.launcher import write_run_files
+    from envkit.launch.launcher import write_run_files
 
     cfg = config(tmp_path)
     monkeypatch.chdir(tmp_path)
@@ -106,7 +106,7 @@ def test_slurm_refuses_a_run_folder_started_with_another_config_at_submission(tm
 @pytest.mark.skipif(shutil.which("sbatch") is None, reason="Slurm's sbatch is not installed (apt install slurm-wlm)")
 def test_slurm_submits_a_run_folder_again_with_the_config_it_started_with(tmp_path, monkeypatch):
     from envkit.plan import RunRequest, make_plan
-    from envkit.train.run.launcher import write_run_files
+    from envkit.launch.launcher import write_run_files
 
     cfg = config(tmp_path)
     monkeypatch.chdir(tmp_path)

@@ -366,20 +366,21 @@ def test_each_torchrun_process_gets_its_share_of_the_profiles_threads(monkeypatc
     """The profile's OMP_NUM_THREADS counts the machine's cores: 4 processes on a 16-thread
     profile get 4 each; a value the user exported is kept as it is, per process (as torchrun and
     `envkit exec` keep it); with neither, the machine's cores are shared out."""
-    from types import SimpleNamespace
-
-    from envkit.train.run.launcher import child_environ
+    from envkit.launch.launcher import child_environ, omp_threads_per_process
+    from envkit.profiles.resolve import Profile
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    assert child_environ(SimpleNamespace(env={"OMP_NUM_THREADS": "16"}), nproc=4)["OMP_NUM_THREADS"] == "4"
-    assert child_environ(SimpleNamespace(env={"OMP_NUM_THREADS": "3"}), nproc=8)["OMP_NUM_THREADS"] == "1"
+    assert omp_threads_per_process({"OMP_NUM_THREADS": "16"}, {}, nproc=4) == "4"
+    assert omp_threads_per_process({"OMP_NUM_THREADS": "3"}, {}, nproc=8) == "1"
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    assert child_environ(SimpleNamespace(env={"OMP_NUM_THREADS": "16"}), nproc=4)["OMP_NUM_THREADS"] == "3"  # the user's own
-    assert child_environ(SimpleNamespace(env={}), nproc=4)["OMP_NUM_THREADS"] == "3"
+    assert omp_threads_per_process({"OMP_NUM_THREADS": "16"}, {}, nproc=4) == "3"  # the user's own
+    assert child_environ(None, nproc=4)["OMP_NUM_THREADS"] == "3"
     monkeypatch.delenv("OMP_NUM_THREADS")
     monkeypatch.setattr(os, "cpu_count", lambda: 12)
-    assert child_environ(SimpleNamespace(env={}), nproc=4)["OMP_NUM_THREADS"] == "3"
-    assert "OMP_NUM_THREADS" not in child_environ(SimpleNamespace(env={}), nproc=1)
+    assert child_environ(None, nproc=4)["OMP_NUM_THREADS"] == "3"
+    assert "OMP_NUM_THREADS" not in child_environ(None, nproc=1)
+    profile = Profile("p", "", Path("p.toml"), "test", ["p"], {}, env={"OMP_NUM_THREADS": "16"})
+    assert child_environ(profile, nproc=4)["OMP_NUM_THREADS"] == "4"  # the profile's count, shared out
 
 
 # A tiny epochs-based run: training.epochs 1 sets max_steps (10) from the data when the run starts.

@@ -94,10 +94,11 @@ def decide_auto_batch(ctx: BenchContext, echo=None) -> None:
     rung and candidate starts from the batch the trainer would use."""
     import sys
 
-    from envkit.train.run import auto_batch
-    from envkit.train.run.torchrun import child_entry
+    from envkit.launch import auto_batch
+    from envkit.launch.torchrun import child_entry
+    from envkit.plan.batch import is_auto
 
-    if not auto_batch.is_auto(ctx.config):
+    if not is_auto(ctx.config):
         return
     say = echo or (lambda m: print(m, file=sys.stderr, flush=True))
     env = ctx.profile.child_environ(dict(os.environ)) if ctx.profile is not None else dict(os.environ)

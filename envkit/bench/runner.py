@@ -3,7 +3,7 @@
 A fresh process per run: environment variables such as the MPS watermark ratios and
 PYTORCH_ENABLE_MPS_FALLBACK are read when torch starts, and a rung that crashes (a segfault, an
 abort, an out-of-memory kill) or hangs must not take the others down. The child imports envkit
-from the same link folder the trainer's child uses (envkit/train/run/torchrun.py child_entry), put
+from the same link folder the trainer's child uses (envkit/launch/torchrun.py child_entry), put
 LAST on sys.path so the target environment's own torch wins.
 """
 
@@ -31,7 +31,8 @@ def child_command(python: str, spec_path: Path, debug: bool = False, nproc: int 
     """The child's command line; with nproc > 1 under torchrun on this machine (`envkit run
     --nproc-per-node N` starts the trainer so: torchrun.py), which runs the same command N times
     with RANK, WORLD_SIZE and the rendezvous set, from which the trainer sets up DDP or FSDP."""
-    from envkit.train.run.torchrun import Nodes, child_entry, torchrun_head
+    from envkit.launch.torchrun import child_entry, torchrun_head
+    from envkit.plan.model import Nodes
 
     folder = str(child_entry().parent)
     cmd = [python, "-u", "-c", _BOOT.format(folder=folder), str(spec_path), *(["--debug"] if debug else [])]
@@ -46,19 +47,12 @@ def child_env(spec: RunSpec, base: dict[str, str]) -> dict[str, str]:
     if spec.threads:
         env["OMP_NUM_THREADS"] = str(spec.threads)  # before torch starts: its OpenMP pool reads it
     elif spec.nproc > 1:
-        from envkit.train.run.launcher import omp_threads_per_process
+        from envkit.launch.launcher import omp_threads_per_process
 
         # what `envkit run` gives each torchrun process: its share of the cores (or of the profile's count)
-        env["OMP_NUM_THREADS"] = omp_threads_per_process(_Profile(spec.env), env, spec.nproc)
+        env["OMP_NUM_THREADS"] = omp_threads_per_process(spec.env, env, spec.nproc)
     env["PYTHONUNBUFFERED"] = "1"
     return env
-
-
-class _Profile:
-    """The profile as omp_threads_per_process reads it: its environment variables."""
-
-    def __init__(self, env: dict[str, str]):
-        self.env = env
 
 
 class Interrupted(Exception):

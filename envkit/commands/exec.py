@@ -75,9 +75,9 @@ def exec_(**options):
     managed, profile, xenv, resolved = steps.resolve_environment(req.profile_name, argv)
     versions = steps.interpreter_versions(resolved, managed, req.no_check)
     if req.nproc_per_node > 1 and xenv.won.get("OMP_NUM_THREADS", {}).get("by") != "user":
-        from envkit.train.run.launcher import omp_threads_per_process
+        from envkit.launch.launcher import omp_threads_per_process
 
-        xenv.environ["OMP_NUM_THREADS"] = omp_threads_per_process(profile, xenv.environ, req.nproc_per_node)
+        xenv.environ["OMP_NUM_THREADS"] = omp_threads_per_process(profile.env, xenv.environ, req.nproc_per_node)
     # Every check is done: only now is a run folder made.
     name = req.name if req.name is not None else rundir.run_name(argv)
     if slurm is not None:

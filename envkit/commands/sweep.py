@@ -119,7 +119,7 @@ def _packed(runs, say) -> int:
     """--pack auto: one run per GPU where there are several, else the count measured on the one device."""
     from envkit.sweep import runner
     from envkit.sweep.pack import choose as choose_pack
-    from envkit.train.run.launcher import child_environ
+    from envkit.launch.launcher import child_environ
 
     gpus = runner.gpu_count(runs[0].plan.facts)
     if gpus > 1:  # the runs already spread one per GPU: packing measures one device

@@ -2,7 +2,7 @@
 
 Nothing here imports torch: the options become a plan (envkit/plan/: the config against the
 profile and the machine, every refusal), and training happens in a child process
-(envkit/train/run/launcher.py)."""
+(envkit/launch/launcher.py)."""
 
 from __future__ import annotations
 
@@ -110,8 +110,8 @@ def run(ctx, config, overrides, profile, run_id, resume, stop_after, print_confi
     from envkit.plan import RunRequest, make_plan
     from envkit.slurm.options import check as check_slurm
     from envkit.slurm.options import pop_request
-    from envkit.train.run import launcher
-    from envkit.train.run.torchrun import parse_profile_steps
+    from envkit.launch import launcher
+    from envkit.train.watching.profiling import parse_profile_steps
 
     slurm = pop_request(slurm_kw)
     window = parse_profile_steps(profile_steps)
@@ -145,7 +145,7 @@ def _finish(p, rc: int, as_json: bool) -> None:
     """The run's end as the user sees it: summary.json (--json), and the exit code (0 done, 1 failed,
     2 bad input, 128 + the signal's number for a run a signal stopped)."""
     from envkit.plan.rundirs import read_json
-    from envkit.train.run.launcher import interrupted_exit_code
+    from envkit.launch.launcher import interrupted_exit_code
 
     run_dir, node_rank = p.run.run_dir, p.nodes.node_rank
     if node_rank > 0:

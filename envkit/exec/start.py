@@ -23,7 +23,7 @@ from envkit.profiles import load_profile
 def torchrun_argv(argv: list[str], nproc: int, nodes, python: str, run_dir: Path) -> list[str]:
     """`python [-u] train.py ARGS` -> `python -m torch.distributed.run ... train.py ARGS`;
     `python -m pkg ARGS` keeps -m (torchrun's --module); any other program runs with --no-python."""
-    from envkit.train.run.torchrun import torchrun_head  # the trainer's package: loaded only for several processes
+    from envkit.launch.torchrun import torchrun_head  # loaded only for several processes
 
     head = torchrun_head(python, nodes, nproc, rank_logs=run_dir / "ranks")
     if is_python(argv[0]):

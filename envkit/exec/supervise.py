@@ -179,7 +179,7 @@ class Supervisor:
     # ---------------------------------------------------------------- one attempt
     def _attempt(self, n: int) -> tuple[int, str, dict | None]:
         from envkit.fsutil import process_start_time
-        from envkit.train.run.spawn import die_with_parent
+        from envkit.launch.spawn import die_with_parent
 
         try:
             self.proc = proc = subprocess.Popen(self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

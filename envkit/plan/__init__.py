@@ -2,11 +2,12 @@
 profile and held against the machine, the process count and the nodes, the run folders, and every
 refusal, in one place. `make_plan(RunRequest(...)) -> Plan` is the one entry point; `envkit run`
 (here or --slurm), each combination of `envkit sweep`, `envkit validate` and `envkit exec` (its
-process count and nodes) go through it, and envkit/train/run/launcher.py starts what it planned.
+process count and nodes) go through it, and envkit/launch/launcher.py starts what it planned.
 
-    model.py      RunRequest, Plan, PlannedRun
+    model.py      RunRequest, Plan, PlannedRun, Nodes
     resolve.py    the config with its profile, the facts of the machine, the training interpreter
     grid.py       a sweep's combinations
+    batch.py      training.batch_size: auto (asked for; a resumed run's number kept)
     rundirs.py    the run folder: new, resumed (only with its own config) or completed
     refusals.py   the nodes, what --slurm cannot take, the device and precision against the machine,
                   the process count against the config; a sweep's combinations each

@@ -9,7 +9,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from envkit.plan.grid import expand
-from envkit.plan.model import Plan, PlannedRun, RunRequest
+from envkit.plan.model import Nodes, Plan, PlannedRun, RunRequest
 from envkit.plan.refusals import (
     check_batch,
     check_combinations,
@@ -26,7 +26,6 @@ from envkit.plan.rundirs import (
     place_combination,
 )
 from envkit.config.config import per_process_batch
-from envkit.train.run.torchrun import Nodes
 
 if TYPE_CHECKING:
     from envkit.config.config import Config
@@ -72,7 +71,7 @@ def _one_run(base: Plan, r: Resolved) -> Plan:
     run_dir, resuming, note, saved = choose_for_run(cfg, run_id, req.resume)
     batch_note = None
     if resuming:
-        from envkit.train.run.auto_batch import is_auto, keep_resumed
+        from envkit.plan.batch import is_auto, keep_resumed
 
         if is_auto(cfg) and (kept := keep_resumed(cfg, saved)) is not None:
             cfg = kept  # its checkpoints and data position were written at that batch

@@ -1,5 +1,5 @@
-"""What a command asks for (`RunRequest`) and what the plan stage answers (`Plan`): frozen values,
-so that what was checked is what runs. No torch here."""
+"""What a command asks for (`RunRequest`) and what the plan stage answers (`Plan`, with its `Nodes`):
+frozen values, so that what was checked is what runs. No torch here."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envkit.plan.grid import MAX_RUNS, Combination
-from envkit.train.run.torchrun import Nodes
 
 if TYPE_CHECKING:  # types only: the plan is made without importing what these modules start
     from envkit.facts.model import Facts
@@ -18,6 +17,18 @@ if TYPE_CHECKING:  # types only: the plan is made without importing what these m
     from envkit.config.config import Config
 
 PURPOSES = ("train", "validate", "print-config")
+
+
+@dataclass(frozen=True)
+class Nodes:
+    """Several machines: passed through to torchrun's rendezvous (the engine PyTorch ships; its
+    command line is envkit/launch/torchrun.py's)."""
+
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    rdzv_backend: str = "static"  # global rank = node_rank * nproc + local rank: rank 0 is on node 0
+    rdzv_id: str | None = None
 
 
 @dataclass(frozen=True)

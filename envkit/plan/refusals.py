@@ -11,11 +11,10 @@ from __future__ import annotations
 import re
 
 from envkit.errors import EnvkitError
-from envkit.plan.model import PlannedRun, RunRequest
-from envkit.train.run.auto_batch import is_auto
+from envkit.plan.batch import is_auto
+from envkit.plan.model import Nodes, PlannedRun, RunRequest
 from envkit.config.config import Config, where_set
 from envkit.train.run.sharding import config_problem
-from envkit.train.run.torchrun import Nodes
 
 
 def check_slurm_request(request: RunRequest) -> None:

@@ -248,11 +248,11 @@ def cpu_threads(run, env: dict) -> int | None:
     """The CPU threads one run of the sweep has alone (the profile's OMP_NUM_THREADS), which n runs at
     once share (sweep/runner.py gives each its share). None where the user exported the variable:
     each run keeps that count, probes included."""
-    from envkit.train.run.launcher import omp_threads_per_process
+    from envkit.launch.launcher import omp_threads_per_process
 
     if os.environ.get("OMP_NUM_THREADS"):
         return None
-    return int(omp_threads_per_process(run.plan.profile, env, 1))
+    return int(omp_threads_per_process(run.plan.profile.env if run.plan.profile else {}, env, 1))
 
 
 def choose(todo: list, python: str, env: dict, say) -> int:

@@ -26,9 +26,9 @@ from envkit.plan import Plan, RunRequest, make_plan
 from envkit.plan.grid import MAX_RUNS, Combination
 from envkit.plan.rundirs import read_json, run_state
 from envkit.runfolder import names
-from envkit.train.run import launcher
-from envkit.train.run.spawn import release_child, spawn_child
-from envkit.train.run.torchrun import child_command
+from envkit.launch import launcher
+from envkit.launch.spawn import release_child, spawn_child
+from envkit.launch.torchrun import child_command
 
 
 @dataclass
@@ -143,7 +143,7 @@ def _start(r: SweepRun, slot: int, gpus: int, parallel: int, stop_after, debug: 
     elif parallel > 1 and _on_cpu(r):
         # runs training side by side on the CPU share its cores: the profile's one thread per core in
         # each of two runs made every step eight times slower on 2 cores. A value the user exported stays.
-        env["OMP_NUM_THREADS"] = launcher.omp_threads_per_process(r.plan.profile, env, parallel)
+        env["OMP_NUM_THREADS"] = launcher.omp_threads_per_process(r.plan.profile.env if r.plan.profile else {}, env, parallel)
         where = f" ({env['OMP_NUM_THREADS']} CPU thread{'s' if env['OMP_NUM_THREADS'] != '1' else ''})"
     launcher.write_run_files(r.plan, r.run_dir, env)
     cmd = child_command(r.plan.python, r.run_dir, stop_after=stop_after, resume="auto", nproc=1, debug=debug)

@@ -1,7 +1,7 @@
 """The embedded reference trainer behind `envkit run train.yaml`, in four rooms:
 
-- `run/`: the run itself: config (schema, validation, overrides), models, the step, the loop,
-  the launcher (parent process, torchrun), the child process, distributed setup, checkpoints.
+- `run/`: the run itself, inside the trainer's process: models, the step, the loop, the child
+  process's entry, distributed setup, checkpoints (envkit/launch/ starts that process).
 - `data/`: datasets and token files, the batch order, fetching the next batch ahead.
 - `recovery/`: what the trainer survives on its own: out of memory, device faults, NaN guards.
 - `watching/`: what a person watches: telemetry and heartbeat, the device sampler, hints, trackers,

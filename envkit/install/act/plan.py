@@ -1,5 +1,5 @@
 """The plan: what `envkit setup` will do, computed from facts and the request without touching
-anything (pure). Shown to the user before acting; `--json` prints `Plan.to_dict()`."""
+anything (pure). Shown to the user before acting; `--json` prints `InstallPlan.to_dict()`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ PLANNED = ("torch", "torchvision", "torchaudio")
 
 
 @dataclass
-class Plan:
+class InstallPlan:
     machine: str
     profile: str
     request: str
@@ -123,8 +123,8 @@ def venv_command(installer: str, base_python: str, venv: str) -> list[str]:
 def make_plan(*, machine: str, profile: str, request: Request, choice: Choice, venv: str, python: str,
               base_python: str, create_venv: bool, installer: str, versions: dict[str, str] | None,
               index_url: str | None, sources: list[str], installed: dict[str, str], notes: list[str],
-              wanted: list[str], report: str | None = None, pip_sources: list[str] | tuple[str, ...] = ()) -> Plan:
-    plan = Plan(machine=machine, profile=profile, request=request.text, choice=choice, venv=venv, python=python,
+              wanted: list[str], report: str | None = None, pip_sources: list[str] | tuple[str, ...] = ()) -> InstallPlan:
+    plan = InstallPlan(machine=machine, profile=profile, request=request.text, choice=choice, venv=venv, python=python,
                 base_python=base_python, create_venv=create_venv, installer=installer, versions=versions,
                 index_url=index_url, sources=sources, notes=list(notes), wanted=wanted, pip_sources=list(pip_sources))
     plan.installed = {n: installed.get(n) for n in wanted}

@@ -40,7 +40,7 @@ KINDS = ("oom", "nan", "device", "diskfull", "slow", *WRITE_FAULTS.values())
 SLOW_STEP = 300.0  # seconds: slow@N
 OOM_ABOVE = "oom-above"  # oom-above=N: a pretend device memory that holds N samples per micro-batch
 SLEEP = "sleep"  # sleep=SECONDS: added to every step
-AT_START = "diskfull@start"  # fired by envkit's process as it writes the run's files (train/run/launcher.py)
+AT_START = "diskfull@start"  # fired by envkit's process as it writes the run's files (envkit/launch/launcher.py)
 
 
 @dataclass(frozen=True)

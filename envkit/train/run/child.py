@@ -1,7 +1,7 @@
 """The trainer's process: `python -m envkit.train.run.child RUN_DIR [--stop-after K] [--resume auto|never|PATH]`
 (or `RUN_DIR --probe OUT.json`: one probing step for batch_size auto, train/run/batch_probe.py).
 
-Started by `envkit run` (envkit/train/run/launcher.py) with the managed environment's Python and the
+Started by `envkit run` (envkit/launch/launcher.py) with the managed environment's Python and the
 profile's variables already set, or by torchrun (one per GPU). It reads RUN_DIR/config.json, which
 the parent resolved and validated. Needs torch and the standard library only.
 """
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
 
             Path(args.probe).write_text(json.dumps(probe(cfg, run_dir, resolved.get("torch_settings"))))
             return 0
-        from envkit.train.run.torchrun import parse_profile_steps
+        from envkit.train.watching.profiling import parse_profile_steps
 
         result = train(cfg, run_dir, stop_after=args.stop_after, resume=args.resume,
                         torch_settings=resolved.get("torch_settings"), profile_steps=parse_profile_steps(args.profile_steps))

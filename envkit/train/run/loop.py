@@ -291,7 +291,7 @@ class _Loop:
 def _say_start(tr: Trainer, state: TrainState, tel: Telemetry) -> None:
     training = tr.training
     tel.start(state.step)
-    if tr.cfg.declared.training.batch_size == "auto":  # decided by envkit run's probe (train/run/auto_batch.py)
+    if tr.cfg.declared.training.batch_size == "auto":  # decided by envkit run's probe (envkit/launch/auto_batch.py)
         tr.log(f"training.batch_size {training.batch_size} ({tr.cfg.origin.get('training.batch_size', 'auto')})")
     tr.log(f"training {tr.cfg.model.type} for {training.max_steps} steps ({state.micro_batch} x {state.grad_accum} accum x "
            f"{tr.world} proc, {tr.precision}, compile {tr.compile_note}) from step {state.step}; run folder {tr.run_dir}")

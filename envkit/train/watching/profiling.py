@@ -7,11 +7,26 @@ writes its own (`..._rank1.json`)."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from envkit.errors import EnvkitError
+
 if TYPE_CHECKING:
     from torch.profiler import profile, record_function
+
+
+def parse_profile_steps(text: str | None) -> tuple[int, int] | None:
+    """`--profile-steps A:B` -> (A, B): optimizer steps A to B inclusive, 1 <= A <= B. Read by
+    `envkit run` (the user's option) and by the trainer's process (the same text, passed on)."""
+    if text is None:
+        return None
+    m = re.fullmatch(r"\s*(\d+)\s*:\s*(\d+)\s*", text)
+    if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
+        raise EnvkitError(f"{text!r} is not A:B with 1 <= A <= B", where="--profile-steps",
+                          fix="e.g. --profile-steps 20:25 (after compilation and warm-up; a few steps make a readable trace)")
+    return int(m.group(1)), int(m.group(2))
 
 
 class StepProfiler:

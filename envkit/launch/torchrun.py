@@ -5,28 +5,17 @@ ships) with the rendezvous of several machines."""
 from __future__ import annotations
 
 import os
-import re
-from dataclasses import dataclass
 from pathlib import Path
 
-from envkit.errors import EnvkitError
+from envkit.plan.model import Nodes
 
 
-@dataclass(frozen=True)
-class Nodes:
-    """Several machines: passed through to torchrun's rendezvous (the engine PyTorch ships)."""
-
-    nnodes: int = 1
-    node_rank: int = 0
-    rdzv_endpoint: str | None = None
-    rdzv_backend: str = "static"  # global rank = node_rank * nproc + local rank: rank 0 is on node 0
-    rdzv_id: str | None = None
-
-    def torchrun_args(self) -> list[str]:
-        if self.nnodes == 1:
-            return ["--standalone"]
-        return [f"--nnodes={self.nnodes}", f"--node-rank={self.node_rank}", f"--rdzv-backend={self.rdzv_backend}",
-                f"--rdzv-endpoint={self.rdzv_endpoint}", f"--rdzv-id={self.rdzv_id or 'envkit'}"]
+def torchrun_args(nodes: Nodes) -> list[str]:
+    """torchrun's options for the machines a run spans: --standalone for one."""
+    if nodes.nnodes == 1:
+        return ["--standalone"]
+    return [f"--nnodes={nodes.nnodes}", f"--node-rank={nodes.node_rank}", f"--rdzv-backend={nodes.rdzv_backend}",
+            f"--rdzv-endpoint={nodes.rdzv_endpoint}", f"--rdzv-id={nodes.rdzv_id or 'envkit'}"]
 
 
 def torchrun_head(python: str, nodes: Nodes, nproc: int, rank_logs: Path | None = None) -> list[str]:
@@ -35,18 +24,7 @@ def torchrun_head(python: str, nodes: Nodes, nproc: int, rank_logs: Path | None 
     tagged `[default<rank>]:` on the console (two ranks printing at once no longer splice their
     lines) and a copy per rank under rank_logs. The trainer prints from rank 0 alone: no tags."""
     tee = ["--log-dir", str(rank_logs), "--tee", "3"] if rank_logs else []
-    return [python, "-m", "torch.distributed.run", *nodes.torchrun_args(), f"--nproc-per-node={nproc}", *tee]
-
-
-def parse_profile_steps(text: str | None) -> tuple[int, int] | None:
-    """`--profile-steps A:B` -> (A, B): optimizer steps A to B inclusive, 1 <= A <= B."""
-    if text is None:
-        return None
-    m = re.fullmatch(r"\s*(\d+)\s*:\s*(\d+)\s*", text)
-    if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
-        raise EnvkitError(f"{text!r} is not A:B with 1 <= A <= B", where="--profile-steps",
-                          fix="e.g. --profile-steps 20:25 (after compilation and warm-up; a few steps make a readable trace)")
-    return int(m.group(1)), int(m.group(2))
+    return [python, "-m", "torch.distributed.run", *torchrun_args(nodes), f"--nproc-per-node={nproc}", *tee]
 
 
 def child_command(python: str, run_dir: Path, *, stop_after: int | None, resume: str, nproc: int, debug: bool,
@@ -88,7 +66,7 @@ def child_entry() -> Path:
     import importlib.util
     import tempfile
 
-    pkg = Path(__file__).resolve().parents[2]  # envkit/ (this file is envkit/train/run/torchrun.py)
+    pkg = Path(__file__).resolve().parents[1]  # envkit/ (this file is envkit/launch/torchrun.py)
     key = hashlib.sha256(f"{pkg}|{_BOOTSTRAP}".encode()).hexdigest()[:12]
     base = Path(os.environ.get("ENVKIT_CACHE_DIR") or Path.home() / ".cache" / "envkit") / "child" / key
     entry = base / "envkit_child.py"

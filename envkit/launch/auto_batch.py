@@ -1,5 +1,6 @@
-"""`training.batch_size: auto`, decided before the run starts (no torch here): probe one training
-step at two small batches, each in its own trainer process (train/run/batch_probe.py), read the
+"""`training.batch_size: auto`, decided in envkit's process before the run starts (no torch here;
+whether a config asks for it, and a resumed run's number, are the plan's: plan/batch.py): probe one
+training step at two small batches, each in its own trainer process (train/run/batch_probe.py), read the
 peak memory of each, and take the largest power of two whose extrapolated memory fits in
 `training.memory_fraction` of the device (and in what is free now), at most
 `training.batch_size_max` and at most the training set.
@@ -21,15 +22,15 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from envkit.config.config import Config
 from envkit.config.origin import Origin
 from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_text
+from envkit.plan.batch import KEY
 from envkit.runfolder import names
 
 PROBES = (2, 8)  # then 1 when 2 does not fit, 4 when 8 does not
 MAX_CHECKS = 3  # probes of the extrapolated choice: it is taken once a probe at it fits
-AUTO = "auto"
-KEY = "training.batch_size"
 
 
 @dataclass
@@ -37,10 +38,6 @@ class Choice:
     batch: int
     note: str  # one line: what was measured and why this batch
     probes: list[dict]
-
-
-def is_auto(cfg) -> bool:
-    return cfg.training.batch_size == AUTO
 
 
 def _gb(mb: float) -> str:
@@ -136,8 +133,8 @@ def search(run_probe, **rule) -> Choice:
     return choose(probes, **rule, measured_only=True)
 
 
-def resolve(cfg, *, python: str, env: dict, child_entry: Path, torch_settings: dict | None, world: int = 1,
-            device: str | None = None, echo=print) -> tuple[object, Choice]:
+def resolve(cfg: Config, *, python: str, env: dict, child_entry: Path, torch_settings: dict | None, world: int = 1,
+            device: str | None = None, echo=print) -> tuple[Config, Choice]:
     """Probe (on `device`, else the config's device) and choose: (cfg with the batch derived, the choice).
     The declared batch stays auto, and so does the config hash."""
     T = cfg.training
@@ -161,15 +158,3 @@ def resolve(cfg, *, python: str, env: dict, child_entry: Path, torch_settings: d
 
     choice = search(run_probe, fraction=float(T.memory_fraction), cap=int(T.batch_size_max), world=world)
     return cfg.derive(KEY, choice.batch, origin=Origin.derived("auto: " + choice.note.split(": ", 1)[1])), choice
-
-
-def keep_resumed(cfg, saved: dict):
-    """Resuming a run whose batch was decided by a probe: keep that batch (its checkpoints and data
-    position were written at it). cfg with the saved batch derived, or None when there is none.
-    `saved` is the run's config.json, written by this envkit or one before the typed config."""
-    from envkit.config.config import Config
-
-    batch = Config.from_resolved(saved).derived.get(KEY) if saved.get("values") else None
-    if not isinstance(batch, int) or isinstance(batch, bool):
-        return None
-    return cfg.derive(KEY, batch, origin=Origin.parse(str((saved.get("origin") or {}).get(KEY, "auto"))))

@@ -1,4 +1,4 @@
-"""The parent side of `envkit run` (no torch here): given a plan (envkit/plan/), write the run's
+"""The parent side of `envkit run` (no torch here): given a Plan (envkit/plan/), write the run's
 config and environment files and start the trainer as a child of the managed environment's Python
 (or this interpreter), with the profile's environment set before that Python starts; torchrun for
 several processes (torchrun.py). The parent passes signals on and reads how the child ended.
@@ -12,51 +12,26 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
+from envkit.config.config import Config, to_yaml
 from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_text
+from envkit.launch import auto_batch
+from envkit.launch.spawn import ask_to_checkpoint, release_child, spawn_child
+from envkit.launch.torchrun import child_command, child_entry
+from envkit.plan.batch import is_auto
+from envkit.plan.model import Plan
 from envkit.runfolder import names
-from envkit.config.config import Config, to_yaml
-from envkit.train.run.spawn import ask_to_checkpoint, release_child, spawn_child
-from envkit.train.run.torchrun import child_command, child_entry
 
 if TYPE_CHECKING:
-    from envkit.facts.model import Facts
-    from envkit.install.setup.managed import Managed
     from envkit.profiles.resolve import Profile
 
 
-class Request(Protocol):
-    """What this side reads of a plan's request (envkit.plan.RunRequest)."""
-
-    @property
-    def world(self) -> int: ...
-    @property
-    def node_count(self) -> int: ...
-
-
-class Plan(Protocol):
-    """What this side reads of a plan (envkit.plan.Plan, a later stage than train: not imported here).
-    Read-only, as that frozen dataclass's fields are; cfg and facts are None in a plan of `envkit
-    exec` (no config), which never reaches the functions here."""
-
-    @property
-    def cfg(self) -> Config | None: ...
-    @property
-    def facts(self) -> Facts | None: ...
-    @property
-    def profile(self) -> Profile | None: ...
-    @property
-    def python(self) -> str: ...
-    @property
-    def managed(self) -> Managed | None: ...
-    @property
-    def request(self) -> Request: ...
-
-
 def _config(p: Plan) -> Config:
+    """The run's config (cfg and facts are None only in a plan of `envkit exec`, which never reaches here)."""
     if p.cfg is None:
         raise ValueError("a plan without a config (envkit exec's) has no run files")
     return p.cfg
@@ -128,7 +103,7 @@ def _write_run_files(p: Plan, run_dir: Path, child_env: dict) -> None:
     _inject_disk_full_at_start(run_dir / names.CONFIG)
     (run_dir / "checkpoints").mkdir(exist_ok=True)
     resolved = cfg.resolved()
-    resolved["torch_settings"] = dict(getattr(p.profile, "torch", {}) or {}) if p.profile else None
+    resolved["torch_settings"] = _torch_settings(p.profile)
     atomic_write_text(run_dir / names.CONFIG, json.dumps(resolved, indent=2, default=str) + "\n")
     atomic_write_text(run_dir / "config.yaml", f"# resolved config (profile {cfg.profile or 'none'}); origins in config.json\n" + to_yaml(cfg))
     d = diagnose(p.facts).to_dict()
@@ -136,8 +111,8 @@ def _write_run_files(p: Plan, run_dir: Path, child_env: dict) -> None:
     env_doc = {
         "created_at": time.time(), "python": p.python, "argv": redact_argv(sys.argv),
         "managed": str(p.managed.root) if p.managed else None,
-        "profile": cfg.profile, "profile_env": dict(getattr(p.profile, "env", {}) or {}) if p.profile else {},
-        "user_env": p.profile.user_kept() if p.profile is not None and hasattr(p.profile, "user_kept") else {},
+        "profile": cfg.profile, "profile_env": dict(p.profile.env) if p.profile else {},
+        "user_env": p.profile.user_kept() if p.profile is not None else {},
         "doctor": d, "packages": d["facts"].get("packages"),
         "environ": clean_environ(child_env), "git": git_commit(src),
     }
@@ -163,27 +138,33 @@ def stage_for_node(p: Plan, run_dir: Path, node_rank: int) -> Path:
 
     stage = Path(tempfile.mkdtemp(prefix=f"envkit-node{node_rank}-"))
     resolved = _config(p).resolved()
-    resolved["torch_settings"] = dict(getattr(p.profile, "torch", {}) or {}) if p.profile else None
+    resolved["torch_settings"] = _torch_settings(p.profile)
     atomic_write_text(stage / names.CONFIG, json.dumps(resolved, indent=2, default=str) + "\n")
     if (run_dir / "checkpoints").is_dir():
         (stage / "checkpoints").symlink_to(run_dir / "checkpoints", target_is_directory=True)
     return stage
 
 
-def child_environ(profile, nproc: int = 1) -> dict:
-    env = profile.child_environ(dict(os.environ)) if profile is not None and hasattr(profile, "child_environ") else dict(os.environ)
+def _torch_settings(profile: Profile | None) -> dict | None:
+    """What the child applies before it builds anything (the profile's [torch] table)."""
+    return dict(profile.torch) if profile else None
+
+
+def child_environ(profile: Profile | None, nproc: int = 1) -> dict:
+    env = profile.child_environ(dict(os.environ)) if profile is not None else dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
     if nproc > 1:
-        env["OMP_NUM_THREADS"] = omp_threads_per_process(profile, env, nproc)
+        env["OMP_NUM_THREADS"] = omp_threads_per_process(profile.env if profile else {}, env, nproc)
     return env
 
 
-def omp_threads_per_process(profile, env: dict, nproc: int) -> str:
-    """OpenMP threads for each of nproc torchrun processes. The profile's OMP_NUM_THREADS is meant
-    for the whole machine (one per physical core), so each process gets its share; without one, the
-    machine's cores are shared out. A value the user exported is kept as it is (per process, as
-    torchrun reads it). Either way torchrun finds the variable set and does not print its banner."""
-    from_profile = (getattr(profile, "env", None) or {}).get("OMP_NUM_THREADS")
+def omp_threads_per_process(profile_env: Mapping[str, str], env: dict, nproc: int) -> str:
+    """OpenMP threads for each of nproc torchrun processes. The profile's OMP_NUM_THREADS (in
+    `profile_env`, its variables) is meant for the whole machine (one per physical core), so each
+    process gets its share; without one, the machine's cores are shared out. A value the user
+    exported is kept as it is (per process, as torchrun reads it). Either way torchrun finds the
+    variable set and does not print its banner."""
+    from_profile = profile_env.get("OMP_NUM_THREADS")
     if os.environ.get("OMP_NUM_THREADS"):
         return os.environ["OMP_NUM_THREADS"]
     try:
@@ -228,7 +209,7 @@ def interrupted_exit_code(rc: int, summary: dict | None) -> int | None:
     """The exit code of a run that was interrupted (summary.json says so): 128 + the signal's number,
     as a shell reports a process that signal ended (130 Ctrl-C, 143 SIGTERM), so `envkit run && next`
     does not go on as if it had finished. None for a run that was not interrupted."""
-    from envkit.train.run.stopping import exit_code
+    from envkit.train.run.stopping import exit_code  # the trainer's own rule, shared with its process
 
     if rc == 130 and not (summary and summary.get("status") == "interrupted"):
         return 130  # aborted by a second Ctrl-C before its summary
@@ -240,10 +221,10 @@ def interrupted_exit_code(rc: int, summary: dict | None) -> int | None:
 # ---------------------------------------------------------------- one run, start to end
 
 
-def start(p, *, stop_after: int | None, debug: bool, profile_steps: tuple[int, int] | None, say, stdout=None) -> int:
-    """Train the one run of a plan (envkit.plan.Plan): its batch decided, its folder owned and its
-    files written (node 0; another node stages a private folder), the child started and waited
-    for. Returns the child's exit code. `say` gets the lines for the user (stderr)."""
+def start(p: Plan, *, stop_after: int | None, debug: bool, profile_steps: tuple[int, int] | None, say, stdout=None) -> int:
+    """Train the one run of a plan: its batch decided, its folder owned and its files written (node
+    0; another node stages a private folder), the child started and waited for. Returns the child's
+    exit code. `say` gets the lines for the user (stderr)."""
     run, nodes, nproc = p.runs[0], p.nodes, p.request.nproc
     if run.note:
         say(run.note)
@@ -276,15 +257,12 @@ def start(p, *, stop_after: int | None, debug: bool, profile_steps: tuple[int, i
             shutil.rmtree(child_dir, ignore_errors=True)
 
 
-def decide_batch(p, say):
+def decide_batch(p: Plan, say) -> Plan:
     """training.batch_size: auto -> a number, probed on this machine before the run (a resumed run
     kept the number it started with: the plan has it); said in one line before the run starts."""
-    from envkit.train.run import auto_batch
-
-    if not auto_batch.is_auto(p.cfg):
+    if not is_auto(_config(p)):
         return p
-    cfg, choice = auto_batch.resolve(p.cfg, python=p.python, env=child_environ(p.profile, 1), child_entry=child_entry(),
-                                     torch_settings=dict(getattr(p.profile, "torch", {}) or {}) if p.profile else None,
-                                     world=p.request.world, echo=say)
+    cfg, choice = auto_batch.resolve(_config(p), python=p.python, env=child_environ(p.profile, 1), child_entry=child_entry(),
+                                     torch_settings=_torch_settings(p.profile), world=p.request.world, echo=say)
     say(choice.note)
     return p.with_cfg(cfg)

@@ -1,12 +1,14 @@
 """The trainer's process dies with envkit's (envkit run, envkit sweep; the exec'd command too):
 PR_SET_PDEATHSIG where it exists (Linux) and, everywhere, a pipe whose write end only envkit's
-process holds (the child's side: parent_watch.py)."""
+process holds (the child's side: envkit/train/run/parent_watch.py)."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+
+from envkit.train.run.parent_watch import PARENT_FD_ENV  # "FD@PID": the pipe's contract, spelt on the child's side
 
 
 def die_with_parent(sig: int = signal.SIGTERM, ignore_usr1: bool = False):
@@ -33,9 +35,6 @@ def die_with_parent(sig: int = signal.SIGTERM, ignore_usr1: bool = False):
             signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
     return preexec
-
-
-PARENT_FD_ENV = "ENVKIT_PARENT_FD"
 
 
 class ChildProcess(subprocess.Popen):
