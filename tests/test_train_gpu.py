@@ -129,7 +129,8 @@ def test_the_gpt_is_initialised_on_the_gpu_the_same_way_each_run(tmp_path):
     losses = {}
     for run_id in ("a", "b"):
         res = envkit("run", str(ROOT / "templates" / "train" / "gpt_quick_test.yaml"), "--run-id", run_id, "--set", "device.type=cuda",
-                     "--set", "training.compile=false", "--set", "training.deterministic=true", "--set", "training.max_steps=6", "--set", "logging.every_steps=1",
+                     "--set", "training.compile=false", "--set", "training.deterministic=true",
+                     "--set", "training.max_steps=6", "--set", "logging.every_steps=1",
                      "--set", "eval.every_steps=0", "--set", "checkpoint.every_steps=0", cwd=tmp_path, timeout=600)
         assert res.returncode == 0, res.stderr[-3000:]
         assert "initialised there" in res.stdout + res.stderr, (res.stdout + res.stderr)[-2000:]
