@@ -58,7 +58,7 @@ def compile_seconds(top: int = 12, at_least: float = 0.05) -> dict[str, float]:
         from torch._dynamo.utils import compile_times
 
         names, values = compile_times(repr="csv", aggregate=True)
-        pairs = [(str(n), round(float(v), 2)) for n, v in zip(names, values)]
+        pairs = [(str(n), round(float(str(v)), 2)) for n, v in zip(names, values)]  # csv: both are text
     except Exception:  # noqa: BLE001 - a private torch helper: its shape may change; the figures are optional
         return {}
     pairs = sorted((p for p in pairs if p[1] >= at_least), key=lambda p: -p[1])[:top]
