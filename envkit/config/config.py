@@ -28,11 +28,11 @@ from envkit.errors import EnvkitError
 from envkit.runfolder import names
 from envkit.config.paths import resolve_path
 from envkit.config.origin import CLI, DEFAULT, YAML, Origin
-from envkit.config.coerce import coerce, describe_value, did_you_mean, field_for, meant, parse_override, read_yaml, unknown_key
+from envkit.config.coerce import coerce, field_for, meant, parse_override, read_yaml, unknown_key
+from envkit.config.kinds import describe_value, did_you_mean
 from envkit.config.schema import (  # noqa: F401 - the schema's names are part of config's face
     AUTO,
     DATASET_KEYS,
-    DEVICES,
     F,
     Field,
     HASH_EXCLUDED,
@@ -40,21 +40,22 @@ from envkit.config.schema import (  # noqa: F401 - the schema's names are part o
     HASHED_WHEN_SET,
     MODEL_KEYS,
     MOOT_WHEN,
-    PRECISIONS,
     PROFILE_KEYS,
     SCHEMA,
     SECTIONS,
     SYNTHETIC_TASKS,
-    TRACKERS,
     Checkpoint,
     Dataloader,
     Dataset,
     Device,
+    DeviceType,
     Eval,
     Experiment,
     Logging,
     Model,
+    Precision,
     Sweep,
+    Tracker,
     TrainConfig,
     Training,
 )
