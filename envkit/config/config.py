@@ -409,6 +409,15 @@ def render_rows(cfg: Config) -> list[str]:
     return out
 
 
+def summary_line(cfg: Config) -> str:
+    """What the config trains, in the words of `envkit validate`'s one line: the model on the data,
+    the run's length, the device, the precision and the profile."""
+    d, t = cfg.dataset, cfg.training
+    return (f"{cfg.model.type} on {d.type}" + (f"/{d.task}" if d.type == "synthetic" else "")
+            + (f", {t.epochs} epochs" if t.epochs else f", {t.max_steps} steps")
+            + f", device {cfg.device.type}, precision {t.precision}, profile {cfg.profile or 'none'}")
+
+
 def to_yaml(cfg: Config) -> str:
     import yaml
 
