@@ -47,6 +47,11 @@ def F(default: Any = None, **spec) -> Any:
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 DeviceType = Literal["auto", "cpu", "cuda", "mps"]
 Tracker = Literal["tensorboard", "wandb"]
+CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+CompileScope = Literal["auto", "model", "blocks"]
+SdpaBackend = Literal["auto", "flash", "efficient", "cudnn", "math"]
+ParallelMode = Literal["auto", "ddp", "fsdp"]
+DeviceFallback = Literal["auto", "cpu", "mps-fallback", "none"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -71,12 +76,12 @@ class Dataset:
                                    "each batch there (gather, crop, flip, normalise as batched tensor operations; no DataLoader workers). "
                                    "auto: where the sets fit in a quarter of the device's free memory")
     augment: bool = F(True, help="training images: random crop (padding 4) and horizontal flip (cifar), "
-                                         "random resized crop and flip (imagefolder)")
+                                 "random resized crop and flip (imagefolder)")
     label_noise: float = F(0.0, min=0, max=1, help="cifar/imagefolder: fraction of training labels flipped to another class (seeded)")
     on_bad_file: Literal["stop", "skip"] = F("stop",
-                         help="imagefolder: an image file that does not decode (truncated, corrupt). stop: the run ends with one "
-                              "line naming the file; skip: the next readable image takes its place, and train.log and "
-                              "summary.json (skipped_files) give the count and the first paths")
+                                             help="imagefolder: an image file that does not decode (truncated, corrupt). stop: the run ends with one "
+                                                  "line naming the file; skip: the next readable image takes its place, and train.log and "
+                                                  "summary.json (skipped_files) give the count and the first paths")
     dtype: Literal["uint16", "uint32"] = F("uint16", help="tokens: the .bin files' integer type (uint32 above 65,535 tokens)")
     vocab_size: int | None = F(None, min=2, help="tokens: vocabulary size (default: DIR/meta.json's vocab_size)")
     level: Literal["char", "byte"] = F("char", help="text tokenisation")
@@ -113,7 +118,7 @@ class Training:
     max_steps: int = F(1000, min=1, help="optimizer steps (epochs, when set, decides instead: setting both is refused)")
     epochs: int | None = F(None, min=1, help="passes over the training set; sets max_steps from the data size")
     batch_size: IntAuto = F(32, min=1, help="per micro-step, per process; auto: the largest power of two whose memory, "
-                                                         "measured by probing one step, fits in memory_fraction of the device")
+                                            "measured by probing one step, fits in memory_fraction of the device")
     memory_fraction: float = F(0.8, gt=0, max=1, help="batch_size auto: the share of the device's memory the run may plan for")
     batch_size_max: int = F(1024, min=1, help="batch_size auto: never above this")
     grad_accum: int = F(1, min=1, help="micro-steps per optimizer step")
@@ -134,13 +139,12 @@ class Training:
     grad_clip: float = F(1.0, min=0, help="max grad norm; 0 = off")
     precision: Precision = F(AUTO, help="autocast dtype; auto: bf16 on CUDA with bf16, else fp32")
     compile: AutoOrBool = F(AUTO, help="torch.compile: auto (CUDA only) | true | false")
-    compile_mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = F("default",
-                          help="torch.compile mode (reduce-overhead: CUDA graphs; max-autotune: minutes of tuning)")
-    compile_scope: Literal["auto", "model", "blocks"] = F(AUTO,
-                           help="what one torch.compile call covers: model (the forward and the loss, one graph) or blocks "
-                                "(each repeated block alone: compiled once, reused for all; the embedding eager, the head and "
-                                "the loss a second graph: a fraction of the compile time); auto: blocks for a model of repeated "
-                                "blocks (gpt) in one process without CUDA graphs, else model")
+    compile_mode: CompileMode = F("default", help="torch.compile mode (reduce-overhead: CUDA graphs; max-autotune: minutes of tuning)")
+    compile_scope: CompileScope = F(AUTO,
+                                    help="what one torch.compile call covers: model (the forward and the loss, one graph) or blocks "
+                                         "(each repeated block alone: compiled once, reused for all; the embedding eager, the head and "
+                                         "the loss a second graph: a fraction of the compile time); auto: blocks for a model of repeated "
+                                         "blocks (gpt) in one process without CUDA graphs, else model")
     compile_cache: bool = F(True,
                             help="keep what torch.compile produced in envkit's cache (compile/, one signed file per torch build, "
                                  "device and model shape; tens to hundreds of MB each) and load it on the next run: "
@@ -150,21 +154,17 @@ class Training:
                                  "deterministic kernels only (torch.use_deterministic_algorithms), cuBLAS's fixed workspace, "
                                  "no cudnn benchmark, compile without autotuning by timing (CUDA graphs kept); an op with no deterministic "
                                  "kernel stops the run, named (docs/reproduce.md)")
-    sdpa_backend: Literal["auto", "flash", "efficient", "cudnn", "math"] = F(AUTO,
-                          help="CUDA attention kernel for scaled_dot_product_attention; auto: PyTorch's choice")
-    parallel: Literal["auto", "ddp", "fsdp"] = F(AUTO,
-                      help="several processes: ddp replicates the model on each; fsdp shards weights, gradients and optimizer "
-                           "state over them (FSDP2); auto: ddp while they fit one device with headroom, else fsdp")
+    sdpa_backend: SdpaBackend = F(AUTO, help="CUDA attention kernel for scaled_dot_product_attention; auto: PyTorch's choice")
+    parallel: ParallelMode = F(AUTO,
+                               help="several processes: ddp replicates the model on each; fsdp shards weights, gradients and optimizer "
+                                    "state over them (FSDP2); auto: ddp while they fit one device with headroom, else fsdp")
     activation_checkpointing: Literal["none", "full"] = F("none",
-                                      help="full: each block (GPT) or stage (ResNet) recomputes its activations in the backward: "
-                                           "less memory, about a third more compute")
-    ddp_bucket_mb: float = F(25.0, gt=0,
-                             help="several processes: DDP's gradient bucket size in MB (torch's default 25; profiles may set it)")
-    ddp_comm_dtype: Literal["fp32", "bf16"] = F("fp32",
-                            help="several processes on CUDA: dtype of the gradient all-reduce (bf16: half the bytes)")
+                                                          help="full: each block (GPT) or stage (ResNet) recomputes its activations in the backward: "
+                                                               "less memory, about a third more compute")
+    ddp_bucket_mb: float = F(25.0, gt=0, help="several processes: DDP's gradient bucket size in MB (torch's default 25; profiles may set it)")
+    ddp_comm_dtype: Literal["fp32", "bf16"] = F("fp32", help="several processes on CUDA: dtype of the gradient all-reduce (bf16: half the bytes)")
     empty_cache_every: int = F(0, min=0, help="MPS/CUDA: empty_cache() every N steps; 0 = never")
-    nan_policy: Literal["rollback", "stop"] = F("rollback",
-                        help="non-finite loss: roll back to the last good checkpoint with a lower lr, or stop")
+    nan_policy: Literal["rollback", "stop"] = F("rollback", help="non-finite loss: roll back to the last good checkpoint with a lower lr, or stop")
     nan_lr_factor: float = F(0.5, gt=0, max=1, help="nan_policy rollback: the learning rate is multiplied by this at each rollback")
     max_rollbacks: int = F(3, min=0, help="nan_policy rollback: rollbacks before the run stops")
 
@@ -189,8 +189,7 @@ class Checkpoint:
 class Logging:
     every_steps: int = F(10, min=1, help="metrics.jsonl and progress cadence")
     heartbeat_seconds: float = F(5.0, gt=0, help="seconds between writes of heartbeat.json")
-    progress: Literal["auto", "rich", "plain", "none"] = F(AUTO,
-                     help="progress display; auto: a rich bar on a terminal, plain lines otherwise")
+    progress: Literal["auto", "rich", "plain", "none"] = F(AUTO, help="progress display; auto: a rich bar on a terminal, plain lines otherwise")
     device_seconds: float = F(3.0, min=0, help="seconds between device samples (utilization, memory, power); 0 = off")
     trackers: list[Tracker] = F([], help="also write metrics through: tensorboard, wandb (metrics.jsonl stays)")
 
@@ -199,9 +198,9 @@ class Logging:
 class Device:
     type: DeviceType = F(AUTO, help="device to train on; auto: the profile's, else cuda, then mps, then cpu")
     fallback_to_cpu: bool = F(False, help="train on the CPU when the device is unusable at run time (reported)")
-    fallback: Literal["auto", "cpu", "mps-fallback", "none"] = F(AUTO,
-                      help="after a device fault mid-run, restart from the last checkpoint: mps-fallback (missing MPS "
-                           "operators on the CPU), cpu (the whole run), none (stop); auto: mps-fallback for a missing operator")
+    fallback: DeviceFallback = F(AUTO,
+                                 help="after a device fault mid-run, restart from the last checkpoint: mps-fallback (missing MPS "
+                                      "operators on the CPU), cpu (the whole run), none (stop); auto: mps-fallback for a missing operator")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -209,16 +208,15 @@ class Dataloader:
     num_workers: int = F(0, min=0, help="DataLoader worker processes; 0: batches are loaded in the training process")
     pin_memory: AutoOrBool = F(AUTO, help="auto: on CUDA only")
     persistent_workers: bool = F(False, help="keep DataLoader workers alive between epochs (needs num_workers > 0)")
-    prefetch_factor: int | None = F(None, min=1,
-                                    help="batches each worker loads ahead (needs num_workers > 0); null: torch's default")
+    prefetch_factor: int | None = F(None, min=1, help="batches each worker loads ahead (needs num_workers > 0); null: torch's default")
     fetch_ahead: AutoOrBool = F(AUTO, help="read and copy the next batch while the GPU computes; auto: on CUDA/MPS "
-                                                     "with workers or a built-in dataset (train/prefetch.py)")
+                                           "with workers or a built-in dataset (train/prefetch.py)")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Sweep:
     grid: dict = F({}, help="`envkit sweep`: section.key -> list of values (or any other name -> list of mappings of keys "
-                                    "set together); every combination is a run")
+                            "set together); every combination is a run")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
