@@ -1,15 +1,16 @@
-"""The kinds of value train.yaml holds, one converter each (click's ParamType is the model): a key's
-annotation in schema.py chooses its kind (`kind_of`), and the kind's `convert` checks a value (and
-converts one read from --set text) against the key's Field, raising one line that names the key.
-The allowed values of a closed set are the annotation's own (`Literal[...]`, read with get_args).
-No torch, no YAML."""
+"""The kinds of value train.yaml holds, one converter each (click's ParamType is the model), and
+what one key may hold (`Field`): a key's annotation in schema.py chooses its kind (`kind_of`), and
+the kind's `convert` checks a value (and converts one read from --set text) against the key's
+Field, raising one line that names the key. The allowed values of a closed set are the
+annotation's own (`Literal[...]`, read with get_args). No torch, no YAML."""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 import types
-import typing
+from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
 from envkit.errors import EnvkitError
@@ -17,9 +18,6 @@ from envkit.fsutil import check_name
 
 AUTO = "auto"
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # torch.manual_seed, tensors and checkpoints hold 64-bit integers
-
-if typing.TYPE_CHECKING:
-    from envkit.config.schema import Field
 
 
 def did_you_mean(word: str, options) -> str:
@@ -241,3 +239,26 @@ def kind_of(hint: Any) -> tuple[Kind, bool]:
     if len(plain) == 1 and not literals and plain[0] in _PLAIN:
         return _PLAIN[plain[0]], nullable
     raise TypeError(f"no kind of train.yaml value for the annotation {hint!r}")
+
+
+@dataclass(frozen=True)
+class Field:
+    """What train.yaml may hold at one key (a dataclass field's metadata["spec"]); its kind of value
+    and whether it may be null are read from the field's annotation when SCHEMA is built."""
+
+    default: Any = None
+    min: float | None = None
+    max: float | None = None
+    gt: float | None = None  # strictly greater than
+    help: str = ""
+    kind: Kind = Kind()  # read from the annotation (kind_of) when SCHEMA is built
+    nullable: bool = False  # the annotation is `X | None`
+
+    def typed(self, annotation: Any) -> Field:
+        kind, nullable = kind_of(annotation)
+        return dataclasses.replace(self, kind=kind, nullable=nullable)
+
+    @property
+    def choices(self) -> tuple | None:
+        """The allowed values of a closed set (the annotation's Literal), else None."""
+        return self.kind.choices

@@ -10,30 +10,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from envkit.config.kinds import AUTO, AutoOrBool, FolderName, IntAuto, Kind, kind_of
-
-
-@dataclass(frozen=True)
-class Field:
-    """What train.yaml may hold at one key (a dataclass field's metadata["spec"]); its kind of value
-    and whether it may be null are read from the field's annotation when SCHEMA is built."""
-
-    default: Any = None
-    min: float | None = None
-    max: float | None = None
-    gt: float | None = None  # strictly greater than
-    help: str = ""
-    kind: Kind = Kind()  # read from the annotation (kinds.kind_of) when SCHEMA is built
-    nullable: bool = False  # the annotation is `X | None`
-
-    def typed(self, annotation: Any) -> Field:
-        kind, nullable = kind_of(annotation)
-        return dataclasses.replace(self, kind=kind, nullable=nullable)
-
-    @property
-    def choices(self) -> tuple | None:
-        """The allowed values of a closed set (the annotation's Literal), else None."""
-        return self.kind.choices
+from envkit.config.kinds import AUTO, AutoOrBool, Field, FolderName, IntAuto
 
 
 def F(default: Any = None, **spec) -> Any:
