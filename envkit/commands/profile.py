@@ -4,31 +4,13 @@ from __future__ import annotations
 
 import click
 
-from envkit.errors import EnvkitError
+from envkit.checks.recommend import recommend_profile
+from envkit.console import console, is_tty, print_json
+from envkit.profiles import diff_profiles, list_profiles, load_profile, show_value
+from envkit.profiles.query import ProfileQuery, shown, text_lines
 
 REPLAY = click.option("--replay", "replay", type=click.Path(dir_okay=False),
                       help="Resolve against a recorded snapshot (envkit doctor --record) instead of this machine.")
-
-
-def _facts(replay: str | None):
-    from envkit.facts import gather
-
-    try:
-        return gather(replay, runtime=False, gpu_detail=bool(replay))
-    except FileNotFoundError:
-        raise EnvkitError("no such snapshot", where=replay, fix="ls tests/snapshots/ or record one: envkit doctor --record FILE")
-
-
-def _recommended(facts) -> tuple[str, str | None]:
-    from envkit.checks.recommend import recommend_profile
-
-    return recommend_profile(facts)
-
-
-def _resolve_name(name: str | None, facts) -> tuple[str, str | None]:
-    if name in (None, "auto"):
-        return _recommended(facts)
-    return name, None
 
 
 @click.group()
@@ -46,19 +28,13 @@ def profile() -> None:
 @REPLAY
 def list_cmd(as_json: bool, replay: str | None) -> None:
     """Every profile, what it is for, and which one this machine (or the snapshot) gets."""
-    from envkit.profiles import list_profiles
-
-    facts = _facts(replay)
-    rec, warning = _recommended(facts)
+    q = ProfileQuery(as_json=as_json, replay=replay)
+    rec, warning = recommend_profile(q.facts())
     infos = list_profiles()
-    if as_json:
-        from envkit.console import print_json
-
+    if q.as_json:
         print_json({"recommended": rec, "warning": warning,
                     "profiles": [{**i.to_dict(), "recommended": i.name == rec} for i in infos]})
         return
-    from envkit.console import console, is_tty
-
     if is_tty():
         from rich.table import Table
 
@@ -92,65 +68,15 @@ def show(name: str | None, resolved: bool, as_json: bool, replay: str | None) ->
 
     Values inherited from a parent profile are marked with the parent's name.
     """
-    from envkit.profiles import SECTIONS, load_profile, show_value
-
-    facts = _facts(replay) if (replay or resolved or name in (None, "auto")) else None
-    name, warning = _resolve_name(name, facts)
-    p = load_profile(name, facts=facts if (resolved or replay) else None)
-    d = p.to_dict()
-    if warning:
-        d["warnings"] = [warning, *d["warnings"]]
-    if as_json:
-        from envkit.console import print_json
-
-        if not (resolved or replay):
-            for section in SECTIONS:
-                for row in d[section].values():
-                    row["value"] = row["declared"]
+    q = ProfileQuery(name=name, resolved=resolved, as_json=as_json, replay=replay)
+    p, d = shown(q)
+    if q.as_json:
         print_json(d)
         return
-    click.echo(f"{p.name}: {p.description}")
-    click.echo(f"  file: {p.path} ({p.origin})")
-    if len(p.chain) > 1:
-        click.echo(f"  extends: {' -> '.join(p.chain[1:])}")
-    if resolved or replay:
-        click.echo(f"  resolved against: {p.facts_source or 'this machine'}")
-    for section in SECTIONS:
-        rows = d[section]
-        if not rows:
-            continue
-        click.echo(f"\n[{section}]")
-        width = max(len(k) for k in rows)
-        for key, row in rows.items():
-            if section == "requires":
-                value = row["declared"]
-            else:
-                value = row["value"] if (resolved or replay) else row["declared"]
-            shown = show_value(value)
-            if (resolved or replay) and "{" in str(row["declared"]) and section != "requires":
-                shown += f"   (declared {show_value(row['declared'])})"
-            inherited = f"   [from {row['origin']}]" if row["inherited"] else ""
-            click.echo(f"  {key:<{width}} = {shown}{inherited}")
-            if row["reason"]:
-                click.echo(f"  {'':<{width}}   # {row['reason']}")
-            if row["source"]:
-                click.echo(f"  {'':<{width}}   # source: {row['source']}")
-            if row.get("changed"):
-                click.echo(f"  {'':<{width}}   ! {row['changed']}")
-    if resolved or replay:
-        _show_requirements(d["requirements"])
+    for line in text_lines(p, d, q.against_machine):
+        click.echo(line)
     for w in d["warnings"]:
         click.echo(f"warning: {w}", err=True)
-
-
-def _show_requirements(reqs: list[dict]) -> None:
-    if reqs:
-        click.echo("\nrequirements:")
-        for r in reqs:
-            actual = r["actual"] or "unknown"
-            click.echo(f"  {r['key']} {r['spec']}: {r['status']} (machine: {actual})"
-                       + (f": {', '.join(r['applied'])} instead" if r.get("applied") else "")
-                       + (f" ({r['note']})" if r.get("note") else ""))
 
 
 @profile.command("diff")
@@ -160,14 +86,11 @@ def _show_requirements(reqs: list[dict]) -> None:
 @REPLAY
 def diff(a: str, b: str, as_json: bool, replay: str | None) -> None:
     """The settings where profiles A and B differ (values resolved against this machine or --replay)."""
-    from envkit.profiles import diff_profiles, load_profile, show_value
-
-    facts = _facts(replay)
+    q = ProfileQuery(as_json=as_json, replay=replay)
+    facts = q.facts()
     pa, pb = load_profile(a, facts=facts), load_profile(b, facts=facts)
     rows = diff_profiles(pa, pb)
-    if as_json:
-        from envkit.console import print_json
-
+    if q.as_json:
         print_json({"a": pa.name, "b": pb.name, "facts": pa.facts_source, "differences": rows})
         return
     if not rows:

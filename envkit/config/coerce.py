@@ -5,12 +5,12 @@ file or flag and the key. No torch."""
 from __future__ import annotations
 
 import difflib
-import re
 from pathlib import Path
 from typing import Any
 
 from envkit.errors import EnvkitError
-from envkit.config.schema import AUTO, SCHEMA, Field
+from envkit.config.kinds import did_you_mean
+from envkit.config.schema import SCHEMA, Field
 
 
 def read_yaml(path: str | Path) -> dict:
@@ -81,11 +81,6 @@ def safe_load_bounded(text: str, where: str):
     return yaml.safe_load(text)
 
 
-def did_you_mean(word: str, options) -> str:
-    close = difflib.get_close_matches(str(word), sorted(options), n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
-
-
 _ALIASES: dict[str, str] | None = None
 
 
@@ -137,16 +132,13 @@ def unknown_key(section: str, key: str, where: str, from_set: bool, what: str | 
     return EnvkitError(f"{what} (did you mean '{tkey if tsection == section else target}'?)", where=where, fix=fix)
 
 
-INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # torch.manual_seed, tensors and checkpoints hold 64-bit integers
-
-
 def coerce(value: Any, f: Field, where: str, *, from_text: bool = False):
-    """Check (and, for --set text, convert) one value against its field. Raises EnvkitError."""
+    """Check (and, for --set text, convert) one value against its field, by the field's kind of
+    value (kinds.py). Raises EnvkitError."""
     if value is None:
         if f.nullable:
             return None
-        raise EnvkitError(f"must not be empty (expected {f.kind})", where=where)
-    kind = f.kind
+        raise EnvkitError(f"must not be empty (expected {f.kind.name})", where=where)
     if from_text and isinstance(value, str):
         import yaml
 
@@ -156,93 +148,7 @@ def coerce(value: Any, f: Field, where: str, *, from_text: bool = False):
             pass
         if value is None and f.nullable:
             return None
-    if kind == "auto_bool":
-        if value is True or value is False or value == AUTO:
-            return value
-        raise EnvkitError(f"expected auto, true or false, got {value!r}", where=where, fix=form_fix(f, where))
-    if kind == "int_auto":
-        if value == AUTO:
-            return value
-        kind = "int"
-    if kind == "bool":
-        if isinstance(value, bool):
-            return value
-        raise EnvkitError(f"expected true or false, got {value!r}", where=where, fix=form_fix(f, where))
-    if kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer() and not from_text:
-                value = int(value)
-            else:
-                raise EnvkitError(f"expected an integer{' or auto' if f.kind == 'int_auto' else ''}, got {describe_value(value)}",
-                                  where=where, fix=form_fix(f, where))
-    elif kind == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            if isinstance(value, str) and re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+", value.strip()):
-                value = float(value)  # YAML 1.1 reads `3e-4` (no dot) as a string
-            else:
-                raise EnvkitError(f"expected a number, got {describe_value(value)}", where=where, fix=form_fix(f, where))
-        value = float(value)
-        if value != value or value in (float("inf"), float("-inf")):
-            raise EnvkitError("must be a finite number", where=where)
-    elif kind in ("str", "name"):
-        if not isinstance(value, str):
-            raise EnvkitError(f"expected a string, got {describe_value(value)}", where=where, fix=form_fix(f, where))
-        if kind == "name":
-            from envkit.fsutil import check_name
-
-            check_name(value, where)
-    elif kind == "list":
-        if not isinstance(value, list):
-            raise EnvkitError(f"expected a list, got {describe_value(value)}", where=where, fix=form_fix(f, where))
-        if f.choices is not None:
-            for item in value:
-                if item not in f.choices:
-                    raise EnvkitError(f"{item!r} is not one of {', '.join(map(str, f.choices))}{did_you_mean(item, f.choices)}",
-                                      where=where)
-        return value
-    elif kind == "dict":
-        if not isinstance(value, dict):
-            raise EnvkitError(f"expected a mapping, got {describe_value(value)}", where=where, fix=form_fix(f, where))
-    if f.choices is not None and value not in f.choices:
-        raise EnvkitError(f"{value!r} is not one of {', '.join(map(str, f.choices))}{did_you_mean(str(value), f.choices)}", where=where)
-    if kind == "int" and isinstance(value, int) and not INT_MIN <= value <= INT_MAX:  # an int by now (above)
-        raise EnvkitError(f"{value} is outside the range the trainer can use ({INT_MIN} .. {INT_MAX}, a 64-bit integer)", where=where,
-                          fix=f"use a value up to {INT_MAX}"
-                              + (" (any seed in 0 .. 2**63-1 is as good as another)" if where.endswith("seed") else ""))
-    if kind in ("int", "float") and isinstance(value, (int, float)):  # a number by now (above)
-        if f.gt is not None and not value > f.gt:
-            raise EnvkitError(f"must be greater than {f.gt:g}, got {value:g}", where=where)
-        if f.min is not None and value < f.min:
-            raise EnvkitError(f"must be at least {f.min:g}, got {value:g}", where=where)
-        if f.max is not None and value > f.max:
-            raise EnvkitError(f"must be at most {f.max:g}, got {value:g}", where=where)
-    return value
-
-
-FORMS = {  # kind -> the form a value takes, and an example when the field's default is not one
-    "int": ("a whole number", 1), "int_auto": ("a whole number or auto", 1), "float": ("a number (3e-4, 0.001, 2)", 0.001),
-    "bool": ("true or false", "true"), "auto_bool": ("auto, true or false", "auto"), "str": ("text", "name"),
-    "name": ("a folder name", "name"), "list": ("a list", "[a, b]"), "dict": ("a mapping", "{key: value}"),
-}
-
-
-def form_fix(f: Field, where: str) -> str:
-    """The `(fix: ...)` of a value of the wrong type: the form the key takes and the key written with
-    one (its default when that is one), as --set or as a line of train.yaml, whichever `where` names."""
-    form, example = FORMS.get(f.kind, (f.kind, None))
-    default = f.default
-    if isinstance(default, bool) and f.kind in ("bool", "auto_bool"):
-        example = "true" if default else "false"
-    elif default is not None and not isinstance(default, (bool, list, dict)) and f.kind not in ("list", "dict"):
-        example = f"{default:g}" if isinstance(default, float) else default
-    path = where.rsplit(" ", 1)[-1]
-    if where.startswith("--set"):
-        return f"give {path} {form}, e.g. --set {path}={example}"
-    return f"give {path} {form}, e.g. `{path.rpartition('.')[2]}: {example}`"
-
-
-def describe_value(value) -> str:
-    return f"{type(value).__name__} {value!r}" if not isinstance(value, (dict, list)) else type(value).__name__
+    return f.kind.convert(value, f, where, from_text=from_text)
 
 
 def parse_override(text: str) -> tuple[str, str]:

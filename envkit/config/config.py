@@ -28,11 +28,11 @@ from envkit.errors import EnvkitError
 from envkit.runfolder import names
 from envkit.config.paths import resolve_path
 from envkit.config.origin import CLI, DEFAULT, YAML, Origin
-from envkit.config.coerce import coerce, describe_value, did_you_mean, field_for, meant, parse_override, read_yaml, unknown_key
+from envkit.config.coerce import coerce, field_for, meant, parse_override, read_yaml, unknown_key
+from envkit.config.kinds import describe_value, did_you_mean
 from envkit.config.schema import (  # noqa: F401 - the schema's names are part of config's face
     AUTO,
     DATASET_KEYS,
-    DEVICES,
     F,
     Field,
     HASH_EXCLUDED,
@@ -40,21 +40,22 @@ from envkit.config.schema import (  # noqa: F401 - the schema's names are part o
     HASHED_WHEN_SET,
     MODEL_KEYS,
     MOOT_WHEN,
-    PRECISIONS,
     PROFILE_KEYS,
     SCHEMA,
     SECTIONS,
     SYNTHETIC_TASKS,
-    TRACKERS,
     Checkpoint,
     Dataloader,
     Dataset,
     Device,
+    DeviceType,
     Eval,
     Experiment,
     Logging,
     Model,
+    Precision,
     Sweep,
+    Tracker,
     TrainConfig,
     Training,
 )
@@ -406,6 +407,15 @@ def render_rows(cfg: Config) -> list[str]:
         shown = json.dumps(value) if not isinstance(value, str) else value
         out.append(f"{key:<{width}}  {shown:<24}  # {origin}")
     return out
+
+
+def summary_line(cfg: Config) -> str:
+    """What the config trains, in the words of `envkit validate`'s one line: the model on the data,
+    the run's length, the device, the precision and the profile."""
+    d, t = cfg.dataset, cfg.training
+    return (f"{cfg.model.type} on {d.type}" + (f"/{d.task}" if d.type == "synthetic" else "")
+            + (f", {t.epochs} epochs" if t.epochs else f", {t.max_steps} steps")
+            + f", device {cfg.device.type}, precision {t.precision}, profile {cfg.profile or 'none'}")
 
 
 def to_yaml(cfg: Config) -> str:

@@ -6,209 +6,194 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import typing
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-AUTO = "auto"
-
-
-@dataclass(frozen=True)
-class Field:
-    """What train.yaml may hold at one key (a dataclass field's metadata["spec"])."""
-
-    kind: str  # int | int_auto (auto|int) | float | str | name (a folder name) | bool | list | dict | auto_bool (auto|true|false)
-    default: Any = None
-    choices: tuple | None = None
-    min: float | None = None
-    max: float | None = None
-    gt: float | None = None  # strictly greater than
-    help: str = ""
-    nullable: bool = False
+from envkit.config.kinds import AUTO, AutoOrBool, Field, FolderName, IntAuto
 
 
-def F(kind: str, default: Any = None, **spec) -> Any:
+def F(default: Any = None, **spec) -> Any:
     """One key of a section: a dataclass field whose metadata["spec"] is its Field."""
-    meta = {"spec": Field(kind, default, **spec)}
+    meta = {"spec": Field(default, **spec)}
     if isinstance(default, (list, dict)):  # a fresh one per config: a list default is never shared
         return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
 
 
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-DEVICES = ("auto", "cpu", "cuda", "mps")
-TRACKERS = ("tensorboard", "wandb")
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
+DeviceType = Literal["auto", "cpu", "cuda", "mps"]
+Tracker = Literal["tensorboard", "wandb"]
+CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+CompileScope = Literal["auto", "model", "blocks"]
+SdpaBackend = Literal["auto", "flash", "efficient", "cudnn", "math"]
+ParallelMode = Literal["auto", "ddp", "fsdp"]
+DeviceFallback = Literal["auto", "cpu", "mps-fallback", "none"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Experiment:
-    name: str = F("name", "experiment", help="runs/<name>/<run-id>/ (one folder name: not '.', '..', empty or holding '/')")
-    output_dir: str = F("str", "runs", help="folder holding <name>/<run-id>/")
-    seed: int = F("int", 1337, min=0, help="seeds python, torch (all devices) and the data order")
-    tags: list = F("list", [], help="free-form labels, kept in the run's config.yaml and config.json")
-    notes: str = F("str", "", help="free-form text, kept in the run's config.yaml and config.json")
+    name: FolderName = F("experiment", help="runs/<name>/<run-id>/ (one folder name: not '.', '..', empty or holding '/')")
+    output_dir: str = F("runs", help="folder holding <name>/<run-id>/")
+    seed: int = F(1337, min=0, help="seeds python, torch (all devices) and the data order")
+    tags: list = F([], help="free-form labels, kept in the run's config.yaml and config.json")
+    notes: str = F("", help="free-form text, kept in the run's config.yaml and config.json")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Dataset:
-    type: str = F("str", "synthetic", help="synthetic | text | npz | tokens | cifar10 | cifar100 | imagefolder | package.module:factory")
-    task: str = F("str", "arithmetic", help="synthetic task: arithmetic (gpt) | teacher (mlp) | images (cnn)")
-    path: str | None = F("str", None, nullable=True,
+    type: str = F("synthetic", help="synthetic | text | npz | tokens | cifar10 | cifar100 | imagefolder | package.module:factory")
+    task: str = F("arithmetic", help="synthetic task: arithmetic (gpt) | teacher (mlp) | images (cnn)")
+    path: str | None = F(None,
                          help="text file or folder (text), .npz file (npz), folder of train.bin/val.bin (tokens), "
                               "cifar-10-batches-bin/ or cifar-100-binary/ (cifar), train/ and val/ class folders (imagefolder)")
-    labels: str = F("str", "fine", choices=("fine", "coarse"), help="cifar100: the 100 fine or the 20 coarse classes")
-    on_device: bool | str = F("auto_bool", AUTO,
+    labels: Literal["fine", "coarse"] = F("fine", help="cifar100: the 100 fine or the 20 coarse classes")
+    on_device: AutoOrBool = F(AUTO,
                               help="cifar/npz/synthetic teacher: hold the training and validation sets on the training device and build "
                                    "each batch there (gather, crop, flip, normalise as batched tensor operations; no DataLoader workers). "
                                    "auto: where the sets fit in a quarter of the device's free memory")
-    augment: bool = F("bool", True, help="training images: random crop (padding 4) and horizontal flip (cifar), "
-                                         "random resized crop and flip (imagefolder)")
-    label_noise: float = F("float", 0.0, min=0, max=1, help="cifar/imagefolder: fraction of training labels flipped to another class (seeded)")
-    on_bad_file: str = F("str", "stop", choices=("stop", "skip"),
-                         help="imagefolder: an image file that does not decode (truncated, corrupt). stop: the run ends with one "
-                              "line naming the file; skip: the next readable image takes its place, and train.log and "
-                              "summary.json (skipped_files) give the count and the first paths")
-    dtype: str = F("str", "uint16", choices=("uint16", "uint32"), help="tokens: the .bin files' integer type (uint32 above 65,535 tokens)")
-    vocab_size: int | None = F("int", None, nullable=True, min=2, help="tokens: vocabulary size (default: DIR/meta.json's vocab_size)")
-    level: str = F("str", "char", choices=("char", "byte"), help="text tokenisation")
-    val_fraction: float = F("float", 0.1, gt=0, max=0.5, help="share of the examples held out for validation (synthetic, text, npz)")
-    num_samples: int = F("int", 20000, min=16, help="synthetic: training examples (teacher/images) or problems (arithmetic)")
-    num_classes: int = F("int", 10, min=2, help="teacher/images task: classes")
-    input_dim: int = F("int", 32, min=1, help="teacher task: input features")
-    image_size: int = F("int", 32, min=8, help="images task: side in pixels")
-    noise: float = F("float", 0.5, min=0, help="images/teacher task: noise level")
-    digits: int = F("int", 2, min=1, max=6, help="arithmetic task: digits per operand")
-    kwargs: dict = F("dict", {}, help="arguments for a package.module:factory dataset")
+    augment: bool = F(True, help="training images: random crop (padding 4) and horizontal flip (cifar), "
+                                 "random resized crop and flip (imagefolder)")
+    label_noise: float = F(0.0, min=0, max=1, help="cifar/imagefolder: fraction of training labels flipped to another class (seeded)")
+    on_bad_file: Literal["stop", "skip"] = F("stop",
+                                             help="imagefolder: an image file that does not decode (truncated, corrupt). stop: the run ends with one "
+                                                  "line naming the file; skip: the next readable image takes its place, and train.log and "
+                                                  "summary.json (skipped_files) give the count and the first paths")
+    dtype: Literal["uint16", "uint32"] = F("uint16", help="tokens: the .bin files' integer type (uint32 above 65,535 tokens)")
+    vocab_size: int | None = F(None, min=2, help="tokens: vocabulary size (default: DIR/meta.json's vocab_size)")
+    level: Literal["char", "byte"] = F("char", help="text tokenisation")
+    val_fraction: float = F(0.1, gt=0, max=0.5, help="share of the examples held out for validation (synthetic, text, npz)")
+    num_samples: int = F(20000, min=16, help="synthetic: training examples (teacher/images) or problems (arithmetic)")
+    num_classes: int = F(10, min=2, help="teacher/images task: classes")
+    input_dim: int = F(32, min=1, help="teacher task: input features")
+    image_size: int = F(32, min=8, help="images task: side in pixels")
+    noise: float = F(0.5, min=0, help="images/teacher task: noise level")
+    digits: int = F(2, min=1, max=6, help="arithmetic task: digits per operand")
+    kwargs: dict = F({}, help="arguments for a package.module:factory dataset")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Model:
-    type: str = F("str", "gpt", help="gpt | mlp | cnn | resnet18 | resnet34 | resnet50 | package.module:factory")
-    stem: str = F("str", "cifar", choices=("cifar", "imagenet"), help="resnet: cifar (3x3 conv, no max-pool) | imagenet (7x7/2 conv + max-pool)")
-    n_layer: int = F("int", 4, min=1, help="gpt: transformer blocks")
-    n_head: int = F("int", 4, min=1, help="gpt: attention heads per block (n_embd must be divisible by it)")
-    n_embd: int = F("int", 128, min=8, help="gpt: embedding width")
-    block_size: int = F("int", 64, min=4, help="context length in tokens")
-    dropout: float = F("float", 0.0, min=0, max=0.9, help="gpt/mlp: dropout probability")
-    bias: bool = F("bool", False, help="gpt: biases in the Linear and LayerNorm layers")
-    hidden: int = F("int", 256, min=1, help="mlp: hidden width")
-    depth: int = F("int", 2, min=1, help="mlp: hidden layers")
-    width: int = F("int", 32, min=4, help="cnn: channels of the first stage; resnet: of the stem (default 64, the published model)")
-    blocks: int = F("int", 1, min=1, help="cnn: residual blocks per stage (3 stages)")
-    channels_last: bool | str = F("auto_bool", AUTO, help="cnn/resnet: memory format (auto: on CUDA, MPS and the CPU)")
-    kwargs: dict = F("dict", {}, help="arguments for a package.module:factory model")
+    type: str = F("gpt", help="gpt | mlp | cnn | resnet18 | resnet34 | resnet50 | package.module:factory")
+    stem: Literal["cifar", "imagenet"] = F("cifar", help="resnet: cifar (3x3 conv, no max-pool) | imagenet (7x7/2 conv + max-pool)")
+    n_layer: int = F(4, min=1, help="gpt: transformer blocks")
+    n_head: int = F(4, min=1, help="gpt: attention heads per block (n_embd must be divisible by it)")
+    n_embd: int = F(128, min=8, help="gpt: embedding width")
+    block_size: int = F(64, min=4, help="context length in tokens")
+    dropout: float = F(0.0, min=0, max=0.9, help="gpt/mlp: dropout probability")
+    bias: bool = F(False, help="gpt: biases in the Linear and LayerNorm layers")
+    hidden: int = F(256, min=1, help="mlp: hidden width")
+    depth: int = F(2, min=1, help="mlp: hidden layers")
+    width: int = F(32, min=4, help="cnn: channels of the first stage; resnet: of the stem (default 64, the published model)")
+    blocks: int = F(1, min=1, help="cnn: residual blocks per stage (3 stages)")
+    channels_last: AutoOrBool = F(AUTO, help="cnn/resnet: memory format (auto: on CUDA, MPS and the CPU)")
+    kwargs: dict = F({}, help="arguments for a package.module:factory model")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Training:
-    max_steps: int = F("int", 1000, min=1, help="optimizer steps (epochs, when set, decides instead: setting both is refused)")
-    epochs: int | None = F("int", None, nullable=True, min=1, help="passes over the training set; sets max_steps from the data size")
-    batch_size: int | str = F("int_auto", 32, min=1, help="per micro-step, per process; auto: the largest power of two whose memory, "
-                                                         "measured by probing one step, fits in memory_fraction of the device")
-    memory_fraction: float = F("float", 0.8, gt=0, max=1, help="batch_size auto: the share of the device's memory the run may plan for")
-    batch_size_max: int = F("int", 1024, min=1, help="batch_size auto: never above this")
-    grad_accum: int = F("int", 1, min=1, help="micro-steps per optimizer step")
-    global_batch_size: int | None = F("int", None, nullable=True, min=1,
+    max_steps: int = F(1000, min=1, help="optimizer steps (epochs, when set, decides instead: setting both is refused)")
+    epochs: int | None = F(None, min=1, help="passes over the training set; sets max_steps from the data size")
+    batch_size: IntAuto = F(32, min=1, help="per micro-step, per process; auto: the largest power of two whose memory, "
+                                            "measured by probing one step, fits in memory_fraction of the device")
+    memory_fraction: float = F(0.8, gt=0, max=1, help="batch_size auto: the share of the device's memory the run may plan for")
+    batch_size_max: int = F(1024, min=1, help="batch_size auto: never above this")
+    grad_accum: int = F(1, min=1, help="micro-steps per optimizer step")
+    global_batch_size: int | None = F(None, min=1,
                                       help="samples per optimizer step over all processes; sets batch_size per process "
                                            "(global_batch_size / (processes x grad_accum)), so the run resumes on another "
                                            "process count with the same steps (a batch_size beside it has no effect)")
-    lr: float = F("float", 3e-4, gt=0, help="peak learning rate")
-    min_lr: float | None = F("float", None, nullable=True, min=0, help="end of the cosine (default lr/10)")
-    schedule: str = F("str", "cosine", choices=("cosine", "constant"), help="after the warm-up: cosine from lr to min_lr, or constant lr")
-    warmup_steps: int = F("int", 0, min=0, help="steps of linear warm-up to lr")
-    optimizer: str = F("str", "adamw", choices=("adamw", "adam", "sgd", "lion"), help="lion: lr 3-10x below AdamW's (train/run/lion.py)")
-    weight_decay: float = F("float", 0.1, min=0, help="applied to parameters of 2 or more dimensions only (decoupled for adamw, lion)")
-    beta1: float = F("float", 0.9, min=0, max=1, help="adamw/adam/lion: first-moment decay")
-    beta2: float = F("float", 0.95, min=0, max=1, help="adamw/adam; lion's default is 0.99 unless set")
-    momentum: float = F("float", 0.9, min=0, max=1, help="SGD")
-    nesterov: bool = F("bool", False, help="SGD: Nesterov momentum")
-    grad_clip: float = F("float", 1.0, min=0, help="max grad norm; 0 = off")
-    precision: str = F("str", AUTO, choices=PRECISIONS, help="autocast dtype; auto: bf16 on CUDA with bf16, else fp32")
-    compile: bool | str = F("auto_bool", AUTO, help="torch.compile: auto (CUDA only) | true | false")
-    compile_mode: str = F("str", "default", choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
-                          help="torch.compile mode (reduce-overhead: CUDA graphs; max-autotune: minutes of tuning)")
-    compile_scope: str = F("str", AUTO, choices=("auto", "model", "blocks"),
-                           help="what one torch.compile call covers: model (the forward and the loss, one graph) or blocks "
-                                "(each repeated block alone: compiled once, reused for all; the embedding eager, the head and "
-                                "the loss a second graph: a fraction of the compile time); auto: blocks for a model of repeated "
-                                "blocks (gpt) in one process without CUDA graphs, else model")
-    compile_cache: bool = F("bool", True,
+    lr: float = F(3e-4, gt=0, help="peak learning rate")
+    min_lr: float | None = F(None, min=0, help="end of the cosine (default lr/10)")
+    schedule: Literal["cosine", "constant"] = F("cosine", help="after the warm-up: cosine from lr to min_lr, or constant lr")
+    warmup_steps: int = F(0, min=0, help="steps of linear warm-up to lr")
+    optimizer: Literal["adamw", "adam", "sgd", "lion"] = F("adamw", help="lion: lr 3-10x below AdamW's (train/run/lion.py)")
+    weight_decay: float = F(0.1, min=0, help="applied to parameters of 2 or more dimensions only (decoupled for adamw, lion)")
+    beta1: float = F(0.9, min=0, max=1, help="adamw/adam/lion: first-moment decay")
+    beta2: float = F(0.95, min=0, max=1, help="adamw/adam; lion's default is 0.99 unless set")
+    momentum: float = F(0.9, min=0, max=1, help="SGD")
+    nesterov: bool = F(False, help="SGD: Nesterov momentum")
+    grad_clip: float = F(1.0, min=0, help="max grad norm; 0 = off")
+    precision: Precision = F(AUTO, help="autocast dtype; auto: bf16 on CUDA with bf16, else fp32")
+    compile: AutoOrBool = F(AUTO, help="torch.compile: auto (CUDA only) | true | false")
+    compile_mode: CompileMode = F("default", help="torch.compile mode (reduce-overhead: CUDA graphs; max-autotune: minutes of tuning)")
+    compile_scope: CompileScope = F(AUTO,
+                                    help="what one torch.compile call covers: model (the forward and the loss, one graph) or blocks "
+                                         "(each repeated block alone: compiled once, reused for all; the embedding eager, the head and "
+                                         "the loss a second graph: a fraction of the compile time); auto: blocks for a model of repeated "
+                                         "blocks (gpt) in one process without CUDA graphs, else model")
+    compile_cache: bool = F(True,
                             help="keep what torch.compile produced in envkit's cache (compile/, one signed file per torch build, "
                                  "device and model shape; tens to hundreds of MB each) and load it on the next run: "
                                  "a second run compiles nothing; false: neither load nor save")
-    deterministic: bool = F("bool", False,
+    deterministic: bool = F(False,
                             help="the same numbers on every run of this config on this kind of device and torch build: "
                                  "deterministic kernels only (torch.use_deterministic_algorithms), cuBLAS's fixed workspace, "
                                  "no cudnn benchmark, compile without autotuning by timing (CUDA graphs kept); an op with no deterministic "
                                  "kernel stops the run, named (docs/reproduce.md)")
-    sdpa_backend: str = F("str", AUTO, choices=("auto", "flash", "efficient", "cudnn", "math"),
-                          help="CUDA attention kernel for scaled_dot_product_attention; auto: PyTorch's choice")
-    parallel: str = F("str", AUTO, choices=("auto", "ddp", "fsdp"),
-                      help="several processes: ddp replicates the model on each; fsdp shards weights, gradients and optimizer "
-                           "state over them (FSDP2); auto: ddp while they fit one device with headroom, else fsdp")
-    activation_checkpointing: str = F("str", "none", choices=("none", "full"),
-                                      help="full: each block (GPT) or stage (ResNet) recomputes its activations in the backward: "
-                                           "less memory, about a third more compute")
-    ddp_bucket_mb: float = F("float", 25.0, gt=0,
-                             help="several processes: DDP's gradient bucket size in MB (torch's default 25; profiles may set it)")
-    ddp_comm_dtype: str = F("str", "fp32", choices=("fp32", "bf16"),
-                            help="several processes on CUDA: dtype of the gradient all-reduce (bf16: half the bytes)")
-    empty_cache_every: int = F("int", 0, min=0, help="MPS/CUDA: empty_cache() every N steps; 0 = never")
-    nan_policy: str = F("str", "rollback", choices=("rollback", "stop"),
-                        help="non-finite loss: roll back to the last good checkpoint with a lower lr, or stop")
-    nan_lr_factor: float = F("float", 0.5, gt=0, max=1, help="nan_policy rollback: the learning rate is multiplied by this at each rollback")
-    max_rollbacks: int = F("int", 3, min=0, help="nan_policy rollback: rollbacks before the run stops")
+    sdpa_backend: SdpaBackend = F(AUTO, help="CUDA attention kernel for scaled_dot_product_attention; auto: PyTorch's choice")
+    parallel: ParallelMode = F(AUTO,
+                               help="several processes: ddp replicates the model on each; fsdp shards weights, gradients and optimizer "
+                                    "state over them (FSDP2); auto: ddp while they fit one device with headroom, else fsdp")
+    activation_checkpointing: Literal["none", "full"] = F("none",
+                                                          help="full: each block (GPT) or stage (ResNet) recomputes its activations in the backward: "
+                                                               "less memory, about a third more compute")
+    ddp_bucket_mb: float = F(25.0, gt=0, help="several processes: DDP's gradient bucket size in MB (torch's default 25; profiles may set it)")
+    ddp_comm_dtype: Literal["fp32", "bf16"] = F("fp32", help="several processes on CUDA: dtype of the gradient all-reduce (bf16: half the bytes)")
+    empty_cache_every: int = F(0, min=0, help="MPS/CUDA: empty_cache() every N steps; 0 = never")
+    nan_policy: Literal["rollback", "stop"] = F("rollback", help="non-finite loss: roll back to the last good checkpoint with a lower lr, or stop")
+    nan_lr_factor: float = F(0.5, gt=0, max=1, help="nan_policy rollback: the learning rate is multiplied by this at each rollback")
+    max_rollbacks: int = F(3, min=0, help="nan_policy rollback: rollbacks before the run stops")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Eval:
-    every_steps: int = F("int", 100, min=0, help="0 = only at the end")
-    batches: int = F("int", 20, min=1, help="validation batches per eval")
-    accuracy_samples: int = F("int", 256, min=0, help="arithmetic: problems scored by exact match")
+    every_steps: int = F(100, min=0, help="0 = only at the end")
+    batches: int = F(20, min=1, help="validation batches per eval")
+    accuracy_samples: int = F(256, min=0, help="arithmetic: problems scored by exact match")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Checkpoint:
-    every_steps: int = F("int", 200, min=0, help="0 = only at the end")
-    keep_last: int = F("int", 3, min=1, help="checkpoints kept (the newest that verify); older ones are deleted")
-    sigterm_grace_seconds: float = F("float", 10.0, gt=0,
+    every_steps: int = F(200, min=0, help="0 = only at the end")
+    keep_last: int = F(3, min=1, help="checkpoints kept (the newest that verify); older ones are deleted")
+    sigterm_grace_seconds: float = F(10.0, gt=0,
                                      help="after SIGTERM, seconds the step under way may still take; then it is given up and "
                                           "a resume starts from the newest checkpoint (a Slurm preemption kills 30 s after its SIGTERM)")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Logging:
-    every_steps: int = F("int", 10, min=1, help="metrics.jsonl and progress cadence")
-    heartbeat_seconds: float = F("float", 5.0, gt=0, help="seconds between writes of heartbeat.json")
-    progress: str = F("str", AUTO, choices=("auto", "rich", "plain", "none"),
-                     help="progress display; auto: a rich bar on a terminal, plain lines otherwise")
-    device_seconds: float = F("float", 3.0, min=0, help="seconds between device samples (utilization, memory, power); 0 = off")
-    trackers: list = F("list", [], choices=TRACKERS, help="also write metrics through: tensorboard, wandb (metrics.jsonl stays)")
+    every_steps: int = F(10, min=1, help="metrics.jsonl and progress cadence")
+    heartbeat_seconds: float = F(5.0, gt=0, help="seconds between writes of heartbeat.json")
+    progress: Literal["auto", "rich", "plain", "none"] = F(AUTO, help="progress display; auto: a rich bar on a terminal, plain lines otherwise")
+    device_seconds: float = F(3.0, min=0, help="seconds between device samples (utilization, memory, power); 0 = off")
+    trackers: list[Tracker] = F([], help="also write metrics through: tensorboard, wandb (metrics.jsonl stays)")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Device:
-    type: str = F("str", AUTO, choices=DEVICES, help="device to train on; auto: the profile's, else cuda, then mps, then cpu")
-    fallback_to_cpu: bool = F("bool", False, help="train on the CPU when the device is unusable at run time (reported)")
-    fallback: str = F("str", AUTO, choices=("auto", "cpu", "mps-fallback", "none"),
-                      help="after a device fault mid-run, restart from the last checkpoint: mps-fallback (missing MPS "
-                           "operators on the CPU), cpu (the whole run), none (stop); auto: mps-fallback for a missing operator")
+    type: DeviceType = F(AUTO, help="device to train on; auto: the profile's, else cuda, then mps, then cpu")
+    fallback_to_cpu: bool = F(False, help="train on the CPU when the device is unusable at run time (reported)")
+    fallback: DeviceFallback = F(AUTO,
+                                 help="after a device fault mid-run, restart from the last checkpoint: mps-fallback (missing MPS "
+                                      "operators on the CPU), cpu (the whole run), none (stop); auto: mps-fallback for a missing operator")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Dataloader:
-    num_workers: int = F("int", 0, min=0, help="DataLoader worker processes; 0: batches are loaded in the training process")
-    pin_memory: bool | str = F("auto_bool", AUTO, help="auto: on CUDA only")
-    persistent_workers: bool = F("bool", False, help="keep DataLoader workers alive between epochs (needs num_workers > 0)")
-    prefetch_factor: int | None = F("int", None, nullable=True, min=1,
-                                    help="batches each worker loads ahead (needs num_workers > 0); null: torch's default")
-    fetch_ahead: bool | str = F("auto_bool", AUTO, help="read and copy the next batch while the GPU computes; auto: on CUDA/MPS "
-                                                     "with workers or a built-in dataset (train/prefetch.py)")
+    num_workers: int = F(0, min=0, help="DataLoader worker processes; 0: batches are loaded in the training process")
+    pin_memory: AutoOrBool = F(AUTO, help="auto: on CUDA only")
+    persistent_workers: bool = F(False, help="keep DataLoader workers alive between epochs (needs num_workers > 0)")
+    prefetch_factor: int | None = F(None, min=1, help="batches each worker loads ahead (needs num_workers > 0); null: torch's default")
+    fetch_ahead: AutoOrBool = F(AUTO, help="read and copy the next batch while the GPU computes; auto: on CUDA/MPS "
+                                           "with workers or a built-in dataset (train/prefetch.py)")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Sweep:
-    grid: dict = F("dict", {}, help="`envkit sweep`: section.key -> list of values (or any other name -> list of mappings of keys "
-                                    "set together); every combination is a run")
+    grid: dict = F({}, help="`envkit sweep`: section.key -> list of values (or any other name -> list of mappings of keys "
+                            "set together); every combination is a run")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -229,9 +214,16 @@ class TrainConfig:
 
 SECTIONS: dict[str, type] = {"experiment": Experiment, "dataset": Dataset, "model": Model, "training": Training, "eval": Eval,
                              "checkpoint": Checkpoint, "logging": Logging, "device": Device, "dataloader": Dataloader, "sweep": Sweep}
+
+
+def _keys(section: type) -> dict[str, Field]:
+    """A section's keys, each Field with the kind of value its annotation says."""
+    hints = typing.get_type_hints(section, include_extras=True)
+    return {f.name: f.metadata["spec"].typed(hints[f.name]) for f in dataclasses.fields(section)}
+
+
 # section -> key -> Field, in the order train.yaml, --print-config and the reference list them
-SCHEMA: dict[str, dict[str, Field]] = {name: {f.name: f.metadata["spec"] for f in dataclasses.fields(cls)}
-                                       for name, cls in SECTIONS.items()}
+SCHEMA: dict[str, dict[str, Field]] = {name: _keys(cls) for name, cls in SECTIONS.items()}
 
 # Which model keys apply to which built-in model (others are an error, not silently ignored).
 MODEL_KEYS = {

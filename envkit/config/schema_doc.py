@@ -27,19 +27,6 @@ from envkit.config.schema import (
 
 OUTPUT = Path("docs") / "reference" / "train-yaml.md"
 
-KINDS = {
-    "int": "integer",
-    "int_auto": "integer or `auto`",
-    "float": "number",
-    "str": "string",
-    "name": "folder name",
-    "bool": "`true` / `false`",
-    "list": "list",
-    "dict": "mapping",
-    "auto_bool": "`auto` / `true` / `false`",
-}
-
-
 def _cell(text: str) -> str:
     """Text safe inside a Markdown table cell."""
     return text.replace("|", "\\|").replace("\n", " ")
@@ -59,7 +46,7 @@ def _yaml(value: Any) -> str:
 
 
 def _type(field: Field) -> str:
-    kind = KINDS[field.kind]
+    kind = field.kind.doc
     return f"{kind} or `null`" if field.nullable else kind
 
 

@@ -4,7 +4,8 @@ refusal, in one place. `make_plan(RunRequest(...)) -> Plan` is the one entry poi
 (here or --slurm), each combination of `envkit sweep`, `envkit validate` and `envkit exec` (its
 process count and nodes) go through it, and envkit/launch/launcher.py starts what it planned.
 
-    model.py      RunRequest, Plan, PlannedRun, Nodes
+    model.py      RunRequest, Plan, PlannedRun, Nodes; the closed sets they hold (Purpose, Resume, RunState)
+    options.py    RunOptions: `envkit run`'s options, of which the RunRequest is the plan's part
     resolve.py    the config with its profile, the facts of the machine, the training interpreter
     grid.py       a sweep's combinations
     batch.py      training.batch_size: auto (asked for; a resumed run's number kept)

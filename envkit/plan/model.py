@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, NewType, get_args
 
 from envkit.plan.grid import MAX_RUNS, Combination
 
@@ -16,7 +16,19 @@ if TYPE_CHECKING:  # types only: the plan is made without importing what these m
     from envkit.profiles.resolve import Profile
     from envkit.config.config import Config
 
-PURPOSES = ("train", "validate", "print-config")
+# train: every check; validate: the config and the machine; print-config: the config alone
+Purpose = Literal["train", "validate", "print-config"]
+# --resume: auto (the newest unfinished run of this config), never (a new run), or a checkpoint's
+# path as typed (refusals and the child's command line say it as the user wrote it)
+CheckpointPath = NewType("CheckpointPath", str)
+Resume = Literal["auto", "never"] | CheckpointPath
+# A run folder as planned: new, resumed, or (a sweep's) completed and skipped
+RunState = Literal["new", "resume", "completed"]
+
+
+def resume_option(text: str) -> Resume:
+    """--resume's text as a Resume: auto, never, or a checkpoint's path."""
+    return text if text == "auto" or text == "never" else CheckpointPath(text)
 
 
 @dataclass(frozen=True)
@@ -51,14 +63,14 @@ class RunRequest:
     slurm_nodes: int | None = None  # None: trains here; N: submitted with --slurm to N nodes
     detach: bool = False  # `envkit exec --detach`
     run_id: str | None = None
-    resume: str = "auto"  # auto | never | a checkpoint's path
+    resume: Resume = "auto"
     sweep: bool = False  # every combination of the config's sweep.grid, each its own run
     max_runs: int = MAX_RUNS
-    purpose: str = "train"  # train: every check; validate: config and machine; print-config: the config alone
+    purpose: Purpose = "train"
 
     def __post_init__(self):
-        if self.purpose not in PURPOSES:
-            raise ValueError(f"purpose {self.purpose!r} is not one of {PURPOSES}")
+        if self.purpose not in get_args(Purpose):
+            raise ValueError(f"purpose {self.purpose!r} is not one of {get_args(Purpose)}")
 
     @property
     def here(self) -> bool:
@@ -81,7 +93,7 @@ class PlannedRun:
 
     cfg: Config
     run_dir: Path
-    state: str  # new | resume | completed (a sweep's finished run: skipped)
+    state: RunState  # completed: a sweep's finished run, skipped
     note: str | None = None  # why this folder: resuming an unfinished run, or not resuming one whose config differs
     batch_note: str | None = None  # training.batch_size auto: the number kept from the run's start, said before it
     combination: Combination | None = None  # a sweep's: the grid values this run trains

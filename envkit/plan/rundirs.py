@@ -16,6 +16,7 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 from envkit.runfolder import names
 from envkit.config.config import Config, where_set
+from envkit.plan.model import Resume, RunState
 
 FINISHED = ("completed",)
 
@@ -65,7 +66,7 @@ def read_json(path: Path) -> dict | None:
         return None
 
 
-def choose_run_dir(cfg: Config, run_id: str | None, resume: str) -> tuple[Path, bool, str | None]:
+def choose_run_dir(cfg: Config, run_id: str | None, resume: Resume) -> tuple[Path, bool, str | None]:
     """(run folder, resuming?, note)."""
     from envkit.fsutil import check_inside
 
@@ -110,7 +111,7 @@ def new_run(exp: Path) -> Path:
     return d
 
 
-def run_state(cfg: Config, run_dir: Path) -> str:
+def run_state(cfg: Config, run_dir: Path) -> RunState:
     """A sweep's run folder: new, resume or completed; one started with another config is refused
     (nothing is overwritten)."""
     if not (run_dir / names.CONFIG).is_file():
@@ -124,7 +125,7 @@ def run_state(cfg: Config, run_dir: Path) -> str:
     return "completed" if summary.get("status") in FINISHED else "resume"
 
 
-def place_combination(cfg: Config, run_name: str, config: str) -> tuple[Path, str]:
+def place_combination(cfg: Config, run_name: str, config: str) -> tuple[Path, RunState]:
     """(run folder, state) of a sweep's combination: runs/<experiment>/<run_name>/."""
     from envkit.fsutil import check_inside, check_name
 
@@ -133,7 +134,7 @@ def place_combination(cfg: Config, run_name: str, config: str) -> tuple[Path, st
     return run_dir, run_state(cfg, run_dir)
 
 
-def choose_for_run(cfg: Config, run_id: str | None, resume: str) -> tuple[Path, bool, str | None, dict]:
+def choose_for_run(cfg: Config, run_id: str | None, resume: Resume) -> tuple[Path, bool, str | None, dict]:
     """choose_run_dir, checked before anything is read or written there: no symlink planted where
     envkit writes, and a resumed folder's config.json (returned) of this config."""
     from envkit.fsutil import refuse_links

@@ -103,7 +103,7 @@ def exec_job(run_dir: Path, *, command: list[str], options: list[str], nproc: in
 def sweep_job(runs, config: str, *, overrides, profile, python, parallel: int | None, stop_after, req: SlurmRequest) -> dict | None:
     """One array job, one task per combination not yet completed."""
     need_sbatch()
-    todo = [r for r in runs if r.state != "completed"]
+    todo = [r for r in runs if r.start != "completed"]
     if not todo:
         return None
     root = todo[0].run_dir.parent.parent  # the runs folder (experiment.output_dir)

@@ -22,6 +22,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from typing import Literal
 
 from envkit.errors import EnvkitError
 
@@ -41,7 +42,7 @@ class Probe:
     threads: int | None = None  # CPU threads each run trained with (the CPU: the cores shared out)
 
 
-def parse_pack(text: str | None) -> int | str | None:
+def parse_pack(text: str | None) -> int | Literal["auto"] | None:
     """--pack: "auto" or a count (what --parallel N does); anything else is one line, exit 2."""
     if text is None:
         return None

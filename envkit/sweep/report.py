@@ -6,10 +6,29 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envkit.plan.rundirs import read_json
 from envkit.runfolder import names
+from envkit.train.watching.curves import draw_runs
 from envkit.train.watching.runs_state import read_metrics
+
+if TYPE_CHECKING:
+    from envkit.sweep.runner import SweepRun
+
+
+def results_of(runs: list[SweepRun]) -> list[dict]:
+    """One row per run, in the sweep's order."""
+    return [run_result(r.run_dir, r.combo.overrides, r.combo.group, r.shown) for r in runs]
+
+
+def unfinished(results: list[dict]) -> list[dict]:
+    return [r for r in results if r["status"] != "completed"]
+
+
+def plot(results: list[dict], path: Path, config: str) -> Path:
+    """One curve per run, coloured by its group, into the PNG at `path`."""
+    return draw_runs([(Path(r["run_dir"]), r["group"]) for r in results], path, title=Path(config).name)
 
 
 def run_result(run_dir: Path, overrides: dict, group: str, state: str) -> dict:

@@ -19,16 +19,19 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Literal
 
 from envkit.errors import EnvkitError
 from envkit.plan import Plan, RunRequest, make_plan
-from envkit.plan.grid import MAX_RUNS, Combination
+from envkit.plan.grid import Combination
+from envkit.plan.model import RunState
 from envkit.plan.rundirs import read_json, run_state
 from envkit.runfolder import names
 from envkit.launch import launcher
 from envkit.launch.spawn import release_child, spawn_child
 from envkit.launch.torchrun import child_command
+from envkit.sweep.pack import choose as choose_pack
+from envkit.sweep.request import SweepRequest
 
 
 @dataclass
@@ -36,16 +39,21 @@ class SweepRun:
     combo: Combination
     plan: Plan  # this combination's plan (its config; the machine, profile and interpreter are the sweep's)
     run_dir: Path
-    state: str  # completed (skipped) | resume | new, then the run's own status after it ran
+    start: RunState  # what its folder held when last looked at (completed: skipped)
+    status: str | None = None  # once it ran, its own (summary.json's, else "exited N"); "in use" when another process trains it
     rc: int | None = None
 
+    @property
+    def shown(self) -> str:
+        """Its word in the table where summary.json has none: the status it ended with, else its start."""
+        return self.status or self.start
 
-def prepare(config: str, overrides=(), profile_name: str | None = None, python: str | None = None,
-            max_runs: int = MAX_RUNS, slurm_nodes: int | None = None) -> list[SweepRun]:
+
+def prepare(req: SweepRequest, slurm_nodes: int | None = None) -> list[SweepRun]:
     """Every combination resolved, placed and checked (envkit/plan/), before anything runs: a bad
     value stops it all here. slurm_nodes: submitted with --slurm to that many nodes (the login node
     is not the machine that trains: nothing is held against it)."""
-    p = make_plan(RunRequest(config, tuple(overrides), profile_name, python, sweep=True, max_runs=max_runs,
+    p = make_plan(RunRequest(req.config, tuple(req.overrides), req.profile, req.python, sweep=True, max_runs=req.max_runs,
                              slurm_nodes=slurm_nodes))
     runs = []
     for r in p.runs:
@@ -54,14 +62,37 @@ def prepare(config: str, overrides=(), profile_name: str | None = None, python: 
     return runs
 
 
+def train_here(runs: list[SweepRun], req: SweepRequest, pack: int | Literal["auto"] | None, say) -> bool:
+    """Train what is not completed on this machine, `req.at_once(pack)` at a time (--pack auto:
+    measured first); whether Ctrl-C interrupted it."""
+    if runs and runs[0].plan.managed is None and not req.python:
+        say(f"note: no `envkit setup` environment here: training with {sys.executable}")
+    todo = sum(r.start != "completed" for r in runs)
+    parallel = _packed(runs, say) if pack == "auto" and runs else req.at_once(pack)
+    say(f"sweep: {len(runs)} runs ({len(runs) - todo} completed, {todo} to run, {parallel} at a time) "
+        f"under {runs[0].run_dir.parent if runs else '?'}")
+    return execute(runs, parallel=parallel, gpus=gpu_count(runs[0].plan.facts) if runs else 0,
+                   stop_after=req.stop_after, debug=req.debug, say=say, quiet_stdout=req.as_json)  # --json: stdout holds the JSON alone
+
+
+def _packed(runs: list[SweepRun], say) -> int:
+    """--pack auto: one run per GPU where there are several, else the count measured on the one device."""
+    gpus = gpu_count(runs[0].plan.facts)
+    if gpus > 1:  # the runs already spread one per GPU: packing measures one device
+        say(f"pack: {gpus} at a time, one run per GPU ({gpus} GPUs here; --pack auto measures a single device)")
+        return gpus
+    return choose_pack([r for r in runs if r.start != "completed"], runs[0].plan.python,
+                       launcher.child_environ(runs[0].plan.profile, 1), say)
+
+
 def execute(runs: list[SweepRun], *, parallel: int = 1, gpus: int = 0, stop_after: int | None = None,
             debug: bool = False, say=print, quiet_stdout: bool = False) -> bool:
     """Run what is not completed, `parallel` at a time. Ctrl-C: the runs checkpoint and stop (they
     share the terminal's signal), no new run starts, and the next `envkit sweep` resumes them.
     Returns whether it was interrupted so."""
-    todo = [r for r in runs if r.state != "completed"]
+    todo = [r for r in runs if r.start != "completed"]
     for r in runs:
-        if r.state == "completed":
+        if r.start == "completed":
             say(f"skip    {r.combo.run_id}: completed ({r.run_dir})")
     free_slots = list(range(max(1, parallel)))
     active: dict[subprocess.Popen, tuple[SweepRun, int, IO]] = {}  # the run, its slot, its owner lock (open)
@@ -90,9 +121,9 @@ def execute(runs: list[SweepRun], *, parallel: int = 1, gpus: int = 0, stop_afte
                 release_child(proc)
                 owner.close()  # the run folder is free again
                 r.rc = proc.returncode
-                r.state = (read_json(r.run_dir / names.SUMMARY) or {}).get("status") or f"exited {r.rc}"
+                r.status = (read_json(r.run_dir / names.SUMMARY) or {}).get("status") or f"exited {r.rc}"
                 free_slots.append(slot)
-                say(f"{'done' if r.state == 'completed' else r.state:<8}{r.combo.run_id} (exit {r.rc})")
+                say(f"{'done' if r.status == 'completed' else r.status:<8}{r.combo.run_id} (exit {r.rc})")
                 if r.rc == 2 and todo:  # a bad config or data file: every other run would meet it too
                     say(f"stopping: {r.combo.run_id} stopped on bad input (exit 2; its error is above or in {r.run_dir})")
                     todo.clear()
@@ -110,7 +141,7 @@ def _own(r: SweepRun, say):
     decided here, holding the lock, at the moment it would start, not once when the sweep began."""
     from envkit.fsutil import owner_holder, read_owner, take_owner_lock
 
-    if r.state == "new":
+    if r.start == "new":
         r.run_dir.mkdir(parents=True, exist_ok=True)
     try:
         lock = take_owner_lock(r.run_dir, "envkit sweep")
@@ -118,15 +149,15 @@ def _own(r: SweepRun, say):
         _, who = owner_holder(read_owner(r.run_dir))
         say(f"skip    {r.combo.run_id}: in use by {who}, "
             f"which trains it; not trained twice (`envkit monitor {r.run_dir}` watches it)")
-        r.state = "in use"
+        r.status = "in use"
         return None
     try:  # decided again now, under the lock: another sweep or a Slurm task may have finished it since prepare()
         assert r.plan.cfg is not None  # a sweep's plans are each made from its train.yaml
-        r.state = run_state(r.plan.cfg, r.run_dir)
+        r.start = run_state(r.plan.cfg, r.run_dir)
     except BaseException:
         lock.close()
         raise
-    if r.state == "completed":
+    if r.start == "completed":
         lock.close()
         say(f"skip    {r.combo.run_id}: completed by another process since this sweep started ({r.run_dir}); not trained twice")
         return None
@@ -147,7 +178,7 @@ def _start(r: SweepRun, slot: int, gpus: int, parallel: int, stop_after, debug: 
         where = f" ({env['OMP_NUM_THREADS']} CPU thread{'s' if env['OMP_NUM_THREADS'] != '1' else ''})"
     launcher.write_run_files(r.plan, r.run_dir, env)
     cmd = child_command(r.plan.python, r.run_dir, stop_after=stop_after, resume="auto", nproc=1, debug=debug)
-    say(f"{'resume' if r.state == 'resume' else 'start':<8}{r.combo.run_id} -> {r.run_dir}{where}")
+    say(f"{'resume' if r.start == 'resume' else 'start':<8}{r.combo.run_id} -> {r.run_dir}{where}")
     if parallel > 1:  # several at once: each run's console output goes to its folder, not interleaved here
         from envkit.fsutil import open_append
 
