@@ -405,13 +405,3 @@ def hold_lock_file(path: Path, record: dict):
     _write_owner(fh, {"pid": os.getpid(), "start_time": process_start_time(os.getpid()), **record})
     return fh
 
-
-def sha256_file(path: Path) -> str:
-    """The sha256 of a file, read in 1 MiB blocks (wheels, checkpoint shards: never whole in memory)."""
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
