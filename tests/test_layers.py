@@ -24,7 +24,7 @@ STAGE_ORDER = {
     "base": 0, "facts": 1, "checks": 2, "profiles": 3, "install": 4, "runfolder": 4.4, "record": 4.5, "config": 4.7, "selftest": 5, "train": 5,
     "plan": 6, "launch": 6.5, "exec": 7, "bench": 7, "sweep": 8, "slurm": 8, "tune": 8, "reproduce": 8.5, "commands": 9, "cli": 10,
 }
-BASE = {"errors", "redact", "console", "resources", "fsutil", "hashing", "__init__", "data", "track"}
+BASE = {"errors", "redact", "console", "resources", "fsutil", "hashing", "paths_check", "__init__", "data", "track"}
 BASE_MODULES = {"envkit.runfolder.names"}  # the run folder's file names: spelt once, below every stage
 RUN_FOLDER_FILES = {"config.json", "environment.json", "summary.json", "heartbeat.json", "metrics.jsonl", "record.json",
                     "record.seal", "reproductions.json"}

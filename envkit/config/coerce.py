@@ -188,7 +188,7 @@ def coerce(value: Any, f: Field, where: str, *, from_text: bool = False):
         if not isinstance(value, str):
             raise EnvkitError(f"expected a string, got {describe_value(value)}", where=where, fix=form_fix(f, where))
         if kind == "name":
-            from envkit.fsutil import check_name
+            from envkit.paths_check import check_name
 
             check_name(value, where)
     elif kind == "list":

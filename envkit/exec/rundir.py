@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.fsutil import atomic_write_text, check_inside, check_name
+from envkit.fsutil import atomic_write_text
+from envkit.paths_check import check_inside, check_name
 from envkit.redact import recorded_env, redact, redact_argv
 from envkit.runfolder import names
 

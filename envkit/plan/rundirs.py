@@ -29,7 +29,7 @@ def experiment_dir(cfg: Config, base: Path | None = None) -> Path:
     """runs/<experiment.name>/, the name made a slug (spaces and the like become '-'); a name that is
     not one folder name ('..', '/') was refused when the config was read (config.py), and is again
     here, with the folder checked to be inside the runs folder."""
-    from envkit.fsutil import check_inside, check_name
+    from envkit.paths_check import check_inside, check_name
 
     e = cfg.experiment
     where = where_set(cfg, "experiment.name")
@@ -42,7 +42,7 @@ def experiment_dir(cfg: Config, base: Path | None = None) -> Path:
 
 def check_run_id(run_id: str) -> str:
     """--run-id: one folder name of letters, digits, '.', '_' and '-', never '.' or '..'."""
-    from envkit.fsutil import check_name
+    from envkit.paths_check import check_name
 
     check_name(run_id, "--run-id", "run id")
     if not re.fullmatch(r"[\w.-]+", run_id):
@@ -52,7 +52,7 @@ def check_run_id(run_id: str) -> str:
 
 def run_dir_inside(cfg: Config, run_dir: Path, where: str) -> Path:
     """The chosen run folder, checked to be inside runs/<experiment>/ before anything is written."""
-    from envkit.fsutil import check_inside
+    from envkit.paths_check import check_inside
 
     return check_inside(experiment_dir(cfg), run_dir, where)
 
@@ -67,7 +67,7 @@ def read_json(path: Path) -> dict | None:
 
 def choose_run_dir(cfg: Config, run_id: str | None, resume: str) -> tuple[Path, bool, str | None]:
     """(run folder, resuming?, note)."""
-    from envkit.fsutil import check_inside
+    from envkit.paths_check import check_inside
 
     exp = experiment_dir(cfg)
     h = cfg.config_hash()
@@ -126,7 +126,7 @@ def run_state(cfg: Config, run_dir: Path) -> str:
 
 def place_combination(cfg: Config, run_name: str, config: str) -> tuple[Path, str]:
     """(run folder, state) of a sweep's combination: runs/<experiment>/<run_name>/."""
-    from envkit.fsutil import check_inside, check_name
+    from envkit.paths_check import check_inside, check_name
 
     exp = experiment_dir(cfg)
     run_dir = check_inside(exp, exp / check_name(run_name, f"{config}: sweep.grid", "run name"), f"{config}: sweep.grid")
