@@ -136,7 +136,7 @@ def place_combination(cfg: Config, run_name: str, config: str) -> tuple[Path, st
 def choose_for_run(cfg: Config, run_id: str | None, resume: str) -> tuple[Path, bool, str | None, dict]:
     """choose_run_dir, checked before anything is read or written there: no symlink planted where
     envkit writes, and a resumed folder's config.json (returned) of this config."""
-    from envkit.fsutil import refuse_links
+    from envkit.runfolder.links import refuse_links
 
     run_dir, resuming, note = choose_run_dir(cfg, run_id, resume)
     if run_dir.is_dir():
