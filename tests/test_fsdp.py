@@ -31,7 +31,7 @@ import pytest
 
 from train_runs import close, losses, summary
 from conftest import ROOT, envkit, share_of_cores
-from envkit.fsutil import owner_lock_state
+from envkit.runfolder.owner import owner_lock_state
 from processes import alive, wait_for
 
 GPT = str(ROOT / "templates" / "train" / "gpt_quick_test.yaml")

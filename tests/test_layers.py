@@ -2,12 +2,12 @@
 and no stage importing a later one. The pipeline is
     facts -> checks -> profiles -> install -> runfolder -> record -> config -> selftest | train -> plan -> launch
     -> exec | bench -> sweep | slurm | tune -> reproduce -> commands (cli)
-with the shared helpers (errors, redact, console, resources, fsutil) below every stage. config (train.yaml
-read and checked, no torch) sits below train and plan, which both read it. launch (the parent side
-of a run: the launcher, the child's command line, spawning, the batch probe's decision) sits above
-plan, whose `Plan` it takes, and above train, whose child it starts; exec (torchrun's command
-line, a child that dies with envkit's process), bench, sweep and the commands start processes
-through it, so each ranks above it. Inside train/: run -> data | recovery | watching -> user_code.
+with the shared helpers (errors, redact, console, resources, fsutil, paths_check, process_lock, hashing)
+below every stage. config (train.yaml read and checked, no torch) sits below train and plan, which
+both read it. launch (the parent side of a run: the launcher, the child's command line, spawning,
+the batch probe's decision) sits above plan, whose `Plan` it takes, and above train, whose child it
+starts; exec (torchrun's command line, a child that dies with envkit's process), bench, sweep and
+the commands start processes through it, so each ranks above it. Inside train/: run -> data | recovery | watching -> user_code.
 An import inside a function counts too: a late import is still a dependency."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ STAGE_ORDER = {
     "base": 0, "facts": 1, "checks": 2, "profiles": 3, "install": 4, "runfolder": 4.4, "record": 4.5, "config": 4.7, "selftest": 5, "train": 5,
     "plan": 6, "launch": 6.5, "exec": 7, "bench": 7, "sweep": 8, "slurm": 8, "tune": 8, "reproduce": 8.5, "commands": 9, "cli": 10,
 }
-BASE = {"errors", "redact", "console", "resources", "fsutil", "__init__", "data", "track"}
+BASE = {"errors", "redact", "console", "resources", "fsutil", "hashing", "paths_check", "process_lock", "__init__", "data", "track"}
 BASE_MODULES = {"envkit.runfolder.names"}  # the run folder's file names: spelt once, below every stage
 RUN_FOLDER_FILES = {"config.json", "environment.json", "summary.json", "heartbeat.json", "metrics.jsonl", "record.json",
                     "record.seal", "reproductions.json"}

@@ -87,7 +87,7 @@ def test_sigkill_of_envkit_run_mid_step_a_refusal_names_the_held_trainer_which_t
     """While the trainer is held (SIGSTOP) it still holds the folder after `envkit run` is killed: a
     second `envkit run` names the trainer's PID, the one to wait for or kill, not the dead one's.
     Let go, the trainer finds its supervisor gone and gives up its long step at once; the run resumes."""
-    from envkit.fsutil import owner_lock_state
+    from envkit.runfolder.owner import owner_lock_state
 
     first, run = _start_slow(tmp_path)
     trainer = _trainer_pid(run)

@@ -225,7 +225,7 @@ def test_a_malformed_record_is_one_line_naming_the_file_and_key_and_json_on_stdo
 
 
 def test_a_run_still_going_is_refused_with_its_pid(copy):
-    from envkit.fsutil import take_owner_lock
+    from envkit.runfolder.owner import take_owner_lock
 
     run, env = copy
     held = take_owner_lock(run, command="envkit exec")

@@ -27,7 +27,7 @@ from processes import LONG, alive, checkpointed, wait_for
 # also when the tests run in a background job (which starts with SIGINT ignored).
 HOLDER = """\
 import os, signal, sys, time
-from envkit.fsutil import take_owner_lock
+from envkit.runfolder.owner import take_owner_lock
 if os.fork():
     os._exit(0)
 signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -44,7 +44,7 @@ def bench(ctx, model, config_path, profile_name, device, python, seconds, budget
     from envkit.console import console, is_tty, print_json
     from envkit.tune.session import parse_budget
 
-    from envkit.fsutil import check_writable
+    from envkit.paths_check import check_writable
 
     budget_s = parse_budget(budget, where="--budget")
     for value, where in ((output, "--output"), (plot, "--plot")):

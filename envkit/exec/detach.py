@@ -25,7 +25,7 @@ STARTED_TIMEOUT = 30.0
 
 
 def spawn(run_dir: Path, launched: list[str], env: dict) -> subprocess.Popen:
-    from envkit.fsutil import open_append
+    from envkit.runfolder.applog import open_append
 
     log = os.fdopen(open_append(Path(run_dir) / "supervisor.log"), "ab")
     try:
@@ -77,7 +77,8 @@ def _target(run_dir: Path, beat: dict, say=print) -> tuple[int, Callable[[int], 
     folder whose owner lock is not free (the kernel frees it when the run's processes die). None
     when no such process lives; NothingSent when one may, but cannot be told from a program that
     was given its PID since."""
-    from envkit.fsutil import owner_lock_state, same_process
+    from envkit.process_lock import same_process
+    from envkit.runfolder.owner import owner_lock_state
 
     lock = owner_lock_state(run_dir)
     supervisor, child = beat.get("pid"), beat.get("child_pid")
@@ -95,7 +96,9 @@ def _target(run_dir: Path, beat: dict, say=print) -> tuple[int, Callable[[int], 
 def _lock_holder(run_dir: Path, lock: str | None, pid, say) -> tuple[int, Callable[[int], None]] | None:
     """For a heartbeat without a start time: the process holding the folder's owner lock, when the lock
     file names it with a start time that a live process has (take_owner_lock records both)."""
-    from envkit.fsutil import OWNER_LOCK, read_owner, same_process
+    from envkit.process_lock import same_process
+    from envkit.runfolder.names import OWNER_LOCK
+    from envkit.runfolder.owner import read_owner
 
     if lock is None:  # no lock either (an envkit before it): a live PID may be the trainer or any program
         if pid_alive(pid):

@@ -57,7 +57,7 @@ class Heartbeat:
         self.run_dir, self.interval = Path(run_dir), interval
         self.runner = runner or LiveRunner()
         self.device = device_kind(platform.system(), platform.machine(), shutil.which("nvidia-smi") is not None)
-        from envkit.fsutil import process_start_time
+        from envkit.process_lock import process_start_time
 
         self.fields: dict = {"status": "running", "pid": os.getpid(), "pid_start": process_start_time(os.getpid()),
                              "host": platform.node()}

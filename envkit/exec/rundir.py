@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.fsutil import atomic_write_text, check_inside, check_name
+from envkit.fsutil import atomic_write_text
+from envkit.paths_check import check_inside, check_name
 from envkit.redact import recorded_env, redact, redact_argv
 from envkit.runfolder import names
 
@@ -82,8 +83,8 @@ def write_start_files(run_dir: Path, *, command: list[str], launched: list[str],
     """config.json (the command and options), environment.json (where it ran) and the run's code
     state (record/start.py), before it starts; returns the thread making the environment's lock,
     which the caller joins before it returns (record.json is written then). A folder holding a
-    symlink where envkit writes is refused first (fsutil.refuse_links)."""
-    from envkit.fsutil import refuse_links
+    symlink where envkit writes is refused first (runfolder.links.refuse_links)."""
+    from envkit.runfolder.links import refuse_links
 
     refuse_links(run_dir)
     write_json(run_dir / names.CONFIG, {

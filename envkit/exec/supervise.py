@@ -5,7 +5,7 @@ too); a command that prints nothing and logs no metric for --stall-timeout is re
 and stopped (a watchdog inside the training process cannot fire during a Metal or NCCL hang);
 --restart-on-failure reruns a command that died, never one that succeeded or that the user stopped.
 
-The supervisor owns the run folder (fsutil.take_owner_lock, passed on to the command, so the folder
+The supervisor owns the run folder (runfolder.owner.take_owner_lock, passed on to the command, so the folder
 is owned while either lives) and the command dies with it: PR_SET_PDEATHSIG on the command (Linux,
 at once) and a guard process watching a pipe (envkit/exec/guard.py: Linux and macOS, the whole
 process group)."""
@@ -26,9 +26,9 @@ from pathlib import Path
 
 from envkit.exec.heartbeat import Heartbeat
 from envkit.exec.rundir import read_json, write_json
-from envkit.fsutil import open_append
 from envkit.redact import redact_argv, strip_userinfo
 from envkit.runfolder import names
+from envkit.runfolder.applog import open_append
 from envkit.train.watching.cpu_fallback import FallbackCounter
 
 # SIGUSR1: Slurm's warning before a time limit (passed on by envkit's job): the command's to handle
@@ -94,7 +94,7 @@ class Supervisor:
 
     # ---------------------------------------------------------------- the whole run
     def run(self) -> int:
-        from envkit.fsutil import take_owner_lock
+        from envkit.runfolder.owner import take_owner_lock
 
         started = time.time()
         attempts: list[dict] = []
@@ -178,7 +178,7 @@ class Supervisor:
 
     # ---------------------------------------------------------------- one attempt
     def _attempt(self, n: int) -> tuple[int, str, dict | None]:
-        from envkit.fsutil import process_start_time
+        from envkit.process_lock import process_start_time
         from envkit.launch.spawn import die_with_parent
 
         try:

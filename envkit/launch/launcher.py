@@ -234,7 +234,7 @@ def start(p: Plan, *, stop_after: int | None, debug: bool, profile_steps: tuple[
     p = decide_batch(p, say)
     child_dir, owner = run.run_dir, None
     if nodes.node_rank == 0:
-        from envkit.fsutil import take_owner_lock
+        from envkit.runfolder.owner import take_owner_lock
 
         if run.resuming:  # a folder whose owner died without a summary: say so in it before resuming
             from envkit.train.watching.runs_state import notice_killed, owner_lock_state

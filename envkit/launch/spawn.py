@@ -50,7 +50,7 @@ def spawn_child(cmd: list[str], env: dict, owner=None, **popen_kw) -> ChildProce
     (envkit/train/run/parent_watch.py) reads EOF and stops the trainer as `envkit stop` would.
     ENVKIT_PARENT_FD is "FD@PID": a grandchild that inherits the variable but not the pipe (torchrun's
     workers) sees another parent PID and ignores it. Given the run folder's owner lock
-    (fsutil.take_owner_lock), the child holds it too: the folder is free only when both are gone.
+    (runfolder.owner.take_owner_lock), the child holds it too: the folder is free only when both are gone.
     release_child(proc) closes the pipe once the child has ended."""
     read_end, write_end = os.pipe()  # both close-on-exec; pass_fds hands the child its read end only
     fds = [read_end]
@@ -67,7 +67,7 @@ def spawn_child(cmd: list[str], env: dict, owner=None, **popen_kw) -> ChildProce
         os.close(read_end)
     proc.envkit_parent_pipe = write_end
     if owner is not None:
-        from envkit.fsutil import note_owner_child
+        from envkit.runfolder.owner import note_owner_child
 
         note_owner_child(owner, proc.pid)  # a refusal names the child once this process is gone
     return proc

@@ -52,7 +52,7 @@ class _FullHashes:
         self.changed = False
 
     def get(self, path: Path, st: os.stat_result) -> str:
-        from envkit.fsutil import sha256_file
+        from envkit.hashing import sha256_file
 
         key = f"{path}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}"
         if key not in self.known:

@@ -31,7 +31,7 @@ OWNER = "owner.json"
 
 def temp_folder(what: str) -> Path:
     """A new temporary folder envkit-reproduce-WHAT-*, marked with this process (prune_leftovers)."""
-    from envkit.fsutil import process_start_time
+    from envkit.process_lock import process_start_time
 
     d = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{what}-"))
     (d / OWNER).write_text(json.dumps({"pid": os.getpid(), "start_time": process_start_time(os.getpid())}))
@@ -41,7 +41,7 @@ def temp_folder(what: str) -> Path:
 def prune_leftovers(repos: list[Path]) -> list[Path]:
     """The temporary folders of reproductions whose process is gone (killed), removed; then git's
     entries of worktrees that are gone pruned in each repository. The folders removed."""
-    from envkit.fsutil import same_process
+    from envkit.process_lock import same_process
 
     gone = []
     for d in Path(tempfile.gettempdir()).glob(TEMP_PREFIX + "*"):

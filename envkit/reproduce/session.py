@@ -128,7 +128,7 @@ def _another_machine(lock: Path, facts, say):
 
 def refuse_running(folder) -> None:
     """A run still training: its metrics are not final, so it is not compared against (exit 2, its PID)."""
-    from envkit.fsutil import owner_lock_state, read_owner
+    from envkit.runfolder.owner import owner_lock_state, read_owner
 
     if owner_lock_state(folder.path) == "held":
         owner = read_owner(folder.path)

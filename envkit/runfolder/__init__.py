@@ -8,5 +8,8 @@ names runs without the user's consent.
     folder.py    RunFolder(path): every file of a run folder, read on first use
     seal.py      whether this machine wrote the record and nothing changed since (HMAC)
     archive.py   the untracked files' archive, read with the caps it was written with
+    links.py     a run folder made, and no write through a symlink planted in it
+    applog.py    append-only logs (metrics.jsonl, train.log, ...): whole lines, never through a link
+    owner.py     one owner per run folder: the lock on RUN/.owner.lock and who holds it
 
 Nothing is imported here: `envkit.track`, in a user's script, reads names.py alone."""

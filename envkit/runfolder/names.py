@@ -18,3 +18,4 @@ CODE_DIR = "code"  # patches and untracked files
 SEAL = "record.seal"  # whether this machine wrote the record unchanged (seal.py)
 PENDING = ".record-pending.json"  # the record being written
 REPRODUCTIONS = "reproductions.json"  # each `envkit reproduce` of this run and its outcome
+OWNER_LOCK = ".owner.lock"  # held by the process that trains or supervises in the folder (owner.py)

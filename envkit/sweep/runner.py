@@ -6,7 +6,7 @@ A folder whose summary says completed is skipped; an unfinished one is resumed f
 checkpoint; a folder started with a different config stops the sweep before anything runs (nothing
 is overwritten). A run folder another process trains in (a second `envkit sweep` of the same grid,
 an `envkit run` of it) is skipped, said in one line naming that process: the sweep holds each run
-folder's owner lock (fsutil.take_owner_lock) while it trains it, and its trainers die with it
+folder's owner lock (runfolder.owner.take_owner_lock) while it trains it, and its trainers die with it
 (spawn.spawn_child). `parallel` runs at once; on a machine with several CUDA GPUs each run gets its
 own (CUDA_VISIBLE_DEVICES)."""
 
@@ -139,7 +139,7 @@ def _own(r: SweepRun, say):
     has completed it since the sweep started: skipped, not waited for, so two sweeps of one grid (or a
     sweep and a Slurm array of it) share its runs instead of training one twice. Whether it is done is
     decided here, holding the lock, at the moment it would start, not once when the sweep began."""
-    from envkit.fsutil import owner_holder, read_owner, take_owner_lock
+    from envkit.runfolder.owner import owner_holder, read_owner, take_owner_lock
 
     if r.start == "new":
         r.run_dir.mkdir(parents=True, exist_ok=True)
@@ -180,7 +180,7 @@ def _start(r: SweepRun, slot: int, gpus: int, parallel: int, stop_after, debug: 
     cmd = child_command(r.plan.python, r.run_dir, stop_after=stop_after, resume="auto", nproc=1, debug=debug)
     say(f"{'resume' if r.start == 'resume' else 'start':<8}{r.combo.run_id} -> {r.run_dir}{where}")
     if parallel > 1:  # several at once: each run's console output goes to its folder, not interleaved here
-        from envkit.fsutil import open_append
+        from envkit.runfolder.applog import open_append
 
         out = os.fdopen(open_append(r.run_dir / "console.log"), "ab")
         try:

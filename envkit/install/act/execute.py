@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.fsutil import sha256_file
+from envkit.hashing import sha256_file
 
 
 class StepFailed(Exception):

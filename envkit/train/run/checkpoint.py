@@ -174,7 +174,7 @@ def _move_aside(path: Path, log=None) -> Path:
         log(line)
     else:  # the trainer's log is RUN_DIR/train.log (watching/telemetry.py): one line there, and on the console
         try:
-            from envkit.fsutil import append_line, open_append
+            from envkit.runfolder.applog import append_line, open_append
 
             fd = open_append(path.parent.parent / "train.log")  # never through a symlink
             try:

@@ -1,7 +1,7 @@
 """What a run folder says about its run, read from its files (no torch): summary.json (finished),
 else heartbeat.json: "running" while it is fresh and its process lives, "stalled" when it is older
 than STALL_SECONDS. Whether anything still runs in the folder is asked of its owner lock
-(RUN/.owner.lock, fsutil.take_owner_lock: the kernel releases it when its holders die), not of a
+(RUN/.owner.lock, runfolder.owner.take_owner_lock: the kernel releases it when its holders die), not of a
 PID that may have been given to another program: "orphaned" while a process still holds it but the
 supervisor that took it (envkit run/exec/sweep) is gone, "killed" once nothing holds it and no
 summary was written; whoever notices that (`envkit runs`, `monitor`, `stop`, `run`) writes the
@@ -69,14 +69,15 @@ def _final(summary: dict | None, beat: dict) -> TypeGuard[dict]:
 
 
 def _owner_alive(run_dir: Path) -> bool:
-    from envkit.fsutil import read_owner, same_process
+    from envkit.process_lock import same_process
+    from envkit.runfolder.owner import read_owner
 
     owner = read_owner(run_dir)
     return same_process(owner.get("pid"), owner.get("start_time"))
 
 
 def owner_lock_state(run_dir: Path) -> str | None:
-    from envkit.fsutil import owner_lock_state as state
+    from envkit.runfolder.owner import owner_lock_state as state
 
     return state(run_dir)
 
@@ -85,7 +86,8 @@ def notice_killed(run_dir: Path, noticed_by: str) -> dict | None:
     """The folder's owner is gone and left no summary: write summary.json, status "killed", marked as
     written after the fact (by whom, when, and the last sign of life). Done while holding the owner
     lock, so a run starting in the folder meanwhile is not mislabelled. None when the lock is held."""
-    from envkit.fsutil import atomic_write_text, owner_lock_if_free, read_owner
+    from envkit.fsutil import atomic_write_text
+    from envkit.runfolder.owner import owner_lock_if_free, read_owner
 
     with owner_lock_if_free(run_dir) as free:
         if not free:

@@ -18,9 +18,11 @@ from pathlib import Path
 
 import errno
 
-from envkit.fsutil import append_line, atomic_write_text, cut_torn_line, open_append, process_start_time
+from envkit.fsutil import atomic_write_text
+from envkit.process_lock import process_start_time
 from envkit.redact import strip_userinfo
 from envkit.runfolder import names
+from envkit.runfolder.applog import append_line, cut_torn_line, open_append
 from envkit.train.watching.runs_state import REWOUND
 
 
