@@ -82,6 +82,7 @@ def build_trainer(cfg: Config, run_dir: Path, tel: Telemetry, *, torch_settings:
                   inject: Injector | None) -> tuple[Trainer, TrainState]:
     """The Trainer of `cfg` in `run_dir`, resumed as `resume` says (auto: the newest valid checkpoint;
     a path; never), and the TrainState it resumed to. Logs through `tel`; `inject` is the tests' fault hook."""
+    clock = StepClock()  # the first logged window (the warm-up, left out of the rates) counts from here: the build is in it
     log, run_dir, world = tel.log, Path(run_dir), int(os.environ.get("WORLD_SIZE", "1"))
     # training.global_batch_size: this process's share (a sweep's runs and bench come here without envkit run's plan)
     cfg = per_process_batch(cfg, world)
@@ -110,7 +111,7 @@ def build_trainer(cfg: Config, run_dir: Path, tel: Telemetry, *, torch_settings:
                       parallel=model.parallel, parameters=model.parameters, flops_per_token=model.flops_per_token,
                       precision=precision, autocast=autocast, scaler=scaler, optimizer=optimizer, compile_note=compile_note,
                       compile_cache=compile_cache, checkpointer=checkpointer, resumed_from=resumed_from, watch=watch,
-                      clock=StepClock(), loss_sum=loss_sum)
+                      clock=clock, loss_sum=loss_sum)
     return trainer, state
 
 
