@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, envkit
-from envkit.train.run import checkpoint as ckpt
+from envkit.train.run import checkpointer as ckpt
 
 TEMPLATE = str(ROOT / "templates" / "train" / "mlp_quick_test.yaml")
 SMALL = ["--set", "training.max_steps=12", "--set", "training.batch_size=8", "--set", "training.warmup_steps=0",
@@ -157,7 +157,7 @@ def test_corrupt_checkpoints_are_named_and_skipped(tmp_path, straight, stopped_d
     raw[len(raw) // 2] ^= 0xFF  # one bit flipped, the size unchanged
     middle.write_bytes(bytes(raw))
     with pytest.raises(ckpt.CorruptCheckpoint, match="checksum mismatch"):
-        ckpt.load(middle)
+        ckpt.read(middle)
     res = train(tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     log = (folder(tmp_path) / "train.log").read_text()

@@ -71,21 +71,22 @@ def cache_folder() -> Path:
     return cache_dir() / "compile"
 
 
-def key_parts(tr, micro_batch: int) -> dict:
+def key_parts(cfg, *, device_type: str, device_name: str, data_info: dict, micro_batch: int, precision: str, mode: str, scope: str,
+              world: int, parallel: str) -> dict:
     """What the compiled graphs depend on, as the key's readable source."""
-    cfg = tr.cfg
-    device = tr.device_name if tr.device_type == "cuda" else f"{tr.device_type} {platform.machine()}"
+    device = device_name if device_type == "cuda" else f"{device_type} {platform.machine()}"
     return {"torch": torch.__version__, "git": getattr(torch.version, "git_version", None),
             "cuda": torch.version.cuda, "hip": getattr(torch.version, "hip", None), "device": device,
             "python": sys.version.split()[0], "model": cfg.run_dict().get("model"),
-            "data": {k: v for k, v in sorted(tr.data.info.items()) if isinstance(v, (int, float, str, bool, type(None)))},
-            "batch": micro_batch, "precision": tr.precision, "mode": tr.compile_mode, "scope": tr.compile_scope,
-            "world": tr.world, "parallel": tr.parallel, "deterministic": cfg.training.deterministic}
+            "data": {k: v for k, v in sorted(data_info.items()) if isinstance(v, (int, float, str, bool, type(None)))},
+            "batch": micro_batch, "precision": precision, "mode": mode, "scope": scope,
+            "world": world, "parallel": parallel, "deterministic": cfg.training.deterministic}
 
 
-def cache_key(tr, micro_batch: int) -> str:
-    digest = hashlib.sha256(json.dumps(key_parts(tr, micro_batch), sort_keys=True, default=str).encode()).hexdigest()
-    return f"{tr.cfg.model.type.replace(':', '_').replace('.', '_')[:40]}-{digest[:20]}"
+def cache_key(cfg, **shape) -> str:
+    """The cache's name for the graphs of `cfg`'s model at `shape` (key_parts' keywords)."""
+    digest = hashlib.sha256(json.dumps(key_parts(cfg, **shape), sort_keys=True, default=str).encode()).hexdigest()
+    return f"{cfg.model.type.replace(':', '_').replace('.', '_')[:40]}-{digest[:20]}"
 
 
 def _mac(key: str, data: bytes) -> str:

@@ -1,7 +1,7 @@
 """The training loop, top to bottom like nanoGPT's train.py:
 
-    build (device, data, model, precision, optimizer: trainer.py) -> resume (recover.py)
-    -> compile, DDP, batch stream (Trainer.start) -> for each step:
+    build (device, data, model, precision, optimizer, resume (checkpointer.py), compile, DDP,
+    batch stream: build.py) -> for each step:
        train_step (step.py) -> at a logged/evaluated/checkpointed step: one non-finite check
        (a rollback if it fails, recover.py), the metrics row, eval, checkpoint
     -> TrainResult (state.py) -> summary.json
@@ -35,6 +35,7 @@ from envkit.train.run.speed import eager_stance
 from envkit.train.run.state import TrainResult, TrainState
 from envkit.train.run.step import StepOut, train_step
 from envkit.train.run.stopping import Stopper
+from envkit.train.run.build import build_trainer
 from envkit.train.run.trainer import Trainer
 from envkit.train.watching.mfu import mfu as compute_mfu
 from envkit.train.watching.profiling import StepProfiler
@@ -55,23 +56,18 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
                     progress=logging.progress, enabled=os.environ.get("RANK", "0") == "0",
                     stopped=TrainingStopped,  # a full disk at any write: status disk_full, one line
                     write_fault=(lambda name, step: inject.write_full(run_dir, name, step)) if inject else None)
-    tr = Trainer.build(cfg, run_dir, torch_settings, tel.log)
-    cfg, training = tr.cfg, tr.training  # with what the trainer derived (max_steps from epochs)
+    tr, state = build_trainer(cfg, run_dir, tel, torch_settings=torch_settings, resume=resume, inject=inject)
+    cfg, training = tr.cfg, tr.training  # with what the trainer derived (max_steps from epochs, what auto became)
     if training.epochs:
         tel.set_epochs(training.epochs, training.max_steps)
-    state = TrainState(micro_batch=tr.batch_size, grad_accum=training.grad_accum)
     result = TrainResult(status="running", max_steps=training.max_steps, epochs=training.epochs, unit=tr.unit,
                          device=tr.device_type, device_name=tr.device_name, precision=tr.precision, world_size=tr.world,
                          parallel=tr.parallel, parameters=tr.parameters, config_hash=cfg.config_hash(), flops_per_token=tr.flops_per_token,
-                         baseline_loss=tr.data.baseline_loss, chance_accuracy=tr.data.chance_accuracy)
-    if resume != "never":
-        result.resumed_from = recover.resume(tr, state, resume)
-    tel.rewound(state.step, "resume" if result.resumed_from else "restart")  # rows of an earlier attempt past this step
+                         baseline_loss=tr.data.baseline_loss, chance_accuracy=tr.data.chance_accuracy, resumed_from=tr.resumed_from,
+                         compile=tr.compile_note, derived=dict(cfg.derived))
+    tel.rewound(state.step, "resume" if tr.resumed_from else "restart")  # rows of an earlier attempt past this step
     guard = NanGuard(training.nan_policy, training.nan_lr_factor, training.max_rollbacks, state.rollbacks)
-    watch = RunWatch(run_dir, cfg.run_dict(), tr.device_type, tr.device, tr.log, enabled=tr.master, telemetry=tel, local_devices=tr.world)
-    tr.start(state, watch.next_batch)
-    result.compile = tr.compile_note
-    result.derived = dict(tr.cfg.derived)
+    watch = tr.watch
     loop = _Loop(tr, state, guard, result, tel, watch, StepProfiler(run_dir, profile_steps, tr.device_type, tr.rank, tr.world, tr.log),
                  stop_after=stop_after, on_step=on_step, split_oom=split_oom, elapsed_mark=time.perf_counter(), saved_step=state.step,
                  inject=inject)
@@ -277,7 +273,7 @@ class _Loop:
         now = time.perf_counter()
         state.elapsed += now - self.elapsed_mark
         self.elapsed_mark = now
-        path = tr.save_checkpoint(state)  # every process: fsdp writes its shards
+        path = tr.checkpointer.save(state)  # every process: fsdp writes its shards
         self.saved_step = state.step
         if tr.master:
             assert path is not None  # rank 0's save returns the checkpoint's path

@@ -1,4 +1,5 @@
-"""Recovery, in one place: resume from a checkpoint, the out-of-memory split, the NaN rollback.
+"""Recovery, in one place: the out-of-memory split and the NaN rollback (a resume is the
+Checkpointer's, envkit/train/run/checkpointer.py, when the Trainer is built).
 
 Each changes `TrainState` one way (a restore from a checkpoint, or a smaller micro-batch with more
 accumulation) and then calls `Trainer.rewind`, which moves the data stream to the new position and
@@ -12,21 +13,9 @@ from __future__ import annotations
 import math
 
 import torch
-from pathlib import Path
 
 from envkit.train.recovery import faults
 from envkit.train.recovery.guards import NanGuard
-from envkit.train.run import checkpoint as ckpt
-
-
-def resume(tr, state, how: str) -> str | None:
-    """`--resume auto` (the newest valid checkpoint), or a path; the checkpoint's name, or None."""
-    found = ckpt.newest_valid(tr.run_dir / "checkpoints", log=tr.log) if how == "auto" else (Path(how), ckpt.load(Path(how)))
-    if not found:
-        return None
-    tr.load(state, *found)
-    tr.log(f"resumed from {found[0].name}: step {state.step}, data position {state.batches} batches")
-    return found[0].name
 
 
 def split_after_oom(tr, state, exc: BaseException, *, split: bool, metrics) -> None:
@@ -52,10 +41,10 @@ def rollback(tr, state, guard: NanGuard) -> None:
     """Back to the newest valid checkpoint with a lower learning rate, or TrainingStopped (the
     policy says stop, no checkpoint yet, or too many rollbacks)."""
     at = state.step
-    found = ckpt.newest_valid(tr.run_dir / "checkpoints", log=tr.log)
+    found = tr.checkpointer.newest()
     factor = guard.on_nonfinite(at, found is not None)
     assert found is not None  # on_nonfinite raised TrainingStopped without a checkpoint to roll back to
-    tr.load(state, *found)
+    tr.checkpointer.restore(state, *found)
     state.lr_scale *= factor
     state.rollbacks = guard.rollbacks
     tr.log(f"warning: non-finite loss by step {at}: rolled back to {found[0].name} (step {state.step}), "

@@ -2,8 +2,9 @@
 
 - `TrainState`: the counters a checkpoint records and a resume restores (step, data position,
   micro-batch and accumulation, best validation loss, NaN-guard state, training time). Changed in
-  exactly three ways: a finished step (`train_step`), a restore (resume or NaN rollback), an
-  out-of-memory split (both in `recover.py`), and after the last two `Trainer.rewind` follows.
+  exactly three ways: a finished step (`train_step`), a restore (resume or NaN rollback, through
+  the `Checkpointer`), an out-of-memory split (`recover.py`), and after the last two `Trainer.rewind`
+  follows (a resume's batch stream starts at the restored position).
 - `StepClock`: the time per step between two logged steps, with eval and checkpoint time left out;
   restarted whenever the position moves (`Trainer.rewind`), so a logged `dt_ms` always measures
   steps that really ran one after another.
