@@ -94,8 +94,10 @@ def server(tmp_path_factory):
         yield srv
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def template_venv(tmp_path_factory):
+    """One `python -m venv` (ensurepip: 4 s of CPU) per worker, not per module: 16 modules copy it. Never
+    changed: tests copy it (`venv`) or only run its interpreter."""
     path = tmp_path_factory.mktemp("template") / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
     return path
