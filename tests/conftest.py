@@ -94,8 +94,10 @@ def server(tmp_path_factory):
         yield srv
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def template_venv(tmp_path_factory):
+    """One `python -m venv` (ensurepip: 4 s of CPU) per worker, not per module: 16 modules copy it. Never
+    changed: tests copy it (`venv`) or only run its interpreter."""
     path = tmp_path_factory.mktemp("template") / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
     return path
@@ -142,8 +144,8 @@ SLOW_FILES = frozenset({
 # file collected last (test_train_*.py sort late) would run alone at the end while the other workers
 # idle. Longest first is the classic makespan heuristic; the rest keep their order.
 LONGEST_FIRST = (
-    "test_slurm.py", "test_reproduce.py", "test_bench_tune.py", "test_docs_examples.py", "test_readme_tour.py",
-    "test_train_templates.py", "test_train_faults.py", "test_train_run.py", "test_owner_exec_sweep.py", "test_lock.py",
+    "test_slurm.py", "test_reproduce.py", "test_train_templates.py", "test_readme_tour.py", "test_bench_tune.py",
+    "test_docs_examples.py", "test_train_faults.py", "test_train_run.py", "test_owner_exec_sweep.py", "test_lock.py",
     "test_processes.py", "test_fsdp.py", "test_json_stdout.py", "test_packaging.py", "test_setup.py", "test_exec.py", "test_pylock_real.py",
     "test_run_owner.py", "test_selftest.py", "test_bench_failures.py", "test_sweep.py", "test_sweep_pack.py",
     "test_install_failures.py", "test_pylock_interop.py", "test_auto_batch.py", "test_train_tokens.py", "test_train_prefetch.py",

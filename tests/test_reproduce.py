@@ -76,13 +76,19 @@ def _env(extra: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def train_venv(world):
-    """The venv the original runs train in: torch 2.13.0+cpu and its dependencies from the local index."""
+def train_venv(world, template_venv):
+    """The venv the original runs train in (a copy of conftest's template, pip in it): torch 2.13.0+cpu
+    and its dependencies from the local index, installed by uv (the test extra's) from the indexes pip
+    is given. This venv is the ground the tests stand on, not what they test (each reproduction's
+    venv is built by envkit's own install, with pip): pip took 30 s of CPU to unpack torch here, uv 4."""
+    import shutil
+
     root, env = world
     venv = root / "train-venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    r = subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "torch==2.13.0+cpu"], env=_env(env),
-                       capture_output=True, text=True, timeout=900, check=False)
+    shutil.copytree(template_venv, venv, symlinks=True)
+    r = subprocess.run([sys.executable, "-m", "uv", "pip", "install", "-q", "--python", str(venv / "bin/python"),
+                        "--index-url", env["PIP_INDEX_URL"], "--extra-index-url", env["PIP_EXTRA_INDEX_URL"], "torch==2.13.0+cpu"],
+                       env=_env(env), capture_output=True, text=True, timeout=900, check=False)
     assert r.returncode == 0, r.stderr[-2000:]
     return venv
 
