@@ -20,6 +20,11 @@ import traceback
 from pathlib import Path
 
 from envkit.bench.clock import StepClock
+from envkit.bench.stages import StagedClock
+from envkit.config.config import Config
+from envkit.train.recovery import faults
+from envkit.train.recovery.faults import asked_for, events
+from envkit.train.run.batch_probe import device_memory_mb, peak_mb
 
 MARK = "@@envkit-bench "
 # PyTorch's own settings (profiles/base.toml): what the rungs before the profile rung run with
@@ -29,8 +34,6 @@ PYTORCH_DEFAULTS = {"matmul_precision": "highest", "allow_tf32": False, "cudnn_b
 def run_config(spec: dict):
     """The user's config with this run's settings: the rung's (or candidate's) precision, compile,
     batch, loader and device; no eval, checkpoint, tracker or progress display inside the clock."""
-    from envkit.config.config import Config
-
     cfg = Config.from_resolved(spec["config"])
     workers = int(spec.get("num_workers") or 0)
     v = {"device.type": spec["device"], "device.fallback_to_cpu": False, "device.fallback": "none",
@@ -57,14 +60,10 @@ def run_config(spec: dict):
 def measure(spec: dict) -> dict:
     import torch
 
-    from envkit.train.recovery import faults
     from envkit.train.run.loop import train
 
     if spec.get("threads"):
         torch.set_num_threads(int(spec["threads"]))
-    from envkit.train.run.batch_probe import device_memory_mb, peak_mb
-
-    from envkit.config.config import Config
 
     real = Config.from_resolved(spec["config"]).training  # before run_config changes it: the run this one stands for
     run_length = {"epochs": real.epochs, "max_steps": real.max_steps}
@@ -79,8 +78,6 @@ def measure(spec: dict) -> dict:
     clock = StepClock(spec["device"], warmup_steps=int(spec["warmup_steps"]), seconds=float(spec["seconds"]),
                       windows=int(spec["windows"]), max_steps=spec.get("max_steps"))
     if spec.get("stages"):  # sweep --pack auto: timed at several counts at once, started once (bench/stages.py)
-        from envkit.bench.stages import StagedClock
-
         clock = StagedClock(clock, spec["stages"], int(spec.get("stage_index") or 0), free_before, run_length=run_length)
     with tempfile.TemporaryDirectory(prefix="envkit-bench-run-") as tmp:
         run_dir = Path(tmp)
@@ -113,8 +110,6 @@ def measure(spec: dict) -> dict:
 
 def _splits(run_dir: Path) -> list[dict]:
     """The micro-batches the trainer split because they did not fit, with what each asked for."""
-    from envkit.train.recovery.faults import asked_for, events
-
     return [{"micro_batch": e["micro_batch_before"], "asked": asked_for(Exception(e.get("error", "")))}
             for e in events(run_dir) if e.get("event") == "oom"]
 

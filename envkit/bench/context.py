@@ -8,7 +8,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+from envkit.checks import run_checks, trainer_device
+from envkit.checks.recommend import recommend_profile, shipped_recommendation
+from envkit.config.config import load_config
 from envkit.errors import EnvkitError
+from envkit.facts import gather
+from envkit.install.setup.managed import find_managed
+from envkit.launch import auto_batch
+from envkit.launch.torchrun import child_entry
+from envkit.plan.batch import is_auto
+from envkit.plan.resolve import absolutise_paths
+from envkit.profiles import load_profile
+from envkit.resources import shipped_dir
 
 if TYPE_CHECKING:
     from envkit.facts.model import Facts
@@ -42,20 +53,11 @@ class BenchContext:
 
 
 def template_path(model: str) -> Path:
-    from envkit.resources import shipped_dir
-
     return shipped_dir("templates") / "train" / f"{model}_quick_test.yaml"
 
 
 def load_context(model: str | None, config_path: str | None, profile_name: str | None, python: str | None,
                  device: str = "auto") -> BenchContext:
-    from envkit.checks import run_checks, trainer_device
-    from envkit.checks.recommend import recommend_profile, shipped_recommendation
-    from envkit.facts import gather
-    from envkit.install.setup.managed import find_managed
-    from envkit.profiles import load_profile
-    from envkit.config.config import load_config
-
     if config_path and model:
         raise EnvkitError("--model and --config exclude each other", where="--model",
                           fix="--model picks a built-in quick-test model; --config uses your train.yaml's model and data")
@@ -94,10 +96,6 @@ def decide_auto_batch(ctx: BenchContext, echo=None) -> None:
     rung and candidate starts from the batch the trainer would use."""
     import sys
 
-    from envkit.launch import auto_batch
-    from envkit.launch.torchrun import child_entry
-    from envkit.plan.batch import is_auto
-
     if not is_auto(ctx.config):
         return
     say = echo or (lambda m: print(m, file=sys.stderr, flush=True))
@@ -110,8 +108,6 @@ def decide_auto_batch(ctx: BenchContext, echo=None) -> None:
 
 def _absolute_paths(cfg):
     """The child runs elsewhere: give it absolute dataset paths (as envkit run does)."""
-    from envkit.plan.resolve import absolutise_paths
-
     return absolutise_paths(cfg)
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from envkit.checks.gates import V, gates, known
+
 # A rung whose loss departs from the baseline's by more than this (relative) is flagged: after the
 # same steps from the same seed, fp32 on another device agrees to well under 1%; bf16/fp16 autocast
 # moves it a few percent; more than 10% means the numbers changed, not only the speed.
@@ -92,8 +94,6 @@ def multi_skip(dev: str, nproc: int, gpus: int) -> tuple[str, str] | None:
 def low_precision(device: str, facts, checks: dict) -> tuple[str | None, str]:
     """(bf16 | fp16 | None, why). bf16 where it is native; fp16 where bf16 is missing or emulated
     (M1/M2: docs/knowledge/mps.md) and fp16 autocast exists (MPS from torch 2.5)."""
-    from envkit.checks.gates import V, gates, known
-
     c = checks.get("bf16")
     if device == "cuda":
         return ("bf16", "") if c is None or c.status in ("pass", "skip") else ("fp16", c.message)

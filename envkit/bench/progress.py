@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import sys
 
+from envkit.console import console
+
 
 def figure(per_second, unit: str) -> str:
     return f"{per_second:,.0f} {unit}/s" if per_second else ""
@@ -19,8 +21,6 @@ class Progress:
     def __enter__(self):
         if self.tty:
             from rich.progress import Progress as RichProgress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-            from envkit.console import console
 
             self._live = RichProgress(SpinnerColumn(), TextColumn("{task.description:<28}"), TimeElapsedColumn(),
                                       TextColumn("{task.fields[figure]}"), console=console(stderr=True), transient=False)

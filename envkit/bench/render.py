@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envkit.bench.ladder import LOSS_TOLERANCE
+from envkit.errors import EnvkitError
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
@@ -159,8 +160,6 @@ def plot_ladder(report, path: Path) -> Path:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        from envkit.errors import EnvkitError
-
         raise EnvkitError("--plot needs matplotlib", where="--plot", fix="pip install 'envkit[plot]'")
     names = [r.name for r in report.rungs]
     values = [r.speedup or 0.0 for r in report.rungs]

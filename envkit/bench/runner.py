@@ -22,6 +22,9 @@ from typing import Any
 from envkit.bench.child import MARK
 from envkit.bench.clock import PROGRESS
 from envkit.bench.spec import RunResult, RunSpec
+from envkit.launch.launcher import omp_threads_per_process
+from envkit.launch.torchrun import child_entry, torchrun_head
+from envkit.plan.model import Nodes
 
 _BOOT = ("import sys, runpy; sys.path.append({folder!r}); "
          "runpy.run_module('envkit.bench.child', run_name='__main__', alter_sys=True)")
@@ -31,9 +34,6 @@ def child_command(python: str, spec_path: Path, debug: bool = False, nproc: int 
     """The child's command line; with nproc > 1 under torchrun on this machine (`envkit run
     --nproc-per-node N` starts the trainer so: torchrun.py), which runs the same command N times
     with RANK, WORLD_SIZE and the rendezvous set, from which the trainer sets up DDP or FSDP."""
-    from envkit.launch.torchrun import child_entry, torchrun_head
-    from envkit.plan.model import Nodes
-
     folder = str(child_entry().parent)
     cmd = [python, "-u", "-c", _BOOT.format(folder=folder), str(spec_path), *(["--debug"] if debug else [])]
     if nproc > 1:  # --no-python: torchrun runs the command as given (it takes a script otherwise, not `-c`)
@@ -47,8 +47,6 @@ def child_env(spec: RunSpec, base: dict[str, str]) -> dict[str, str]:
     if spec.threads:
         env["OMP_NUM_THREADS"] = str(spec.threads)  # before torch starts: its OpenMP pool reads it
     elif spec.nproc > 1:
-        from envkit.launch.launcher import omp_threads_per_process
-
         # what `envkit run` gives each torchrun process: its share of the cores (or of the profile's count)
         env["OMP_NUM_THREADS"] = omp_threads_per_process(spec.env, env, spec.nproc)
     env["PYTHONUNBUFFERED"] = "1"

@@ -12,6 +12,8 @@ from envkit.bench.context import BenchContext
 from envkit.bench.ladder import LOSS_TOLERANCE, Rung, build_ladder, carry_forward, data_can_live_on_device, judge
 from envkit.bench.runner import Interrupted, run_spec
 from envkit.bench.spec import RunResult, RunSpec
+from envkit.fsutil import atomic_write_text
+from envkit.train.run.sharding import config_problem
 
 
 @dataclass
@@ -84,8 +86,6 @@ def spec_for(ctx: BenchContext, rung: Rung, *, seconds: float | None = None) -> 
 def fsdp_problem(config, nproc: int):
     """The fsdp rung's check: the trainer's own (sharding.config_problem: a model with no sharding
     plan, fp16 without a sharded GradScaler), for the rung's precision. (why, in short) or None."""
-    from envkit.train.run.sharding import config_problem
-
     def problem(settings: dict):
         cfg = config.replace_many({"training.parallel": "fsdp", "training.precision": settings.get("precision") or "fp32"})
         found = config_problem(cfg, max(2, nproc))
@@ -204,8 +204,6 @@ def run_bench(ctx: BenchContext, *, no_compile: bool = False, seconds: float | N
 
 
 def save_report(report: BenchReport, path: Path | None = None) -> Path:
-    from envkit.fsutil import atomic_write_text
-
     if path is None:
         path = Path("runs") / "bench" / f"{report.model.replace(':', '_')}-{report.device}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     report.saved = str(path)

@@ -17,6 +17,9 @@ import statistics
 import time
 from pathlib import Path
 
+from envkit.bench.clock import sync_device
+from envkit.train.run.batch_probe import device_memory_mb, peak_mb
+
 POLL_S = 0.02
 
 
@@ -85,9 +88,6 @@ class StagedClock:
         return int(steps * per_step) if steps else None
 
     def _say_warm(self, run_samples: int | None) -> None:
-        from envkit.bench.clock import sync_device
-        from envkit.train.run.batch_probe import device_memory_mb, peak_mb
-
         b = self.base
         sync_device(b.device_type)
         b._read_peak()

@@ -10,6 +10,7 @@ from functools import lru_cache
 
 from packaging.version import InvalidVersion, Version
 
+from envkit.checks.gates import min_driver_for_cuda, older_than
 from envkit.resources import data_file, load_toml
 
 
@@ -152,8 +153,6 @@ def has_xpu(row: dict) -> bool:
 def newest_fit(capability: str | None, driver: str | None) -> tuple[str, str] | None:
     """(release, backend) of the newest build that holds kernels for this GPU and runs on this
     driver, e.g. ("2.14", "cu126") for a Pascal card on driver 580."""
-    from envkit.checks.gates import min_driver_for_cuda, older_than
-
     for row in reversed(releases()):
         for b in reversed(cuda_builds(row)):
             need = min_driver_for_cuda(b.cuda)
@@ -169,8 +168,6 @@ def available(torch_version: str | None, channel: str = "stable") -> list[dict]:
     which CUDA builds exist, the driver each needs, the architectures each holds, oldest CUDA first:
     [{"backend": "cu126", "cuda": "12.6", "min_driver": "525.60.13", "sm": [...], "ptx": None,
     "assumed": False, "source": ...}]. `assumed`: a release newer than the table (its newest row's builds)."""
-    from envkit.checks.gates import min_driver_for_cuda
-
     if channel == "nightly":
         row, assumed = nightly_row(), False
     else:

@@ -4,6 +4,7 @@ bf16 and compile, the report and the profile chooser all ask the same question).
 from __future__ import annotations
 
 from envkit.checks import accel
+from envkit.facts.collect import gpu_groups
 from envkit.facts.model import Facts
 
 
@@ -53,8 +54,6 @@ def device_gpus(facts: Facts) -> list:
 
 def device_label(facts: Facts) -> str:
     """"4 x AMD Instinct MI300X (gfx942)": the GPUs that train, as a verdict names them."""
-    from envkit.facts.collect import gpu_groups
-
     groups = gpu_groups(device_gpus(facts))
     return ", ".join(f"{f'{n} x ' if n > 1 else ''}{name}" + (f" ({arch})" if arch else "")
                      for (name, _mem, arch), n in groups) or {"cuda": "the CUDA GPU", "xpu": "the Intel GPU"}.get(best_device(facts), "the CPU")

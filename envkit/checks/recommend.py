@@ -3,8 +3,12 @@ then, on the live machine only, the profile `envkit tune` measured for it when t
 
 from __future__ import annotations
 
+from envkit.checks import accel
+from envkit.checks.device import cuda_hidden
+from envkit.errors import EnvkitError
 from envkit.facts.collect import chips_data
 from envkit.facts.model import Facts
+from envkit.resources import user_dir
 
 TIER_SUFFIX = {"base": "", "Pro": "-pro", "Max": "-max", "Ultra": "-ultra"}
 
@@ -43,8 +47,6 @@ def tuned_name(shipped: str) -> str:
 
 def tuned_profile_path(shipped: str):
     """The tuned profile file in the user profile folder, or None."""
-    from envkit.resources import user_dir
-
     path = user_dir() / f"{tuned_name(shipped)}.toml"
     return path if path.is_file() else None
 
@@ -65,7 +67,6 @@ def shipped_recommendation(facts: Facts) -> tuple[str, str | None]:
             return apple_profile(facts.chip.family, facts.chip.tier)
         return "apple-silicon", "could not tell which Apple chip this is: using the generic apple-silicon profile"
     rt = facts.runtime or {}
-    from envkit.checks.device import cuda_hidden
 
     if cuda_hidden(facts):  # CUDA_VISIBLE_DEVICES= on a GPU box: a CPU run, with the CPU's profile
         return "cpu", None
@@ -80,9 +81,6 @@ def shipped_recommendation(facts: Facts) -> tuple[str, str | None]:
             return "cuda-hopper", None
         return "cuda", None
     if facts.other_gpus:  # AMD (ROCm) or Intel (XPU): the build setup plans decides
-        from envkit.checks import accel
-        from envkit.errors import EnvkitError
-
         try:
             planned = accel.pick(facts, None, "stable")
         except EnvkitError as exc:

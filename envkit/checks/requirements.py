@@ -13,6 +13,7 @@ from packaging.version import InvalidVersion, Version
 from envkit.checks.verdict import Check
 from envkit.errors import EnvkitError
 from envkit.facts.model import Facts
+from envkit.resources import load_toml
 
 CAPABILITIES = ("mps", "cuda", "bf16", "compile", "torch", "python-arch", "torch-pairing", "openmp", "env-vars")
 _REQ = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_.\-]*)\s*(.*?)\s*$")
@@ -60,7 +61,6 @@ def read_pyproject(path: Path) -> list[str]:
     """[tool.envkit] require = [...] from pyproject.toml; a missing file means none."""
     if not path.is_file():
         return []
-    from envkit.resources import load_toml
 
     try:
         data = load_toml(path)

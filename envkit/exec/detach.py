@@ -19,14 +19,18 @@ from typing import Callable
 
 from envkit.errors import EnvkitError
 from envkit.exec.rundir import read_json
+from envkit.exec.supervise import Options, Supervisor
+from envkit.process_lock import same_process
 from envkit.runfolder import names
+from envkit.runfolder.applog import open_append
+from envkit.runfolder.names import OWNER_LOCK
+from envkit.runfolder.owner import owner_lock_state, read_owner
+from envkit.train.watching.runs_state import notice_killed, pid_alive as alive
 
 STARTED_TIMEOUT = 30.0
 
 
 def spawn(run_dir: Path, launched: list[str], env: dict) -> subprocess.Popen:
-    from envkit.runfolder.applog import open_append
-
     log = os.fdopen(open_append(Path(run_dir) / "supervisor.log"), "ab")
     try:
         return subprocess.Popen([sys.executable, "-m", "envkit.exec.detach", str(run_dir), "--", *launched], env=env,
@@ -51,8 +55,6 @@ def wait_started(run_dir: Path, proc: subprocess.Popen, timeout: float = STARTED
 
 
 def pid_alive(pid) -> bool:
-    from envkit.train.watching.runs_state import pid_alive as alive
-
     return alive(pid) is True
 
 
@@ -77,9 +79,6 @@ def _target(run_dir: Path, beat: dict, say=print) -> tuple[int, Callable[[int], 
     folder whose owner lock is not free (the kernel frees it when the run's processes die). None
     when no such process lives; NothingSent when one may, but cannot be told from a program that
     was given its PID since."""
-    from envkit.process_lock import same_process
-    from envkit.runfolder.owner import owner_lock_state
-
     lock = owner_lock_state(run_dir)
     supervisor, child = beat.get("pid"), beat.get("child_pid")
     if lock == "free":
@@ -96,10 +95,6 @@ def _target(run_dir: Path, beat: dict, say=print) -> tuple[int, Callable[[int], 
 def _lock_holder(run_dir: Path, lock: str | None, pid, say) -> tuple[int, Callable[[int], None]] | None:
     """For a heartbeat without a start time: the process holding the folder's owner lock, when the lock
     file names it with a start time that a live process has (take_owner_lock records both)."""
-    from envkit.process_lock import same_process
-    from envkit.runfolder.names import OWNER_LOCK
-    from envkit.runfolder.owner import read_owner
-
     if lock is None:  # no lock either (an envkit before it): a live PID may be the trainer or any program
         if pid_alive(pid):
             raise NothingSent(f"cannot tell whether PID {pid} still runs {run_dir}: its heartbeat.json records no start time "
@@ -123,8 +118,6 @@ def stop(run_dir: Path, grace: float, say=print) -> str:
     """SIGINT to the run (envkit's supervisor forwards it to the command's process group), SIGTERM
     after `grace` seconds, SIGKILL after as many again. Returns how it ended. Signals only a process
     checked to be the run's own (_target); else one line, exit 1, nothing sent."""
-    from envkit.train.watching.runs_state import notice_killed, owner_lock_state
-
     summary = read_json(run_dir / names.SUMMARY)
     beat = read_json(run_dir / names.HEARTBEAT)
     if summary.get("status") and summary.get("updated_at", 0) >= beat.get("updated_at", 0) - 1:
@@ -154,8 +147,6 @@ def stop(run_dir: Path, grace: float, say=print) -> str:
 
 def main(argv: list[str]) -> int:
     """The detached supervisor: python -m envkit.exec.detach RUN_DIR -- COMMAND..."""
-    from envkit.exec.supervise import Options, Supervisor
-
     run_dir = Path(argv[0])
     command = argv[argv.index("--") + 1:]
     options = read_json(run_dir / names.CONFIG).get("options") or {}

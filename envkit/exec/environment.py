@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from envkit.errors import EnvkitError
+from envkit.facts import gather
 from envkit.track import RUN_DIR_VAR
 
 
@@ -22,7 +23,6 @@ def resolve_profile_name(profile_name: str | None, managed, facts=None) -> tuple
         if managed and managed.profile and profile_name is None:
             return managed.profile, None, facts
         from envkit.checks.recommend import recommend_profile
-        from envkit.facts import gather
 
         facts = facts or gather(runtime=False, gpu_detail=False)
         profile_name, warning = recommend_profile(facts)

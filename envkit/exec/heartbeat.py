@@ -16,6 +16,7 @@ from pathlib import Path
 
 from envkit.facts import device_parse as dp
 from envkit.facts.runner import LiveRunner
+from envkit.process_lock import process_start_time
 from envkit.runfolder import names
 from envkit.train.watching.device_sampler import build_sample
 from envkit.train.watching.telemetry import write_json
@@ -57,7 +58,6 @@ class Heartbeat:
         self.run_dir, self.interval = Path(run_dir), interval
         self.runner = runner or LiveRunner()
         self.device = device_kind(platform.system(), platform.machine(), shutil.which("nvidia-smi") is not None)
-        from envkit.process_lock import process_start_time
 
         self.fields: dict = {"status": "running", "pid": os.getpid(), "pid_start": process_start_time(os.getpid()),
                              "host": platform.node()}

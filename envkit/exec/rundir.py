@@ -15,8 +15,9 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_text
 from envkit.paths_check import check_inside, check_name
-from envkit.redact import recorded_env, redact, redact_argv
+from envkit.redact import is_secret, recorded_env, redact, redact_argv
 from envkit.runfolder import names
+from envkit.runfolder.links import refuse_links
 
 _PYTHONS = re.compile(r"^(python[\d.]*|pypy[\d.]*|torchrun|accelerate|uv|deepspeed)$")
 
@@ -84,8 +85,6 @@ def write_start_files(run_dir: Path, *, command: list[str], launched: list[str],
     state (record/start.py), before it starts; returns the thread making the environment's lock,
     which the caller joins before it returns (record.json is written then). A folder holding a
     symlink where envkit writes is refused first (runfolder.links.refuse_links)."""
-    from envkit.runfolder.links import refuse_links
-
     refuse_links(run_dir)
     write_json(run_dir / names.CONFIG, {
         "kind": "exec", "name": run_dir.parent.name, "command": redact_argv(command), "launched": redact_argv(launched), "cwd": os.getcwd(),
@@ -103,8 +102,6 @@ def write_start_files(run_dir: Path, *, command: list[str], launched: list[str],
 
 
 def _secret(name: str) -> bool:
-    from envkit.redact import is_secret
-
     return is_secret(name)
 
 

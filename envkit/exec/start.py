@@ -14,17 +14,17 @@ import click
 from envkit import __version__
 from envkit.console import print_json
 from envkit.errors import EnvkitError
-from envkit.exec import environment
+from envkit.exec import detach, environment
 from envkit.exec.request import is_python
+from envkit.install.act.interp import probe
 from envkit.install.setup.managed import find_managed, missing_line
+from envkit.launch.torchrun import torchrun_head
 from envkit.profiles import load_profile
 
 
 def torchrun_argv(argv: list[str], nproc: int, nodes, python: str, run_dir: Path) -> list[str]:
     """`python [-u] train.py ARGS` -> `python -m torch.distributed.run ... train.py ARGS`;
     `python -m pkg ARGS` keeps -m (torchrun's --module); any other program runs with --no-python."""
-    from envkit.launch.torchrun import torchrun_head  # loaded only for several processes
-
     head = torchrun_head(python, nodes, nproc, rank_logs=run_dir / "ranks")
     if is_python(argv[0]):
         rest = [a for a in argv[1:] if a not in ("-u",)]  # torchrun's workers run unbuffered under envkit anyway
@@ -51,8 +51,6 @@ def resolve_environment(profile_name: str | None, argv: list[str]):
 
 def interpreter_versions(resolved: str, managed, no_check: bool) -> dict:
     """envkit, Python and torch of the interpreter that runs the command; the torch-build check."""
-    from envkit.install.act.interp import probe
-
     out = {"envkit": __version__, "python": None, "torch": None}
     python = resolved if is_python(resolved) else (str(managed.python) if managed else None)
     if python:
@@ -101,8 +99,6 @@ def recorded(recording) -> None:
 
 def detach_and_report(run_dir: Path, launched: list[str], env: dict, as_json: bool, recording=None) -> None:
     """--detach: the supervisor started in the background; the run folder and PIDs said."""
-    from envkit.exec import detach
-
     proc = detach.spawn(run_dir, launched, env)
     child = detach.wait_started(run_dir, proc)
     recorded(recording)

@@ -26,10 +26,14 @@ from pathlib import Path
 
 from envkit.exec.heartbeat import Heartbeat
 from envkit.exec.rundir import read_json, write_json
+from envkit.launch.spawn import die_with_parent
+from envkit.process_lock import process_start_time
 from envkit.redact import redact_argv, strip_userinfo
 from envkit.runfolder import names
 from envkit.runfolder.applog import open_append
+from envkit.runfolder.owner import take_owner_lock
 from envkit.train.watching.cpu_fallback import FallbackCounter
+from envkit.train.watching.runs_state import read_metrics
 
 # SIGUSR1: Slurm's warning before a time limit (passed on by envkit's job): the command's to handle
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, *((signal.SIGUSR1,) if hasattr(signal, "SIGUSR1") else ()))
@@ -94,8 +98,6 @@ class Supervisor:
 
     # ---------------------------------------------------------------- the whole run
     def run(self) -> int:
-        from envkit.runfolder.owner import take_owner_lock
-
         started = time.time()
         attempts: list[dict] = []
         self.owner = take_owner_lock(self.run_dir, "envkit exec")  # released by the kernel when we (and the command) end
@@ -157,8 +159,6 @@ class Supervisor:
             pass
 
     def _write_summary(self, status: str, rc: int, started: float, attempts: list[dict]) -> None:
-        from envkit.train.watching.runs_state import read_metrics
-
         rows = [r for r in read_metrics(self.run_dir) if isinstance(r, dict)]
         steps = [r["step"] for r in rows if isinstance(r.get("step"), int)]
         losses = [r["loss"] for r in rows if isinstance(r.get("loss"), (int, float))]
@@ -178,9 +178,6 @@ class Supervisor:
 
     # ---------------------------------------------------------------- one attempt
     def _attempt(self, n: int) -> tuple[int, str, dict | None]:
-        from envkit.process_lock import process_start_time
-        from envkit.launch.spawn import die_with_parent
-
         try:
             self.proc = proc = subprocess.Popen(self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                                 stdin=None if self.opts.echo else subprocess.DEVNULL,

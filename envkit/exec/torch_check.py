@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from envkit.errors import EnvkitError
+from envkit.install.act.interp import probe
+from envkit.install.lock.read import read
+
 FIX = "`envkit setup` puts the profile's build back (`envkit setup --lock` rebuilds from envkit.lock); --no-check skips this check"
 
 
@@ -23,10 +27,6 @@ def torch_drift(installed: str | None, installed_by_setup: str | None, locked: s
 
 def check_managed_torch(managed) -> str | None:
     """The drift line for a managed env (None when it matches, or when nothing says what it should be)."""
-    from envkit.errors import EnvkitError
-    from envkit.install.act.interp import probe
-    from envkit.install.lock.read import read
-
     state = getattr(managed, "state", {}) or {}
     locked = None
     lock_path = state.get("lock")

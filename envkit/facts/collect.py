@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from envkit.facts import parse
+from envkit.facts import accel_parse as ap, parse
 from envkit.facts.model import ChipInfo, Facts, GPUInfo, OSInfo, PythonInfo, TorchInfo
 from envkit.facts.runner import Runner
 from envkit.resources import data_file, load_toml
@@ -149,7 +149,6 @@ def _amd_intel(runner: Runner, skip: bool) -> tuple[list[GPUInfo], str | None]:
     machine is what setup plans for; nvidia-smi answered first)."""
     if skip:
         return [], None
-    from envkit.facts import accel_parse as ap
 
     # amd-smi is ROCm's current tool (rocm-smi's successor); rocminfo ships with every ROCm install
     amd = [GPUInfo(name=g["name"] or g["arch"], vendor="amd", arch=g["arch"], driver=g["driver"])

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import cast
 
 from envkit.errors import EnvkitError
+from envkit.facts import interp_probe
+from envkit.fsutil import atomic_write_text
 from envkit.redact import recorded_env, redact
 
 SNAPSHOT_VERSION = 1
@@ -148,12 +150,8 @@ class LiveRunner(Runner):
     def interpreter(self) -> dict:
         if self._interp is None and os.path.realpath(self.python_exe) == os.path.realpath(sys.executable) \
                 and self.python_exe == sys.executable:
-            from envkit.facts import interp_probe
-
             self._interp = interp_probe.probe(list(PACKAGES))  # our own interpreter: no subprocess needed
         if self._interp is None:
-            from envkit.facts import interp_probe
-
             res = self.run([self.python_exe, interp_probe.__file__, json.dumps(PACKAGES)], timeout=30)
             if res is None or not res.ok:
                 why = "not found" if res is None else (res.stderr.strip().splitlines() or ["failed"])[-1]
@@ -316,6 +314,4 @@ def load_snapshot(path: str | os.PathLike) -> dict:
 
 
 def write_json_atomic(path: str | os.PathLike, data) -> None:
-    from envkit.fsutil import atomic_write_text
-
     atomic_write_text(Path(path), json.dumps(data, indent=2, sort_keys=False) + "\n")

@@ -17,6 +17,8 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_text
+from envkit.profiles import load_profile
+from envkit.resources import shipped_dir
 
 SHELLS = ("bash", "zsh", "fish", "dotenv", "direnv")
 TEMPLATE_FOR = {"bash": "activate.sh", "zsh": "activate.sh", "fish": "activate.fish", "dotenv": "dotenv", "direnv": "envrc"}
@@ -71,8 +73,6 @@ def quote_dotenv(value: str, name: str = "") -> str:
 
 
 def _template(name: str) -> str:
-    from envkit.resources import shipped_dir
-
     path = shipped_dir("templates") / "env" / name
     try:
         return path.read_text()
@@ -213,8 +213,6 @@ def write_env_scripts(directory: Path, profile, venv: Path | None, force: bool) 
     `directory`; return their paths. A file changed since envkit wrote it (or not written by
     envkit) is left alone and raises EnvkitError naming it, unless `force`."""
     if isinstance(profile, str):
-        from envkit.profiles import load_profile
-
         profile = load_profile(profile)
     directory = Path(directory)
     manifest = _read_manifest(directory)

@@ -10,6 +10,7 @@ from typing import Any
 from envkit.errors import EnvkitError
 from envkit.profiles.schema import (NAME_RE, ENV_NAME_RE, REQUIRE_KEYS, SCHEMA, SECTIONS, SETTING_KEYS, TOP_KEYS,
                                     did_you_mean)
+from envkit.resources import shipped_dir, user_dir
 
 @dataclass
 class ProfileInfo:
@@ -27,8 +28,6 @@ class ProfileInfo:
 
 def search_dirs() -> list[tuple[str, Path]]:
     """(origin, folder), highest priority first. A folder that is the shipped one counts once."""
-    from envkit.resources import shipped_dir, user_dir
-
     shipped = shipped_dir("profiles")
     out: list[tuple[str, Path]] = []
     seen: set[Path] = set()

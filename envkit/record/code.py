@@ -25,7 +25,7 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_bytes
-from envkit.redact import strip_userinfo
+from envkit.redact import is_secret_arg, strip_userinfo
 from envkit.runfolder import names
 
 from envkit.runfolder.limits import UNTRACKED_COUNT_MAX, UNTRACKED_FILE_MAX, UNTRACKED_TOTAL_MAX
@@ -103,8 +103,6 @@ _SECRET_FILES = re.compile(r"^(\.env(\..*)?|\.netrc|\.pypirc|\.npmrc|id_(rsa|ed2
 def may_hold_secrets(name: str) -> bool:
     """A file that credentials live in (.env, .netrc, keys) or named like a secret (by whole words,
     envkit/redact.py: `monkey.py` is code): never copied into a run folder, which is shared."""
-    from envkit.redact import is_secret_arg
-
     return bool(_SECRET_FILES.match(name)) or is_secret_arg(name.split(".")[0])
 
 

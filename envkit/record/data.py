@@ -19,6 +19,8 @@ import os
 from pathlib import Path
 
 from envkit.fsutil import atomic_write_text
+from envkit.hashing import sha256_file
+from envkit.record.envstate import cache_root
 
 FULL_HASH_MAX = 64 << 20
 BLOCK = 64 << 10
@@ -42,8 +44,6 @@ class _FullHashes:
     """Whole hashes of files by (inode, size, mtime, ctime), in envkit's cache."""
 
     def __init__(self):
-        from envkit.record.envstate import cache_root
-
         self.path = cache_root() / "data-hashes.json"
         try:
             self.known = json.loads(self.path.read_text())
@@ -52,8 +52,6 @@ class _FullHashes:
         self.changed = False
 
     def get(self, path: Path, st: os.stat_result) -> str:
-        from envkit.hashing import sha256_file
-
         key = f"{path}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}"
         if key not in self.known:
             self.known[key] = sha256_file(path)

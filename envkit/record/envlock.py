@@ -20,7 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from envkit import __version__
 from envkit.fsutil import atomic_write_text
+from envkit.install.act.interp import BOOTSTRAP, probe
+from envkit.install.index.pip_config import pip_sources
+from envkit.install.lock import toml
+from envkit.install.lock.record import required_bootstrap
+from envkit.install.lock.single import canon, doc
+from envkit.install.setup.managed import find_managed
 from envkit.record import hashes
 from envkit.record.envstate import cache_root, state_key
 
@@ -76,9 +83,6 @@ def _folder_of(info: dict | None) -> str | None:
 
 def _indexes(python: str) -> list[str]:
     """The indexes (and find-links folders) the interpreter's pip reads, and the managed lock's."""
-    from envkit.install.index.pip_config import pip_sources
-    from envkit.install.setup.managed import find_managed
-
     managed = find_managed()
     lock = (managed.state.get("lock") if managed else None) or ""
     out = hashes.known_lock_indexes([Path(lock)] if lock else [])
@@ -87,8 +91,6 @@ def _indexes(python: str) -> list[str]:
 
 
 def _lock_paths() -> list[Path]:
-    from envkit.install.setup.managed import find_managed
-
     managed = find_managed()
     paths = [Path(managed.state["lock"])] if managed and managed.state.get("lock") else []
     return paths + [p for p in (Path("envkit.lock"), Path("pylock.toml")) if p.is_file()]
@@ -114,12 +116,6 @@ def _platform_of(found, torch: str | None, device: str | None) -> dict:
 
 def build(python: str, key: str, *, device: str | None = None, profile: str | None = None) -> EnvLock:
     """Probe the interpreter (a child process), find each wheel's hash, write the lock's text."""
-    from envkit import __version__
-    from envkit.install.act.interp import BOOTSTRAP, probe
-    from envkit.install.lock import toml
-    from envkit.install.lock.record import required_bootstrap
-    from envkit.install.lock.single import canon, doc
-
     found = probe(python)
     needed = required_bootstrap(found.dists, found.markers)
     entries, local, wanted = [], [], {}

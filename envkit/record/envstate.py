@@ -18,6 +18,7 @@ import subprocess
 from pathlib import Path
 
 from envkit.fsutil import atomic_write_text
+from envkit.install.act.execute import cache_dir
 
 _SITE_DIRS = ("import json, sys, os; print(json.dumps([p for p in sys.path if p and os.path.isdir(p) "
               "and not p.endswith('.zip')]))")
@@ -25,8 +26,6 @@ META_SUFFIXES = (".dist-info", ".egg-info", ".pth", ".egg-link")
 
 
 def cache_root() -> Path:
-    from envkit.install.act.execute import cache_dir
-
     return cache_dir() / "record"
 
 

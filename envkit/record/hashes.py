@@ -23,6 +23,9 @@ import time
 from pathlib import Path
 
 from envkit.errors import EnvkitError
+from envkit.install.index import pages
+from envkit.install.lock.index_hashes import local_sha256
+from envkit.install.lock.read import read
 
 DEFAULT_BUDGET_S = 10.0
 
@@ -54,16 +57,12 @@ def from_direct_url(info: dict | None) -> dict | None:
     if not sha and str(archive.get("hash", "")).startswith("sha256="):
         sha = archive["hash"].split("=", 1)[1]
     if not sha:
-        from envkit.install.lock.index_hashes import local_sha256
-
         sha = local_sha256(info["url"])
     return {"url": info["url"], "sha256": sha} if sha else None
 
 
 def known_locks(paths: list[Path]) -> dict[tuple[str, str], dict]:
     """(name, version) -> {url, sha256} from locks of one machine that exist among `paths`."""
-    from envkit.install.lock.read import read
-
     out: dict[tuple[str, str], dict] = {}
     for path in paths:
         try:
@@ -81,8 +80,6 @@ def known_locks(paths: list[Path]) -> dict[tuple[str, str], dict]:
 
 def known_lock_indexes(paths: list[Path]) -> list[str]:
     """The indexes the locks among `paths` name (the managed environment's was installed from them)."""
-    from envkit.install.lock.read import read
-
     out: list[str] = []
     for path in paths:
         try:
@@ -104,9 +101,6 @@ def wheel_tags(dist_path: str | None) -> frozenset:
 
 def _lookup(index: str, name: str, version: str, tags: frozenset) -> dict | None:
     from packaging.version import InvalidVersion, Version
-
-    from envkit.install.index import pages
-    from envkit.install.lock.index_hashes import local_sha256
 
     try:
         want = Version(version)

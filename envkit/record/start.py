@@ -17,9 +17,13 @@ import threading
 import time
 from pathlib import Path
 
+from envkit import __version__
 from envkit.fsutil import atomic_write_text
-from envkit.record import files
+from envkit.install.lock.machine import machine_device, platform_of
+from envkit.record import code, data, envlock, files
+from envkit.record.code import tracked
 from envkit.redact import redact, redact_argv
+from envkit.runfolder.seal import seal
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
@@ -65,8 +69,6 @@ def data_paths(cfg) -> list[tuple[str, str]]:
 def command_paths(command: list[str], top: Path | None) -> list[tuple[str, str]]:
     """Arguments of an exec command that name an existing file or folder outside git's tracked
     files (`--data /x/train.bin`, `--data=/x`): its data, as far as envkit can tell."""
-    from envkit.record.code import tracked
-
     candidates = []
     for i, arg in enumerate(command[1:], 1):
         value = arg.split("=", 1)[1] if arg.startswith("-") and "=" in arg else arg
@@ -126,9 +128,6 @@ def capture(run_dir: Path, *, config=None, command: list[str] | None = None, pro
             cwd: str | None = None, profile: str | None = None) -> tuple[dict, list[str]]:
     """(the record without the environment, the errors so far): what must be taken before the run's
     code starts. The code states' patches and untracked files are written into code/ now."""
-    from envkit import __version__
-    from envkit.record import code, data
-
     run_dir = Path(run_dir)
     errors: list[str] = []
     rec: dict = {"format": files.FORMAT, "kind": "run" if config is not None else "exec", "created_at": time.time(),
@@ -160,8 +159,6 @@ def capture(run_dir: Path, *, config=None, command: list[str] | None = None, pro
 
 def finish(run_dir: Path, rec: dict, errors: list[str], *, python: str | None, profile: str | None = None, facts=None) -> dict:
     """The environment's lock (pylock.toml), the local distributions' code states, record.json."""
-    from envkit.record import code, envlock
-
     run_dir = Path(run_dir)
     t0 = rec.pop("_t0", time.perf_counter())
     rec["python"] = python
@@ -180,7 +177,6 @@ def finish(run_dir: Path, rec: dict, errors: list[str], *, python: str | None, p
     rec["errors"] = errors
     rec["seconds"] = round(time.perf_counter() - t0, 3)
     atomic_write_text(run_dir / files.RECORD, json.dumps(redact(rec), indent=2, default=str) + "\n")
-    from envkit.runfolder.seal import seal
 
     seal(run_dir)  # the record complete: signed under this machine's key (runfolder/seal.py)
     return rec
@@ -196,6 +192,4 @@ def record_now(run_dir: Path, *, python: str | None, config=None, command: list[
 def _device(facts) -> str:
     """The accelerator as setup's locks name it (platform_of: ROCm is "rocm", not torch's "cuda"), so
     the run's lock compares equal to this machine's (reproduce, setup --lock)."""
-    from envkit.install.lock.machine import machine_device, platform_of
-
     return platform_of(facts, device=machine_device(facts)).get("device") or machine_device(facts)

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import re
 
+from envkit.facts import gather
+from envkit.install.lock.machine import machine_device, platform_differences, platform_of
+
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
 # What a torch build brings for its accelerator (CUDA's libraries, Triton, ROCm's and XPU's): it
 # belongs to the build, not to the run, so the recorded one goes and this build's comes.
@@ -16,9 +19,6 @@ RUNTIME = re.compile(r"^(nvidia-.+|triton|pytorch-triton(-rocm|-xpu)?|cuda-bindi
 
 def other_machine(lock) -> list[str]:
     """How the machine the lock names differs from this one; [] for this kind of machine."""
-    from envkit.facts import gather
-    from envkit.install.lock.machine import machine_device, platform_differences, platform_of
-
     try:
         facts = gather(None, runtime=False, gpu_detail=False)
         return platform_differences(lock.platform, platform_of(facts, device=machine_device(facts)))

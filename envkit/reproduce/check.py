@@ -13,8 +13,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from envkit.config.config import load_config
 from envkit.errors import EnvkitError
+from envkit.install.act.interp import probe
+from envkit.install.lock.drift import compare
+from envkit.install.lock.read import read
+from envkit.profiles import load_profile
 from envkit.record import files
+from envkit.record.code import code_state
+from envkit.record.data import differences, fingerprint
+from envkit.reproduce.builds import other_machine, this_machines_build
+from envkit.reproduce.consent import plan_lines, refuse_inside
+from envkit.runfolder.folder import RunFolder
 
 
 @dataclass
@@ -55,9 +65,6 @@ def open_run(run_dir: Path, wait: float = 120):
     naming what is missing or wrong."""
     import time
 
-    from envkit.reproduce.consent import refuse_inside
-    from envkit.runfolder.folder import RunFolder
-
     folder = RunFolder(run_dir)
     folder.require_run()
     deadline = time.monotonic() + wait
@@ -77,8 +84,6 @@ def open_run(run_dir: Path, wait: float = 120):
 
 
 def _lock_or_none(lock: Path):
-    from envkit.install.lock.read import read
-
     try:
         return read(lock, require_torch=False)
     except EnvkitError:
@@ -90,11 +95,6 @@ def environment_lines(lock_path: Path, python: str, rec: dict, notes: list[str] 
     A lock of another kind of machine (a Mac's run checked on a CPU box): this machine's build of
     the recorded torch version and its runtime are what a reproduction installs here (elsewhere.py),
     so they are a note, not a difference."""
-    from envkit.install.act.interp import probe
-    from envkit.install.lock.drift import compare
-    from envkit.install.lock.read import read
-    from envkit.reproduce.builds import other_machine, this_machines_build
-
     lock = read(lock_path, require_torch=False)
     local = {d["name"] for d in (rec.get("environment") or {}).get("local") or []}
     found = probe(python)
@@ -113,8 +113,6 @@ def environment_lines(lock_path: Path, python: str, rec: dict, notes: list[str] 
 def code_lines(rec: dict, run_dir: Path | None = None) -> list[str]:
     """Each recorded git tree now against its recorded state; the runs folder is left out of its
     untracked files, as when the run was recorded (record/start.py)."""
-    from envkit.record.code import code_state
-
     exclude = [Path(run_dir).resolve().parent.parent] if run_dir is not None else []
     out = []
     for state in rec.get("code") or []:
@@ -137,8 +135,6 @@ def code_lines(rec: dict, run_dir: Path | None = None) -> list[str]:
 
 
 def data_lines(rec: dict) -> list[str]:
-    from envkit.record.data import differences, fingerprint
-
     out = []
     for recorded in rec.get("data") or []:
         out += [f"data: {line}" for line in differences(recorded, fingerprint(recorded["path"], recorded.get("key", "data")))]
@@ -154,8 +150,6 @@ def config_lines(rec: dict) -> list[str]:
     path = Path(source) if Path(source).is_absolute() else Path(rec.get("cwd") or ".") / source
     if not path.is_file():
         return [f"config: {path} is gone (the run's values are in its config.json)"]
-    from envkit.profiles import load_profile
-    from envkit.config.config import load_config
 
     try:
         profile = load_profile(cfg_rec["profile"]) if cfg_rec.get("profile") else None
@@ -212,8 +206,6 @@ def check(run_dir: Path, python: str | None = None) -> CheckReport:
         report.notes.append(f"the interpreter the run used ({python}) is gone: give --venv DIR to check another")
     report.config = record_lines(folder, record)
     if not folder.trust.trusted:
-        from envkit.reproduce.consent import plan_lines
-
         report.notes.append(f"the folder is not one this machine wrote unchanged ({folder.trust.why}): reproducing it asks "
                             "first; it would run " + "; ".join(plan_lines(folder, record, _lock_or_none(lock))))
     report.code = code_lines(rec, folder.path)

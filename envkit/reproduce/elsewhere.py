@@ -25,6 +25,19 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from envkit import __version__
+from envkit.errors import EnvkitError
+from envkit.fsutil import atomic_write_text
+from envkit.install.act.execute import cache_dir
+from envkit.install.act.interp import probe
+from envkit.install.choice.model import parse_request
+from envkit.install.choice.resolve import resolve
+from envkit.install.choice.variants import choose
+from envkit.install.index.pip_config import pip_sources
+from envkit.install.lock import toml
+from envkit.install.lock.machine import machine_device, platform_differences, platform_of
+from envkit.install.lock.record import hashes_from_report
+from envkit.install.lock.single import canon, doc
 from envkit.reproduce.check import CannotReproduce
 
 from envkit.reproduce.builds import RUNTIME, TORCH_FAMILY
@@ -71,8 +84,6 @@ class Elsewhere:
 
 def differences(lock, facts) -> list[str]:
     """How the machine the lock names differs from this one (OS, architecture, Python, accelerator)."""
-    from envkit.install.lock.machine import machine_device, platform_differences, platform_of
-
     return platform_differences(lock.platform, platform_of(facts, device=machine_device(facts)))
 
 
@@ -89,11 +100,6 @@ def _torch_here(lock, facts, python_version: str, tags: list[str]):
     """(this machine's choice, the resolved torch family) at the recorded torch's base version."""
     from packaging.version import Version
 
-    from envkit.errors import EnvkitError
-    from envkit.install.choice.model import parse_request
-    from envkit.install.choice.resolve import resolve
-    from envkit.install.choice.variants import choose
-
     public = Version(lock.versions["torch"]).public
     request = parse_request(public)
     companions = [n for n in TORCH_FAMILY[1:] if n in lock.versions]
@@ -109,9 +115,6 @@ def _torch_here(lock, facts, python_version: str, tags: list[str]):
 def _pip_resolve(pins: list[str], extra_index: str | None) -> dict[str, dict]:
     """name -> {version, sha256, url} of what pip installs here for `pins` (dependencies included),
     read from `pip install --dry-run --report`, with pip's own sources and this build's index."""
-    from envkit.install.index.pip_config import pip_sources
-    from envkit.install.lock.record import hashes_from_report
-
     env = dict(os.environ)
     indexes, _links = pip_sources(sys.executable)
     if extra_index and extra_index not in indexes:
@@ -131,10 +134,6 @@ def _pip_resolve(pins: list[str], extra_index: str | None) -> dict[str, dict]:
 
 def adapt(lock, facts) -> Elsewhere | None:
     """The lock for this machine (None: the run was recorded on a machine like this one)."""
-    from envkit.install.act.interp import probe
-    from envkit.install.lock.machine import machine_device, platform_of
-    from envkit.install.lock.single import canon
-
     diffs = differences(lock, facts)
     if not diffs:
         return None
@@ -168,12 +167,6 @@ def adapt(lock, facts) -> Elsewhere | None:
 
 def _write(lock, out: Elsewhere, entries: list[dict], indexes: list[str]) -> Path:
     """The lock for this machine, in envkit's cache (named by the run's lock and this machine)."""
-    from envkit import __version__
-    from envkit.fsutil import atomic_write_text
-    from envkit.install.act.execute import cache_dir
-    from envkit.install.lock import toml
-    from envkit.install.lock.single import doc
-
     d = doc(platform=out.here, profile={}, source={"index_urls": indexes}, env={}, entries=entries,
             envkit_version=__version__)
     d["tool"]["envkit"]["reproduce"] = {"recorded-platform": out.recorded, "recorded-torch": out.torch_recorded,

@@ -9,6 +9,8 @@ import math
 import re
 from pathlib import Path
 
+from envkit.train.watching.runs_state import read_metrics
+
 # Keys that measure the machine or the clock, not the computation (metrics.jsonl of envkit run and exec).
 MACHINE = re.compile(r"(^dt|_ms$|_s$|seconds|per_second|per_sec|_pct$|_mb$|_gb$|mfu|util|wait|time|tflops|power|temp|"
                      r"memory|workers|^rss|^cpu|^device_|^gpu|elapsed|eta|^epoch$)")
@@ -16,10 +18,8 @@ MACHINE = re.compile(r"(^dt|_ms$|_s$|seconds|per_second|per_sec|_pct$|_mb$|_gb$|
 
 def read_rows(run_dir: Path) -> dict[int, dict[str, float]]:
     """step -> {metric: value}, the rows of one step merged (training and evaluation)."""
-    from envkit.train.watching.runs_state import read_metrics  # a resumed run's superseded rows left out
-
     out: dict[int, dict[str, float]] = {}
-    for row in read_metrics(Path(run_dir)):
+    for row in read_metrics(Path(run_dir)):  # a resumed run's superseded rows left out
         step = row.get("step") if isinstance(row, dict) else None
         if not isinstance(step, int) or isinstance(step, bool):
             continue

@@ -21,9 +21,15 @@ from pathlib import Path
 
 import yaml
 
+from envkit.checks.gates import gates
 from envkit.errors import EnvkitError
+from envkit.record.code import refuse_inside_run
 from envkit.reproduce.check import CannotReproduce
 from envkit.reproduce.restore import temp_folder
+from envkit.reproduce.venv import HOME, python_of
+from envkit.runfolder.bounded import RunFolderError
+from envkit.runfolder.folder import RunFolder
+from envkit.runfolder.records import MAX_PROCESSES
 from envkit.track import STOP_VAR
 
 
@@ -44,8 +50,6 @@ def next_dir(run_dir: Path) -> Path:
 
 
 def _env(restored, venv: Path) -> dict:
-    from envkit.reproduce.venv import HOME
-
     env = dict(os.environ)
     envkit_tree = restored.folders.get("envkit")
     if envkit_tree is not None:
@@ -59,11 +63,6 @@ def _same_threads(run_dir: Path, env: dict, say) -> None:
     the CPU they are part of the arithmetic (how a sum is split between threads), so a run of a
     sweep that shared the cores, or one started with a count exported, differs at another count.
     Not for another machine or device, which train with this machine's profile."""
-    from envkit.checks.gates import gates
-
-    from envkit.runfolder.bounded import RunFolderError
-    from envkit.runfolder.folder import RunFolder
-
     try:
         recorded = RunFolder(run_dir).environment.environ  # read bounded; only string values kept
     except RunFolderError:
@@ -89,8 +88,6 @@ def _cwd(restored, recorded: str | None, run_dir: Path, fallback: Path | None = 
     """The run's working directory, in its worktree when it lay in a restored tree (the same
     relative folder; made there when git holds no file of it). Never inside the run folder. A
     folder gone from outside the trees: `fallback` (an `envkit run` run: its paths are absolute), else exit 2."""
-    from envkit.record.code import refuse_inside_run
-
     if recorded:
         refuse_inside_run(recorded, "working directory", run_dir)
         here = restored.inside(recorded)
@@ -107,8 +104,6 @@ def _cwd(restored, recorded: str | None, run_dir: Path, fallback: Path | None = 
 
 def _saved_profile(run_dir: Path) -> str | None:
     """An exec run recorded before its record named the profile: config.json's, where it is a name."""
-    from envkit.runfolder.folder import RunFolder
-
     profile = RunFolder(run_dir).config.get("profile")
     return profile if isinstance(profile, str) else None
 
@@ -116,8 +111,6 @@ def _saved_profile(run_dir: Path) -> str | None:
 def in_venv(command: list[str], recorded_python: str | None, venv: Path) -> list[str]:
     """The command with the run's interpreter, named by its absolute path, replaced by the
     reproduction venv's: the run's packages are that venv's now (a bare `python` finds it on PATH)."""
-    from envkit.reproduce.venv import python_of
-
     if command and recorded_python and Path(command[0]).is_absolute():
         same = command[0] == recorded_python or Path(command[0]).parent == Path(recorded_python).parent
         if same and Path(command[0]).name.startswith("python"):
@@ -136,7 +129,6 @@ def _declared(run_dir: Path, rec: dict) -> dict:
     cfg = rec.get("config") or {}
     if cfg.get("declared"):
         return {"values": cfg["declared"], "origin": cfg.get("origin") or {}, "derived": cfg.get("derived_at_start") or {}}
-    from envkit.runfolder.folder import RunFolder
 
     return RunFolder(run_dir).config
 
@@ -179,9 +171,6 @@ def processes(run_dir: Path, rec: dict, say) -> list[str]:
     batch_size per process another batch). The sealed record's count; a record from before it kept
     one: summary.json's world_size. A run of several machines is trained here with all its processes
     (the same splits and sums; on the CPU gloo's, on GPUs it needs as many of them here)."""
-    from envkit.runfolder.folder import RunFolder
-    from envkit.runfolder.records import MAX_PROCESSES
-
     recorded = rec.get("processes") or {}
     world, nodes = recorded.get("world"), recorded.get("nodes") or 1
     if world is None:
@@ -198,8 +187,6 @@ def rerun(run_dir: Path, rec: dict, new_dir: Path, venv: Path, restored, steps: 
     """Train the reproduction; its exit code. `device`: train on it (--device). A run from another
     machine trains with this machine's profile and device (its own named an MPS device, say, that a
     CUDA box has not); every value the run had stays pinned in its config, batch size included."""
-    from envkit.reproduce.venv import python_of
-
     env = _env(restored, venv)
     if not elsewhere and device is None:
         _same_threads(run_dir, env, say)

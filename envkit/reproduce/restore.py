@@ -21,9 +21,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from envkit.process_lock import process_start_time, same_process
 from envkit.record.code import code_state, git, refuse_inside_run
 from envkit.reproduce.check import CannotReproduce
 from envkit.runfolder import names
+from envkit.runfolder.archive import extract
 
 TEMP_PREFIX = "envkit-reproduce-"
 OWNER = "owner.json"
@@ -31,8 +33,6 @@ OWNER = "owner.json"
 
 def temp_folder(what: str) -> Path:
     """A new temporary folder envkit-reproduce-WHAT-*, marked with this process (prune_leftovers)."""
-    from envkit.process_lock import process_start_time
-
     d = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{what}-"))
     (d / OWNER).write_text(json.dumps({"pid": os.getpid(), "start_time": process_start_time(os.getpid())}))
     return d
@@ -41,8 +41,6 @@ def temp_folder(what: str) -> Path:
 def prune_leftovers(repos: list[Path]) -> list[Path]:
     """The temporary folders of reproductions whose process is gone (killed), removed; then git's
     entries of worktrees that are gone pruned in each repository. The folders removed."""
-    from envkit.process_lock import same_process
-
     gone = []
     for d in Path(tempfile.gettempdir()).glob(TEMP_PREFIX + "*"):
         try:
@@ -217,8 +215,6 @@ def worktree(run_dir: Path, state: dict, out: Restored, dest: Path | None = None
                                   + (applied.stderr.decode(errors="replace").strip()[:200] if applied else "git failed"),
                                   where=str(patch), fix="the patch or the repository was changed; it cannot be put back")
     if state.get("untracked_archive"):
-        from envkit.runfolder.archive import extract
-
         extract(run_dir / state["untracked_archive"], tree)  # with the caps it was written with
     for sub in state.get("submodules") or []:
         if not isinstance(sub, dict) or not sub.get("commit") or not sub.get("path"):

@@ -11,11 +11,17 @@ import json
 import time
 from pathlib import Path
 
+from envkit.facts import gather
 from envkit.fsutil import atomic_write_text
+from envkit.install.lock.read import read
 from envkit.record import files
-from envkit.reproduce import local, metrics, verdict
-from envkit.reproduce.check import CannotReproduce, data_lines
+from envkit.reproduce import local, metrics, venv as venvs, verdict
+from envkit.reproduce.check import CannotReproduce, data_lines, open_run
+from envkit.reproduce.consent import ask
+from envkit.reproduce.elsewhere import adapt
+from envkit.reproduce.restore import restore
 from envkit.runfolder import names
+from envkit.runfolder.owner import owner_lock_state, read_owner
 from envkit.runfolder.records import RunStatus
 
 EXIT = {"same": 0, "within tolerance": 0, "different": 1}
@@ -117,9 +123,6 @@ def _judge(run_dir: Path, rec: dict, new_dir: Path, venv_dir: Path, restored, st
 
 def _another_machine(lock: Path, facts, say):
     """A run recorded on another kind of machine: the lock made for this one (elsewhere.py), said in one line."""
-    from envkit.install.lock.read import read
-    from envkit.reproduce.elsewhere import adapt
-
     elsewhere = adapt(read(lock, require_torch=False), facts)
     if elsewhere is not None:
         say(elsewhere.line())
@@ -128,8 +131,6 @@ def _another_machine(lock: Path, facts, say):
 
 def refuse_running(folder) -> None:
     """A run still training: its metrics are not final, so it is not compared against (exit 2, its PID)."""
-    from envkit.runfolder.owner import owner_lock_state, read_owner
-
     if owner_lock_state(folder.path) == "held":
         owner = read_owner(folder.path)
         raise CannotReproduce(f"the run is still going (PID {owner.get('pid', '?')}, {owner.get('command', 'envkit')}): "
@@ -151,13 +152,6 @@ def refuse_unreproducible(folder, rec, say) -> None:
 
 def reproduce(run_dir: Path, *, venv: Path | None = None, steps: int | None = None, tolerance: float | None = None, device: str | None = None,
               say=print, yes: bool = False, interactive: bool | None = None) -> dict:
-    from envkit.facts import gather
-    from envkit.install.lock.read import read
-    from envkit.reproduce import venv as venvs
-    from envkit.reproduce.check import open_run
-    from envkit.reproduce.consent import ask
-    from envkit.reproduce.restore import restore
-
     folder, record, lock = open_run(run_dir)
     run_dir = folder.path
     rec = record.to_json()

@@ -15,6 +15,13 @@ import json
 import shutil
 from pathlib import Path
 
+from envkit.errors import EnvkitError
+from envkit.facts import gather
+from envkit.install.act.execute import cache_dir
+from envkit.install.lock.install import install_from_lock
+from envkit.install.lock.read import read
+from envkit.install.setup.flow import load_setup_profile
+from envkit.install.setup.options import venv_python_of
 from envkit.reproduce.check import CannotReproduce, environment_lines
 
 HOME = "envkit-home"  # inside the venv: the state `envkit exec` and `run` read through ENVKIT_HOME
@@ -32,8 +39,6 @@ class _UI:
 
 
 def default_venv(lock_path: Path) -> Path:
-    from envkit.install.act.execute import cache_dir
-
     digest = hashlib.sha256(Path(lock_path).read_bytes()).hexdigest()[:16]
     return cache_dir() / "reproduce" / f"venv-{digest}"
 
@@ -47,8 +52,6 @@ def owned(venv: Path) -> bool:
 
 
 def python_of(venv: Path) -> str:
-    from envkit.install.setup.options import venv_python_of
-
     return venv_python_of(Path(venv))
 
 
@@ -75,12 +78,6 @@ def prepare(lock_path: Path, rec: dict, venv: Path | None, profile: str | None, 
 
 def build(lock_path: Path, venv: Path, profile: str | None, say, facts=None) -> None:
     import sys
-
-    from envkit.errors import EnvkitError
-    from envkit.facts import gather
-    from envkit.install.lock.install import install_from_lock
-    from envkit.install.lock.read import read
-    from envkit.install.setup.flow import load_setup_profile
 
     lock = read(lock_path, require_torch=False)
     facts = facts or gather(None, runtime=False, gpu_detail=False)

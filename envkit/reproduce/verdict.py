@@ -36,6 +36,9 @@ from __future__ import annotations
 
 import json
 
+from envkit.fsutil import atomic_write_text
+from envkit.record.envstate import cache_root
+
 SPREAD_FACTOR = 2.0
 REL_ACROSS = 1e-3  # of a metric's largest |value|: the bound across machine kinds (module docstring)
 
@@ -69,8 +72,6 @@ def spread_key(facts: dict, rec: dict, steps: int) -> str:
 
 
 def cached_spread(key: str) -> dict | None:
-    from envkit.record.envstate import cache_root
-
     try:
         return json.loads((cache_root() / "spreads.json").read_text()).get(key)
     except (OSError, ValueError, AttributeError):
@@ -78,9 +79,6 @@ def cached_spread(key: str) -> dict | None:
 
 
 def keep_spread(key: str, spread: dict) -> None:
-    from envkit.fsutil import atomic_write_text
-    from envkit.record.envstate import cache_root
-
     path = cache_root() / "spreads.json"
     try:
         known = json.loads(path.read_text())

@@ -20,6 +20,11 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+from envkit.errors import EnvkitError
+from envkit.fsutil import atomic_write_text
+from envkit.install.act.execute import cache_dir
+from envkit.runfolder.bounded import RunFolderError, read_json
+
 SEAL = "record.seal"
 SEALED = ("record.json", "pylock.toml")  # and every file under code/
 _CODE = "code"
@@ -27,8 +32,6 @@ _MAX_FILES = 10_000
 
 
 def _key_path() -> Path:
-    from envkit.install.act.execute import cache_dir
-
     return cache_dir() / "keys" / "run-folders.key"
 
 
@@ -54,8 +57,6 @@ def machine_key() -> bytes:
     will execute later (train/run/compile_cache.py) is signed with it too."""
     key = _key(create=True)
     if key is None:  # the file is there (made first by another process, or by hand) but holds no key
-        from envkit.errors import EnvkitError
-
         raise EnvkitError(f"the machine key {_key_path()} does not read as a key: delete it and a new one is made "
                           "(what it signed, records and the compile cache, is then refused, not run)")
     return key
@@ -94,8 +95,6 @@ def _mac(key: bytes, manifest: dict[str, str]) -> str:
 
 def seal(run_dir: Path) -> None:
     """Sign the record as it stands now (the last step of writing it)."""
-    from envkit.fsutil import atomic_write_text
-
     run_dir = Path(run_dir)
     manifest = _manifest(run_dir)
     key = _key(create=True)
@@ -111,8 +110,6 @@ class Verdict:
 
 
 def verify(run_dir: Path) -> Verdict:
-    from envkit.runfolder.bounded import RunFolderError, read_json
-
     run_dir = Path(run_dir)
     try:
         doc = read_json(run_dir / SEAL, max_bytes=4 << 20)

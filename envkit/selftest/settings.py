@@ -8,6 +8,8 @@ import sys
 from dataclasses import dataclass
 
 from envkit.errors import EnvkitError
+from envkit.install.setup.managed import find_managed
+from envkit.profiles import load_profile
 
 # Used when no profile can be loaded (no profile files yet, or none given and none recommended).
 DEFAULT_SETTINGS = {
@@ -35,8 +37,6 @@ def load_settings(profile: str | None, python: str | None, base_env: dict[str, s
     managed = None
     if python is None or profile is None:
         try:
-            from envkit.install.setup.managed import find_managed
-
             managed = find_managed()
         except Exception:
             managed = None
@@ -59,8 +59,6 @@ def load_settings(profile: str | None, python: str | None, base_env: dict[str, s
     settings = Settings(None, env, dict(DEFAULT_SETTINGS["torch"]), dict(DEFAULT_SETTINGS["dataloader"]),
                          dict(DEFAULT_SETTINGS["train"]), notes)
     if profile is not None:
-        from envkit.profiles import load_profile
-
         try:
             p = load_profile(profile)
         except EnvkitError:

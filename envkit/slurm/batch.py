@@ -23,7 +23,7 @@ from pathlib import Path
 
 from envkit.fsutil import atomic_write_text
 from envkit.runfolder import names
-from envkit.slurm.submit import read_record
+from envkit.slurm.submit import live_owner, ownership_lock, read_record
 
 STOP_FILE = "stop-requested"
 
@@ -94,8 +94,6 @@ def resubmit_hint(record_path: Path, record: dict) -> str:
 def claim(run_dir: Path, path: Path, record: dict) -> tuple[str, str] | None:
     """Note this job in RUN/slurm/job.json unless another live job owns the folder (then its id and
     state): a second submission of a run (`sbatch job.sbatch` by hand) must not train beside it."""
-    from envkit.slurm.submit import live_owner, ownership_lock
-
     with ownership_lock(run_dir):
         owner = live_owner(run_dir, mine=job_id())
         if owner is None:

@@ -10,7 +10,10 @@ from pathlib import Path
 
 import click
 
+from envkit.config.config import read_yaml
+from envkit.config.paths import resolve_path
 from envkit.console import print_json
+from envkit.redact import redact_argv
 from envkit.slurm.options import SlurmRequest
 from envkit.slurm.submit import need_sbatch, submit
 
@@ -132,9 +135,6 @@ def snapshot(config: str, folder: Path) -> dict[str, str]:
 
     import yaml
 
-    from envkit.config.paths import resolve_path
-    from envkit.config.config import read_yaml
-
     data = read_yaml(config)
     ds = data.get("dataset")
     if isinstance(ds, dict) and isinstance(ds.get("path"), str) and ds["path"]:
@@ -145,8 +145,6 @@ def snapshot(config: str, folder: Path) -> dict[str, str]:
 
 
 def _shown() -> list[str]:
-    from envkit.redact import redact_argv
-
     return ["envkit", *redact_argv(sys.argv)[1:]]
 
 

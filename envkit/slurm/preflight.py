@@ -11,6 +11,8 @@ import subprocess
 import sys
 
 from envkit.checks.verdict import Check
+from envkit.errors import EnvkitError
+from envkit.slurm import node
 
 GROUP = "Slurm"
 COMMANDS = ("sbatch", "srun", "squeue", "scontrol", "sinfo", "scancel")
@@ -140,9 +142,6 @@ def probe_main() -> int:
     """Inside `srun` (envkit slurm-probe): one JSON line per node."""
     import os
     import socket
-
-    from envkit.errors import EnvkitError
-    from envkit.slurm import node
 
     rank = int(os.environ.get("SLURM_NODEID", "0"))
     nnodes = int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 1)

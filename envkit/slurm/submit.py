@@ -16,6 +16,7 @@ from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_text
 from envkit.slurm import script
 from envkit.slurm.options import SlurmRequest
+from envkit.train.watching.slurm_state import ACTIVE, job_of, job_state
 
 
 def need_sbatch() -> None:
@@ -125,8 +126,6 @@ def ownership_lock(run_dir: Path, timeout: float = 120):
 def live_owner(run_dir: Path, mine: str | None = None) -> tuple[str, str] | None:
     """(job id, state) of the Slurm job RUN/slurm/job.json names, while that job is pending or
     running and is not `mine`; None when no job owns the folder (none recorded, or it has ended)."""
-    from envkit.train.watching.slurm_state import ACTIVE, job_of, job_state
-
     job = job_of(run_dir)
     if job is None or str(job["job_id"]) == str(mine):
         return None

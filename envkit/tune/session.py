@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from envkit.bench.context import BenchContext
+from envkit.checks.recommend import tuned_name
+from envkit.errors import EnvkitError
+from envkit.resources import user_dir
 from envkit.tune.search import TuneResult, tune
 from envkit.tune.writer import render_profile, source_line, write_profile
 
@@ -31,8 +34,6 @@ def parse_budget(text: str, where: str = "--budget") -> float:
     """'5m', '90s', '1h', '2m30s' or plain seconds -> seconds."""
     import re
 
-    from envkit.errors import EnvkitError
-
     t = str(text).strip().lower()
     if re.fullmatch(r"\d+(\.\d+)?", t):
         seconds = float(t)
@@ -48,9 +49,6 @@ def parse_budget(text: str, where: str = "--budget") -> float:
 
 def run_tune(ctx: BenchContext, budget_s: float, *, on_run=None, dry_run: bool = False, seconds: float | None = None,
              on_start=None, on_progress=None, no_compile: bool = False, debug: bool = False) -> TuneOutcome:
-    from envkit.checks.recommend import tuned_name
-    from envkit.resources import user_dir
-
     result = tune(ctx, budget_s, seconds=seconds, on_start=on_start, on_progress=on_progress, on_run=on_run,
                   no_compile=no_compile, debug=debug)
     out = TuneOutcome(result)

@@ -13,7 +13,10 @@ import json
 import time
 from pathlib import Path
 
+from envkit import __version__
 from envkit.errors import EnvkitError
+from envkit.facts import machine_label
+from envkit.fsutil import atomic_write_text
 
 MARKER = "# envkit tune sha256="
 
@@ -50,17 +53,12 @@ def written_by_envkit(path: Path) -> bool:
 
 
 def source_line(facts, model: str, device: str) -> str:
-    from envkit import __version__
-    from envkit.facts import machine_label
-
     torch_v = getattr(facts.torch, "version", None) or "?"
     return (f"measured: envkit tune {time.strftime('%Y-%m-%d')}, envkit {__version__}, torch {torch_v}, "
             f"{machine_label(facts)}, model {model} on {device}")
 
 
 def write_profile(path: Path, text: str) -> Path:
-    from envkit.fsutil import atomic_write_text
-
     path = Path(path)
     if path.exists() and not written_by_envkit(path):
         raise EnvkitError("this profile was written or edited by you: envkit tune leaves it alone", where=str(path),

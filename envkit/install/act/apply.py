@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Callable
 
 from envkit.errors import EnvkitError
+from envkit.install.act import execute, rollback
+from envkit.install.act.plan import venv_command
 
 Say = Callable[..., None]  # say(text, err=False)
 
@@ -15,10 +17,6 @@ def install_with_rollback(venv: Path, venv_python: str, base_python: str, instal
                           versions: dict[str, str], device: str, say: Say, after=None, torch: bool = True) -> None:
     """Create the venv if needed, install with rollback on failure or Ctrl-C, verify (`torch=False`:
     a lock without torch, a run's interpreter that never had it: the versions are checked by pip)."""
-    from envkit.install.act import execute
-    from envkit.install.act import rollback
-    from envkit.install.act.plan import venv_command
-
     if create:
         say(f"creating the venv {venv}", err=True)
         try:

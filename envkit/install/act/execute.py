@@ -9,8 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from envkit.checks import builds
+from envkit.checks.accel import gfx_problems
 from envkit.errors import EnvkitError
 from envkit.hashing import sha256_file
+from envkit.install.index.pages import timeouts
+from envkit.redact import strip_userinfo
 
 
 class StepFailed(Exception):
@@ -21,8 +25,6 @@ def stream(argv: list[str], *, echo=None, timeout: float | None = None) -> int:
     """Run a command, passing its output through line by line (URL credentials stripped: pip masks
     the password but prints the user, and a failing resolver may print a URL whole). Ctrl-C stops it
     and re-raises."""
-    from envkit.redact import strip_userinfo
-
     echo = echo or (lambda line: sys.stderr.write(f"  │ {strip_userinfo(line)}\n"))
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
@@ -78,8 +80,6 @@ def fetch_wheel(url: str, filename: str, sha256: str | None) -> Path:
             shutil.copyfile(unquote(urlsplit(url).path), tmp)
         else:
             import requests
-
-            from envkit.install.index.pages import timeouts
 
             with requests.get(url, stream=True, timeout=timeouts()) as resp:
                 if resp.status_code in (401, 403):  # a private index: the credential rule is lock/credentials.py
@@ -177,8 +177,6 @@ def verify(python: str, versions: dict[str, str], device: str, timeout: float = 
             out = json.loads(line[len("ENVKIT_VERIFY "):])
             # a ROCm build lists gfx targets, not sm_XY: its fit is judged by checks/accel.py
             if out.get("hip"):
-                from envkit.checks.accel import gfx_problems
-
                 problems = gfx_problems(out.get("arch_list"), out.get("gpus") or [])
             else:
                 problems = arch_problems(out.get("arch_list"), out.get("gpus") or [])
@@ -205,8 +203,6 @@ def which_uv() -> str | None:
 def arch_problems(arch_list: list[str] | None, gpus: list[dict]) -> list[str]:
     """A GPU whose architecture the installed build holds no kernels (nor PTX) for: "no kernel
     image is available for execution on the device" at the first operation."""
-    from envkit.checks import builds
-
     if arch_list is None:
         return []
     sm, ptx = builds.parse_arch_list(arch_list)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from envkit.install.act.execute import which_uv
 from envkit.install.choice.model import Choice, Request
+from envkit.install.index.pages import wheel_folder
 
 PLANNED = ("torch", "torchvision", "torchaudio")
 
@@ -78,8 +80,6 @@ def index_args(index_url: str | None) -> list[str]:
         return []
     from pathlib import Path
 
-    from envkit.install.index.pages import wheel_folder
-
     folder = wheel_folder(index_url)
     if folder:
         return ["--no-index", "--find-links", folder]
@@ -108,8 +108,6 @@ def install_command(installer: str, python: str, versions: dict[str, str], index
 
 
 def _uv() -> str:
-    from envkit.install.act.execute import which_uv
-
     return which_uv() or "uv"
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from envkit.checks import builds, gates
+from envkit.checks import accel, builds, gates
 from envkit.errors import EnvkitError
 from envkit.facts.model import Facts
 from envkit.install.choice import model
@@ -134,8 +134,6 @@ def _python_floor(facts: Facts, request: Request, choice: Choice) -> None:
 def _amd_intel(facts: Facts, request: Request, channel: str) -> Choice:
     """AMD (ROCm) and Intel (XPU) GPUs: envkit/checks/accel.py picks the build from
     envkit/data/accelerators.toml; a GPU no build runs gets the CPU index with the reason."""
-    from envkit.checks import accel
-
     pinned = spec_pins_minor(request)
     pick = accel.pick(facts, f"{pinned.major}.{pinned.minor}" if pinned else None, channel)
     if pick.backend == "cpu":

@@ -9,9 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from envkit import __version__
 from envkit.errors import EnvkitError
+from envkit.install.index import pages, sources
+from envkit.install.lock import grouping
+from envkit.install.lock.index_hashes import local_sha256
 from envkit.install.lock.model import Locked, TargetLock, Wheel
-from envkit.install.lock.resolve import size_of
+from envkit.install.lock.project import read_project
+from envkit.install.lock.read import read
+from envkit.install.lock.resolve import index_url_of, size_of
 from envkit.install.lock.targets import Target, platform_of_machine
 
 
@@ -37,16 +43,12 @@ class _Sources:
     this disk first): the order index/sources.py gives. Each page is read once."""
 
     def __init__(self, primary: list[str], rest: tuple[list[str], list[str]]):
-        from envkit.install.index import sources
-
         self.primary = list(primary)
         self.order = self.primary + [s for g in sources.fallback_groups(*rest) for s in g if s not in self.primary]
         self.pages: dict[tuple[str, str], list] = {}
         self.unreachable: dict[str, str] = {}
 
     def read(self, src: str, name: str) -> list:
-        from envkit.install.index import pages, sources
-
         if (src, name) not in self.pages:
             try:
                 self.pages[src, name] = pages.fetch(src, name)
@@ -58,8 +60,6 @@ class _Sources:
     def find(self, name: str, version: str, target: Target, python: str, full: str):
         """(source, wheel, sha256) of this exact version on the first source that has a wheel of it
         for the platform and the interpreter's full version, or (None, None, None)."""
-        from envkit.install.lock.index_hashes import local_sha256
-
         tags = target.tags(python)
         order = {t: i for i, t in enumerate(tags)}
         for src in self.order:
@@ -81,13 +81,6 @@ def convert(path: Path, output: Path, rest: tuple[list[str], list[str]], say, re
             ) -> tuple[bool, dict[str, dict]]:
     """(written, {target: {torch, group, packages}}). `rest`: (indexes, find-links) after the
     lock's own: --index-url, else pip's configuration."""
-    from envkit import __version__
-    from envkit.install.index import sources
-    from envkit.install.lock import grouping
-    from envkit.install.lock.project import read_project
-    from envkit.install.lock.read import read
-    from envkit.install.lock.resolve import index_url_of
-
     lock = read(path)
     where = str(path)
     if not lock.single:

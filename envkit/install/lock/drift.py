@@ -8,7 +8,12 @@ import os
 import sys
 from pathlib import Path
 
-from envkit.install.act.interp import BOOTSTRAP
+from envkit.install.act.interp import BOOTSTRAP, probe
+from envkit.install.lock.machine import platform_differences, platform_of
+from envkit.install.lock.project import installed_for
+from envkit.install.lock.read import read
+from envkit.install.lock.select import select_here
+from envkit.install.lock.single import canon
 
 
 def compare(want: dict[str, str], have: dict[str, str], project: dict | None = None) -> dict:
@@ -35,9 +40,6 @@ def compare(want: dict[str, str], have: dict[str, str], project: dict | None = N
 def installed(python: str, lock=None) -> tuple[dict[str, str], dict | None]:
     """(name -> version of what the interpreter holds, editable installs left out; what it holds
     for the lock's project, project.py, or None)."""
-    from envkit.install.act.interp import probe
-    from envkit.install.lock.project import installed_for
-
     found = probe(python)
     versions = {k: d["version"] for k, d in found.dists.items() if not d.get("editable")}
     project = lock.project if lock is not None else None
@@ -74,11 +76,6 @@ def drift_report(path: Path, facts, say=None) -> dict:
     """The interpreter `envkit check` examines (its whole installed set) against the lock: a lock
     of one machine as a whole (and how this machine differs from that one), a lock of many
     machines as its part for this one. A replayed snapshot compares the packages it recorded."""
-    from envkit.install.lock.machine import platform_differences, platform_of
-    from envkit.install.lock.read import read
-    from envkit.install.lock.select import select_here
-    from envkit.install.lock.single import canon
-
     lock = read(Path(path))
     exe = getattr(facts.python, "executable", None) or sys.executable
     live = bool(exe and os.path.exists(exe))

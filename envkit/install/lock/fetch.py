@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from envkit.errors import EnvkitError
+from envkit.install.act.execute import fetch_wheel, sha256_file
 from envkit.install.lock.credentials import index_of, with_credentials
 from envkit.install.lock.model import Pick
 from envkit.redact import strip_userinfo
@@ -14,8 +15,6 @@ from envkit.redact import strip_userinfo
 
 def fetch_verified(picks: list[Pick], lock_indexes: list[str], where: str, say) -> list[Path]:
     """The checked files, in the order of `picks` (those with a file)."""
-    from envkit.install.act.execute import fetch_wheel, sha256_file
-
     paths = []
     for p in picks:
         if p.url:

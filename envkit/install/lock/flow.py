@@ -8,7 +8,18 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from envkit import __version__
 from envkit.errors import EnvkitError
+from envkit.facts import gather
+from envkit.install.choice.model import parse_request
+from envkit.install.index import pip_config
+from envkit.install.lock import grouping, resolve, torch_pick
+from envkit.install.lock.convert import convert
+from envkit.install.lock.project import read_project
+from envkit.install.lock.read import is_pylock, require_pylock
+from envkit.install.lock.targets import parse_target, this_target
+from envkit.install.lock.torch_pick import TORCH_FAMILY
+from envkit.install.setup.options import DEFAULT_EXTRAS, index_override, parse_with
 
 
 @dataclass
@@ -42,25 +53,14 @@ def python_minor(text: str | None) -> str:
 
 def rest_sources(index_url: str | None) -> tuple[list[str], list[str]]:
     """(indexes, find-links) for everything but torch: --index-url, else pip's configuration."""
-    from envkit.install.setup.options import index_override
-
     if index_url:
         override, _ = index_override(index_url)
         return [override or index_url], []  # index_url given: override is it (a folder made absolute)
-    from envkit.install.index import pip_config
 
     return pip_config.pip_sources(sys.executable)
 
 
 def run_lock(opts: LockOptions, say) -> LockResult:
-    from envkit import __version__
-    from envkit.install.choice.model import parse_request
-    from envkit.install.lock import grouping, resolve, torch_pick
-    from envkit.install.lock.project import read_project
-    from envkit.install.lock.read import is_pylock, require_pylock
-    from envkit.install.lock.targets import parse_target, this_target
-    from envkit.install.setup.options import DEFAULT_EXTRAS, parse_with
-
     require_pylock("envkit lock")
     out = Path(opts.output)
     if not is_pylock(out):
@@ -69,8 +69,6 @@ def run_lock(opts: LockOptions, say) -> LockResult:
     if out.is_dir():
         raise EnvkitError("is a folder, not a lock file", where=str(out), fix="pass --output with a file name")
     if opts.from_lock:
-        from envkit.install.lock.convert import convert
-
         written, targets = convert(Path(opts.from_lock), out, rest_sources(opts.index_url), say,
                                    "--index-url" if opts.index_url else "pip's configured sources")
         return LockResult(path=out, written=written, targets=targets)
@@ -81,8 +79,6 @@ def run_lock(opts: LockOptions, say) -> LockResult:
     targets = []
     for text in asked:
         if text.strip().lower() == "this":
-            from envkit.facts import gather
-
             targets.append(this_target(gather(None, runtime=False, gpu_detail=False), request))
         else:
             targets.append(parse_target(text))
@@ -119,8 +115,6 @@ def differing_versions(locks) -> list[str]:
     """Packages (other than torch's family, whose builds differ by design) that uv resolved to
     different versions on different targets: usually a wheel missing for one platform. Said, not
     hidden: the lock is still valid, but not the same versions everywhere."""
-    from envkit.install.lock.torch_pick import TORCH_FAMILY
-
     seen: dict[str, dict[str, str]] = {}
     for tl in locks:
         for name, p in tl.packages.items():

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
+from envkit.install.lock import toml
 from envkit.install.lock.model import TargetLock
 from envkit.install.lock.targets import PROFILE_OF_DEVICE, Target, min_driver
 from envkit.redact import redact, strip_userinfo
@@ -158,6 +159,4 @@ HEADER = ["pylock.toml (PEP 751), written by `envkit lock`: one lock for every t
 
 def write(path: Path, doc: dict) -> bool:
     """Atomically, by the one TOML writer; False (nothing touched) when the file already says the same."""
-    from envkit.install.lock import toml
-
     return toml.write(path, doc, HEADER)

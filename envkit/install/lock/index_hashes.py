@@ -6,6 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from envkit.errors import EnvkitError
+from envkit.install.act import interp
+from envkit.install.act.execute import sha256_file
+from envkit.install.index import pages
 
 
 def index_hashes(venv_python: str, picked: list, deps_index: str | None = None,
@@ -15,9 +18,6 @@ def index_hashes(venv_python: str, picked: list, deps_index: str | None = None,
     reports none (uv has no `--report`). First the wheels the resolver pinned; with `deps_index`,
     also the dependencies this install added or changed, looked up on that index. A hash is kept
     only where the installed distribution carries the same wheel tags as the file it names."""
-    from envkit.install.index import pages
-    from envkit.install.act import interp
-
     dists = interp.probe(venv_python).dists
     out = {}
 
@@ -58,8 +58,6 @@ def local_sha256(url: str) -> str | None:
     if not url.startswith("file://"):
         return None
     from urllib.parse import unquote, urlsplit
-
-    from envkit.install.act.execute import sha256_file
 
     path = Path(unquote(urlsplit(url).path))
     return sha256_file(path) if path.is_file() else None

@@ -12,9 +12,20 @@ from pathlib import Path
 from typing import Callable
 
 from envkit.errors import EnvkitError
+from envkit.install.act import execute
+from envkit.install.act.apply import install_with_rollback
+from envkit.install.act.execute import wheel_cache
+from envkit.install.act.plan import index_args, venv_command
+from envkit.install.lock.credentials import with_credentials
 from envkit.install.lock.drift import compare, installed, project_line
+from envkit.install.lock.fetch import fetch_verified
+from envkit.install.lock.machine import machine_device, platform_differences, platform_of
 from envkit.install.lock.read import LockFile
+from envkit.install.lock.select import select_here, select_single
+from envkit.install.setup.managed import write_state
 from envkit.install.setup.options import venv_python_of
+from envkit.install.setup.venv_lock import hold_venv
+from envkit.profiles.envscripts import write_env_scripts
 from envkit.redact import strip_userinfo
 
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
@@ -23,9 +34,6 @@ TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
 def selection_here(lock: LockFile, facts, python: str | None, replay: bool):
     """What this machine installs of the lock: a lock of one machine whole, once its platform is
     this one's (else one line naming the differences); of a lock of many, this machine's part."""
-    from envkit.install.lock.machine import machine_device, platform_differences, platform_of
-    from envkit.install.lock.select import select_here, select_single
-
     if not lock.single:
         return select_here(lock, facts, python, replay)
     device = machine_device(facts)
@@ -40,10 +48,6 @@ def install_command(venv_python: str, sel, lock: LockFile) -> tuple[list[str], b
     """pip's command (the requirements file follows it) and whether every package has a sha256.
     Packages pinned by version only are found on the lock's indexes (pip's own sources when it
     names none); without them pip reads no index at all."""
-    from envkit.install.act.execute import wheel_cache
-    from envkit.install.act.plan import index_args
-    from envkit.install.lock.credentials import with_credentials
-
     hashed = all(p.sha256 for p in sel.picks)
     cmd = [venv_python, "-m", "pip", "install", "--no-deps"] + (["--require-hashes"] if hashed else [])
     if all(p.has_file for p in sel.picks):
@@ -84,10 +88,6 @@ def checked_folder(paths: list[Path], folder: Path) -> list[str]:
 def install_from_lock(lock: LockFile, facts, profile, venv: Path, base_python: str, dry_run: bool, yes: bool,
                       as_json: bool, root: Path, ui, replay: bool = False) -> bool:
     """Install this machine's part of the lock into the venv. True when the environment changed."""
-    from envkit.install.act.apply import install_with_rollback
-    from envkit.install.act.plan import venv_command
-    from envkit.install.lock.fetch import fetch_verified
-
     venv_python = venv_python_of(venv)
     create = not Path(venv_python).exists()
     sel = selection_here(lock, facts, None if replay else (base_python if create else venv_python), replay)
@@ -129,7 +129,6 @@ def install_from_lock(lock: LockFile, facts, profile, venv: Path, base_python: s
     if dry_run:
         return False
     ui.confirm(yes)
-    from envkit.install.setup.venv_lock import hold_venv
 
     held = hold_venv(venv, create)  # noqa: F841 - one setup at a time per venv, until this returns
     paths = fetch_verified([p for p in sel.picks if p.has_file], lock.index_urls, sel.target, say)
@@ -149,8 +148,6 @@ def leave_only_locked(venv_python: str, extras: list[str], locked: dict[str, str
     """The step after the install: remove what the lock does not hold (what is installed for the
     lock's project stays), then check that the environment is exactly the lock; a difference fails
     the install (rolled back)."""
-    from envkit.install.act import execute
-
     def after() -> None:
         if extras:
             execute.run_step([venv_python, "-m", "pip", "uninstall", "-y", *extras], "removing packages not in the lock")
@@ -162,12 +159,8 @@ def leave_only_locked(venv_python: str, extras: list[str], locked: dict[str, str
 
 
 def _write_state(root: Path, profile, venv: Path, venv_python: str, lock: LockFile, torch: str | None, say) -> None:
-    from envkit.install.setup.managed import write_state
-
     write_state(root, profile=profile.name, venv=str(venv), python=venv_python, lock=str(lock.path.resolve()), torch=torch)
     if profile.obj is not None:
-        from envkit.profiles.envscripts import write_env_scripts
-
         try:
             write_env_scripts(root, profile.obj, venv, False)
         except EnvkitError as exc:

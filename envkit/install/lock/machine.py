@@ -3,6 +3,8 @@ accelerator), and what would stop the lock from rebuilding on another one."""
 
 from __future__ import annotations
 
+from envkit.checks import accel
+
 PLATFORM_KEYS = (("system", "OS"), ("arch", "architecture"), ("python_minor", "Python"),
                  ("implementation", "Python implementation"), ("device", "accelerator"))
 
@@ -37,8 +39,6 @@ def platform_differences(lock_platform: dict, here: dict) -> list[str]:
 def machine_device(facts) -> str:
     """The accelerator this machine installs for: mps, cuda (NVIDIA, or ROCm, which torch calls
     cuda), xpu or cpu."""
-    from envkit.checks import accel
-
     if facts.is_apple_silicon:
         return "mps"
     if nvidia_gpus(facts) or accel.rocm_usable(facts):

@@ -6,6 +6,7 @@ turned into the current shape in memory (single.py), and the reader says once ho
 from __future__ import annotations
 
 from envkit.errors import EnvkitError
+from envkit.install.lock import single, validate
 
 LOCK_VERSION = 1
 FIX_CORRUPT = "write it again with `envkit setup` (without --lock), or restore it from version control"
@@ -18,12 +19,9 @@ def note(path) -> str:
 
 def upgrade(data: dict, where: str) -> dict:
     """The old lock's TOML as the current shape (single.doc); every problem one line naming the file."""
-    from envkit.install.lock import single
-
     if data.get("lock_version") != LOCK_VERSION:
         raise EnvkitError(f"not an envkit lock of version {LOCK_VERSION} (lock_version = {data.get('lock_version')!r})",
                           where=where, fix=FIX_CORRUPT)
-    from envkit.install.lock import validate
 
     validate.check(data, where, FIX_CORRUPT, old=True)
     pkgs = data.get("package", [])

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from envkit.install.lock.single import canon
+from envkit.resources import load_toml
+
 
 def read_project(folder: Path) -> dict | None:
     """{"name", "extras"} of the pyproject.toml in `folder`, None where there is no [project] with a
     name (or the file cannot be read)."""
-    from envkit.install.lock.single import canon
-    from envkit.resources import load_toml
-
     path = Path(folder) / "pyproject.toml"
     if not path.is_file():
         return None
@@ -60,8 +60,6 @@ def installed_for(project: dict, dists: dict[str, dict], markers: dict[str, str]
     extras reach (the project itself included where it is not editable). None where the project
     is not installed here."""
     from packaging.utils import canonicalize_name
-
-    from envkit.install.lock.single import canon
 
     name = canon(str(project.get("name") or ""))
     if name not in dists:

@@ -13,6 +13,7 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 from envkit.install.lock import old_format, validate
 from envkit.install.lock.model import Pick, wheel_filename
+from envkit.resources import load_toml
 
 FIX_PYLOCK = "write it again with `envkit lock`, or restore it from version control"
 
@@ -34,8 +35,6 @@ def require_pylock(where: str) -> None:
 
 
 def read_toml(path: Path, write_with: str, fix_corrupt: str) -> dict:
-    from envkit.resources import load_toml
-
     where = str(path)
     if path.is_dir():
         raise EnvkitError("is a folder, not a lock file", where=where)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from envkit.install.act.interp import BOOTSTRAP, Interpreter
 from envkit.install.lock import single, toml
+from envkit.install.lock.index_hashes import local_sha256
 from envkit.install.lock.read import LockFile
 
 
@@ -43,8 +44,6 @@ def hashes_from_report(report_path: Path | None) -> dict[str, dict]:
             sha = archive["hash"].split("=", 1)[1]
         url = info.get("url")
         if not sha and url and url.startswith("file://") and url.endswith(".whl"):
-            from envkit.install.lock.index_hashes import local_sha256
-
             sha = local_sha256(url)
         out[single.canon(name)] = {"version": meta.get("version"), "sha256": sha, "url": url}
     return out

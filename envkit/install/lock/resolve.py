@@ -16,12 +16,15 @@ import tempfile
 from pathlib import Path
 
 from envkit.errors import EnvkitError
+from envkit.install.act.execute import fetch_wheel, which_uv
+from envkit.install.act.plan import index_args
 from envkit.install.index import pages
 from envkit.install.lock.index_hashes import local_sha256
 from envkit.install.lock.model import Locked, TargetLock, Wheel
 from envkit.install.lock.targets import Target, build_index
 from envkit.install.lock.torch_pick import TORCH_FAMILY, torch_source
 from envkit.redact import strip_userinfo
+from envkit.resources import load_toml
 
 
 # ---- a wheel's metadata, read from the index --------------------------------------------------
@@ -51,8 +54,6 @@ def _get_text(url: str) -> str | None:
 
 def _metadata_from_wheel(cand: pages.Candidate) -> str:
     import zipfile
-
-    from envkit.install.act.execute import fetch_wheel
 
     path = Path(_local_path(cand.url)) if cand.url.startswith("file://") else fetch_wheel(cand.url, cand.filename, cand.sha256)
     with zipfile.ZipFile(path) as zf:
@@ -90,8 +91,6 @@ def applicable(requirements: list[str], env: dict[str, str], skip: tuple[str, ..
 # ---- the rest: uv resolves for the target's platform -------------------------------------------
 
 def uv_binary() -> str:
-    from envkit.install.act.execute import which_uv
-
     found = which_uv()
     if found:
         return found
@@ -109,8 +108,6 @@ def uv_compile(requirements: list[str], target: Target, python: str, rest: list[
     """`uv pip compile` for the target's platform; the packages it chose, each with the one wheel
     that fits the target best."""
     from packaging.pylock import Pylock
-
-    from envkit.resources import load_toml
 
     if not requirements:
         return []
@@ -159,8 +156,6 @@ def uv_compile(requirements: list[str], target: Target, python: str, rest: list[
 
 
 def _index_args(rest: list[str], find_links: list[str], extra_index: str | None) -> list[str]:
-    from envkit.install.act.plan import index_args
-
     args = index_args(rest[0])
     for url in rest[1:]:
         args += ["--extra-index-url", url if "://" in url else Path(url).resolve().as_uri()]

@@ -10,9 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from envkit.checks import gates
 from envkit.errors import EnvkitError
+from envkit.install.act import interp
+from envkit.install.lock.machine import nvidia_gpus
 from envkit.install.lock.model import Pick
 from envkit.install.lock.read import LockFile, require_pylock
+from envkit.install.lock.single import target_of
 from envkit.install.lock.targets import platform_of_machine
 
 if TYPE_CHECKING:
@@ -34,8 +38,6 @@ class Selection:
 def machine_target(targets: dict[str, dict], facts, where: str) -> tuple[str, dict]:
     """(target name, its [tool.envkit.targets] table) for this machine, or one line saying why
     the lock has none, naming the targets it has."""
-    from envkit.checks import gates
-
     platform = platform_of_machine(facts.os.system or "", facts.python.machine or "")
     mine = {n: t for n, t in targets.items() if t.get("platform") == platform}
     has = ", ".join(targets) or "none"
@@ -47,7 +49,6 @@ def machine_target(targets: dict[str, dict], facts, where: str) -> tuple[str, di
         return next(iter(mine.items()))
     cuda = {n: t for n, t in mine.items() if t.get("device") == "cuda"}
     cpu = {n: t for n, t in mine.items() if t.get("device") == "cpu"}
-    from envkit.install.lock.machine import nvidia_gpus
 
     nvidia = nvidia_gpus(facts)
     if nvidia:
@@ -125,8 +126,6 @@ def select(lock: LockFile, facts, python_version: str, implementation: str, mach
 def select_single(lock: LockFile, device: str) -> Selection:
     """A lock of one machine: all of it (its platform was compared with this machine's first).
     The verification expects a CPU-only build where the lock holds one (+cpu)."""
-    from envkit.install.lock.single import target_of
-
     picks = lock.picks()
     torch = next((p.version for p in picks if p.name == "torch"), "")
     if lock.platform.get("backend") == "cpu" and "+cpu" in torch:
@@ -138,8 +137,6 @@ def select_single(lock: LockFile, device: str) -> Selection:
 def _interpreter(facts, python: str | None, replay: bool) -> tuple[str, str, str, list[str]]:
     """(version, implementation, machine, tags) of the interpreter installed into: probed, or
     computed from a replayed machine's facts."""
-    from envkit.install.act import interp
-
     if replay or not python:
         py = facts.python
         version = py.version or "3.11.0"

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import re
 
+from envkit.install.lock.model import wheel_filename
+from envkit.install.lock.targets import platform_of_machine
 from envkit.redact import redact, safe_env, strip_userinfo
 
 HEADER = ["envkit.lock: written by `envkit setup`, a PEP 751 lock of this one machine. Rebuild this environment with",
@@ -44,8 +46,6 @@ def marker(platform: dict) -> str | None:
 def target_of(platform: dict) -> tuple[str, str, str]:
     """(name, platform, build) of the machine, named as `envkit lock` names its targets where it
     has the platform (linux-x86_64-cpu, macos-arm64), else system-arch-build."""
-    from envkit.install.lock.targets import platform_of_machine
-
     system, arch = str(platform.get("system") or "unknown"), str(platform.get("arch") or "unknown")
     plat = platform_of_machine(system, arch) or f"{system.lower()}-{arch.lower()}"
     if plat == "macos-arm64":
@@ -59,8 +59,6 @@ def _wheel_fits(name: str, version: str, url: str) -> bool:
     """A URL whose file is a wheel of this very name and version (PEP 751 checks both)."""
     from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
     from packaging.version import InvalidVersion, Version
-
-    from envkit.install.lock.model import wheel_filename
 
     try:
         wname, wversion, _, _ = parse_wheel_filename(wheel_filename(url))

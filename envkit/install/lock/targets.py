@@ -13,7 +13,11 @@ import os
 import re
 from dataclasses import dataclass
 
+from envkit.checks import gates
 from envkit.errors import EnvkitError
+from envkit.install.act.interp import computed_tags
+from envkit.install.choice.model import cuda_of, variants_data
+from envkit.install.choice.variants import choose
 
 DEFAULT_PYTORCH_INDEX = "https://download.pytorch.org/whl"
 TARGET_FIX = ("use this, macos-arm64, linux-x86_64-cpu, linux-x86_64-cuXXX (e.g. cu130), linux-x86_64-cuda (the newest "
@@ -70,8 +74,6 @@ class Target:
                 "platform_python_implementation": "CPython", "sys_platform": sys_platform}
 
     def tags(self, python: str) -> list[str]:
-        from envkit.install.act.interp import computed_tags
-
         _, system, machine, _ = PLATFORMS[self.platform]
         return computed_tags(python, "cpython", system, machine, glibc=ASSUMED_GLIBC, macos=ASSUMED_MACOS)
 
@@ -123,8 +125,6 @@ def platform_of_machine(system: str, machine: str) -> str | None:
 
 def this_target(facts, request) -> Target:
     """`--target this`: the build `envkit setup` would install here (variants.choose)."""
-    from envkit.install.choice.variants import choose
-
     platform = platform_of_machine(facts.os.system or "", facts.python.machine or "")
     if platform is None:
         raise EnvkitError(f"--target this: a lock for {facts.os.system} {facts.python.machine} is not supported",
@@ -140,8 +140,6 @@ def this_target(facts, request) -> Target:
 def known_cuda_builds() -> list[str]:
     """Every CUDA build the table knows of, oldest first: `linux-x86_64-cuda` tries them newest
     first on the index."""
-    from envkit.install.choice.model import variants_data
-
     data = variants_data()
     names = {b for row in data.get("release", []) for b in row.get("cuda", [])} | set(data.get("nightly", {}).get("cuda", []))
     return sorted(names, key=lambda b: int(b[2:]))
@@ -149,8 +147,5 @@ def known_cuda_builds() -> list[str]:
 
 def min_driver(build: str) -> str | None:
     """The oldest NVIDIA Linux driver that runs a CUDA build (None for other builds)."""
-    from envkit.checks import gates
-    from envkit.install.choice.model import cuda_of
-
     cuda = cuda_of(build) if build.startswith("cu") else None
     return gates.min_driver_for_cuda(cuda) if cuda else None

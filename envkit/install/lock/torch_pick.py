@@ -10,6 +10,8 @@ from typing import NoReturn
 from packaging.version import Version
 
 from envkit.errors import EnvkitError
+from envkit.install.choice.model import parse_request
+from envkit.install.choice.resolve import select_companion
 from envkit.install.index import pages, sources
 from envkit.install.lock.targets import Target, build_index, known_cuda_builds
 from envkit.redact import strip_userinfo
@@ -160,15 +162,11 @@ def _explain_missing(fits, located, request, python) -> NoReturn:
 
 def _versions(cands, request) -> list[str]:
     """The versions worth naming: of the request's channel where there are any."""
-    from envkit.install.choice.model import parse_request
-
     same = [c for c in cands if parse_request(request.channel).admits(c.version)] or cands
     return sorted({str(c.version) for c in same}, key=Version)
 
 
 def _pick_companion(out, located: dict[Target, Located], name: str, python: str) -> None:
-    from envkit.install.choice.resolve import select_companion
-
     per = {}
     for t, picked in out.items():
         loc = located[t]  # the build's page (an error there is said), or the group the fallback read

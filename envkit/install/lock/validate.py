@@ -27,6 +27,8 @@ import re
 from urllib.parse import urlsplit
 
 from envkit.errors import EnvkitError
+from envkit.install.lock.model import wheel_filename
+from envkit.profiles.schema import NAME_RE
 
 NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)  # PEP 508's name
 URL_SCHEMES = ("http", "https", "file")
@@ -269,8 +271,6 @@ def _package(p: dict) -> None:
 
 def _file(f: dict, label: str, wheel: bool) -> None:
     """A wheel, sdist or archive: where it is, its hashes and size, its file name."""
-    from envkit.install.lock.model import wheel_filename
-
     if "url" not in f and "path" not in f:
         raise Bad(f"{label} has neither url nor path", "url")
     if "url" in f:
@@ -299,8 +299,6 @@ def _pin(v: dict) -> None:
 def _tables(tool: dict, prefix: str) -> None:
     """[source], [profile], [env] and [platform]: under [tool.envkit.] in a pylock, at the top of an
     old envkit.lock."""
-    from envkit.profiles.schema import NAME_RE
-
     with _entry(f"[{prefix}source]"):
         source = table(tool.get("source", {}), f"[{prefix}source]")
         for i, u in enumerate(strings(source.get("index_urls", []), "index_urls"), 1):

@@ -16,13 +16,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from envkit.checks import trainer_device
+from envkit.checks.recommend import recommend_profile
 from envkit.errors import EnvkitError
+from envkit.facts import gather, machine_label
+from envkit.install.act import execute, interp, plan as planmod
 from envkit.install.act.apply import install_with_rollback, verify_device
+from envkit.install.choice import resolve
+from envkit.install.choice.model import parse_request
+from envkit.install.choice.variants import choose
 from envkit.install.lock.index_hashes import index_hashes
+from envkit.install.lock.install import install_from_lock
+from envkit.install.lock.read import is_pylock, read
 from envkit.install.setup.options import (DEFAULT_EXTRAS, SetupOptions, index_override, parse_with, pick_installer,
                                           venv_path, venv_python_of)
 from envkit.install.setup.outputs import write_outputs
 from envkit.install.setup.venv_lock import hold_venv
+from envkit.profiles import load_profile
 
 if TYPE_CHECKING:
     from envkit.install.choice.model import Choice
@@ -43,9 +53,6 @@ def run_setup(opts: SetupOptions, ui) -> Installed | None:
     """Installs (or plans) and returns what was installed; None when nothing changed (a dry run,
     nothing to do). The self-test and `--tune` come after, composed by the command (install knows
     nothing of the later stages)."""
-    from envkit.install.choice.model import parse_request
-    from envkit.install.lock.read import is_pylock, read
-
     # ---- validate everything before touching the disk -------------------------------------------
     say = ui.say
     request = parse_request(opts.torch)
@@ -61,20 +68,14 @@ def run_setup(opts: SetupOptions, ui) -> Installed | None:
     base_python = python_opt or sys.executable
     override = index_override(opts.index_url)
 
-    from envkit.facts import gather, machine_label
-
     facts = gather(replay, runtime=False, gpu_detail=False, python=None if replay else python_opt)
     profile = load_setup_profile(opts.profile, facts, lock_in, say)
     installer = pick_installer(opts.installer, replay=bool(replay))
 
     if lock_in is not None:
-        from envkit.install.lock.install import install_from_lock
-
         if install_from_lock(lock_in, facts, profile, venv, base_python, dry_run, yes, as_json, root, ui, bool(replay)):
             return Installed(venv_python_of(venv), profile, root)
         return None
-
-    from envkit.install.act import plan as planmod
 
     venv_python = venv_python_of(venv)
     create = not Path(venv_python).exists()
@@ -134,16 +135,12 @@ def read_index(facts, request, companions, override, *, venv_python: str, create
                extras: bool) -> IndexAnswer:
     """The build for this machine and the versions its index holds for this Python. With --replay
     (a recorded machine) the index is read only when --index-url names one."""
-    from envkit.install.choice.variants import choose
-
     url, why = override
     choice = choose(facts, request, url, why, companions)
     if replay and not url:
         return IndexAnswer(choice, index_url=choice.index_url, notes=[
             "planned for a recorded machine without reading the index: the version is resolved when it runs there "
             "(pass --index-url to resolve against a mirror)"])
-    from envkit.install.act import interp
-    from envkit.install.choice import resolve
 
     if replay:
         py = facts.python
@@ -174,9 +171,6 @@ def read_index(facts, request, companions, override, *, venv_python: str, create
 def _install(found: IndexAnswer, installer: str, venv: Path, venv_python: str, create: bool, base_python: str,
              report: Path, say) -> dict:
     """Install the plan's versions (rolled back on failure) and return the sha256 of each file."""
-    from envkit.install.act import execute
-    from envkit.install.act import plan as planmod
-
     resolved, versions, index_used = found.resolved, found.versions, found.index_url
     assert resolved is not None and versions is not None  # the index was read (--replay plans only: a dry run)
     wheels = {}
@@ -206,12 +200,9 @@ def load_setup_profile(name: str, facts, lock, say) -> _Profile:
     if lock is not None and name == "auto" and lock.profile.get("name"):
         name = lock.profile["name"]
     if name == "auto":
-        from envkit.checks.recommend import recommend_profile
-
         name, warning = recommend_profile(facts)
         if warning:
             say(f"note: {warning}", err=True)
-    from envkit.profiles import load_profile
 
     p = load_profile(name, facts)
     if lock is None:  # a lock is held against this platform as a whole, which says more
@@ -226,8 +217,6 @@ def load_setup_profile(name: str, facts, lock, say) -> _Profile:
 def _hold_profile_device(profile, facts) -> None:
     """A profile tuned for a device this machine lacks (m3-max on a Linux box) would install and
     configure the wrong thing: refuse before anything changes."""
-    from envkit.checks import trainer_device
-
     want = (getattr(profile, "train", None) or {}).get("device", "auto")
     have = trainer_device(facts)
     if want in ("auto", "cpu", have):

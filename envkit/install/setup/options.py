@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envkit.errors import EnvkitError
+from envkit.install.act.execute import which_uv
+from envkit.install.setup.managed import find_managed
 
 COMPANIONS = ("torchvision", "torchaudio")
 # Installed beside torch unless --no-numpy: torch warns at import without it ("Failed to initialize
@@ -65,8 +67,6 @@ def venv_path(opt: str | None, root: Path) -> Path:
     elif opt:
         path = Path(opt).expanduser()
     else:
-        from envkit.install.setup.managed import find_managed
-
         m = find_managed(Path.cwd())
         path = m.venv if m is not None and m.root.resolve() == root.resolve() else root / "venv"
     path = path.absolute()
@@ -83,8 +83,6 @@ def venv_python_of(venv: Path) -> str:
 
 
 def pick_installer(choice: str, replay: bool = False) -> str:
-    from envkit.install.act.execute import which_uv
-
     if choice == "uv" and not which_uv():
         raise EnvkitError("--installer uv, but uv is neither on PATH nor beside envkit's Python",
                           fix="`pip install uv` (or https://docs.astral.sh/uv/), or use --installer pip")

@@ -6,8 +6,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from envkit import __version__
 from envkit.errors import EnvkitError
+from envkit.fsutil import atomic_write_text
+from envkit.install.act import interp
 from envkit.install.act.apply import Say
+from envkit.install.lock import record
+from envkit.install.lock.machine import platform_of
+from envkit.install.lock.project import read_project
+from envkit.install.lock.read import read
+from envkit.install.lock.single import canon
+from envkit.install.setup.managed import write_state
+from envkit.profiles.envscripts import write_env_scripts
 from envkit.redact import strip_userinfo
 
 
@@ -15,16 +25,6 @@ def write_outputs(root: Path, venv: Path, venv_python: str, profile, plan, facts
                   cached: dict, say: Say, quiet_if_same: bool = False, known_hashes: dict | None = None) -> None:
     """envkit.lock, .envkit/state.json, .envkit/profile.json and the env scripts, each written
     atomically and only when its content changes."""
-    from envkit import __version__
-    from envkit.fsutil import atomic_write_text
-    from envkit.install.act import interp
-    from envkit.install.lock import record
-    from envkit.install.lock.machine import platform_of
-    from envkit.install.lock.project import read_project
-    from envkit.install.lock.read import read
-    from envkit.install.lock.single import canon
-    from envkit.install.setup.managed import write_state
-
     python_here = interp.probe(venv_python)
     previous = None
     if lock_path.is_file():
@@ -55,8 +55,6 @@ def write_outputs(root: Path, venv: Path, venv_python: str, profile, plan, facts
     if not pfile.is_file() or pfile.read_text() != text:
         atomic_write_text(pfile, text)
     if profile.obj is not None and not (quiet_if_same and (root / "activate").exists()):
-        from envkit.profiles.envscripts import write_env_scripts
-
         try:
             written = write_env_scripts(root, profile.obj, venv, False)
         except EnvkitError as exc:  # a script the user edited is left alone
@@ -70,8 +68,6 @@ def lock_news(path: Path, previous) -> str:
     """What a rewritten envkit.lock changed, and why: setup locks everything the venv holds, so a
     package installed by hand since the last setup (`pip install -e '.[test]'`) enters the lock,
     and a second setup says so rather than a bare "wrote envkit.lock"."""
-    from envkit.install.lock.read import read
-
     if previous is None:
         return f"wrote {path}"
     before, after = previous.versions, read(path).versions

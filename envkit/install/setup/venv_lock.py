@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from envkit.errors import EnvkitError
+from envkit.install.setup.options import venv_python_of
+from envkit.process_lock import LockHeld, hold_lock_file
 
 
 def venv_lock_path(venv: Path) -> Path:
@@ -25,9 +27,6 @@ def venv_lock_path(venv: Path) -> Path:
 def hold_venv(venv: Path, planned_create: bool):
     """The lock, held until the returned file is closed (or the process ends). `planned_create`: the
     plan makes the venv; one that exists now was made by another setup while this one planned."""
-    from envkit.process_lock import LockHeld, hold_lock_file
-    from envkit.install.setup.options import venv_python_of
-
     path = venv_lock_path(venv)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
