@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from envkit.bench.context import BenchContext
 from envkit.bench.ladder import low_precision
@@ -19,6 +19,8 @@ from envkit.bench.runner import Interrupted, run_spec
 from envkit.bench.spec import RunSpec
 from envkit.tune import decide
 from envkit.tune.decide import Decision, Measurement
+
+Stopped = Literal["done", "budget", "interrupted", "baseline failed"]  # why the search ended
 
 if TYPE_CHECKING:
     from envkit.profiles.resolve import Profile
@@ -55,7 +57,7 @@ class TuneResult:
     model: str
     decisions: list[Decision] = field(default_factory=list)
     runs: list[dict] = field(default_factory=list)  # every measurement, for --json and the report
-    stopped: str = "done"  # done | budget | interrupted | baseline failed
+    stopped: Stopped = "done"
     budget_s: float = 0.0
     elapsed_s: float = 0.0
     notes: list[str] = field(default_factory=list)
