@@ -83,6 +83,9 @@ HEAVY = frozenset({"torch", "torchvision", "numpy", "matplotlib", "PIL", "rich",
 LAZY_OK: dict[str, tuple[str, str]] = {
     # "importer -> imported module": (the module it would burden, why)
     "envkit/cli.py -> envkit.console": ("envkit.cli", "json and five more modules on every `envkit --help`, for a --json error only"),
+    "envkit/commands/check.py -> envkit.console": ("envkit.commands.check", "json and five more modules, for --format json only"),
+    "envkit/commands/check.py -> envkit.install.lock.drift": (
+        "envkit.commands.check", "the lock reader (25 modules, hashlib, ~45 ms on every `envkit check`), for --lock only"),
     "envkit/errors.py -> envkit.redact": (
         "envkit.errors", "re, urllib.parse and redact's compiled patterns on every `envkit --help`, for an error naming a URL only"),
     "envkit/exec/environment.py -> envkit.checks.recommend": (

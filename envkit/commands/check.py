@@ -11,8 +11,6 @@ from envkit.checks import run_checks
 from envkit.facts import gather
 from envkit.checks.requirements import evaluate, parse_requirement, read_pyproject, Result
 from envkit.install.setup.managed import target_python
-from envkit.install.lock.drift import drift_report, project_line
-from envkit.console import print_json
 
 
 def _installed_names(python: str | None = None) -> list[str]:
@@ -76,6 +74,8 @@ def check(requires, pyproject, as_json, fmt, replay, python, lock) -> None:
                    for c in checks if c.status != "skip"]
     drift = None
     if lock:
+        from envkit.install.lock.drift import drift_report
+
         # an envkit.lock as a whole, a pylock.toml as this machine's part of it
         drift = drift_report(Path(lock), facts, say=lambda line: click.echo(line, err=True))
     ok = all(r.ok for r in results) and not (drift and drift.get("changed"))
@@ -83,6 +83,8 @@ def check(requires, pyproject, as_json, fmt, replay, python, lock) -> None:
         out = {"ok": ok, "results": [r.to_dict() for r in results]}
         if drift is not None:
             out["drift"] = drift
+        from envkit.console import print_json
+
         print_json(out)
     else:
         for r in results:
@@ -94,6 +96,7 @@ def check(requires, pyproject, as_json, fmt, replay, python, lock) -> None:
         if drift is not None:
             for line in drift.get("lines", []):
                 click.echo(f"::error title=envkit lock drift::{line}" if fmt == "github" else f"DRIFT {line}")
+            from envkit.install.lock.drift import project_line
 
             if fmt == "text" and project_line(drift):
                 click.echo(f"note: {project_line(drift)}")
