@@ -86,6 +86,12 @@ LAZY_OK: dict[str, tuple[str, str]] = {
     "envkit/commands/check.py -> envkit.console": ("envkit.commands.check", "json and five more modules, for --format json only"),
     "envkit/commands/check.py -> envkit.install.lock.drift": (
         "envkit.commands.check", "the lock reader (25 modules, hashlib, ~45 ms on every `envkit check`), for --lock only"),
+    "envkit/commands/exec.py -> envkit.launch.launcher": (
+        "envkit.commands.exec", "the launcher and its config readers (8 modules) on `exec --help` and `stop`, for a multi-process exec only"),
+    "envkit/commands/exec.py -> envkit.slurm.jobs": (
+        "envkit.commands.exec", "the Slurm job writer (submit, script, shlex) on `exec --help` and `stop`, for --slurm only"),
+    "envkit/commands/exec.py -> envkit.slurm.cancel": (
+        "envkit.commands.exec", "the Slurm job modules (6, shlex) on `exec --help`, for `envkit stop` only"),
     "envkit/errors.py -> envkit.redact": (
         "envkit.errors", "re, urllib.parse and redact's compiled patterns on every `envkit --help`, for an error naming a URL only"),
     "envkit/exec/environment.py -> envkit.checks.recommend": (
@@ -106,6 +112,8 @@ LAZY_OK: dict[str, tuple[str, str]] = {
     "envkit/plan/resolve.py -> envkit.checks.recommend": (
         "envkit.commands.exec", "every doctor check (15 modules) on `exec --help` and `stop`, for a run given no profile only"),
     "envkit/plan/resolve.py -> envkit.facts": ("envkit.commands.train", "the probes (9 modules), for a run that gathers live facts only"),
+    "envkit/plan/resolve.py -> envkit.install.setup.managed": (
+        "envkit.commands.exec", "the managed-env finder and redact's patterns (~7 ms) on `exec --help` and `stop`, for a resolved run only"),
     "envkit/plan/resolve.py -> envkit.profiles": ("envkit.commands.sweep", "the profile reader (5 modules), for a run given a profile only"),
     "envkit/sweep/pack.py -> envkit.bench.runner": ("envkit.commands.sweep", "the bench runner (45 modules), for a packed sweep's probe only"),
     "envkit/sweep/pack.py -> envkit.bench.spec": ("envkit.commands.sweep", "the bench runner (45 modules), for a packed sweep's probe only"),

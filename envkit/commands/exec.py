@@ -16,11 +16,8 @@ from envkit.plan import RunRequest, make_plan
 from envkit.runfolder import names
 from envkit.slurm.options import check as check_slurm
 from envkit.slurm.options import pop_request, slurm_options
-from envkit.slurm.jobs import announce, exec_job, made_folders
 from envkit.exec.supervise import Supervisor
-from envkit.slurm.cancel import stop_job
 from envkit.train.watching.runs_state import resolve_run
-from envkit.launch.launcher import omp_threads_per_process
 
 
 @click.command("exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -80,6 +77,8 @@ def exec_(**options):
     managed, profile, xenv, resolved = steps.resolve_environment(req.profile_name, argv)
     versions = steps.interpreter_versions(resolved, managed, req.no_check)
     if req.nproc_per_node > 1 and xenv.won.get("OMP_NUM_THREADS", {}).get("by") != "user":
+        from envkit.launch.launcher import omp_threads_per_process
+
         xenv.environ["OMP_NUM_THREADS"] = omp_threads_per_process(profile.env, xenv.environ, req.nproc_per_node)
     # Every check is done: only now is a run folder made.
     name = req.name if req.name is not None else rundir.run_name(argv)
@@ -102,6 +101,8 @@ def exec_(**options):
 
 def _submit(slurm, req: ExecRequest, name: str, profile) -> None:
     """--slurm: the run folder made here, the job submitted to run `envkit exec` in it."""
+    from envkit.slurm.jobs import announce, exec_job, made_folders
+
     made = made_folders(req.runs_dir / name)  # before the run folder is made: which folders this submission creates
     run_dir = rundir.new_run_dir(req.runs_dir, name)
     device = str((getattr(profile, "train", None) or {}).get("device", "")) if profile is not None else ""
@@ -136,8 +137,9 @@ def stop(run, grace):
     folder whose owner lock is not free. A heartbeat without a start time (an older run, another
     tool): the owner lock's holder, when the lock file names it with its start time. Otherwise
     nothing is sent, one line says why (the PID may now be another program), exit 1."""
-
     run_dir = Path(run) if run and (Path(run) / "slurm" / "job.json").is_file() else resolve_run(run)
+    from envkit.slurm.cancel import stop_job
+
     how = stop_job(run_dir, grace, say=lambda m: click.echo(m, err=True))  # a run a Slurm job trains: through Slurm
     if how is not None:
         click.echo(f"{run_dir}: {how}")

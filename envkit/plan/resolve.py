@@ -13,7 +13,6 @@ from envkit.errors import EnvkitError
 from envkit.plan.grid import Combination
 from envkit.config.paths import resolve_path
 from envkit.config.config import Config, load_config, read_yaml
-from envkit.install.setup.managed import find_managed
 
 if TYPE_CHECKING:
     from envkit.facts.model import Facts
@@ -48,6 +47,7 @@ def resolve(config: str | None, *, overrides=(), profile_name: str | None = None
             python: str | None = None) -> Resolved:
     """Everything before the run: config resolved with the profile (dataset path absolute), facts of the machine."""
     from envkit.facts import gather
+    from envkit.install.setup.managed import find_managed
 
     managed = None if replay else find_managed()
     py = python or (str(managed.python) if managed else sys.executable)
