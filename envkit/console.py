@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
+from envkit.redact import redact
+
 
 def is_tty(stream=None) -> bool:
     stream = stream or sys.stdout
@@ -22,8 +24,6 @@ def console(stderr: bool = False):
 
 def print_json(data) -> None:
     """Every --json output: no URL in it keeps its credentials (envkit/redact.py)."""
-    from envkit.redact import redact
-
     sys.stdout.write(json.dumps(redact(json.loads(json.dumps(data, default=str))), indent=2) + "\n")
 
 

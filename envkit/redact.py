@@ -23,6 +23,8 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from envkit.resources import data_file, load_toml
+
 # In code, not in the data file: the name rule must hold even where the file cannot be read.
 SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION",
                 "PRIVATE", "SIGNATURE")
@@ -140,8 +142,6 @@ def redact(value):
 
 @lru_cache(maxsize=1)
 def _allow_list() -> tuple[tuple[str, ...], frozenset[str]]:
-    from envkit.resources import data_file, load_toml
-
     data = load_toml(data_file("recorded_env.toml"))
     prefixes = tuple(p for group in data.get("prefixes", {}).values() for p in group["value"])
     names = frozenset(n for group in data.get("names", {}).values() for n in group["value"])

@@ -9,6 +9,13 @@ from pathlib import Path
 
 import click
 
+from envkit.bench import load_context, run_bench, save_report
+from envkit.bench.progress import Progress
+from envkit.bench.render import plot_ladder, render_plain, render_rich
+from envkit.console import console, is_tty, print_json
+from envkit.tune.session import parse_budget
+from envkit.paths_check import check_writable
+
 
 @click.command()
 @click.option("--model", "model", type=click.Choice(["gpt", "cnn", "mlp"]), default=None,
@@ -38,13 +45,6 @@ def bench(ctx, model, config_path, profile_name, device, python, seconds, budget
     """Measure the optimization ladder on this machine through the trainer's own step: samples or
     tokens per second, speed-up over the baseline, peak memory, and the loss after the same steps
     (flagged when it departs). A micro-batch that does not fit is split (the effective batch kept) and said."""
-    from envkit.bench import load_context, run_bench, save_report
-    from envkit.bench.progress import Progress
-    from envkit.bench.render import plot_ladder, render_plain, render_rich
-    from envkit.console import console, is_tty, print_json
-    from envkit.tune.session import parse_budget
-
-    from envkit.paths_check import check_writable
 
     budget_s = parse_budget(budget, where="--budget")
     for value, where in ((output, "--output"), (plot, "--plot")):

@@ -7,6 +7,11 @@ from pathlib import Path
 
 import click
 
+from envkit.checks import run_checks
+from envkit.facts import gather
+from envkit.checks.requirements import evaluate, parse_requirement, read_pyproject, Result
+from envkit.install.setup.managed import target_python
+
 
 def _installed_names(python: str | None = None) -> list[str]:
     """The distributions installed here, or in `python`'s environment (the managed one): the names a
@@ -50,15 +55,11 @@ def check(requires, pyproject, as_json, fmt, replay, python, lock) -> None:
 
     With no gates, doctor's checks are judged (without importing torch) and any failure exits 1.
     """
-    from envkit.checks import run_checks
-    from envkit.facts import gather
-    from envkit.checks.requirements import evaluate, parse_requirement, read_pyproject
 
     if as_json:
         fmt = "json"
     texts = [(r, "--require") for r in requires] + [(r, pyproject) for r in read_pyproject(Path(pyproject))]
     reqs = [parse_requirement(t, where) for t, where in texts]  # invalid input exits 2 before any probing
-    from envkit.install.setup.managed import target_python
 
     python = None if replay else target_python(python)
     facts = gather(replay, runtime=False, gpu_detail=False, python=python)
@@ -69,8 +70,6 @@ def check(requires, pyproject, as_json, fmt, replay, python, lock) -> None:
         installed = () if replay else _installed_names(None if lookup else python)
         results = [evaluate(r, facts, by_id, lookup, installed) for r in reqs]
     else:
-        from envkit.checks.requirements import Result
-
         results = [Result(c.id, c.status != "fail", c.status, c.message + (f" (fix: {c.fix})" if c.status == "fail" and c.fix else ""))
                    for c in checks if c.status != "skip"]
     drift = None
@@ -81,11 +80,11 @@ def check(requires, pyproject, as_json, fmt, replay, python, lock) -> None:
         drift = drift_report(Path(lock), facts, say=lambda line: click.echo(line, err=True))
     ok = all(r.ok for r in results) and not (drift and drift.get("changed"))
     if fmt == "json":
-        from envkit.console import print_json
-
         out = {"ok": ok, "results": [r.to_dict() for r in results]}
         if drift is not None:
             out["drift"] = drift
+        from envkit.console import print_json
+
         print_json(out)
     else:
         for r in results:

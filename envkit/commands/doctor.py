@@ -7,6 +7,12 @@ import sys
 import click
 
 from envkit.errors import EnvkitError
+from envkit.checks.report import diagnose, render_plain, render_rich, PLAIN
+from envkit.facts import collect
+from envkit.facts.runner import LiveRunner, RecordingRunner, ReplayRunner, load_snapshot, write_json_atomic
+from envkit.install.setup.managed import target_python
+from envkit.slurm.preflight import run_checks
+from envkit.console import print_json, console, is_tty
 
 
 @click.command()
@@ -30,11 +36,6 @@ def doctor(as_json: bool, record: str | None, replay: str | None, no_runtime: bo
     """
     if slurm:
         _slurm_doctor(partition, nodes, gpus_per_node, as_json)
-    from envkit.checks.report import diagnose, render_plain, render_rich
-    from envkit.facts import collect
-    from envkit.facts.runner import LiveRunner, RecordingRunner, ReplayRunner, load_snapshot, write_json_atomic
-
-    from envkit.install.setup.managed import target_python
 
     python = None if replay else target_python(python)
     if record and replay:
@@ -53,12 +54,8 @@ def doctor(as_json: bool, record: str | None, replay: str | None, no_runtime: bo
         facts = collect(LiveRunner(python), runtime=not no_runtime)
     d = diagnose(facts)
     if as_json:
-        from envkit.console import print_json
-
         print_json(d.to_dict())
     else:
-        from envkit.console import console, is_tty
-
         if is_tty():
             render_rich(d, console())
         else:
@@ -69,14 +66,9 @@ def doctor(as_json: bool, record: str | None, replay: str | None, no_runtime: bo
 
 
 def _slurm_doctor(partition, nodes, gpus, as_json) -> None:
-    from envkit.checks.report import PLAIN
-    from envkit.slurm.preflight import run_checks
-
     checks = run_checks(partition, nodes, gpus)
     ok = all(c.status != "fail" for c in checks)
     if as_json:
-        from envkit.console import print_json
-
         print_json({"slurm": True, "ok": ok, "checks": [c.to_dict() for c in checks]})
     else:
         click.echo("envkit doctor --slurm")

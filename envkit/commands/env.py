@@ -7,8 +7,12 @@ from pathlib import Path
 
 import click
 
-from envkit.profiles.envscripts import SHELLS
+from envkit.profiles.envscripts import SHELLS, render, write_env_scripts
 from envkit.errors import EnvkitError
+from envkit.install.setup.managed import find_managed
+from envkit.profiles import load_profile
+from envkit.exec.environment import resolve_profile_name  # one rule for env and exec
+from envkit.facts import gather
 
 
 def _default_shell() -> str:
@@ -35,20 +39,14 @@ def env(profile_name: str | None, shell: str | None, replay: str | None, write_d
     restores every variable to its previous value. With a managed env (.envkit/, from envkit setup)
     its venv is activated too.
     """
-    from envkit.profiles.envscripts import render, write_env_scripts
-    from envkit.install.setup.managed import find_managed
-    from envkit.profiles import load_profile
 
     facts = None
     managed = find_managed() if not replay else None
     if replay:
-        from envkit.facts import gather
-
         try:
             facts = gather(replay, runtime=False)
         except FileNotFoundError:
             raise EnvkitError("no such snapshot", where=replay, fix="ls tests/snapshots/")
-    from envkit.exec.environment import resolve_profile_name  # one rule for env and exec
 
     profile_name, warning, facts = resolve_profile_name(profile_name, managed, facts)
     if warning:
@@ -74,7 +72,6 @@ def default_venv(directory: Path) -> Path | None:
     own = Path(directory) / "venv"
     if (own / "bin" / "activate").is_file() or (own / "pyvenv.cfg").is_file():
         return own
-    from envkit.install.setup.managed import find_managed
 
     m = find_managed()
     return m.venv if m else None

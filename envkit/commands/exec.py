@@ -9,13 +9,15 @@ from pathlib import Path
 import click
 
 from envkit.console import print_json
-from envkit.exec import environment, rundir
+from envkit.exec import environment, rundir, detach
 from envkit.exec import start as steps
 from envkit.exec.request import ExecRequest
 from envkit.plan import RunRequest, make_plan
 from envkit.runfolder import names
 from envkit.slurm.options import check as check_slurm
 from envkit.slurm.options import pop_request, slurm_options
+from envkit.exec.supervise import Supervisor
+from envkit.train.watching.runs_state import resolve_run
 
 
 @click.command("exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -110,8 +112,6 @@ def _submit(slurm, req: ExecRequest, name: str, profile) -> None:
 
 def _supervise(launched: list[str], env: dict, run_dir: Path, req: ExecRequest, profile_name: str, recording=None) -> None:
     """The command in the foreground, to its end: summary.json (--json) and its exit code."""
-    from envkit.exec.supervise import Supervisor
-
     click.echo(f"envkit: run {run_dir} (profile {profile_name})", err=True)
     rc = Supervisor(launched, env, run_dir, req.supervise(), console=sys.stderr if req.as_json else None).run()  # --json: stdout holds the JSON alone
     summary = rundir.read_json(run_dir / names.SUMMARY)
@@ -137,11 +137,9 @@ def stop(run, grace):
     folder whose owner lock is not free. A heartbeat without a start time (an older run, another
     tool): the owner lock's holder, when the lock file names it with its start time. Otherwise
     nothing is sent, one line says why (the PID may now be another program), exit 1."""
-    from envkit.exec import detach
-    from envkit.slurm.cancel import stop_job
-    from envkit.train.watching.runs_state import resolve_run
-
     run_dir = Path(run) if run and (Path(run) / "slurm" / "job.json").is_file() else resolve_run(run)
+    from envkit.slurm.cancel import stop_job
+
     how = stop_job(run_dir, grace, say=lambda m: click.echo(m, err=True))  # a run a Slurm job trains: through Slurm
     if how is not None:
         click.echo(f"{run_dir}: {how}")

@@ -8,14 +8,13 @@ from pathlib import Path
 import click
 
 from envkit.errors import EnvkitError
+from envkit.resources import shipped_dir
 
 DEFAULT_TEMPLATE = "gpt_quick_test"
 DEFAULT_SCRIPT = "train_demo"  # `envkit init NAME.py`: a script for `envkit exec`
 
 
 def _templates_dir() -> Path:
-    from envkit.resources import shipped_dir
-
     return shipped_dir("templates") / "train"
 
 
@@ -26,8 +25,6 @@ def template_names() -> list[str]:
 
 def _script_templates() -> dict[str, Path]:
     """Scripts for `envkit exec` (templates/exec/*.py), by name."""
-    from envkit.resources import shipped_dir
-
     d = shipped_dir("templates") / "exec"
     return {p.stem: p for p in sorted(d.glob("*.py"))} if d.is_dir() else {}
 

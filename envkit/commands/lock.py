@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import click
 
+from envkit.install.lock.flow import LockOptions, run_lock
+from envkit.redact import strip_userinfo
+from envkit.console import is_tty, print_json
+
 
 @click.command()
 @click.option("--target", "targets", multiple=True, metavar="T",
@@ -22,8 +26,6 @@ import click
 @click.option("--json", "as_json", is_flag=True, help="Print what was locked as JSON.")
 def lock(targets, torch_req, with_, no_numpy, python, index_url, output, from_lock, as_json) -> None:
     """Write one pylock.toml (PEP 751) with the same torch for every target machine."""
-    from envkit.install.lock.flow import LockOptions, run_lock
-    from envkit.redact import strip_userinfo
 
     def say(text: str, err: bool = False) -> None:
         click.echo(strip_userinfo(text), err=err)
@@ -31,16 +33,12 @@ def lock(targets, torch_req, with_, no_numpy, python, index_url, output, from_lo
     res = run_lock(LockOptions(targets=list(targets), torch=torch_req, with_=with_, numpy=not no_numpy, python=python,
                                index_url=index_url, output=output, from_lock=from_lock), say)
     if as_json:
-        from envkit.console import print_json
-
         print_json({"path": str(res.path), "written": res.written, "targets": res.targets})
         return
     _render(res, say)
 
 
 def _render(res, say) -> None:
-    from envkit.console import is_tty
-
     rows = [(name, info.get("group") or "-", info["torch"],
              ", ".join(f"{n} {v}" for n, v in info["packages"].items() if n != "torch"))
             for name, info in res.targets.items()]

@@ -6,8 +6,9 @@ import time
 
 import click
 
-from envkit.console import print_json
+from envkit.console import print_json, is_tty
 from envkit.train.watching.runs_state import read_metrics, resolve_run, run_state
+from envkit.train.watching.telemetry import fmt_duration, fmt_rate
 
 QUIET_HINT_SECONDS = 120  # an exec run whose command printed nothing and logged no metric for this long
 
@@ -17,8 +18,6 @@ def _fmt(x, spec=".4f"):
 
 
 def _line(s: dict) -> str:
-    from envkit.train.watching.telemetry import fmt_duration
-
     step = f"step {s['step'] if s['step'] is not None else '-'}/{s['max_steps'] or '-'}"
     parts = [f"{s['experiment']}/{s['run']}", s["status"] or "?", step, f"loss {_fmt(s.get('loss'))}",
              f"best val {_fmt(s.get('best_val_loss'))}"]
@@ -53,8 +52,6 @@ _DEVICE_FIELDS = (
 
 def _device_line(r: dict) -> str:
     """"12.3k tok/s | util 97% | mem 71.2/79.6 GiB | torch 60.1 GiB | power 612W | 66C | cpu 101% | rss 3.1 GiB | data wait 2%"."""
-    from envkit.train.watching.telemetry import fmt_rate
-
     parts = []
     rate = r.get("tokens_per_second") or r.get("samples_per_second")
     if rate:
@@ -79,7 +76,6 @@ def monitor(run_dir, once, interval, as_json):
     device utilization, memory, power, and hints; says "stalled" when the heartbeat is old,
     "orphaned" while its command outlives its supervisor, "killed" once nothing runs in it."""
     d = resolve_run(run_dir)
-    from envkit.console import is_tty
 
     if as_json:
         s = run_state(d, noticed_by="envkit monitor")
@@ -118,8 +114,6 @@ def _rich_view(s: dict, rows: list[dict]):
     from rich.panel import Panel
     from rich.table import Table
     from rich.text import Text
-
-    from envkit.train.watching.telemetry import fmt_duration, fmt_rate
 
     head = Text(f"{s['experiment']}/{s['run']}  {s['status']}  step {s['step'] if s['step'] is not None else '-'}/{s['max_steps'] or '-'}"
                 f"  loss {_fmt(s.get('loss'))}  best val {_fmt(s.get('best_val_loss'))}"

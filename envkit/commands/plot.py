@@ -6,14 +6,15 @@ from pathlib import Path
 
 import click
 
+from envkit.train.watching.curves import draw_curves
+from envkit.train.watching.runs_state import resolve_run
+
 
 @click.command()
 @click.argument("run_dir", type=click.Path(), required=False)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="PNG path (default RUN_DIR/curves.png).")
 def plot(run_dir, output):
     """Write loss and throughput curves of a run as a PNG (needs matplotlib: pip install 'envkit[plot]')."""
-    from envkit.train.watching.curves import draw_curves
-    from envkit.train.watching.runs_state import resolve_run
 
     d = resolve_run(run_dir)
     out = draw_curves(d, Path(output) if output else d / "curves.png")

@@ -8,6 +8,9 @@ from pathlib import Path
 import click
 
 from envkit.console import print_json
+from envkit.reproduce.session import reproduce as run
+from envkit.reproduce.check import check
+from envkit.reproduce.venv import python_of
 
 
 def _say(as_json: bool):
@@ -43,7 +46,6 @@ def reproduce(run_dir, check_only, venv, steps, tolerance, device, yes, as_json)
     if check_only:
         _check(Path(run_dir), venv, as_json, say)
         return
-    from envkit.reproduce.session import reproduce as run
 
     result = run(Path(run_dir), venv=Path(venv) if venv else None, steps=steps, tolerance=tolerance, device=device, say=say,
                  yes=yes)
@@ -55,9 +57,6 @@ def reproduce(run_dir, check_only, venv, steps, tolerance, device, yes, as_json)
 
 
 def _check(run_dir: Path, venv: str | None, as_json: bool, say) -> None:
-    from envkit.reproduce.check import check
-    from envkit.reproduce.venv import python_of
-
     report = check(run_dir, python_of(Path(venv)) if venv else None)
     code = 2 if report.blocking else 1 if report.differences else 0
     if as_json:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from envkit.console import print_json
+from envkit.console import print_json, console, is_tty
 from envkit.train.watching.runs_state import find_runs, run_state
 
 
@@ -26,7 +26,6 @@ def runs(root, as_json):
     if not states:
         click.echo(f"no runs under {root} (start one with `envkit run train.yaml`)")
         return
-    from envkit.console import console, is_tty
 
     header = ("experiment", "run", "status", "steps (epochs)" if any(s.get("epochs") for s in states) else "steps",
               "loss", "best val loss", "accuracy", "avg util")

@@ -6,6 +6,9 @@ import sys
 
 import click
 
+from envkit.selftest import render_report, run_selftest, PROBES
+from envkit.console import is_tty, console, print_json
+
 
 @click.command()
 @click.option("--device", type=click.Choice(["auto", "mps", "cuda", "cpu"]), default="auto", show_default=True,
@@ -27,13 +30,7 @@ def selftest(device: str, profile: str | None, quick: bool, as_json: bool, pytho
 
     Exit 0 when no probe fails, 1 when one fails, 2 for bad input.
     """
-    from envkit.selftest import render_report, run_selftest
-
-    from envkit.console import is_tty
-
     if not as_json and is_tty(sys.stderr):
-        from envkit.console import console
-        from envkit.selftest import PROBES
 
         done: list[str] = []
         with console(stderr=True).status("selftest: starting the interpreter (importing torch)...") as status:
@@ -46,8 +43,6 @@ def selftest(device: str, profile: str | None, quick: bool, as_json: bool, pytho
     else:
         report = run_selftest(python=python, device=device, profile=profile, quick=quick, isolate=isolate)
     if as_json:
-        from envkit.console import print_json
-
         print_json(report.to_dict())
     else:
         render_report(report)

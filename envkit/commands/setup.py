@@ -10,6 +10,12 @@ import click
 
 from envkit.commands.setup_terminal import CommandLineUI
 from envkit.errors import EnvkitError
+from envkit.install.setup.flow import SetupOptions, run_setup
+from envkit.bench.context import load_context
+from envkit.checks.recommend import TUNED_SUFFIX
+from envkit.install.setup.managed import write_state, where_line
+from envkit.tune.session import parse_budget, run_tune
+from envkit.selftest import run_selftest
 
 
 @click.command()
@@ -35,11 +41,7 @@ from envkit.errors import EnvkitError
 def setup(profile_name, torch_req, with_, no_numpy, venv_opt, python_opt, installer, index_url, dry_run, yes, lock_opt,
           no_selftest, tune, as_json, replay) -> None:
     """Install or upgrade PyTorch into a reproducible, containerless environment."""
-    from envkit.install.setup.flow import SetupOptions, run_setup
-
     if tune:
-        from envkit.tune.session import parse_budget
-
         try:
             parse_budget(tune)  # a bad budget is refused before anything changes
         except EnvkitError as exc:
@@ -61,8 +63,6 @@ def _after_install(venv_python: str, profile, selftest: bool, ui, tune: str | No
     """The stages after install, composed here: where the environment is, the self-test, then (with
     --tune) the tuner."""
     if root is not None:
-        from envkit.install.setup.managed import where_line
-
         ui.say(where_line(root))
     rc = _selftest(venv_python, profile, selftest, ui)
     if rc:
@@ -78,10 +78,6 @@ def _after_install(venv_python: str, profile, selftest: bool, ui, tune: str | No
 
 def _tune(venv_python: str, profile, budget: str, ui, root: Path | None) -> None:
     """`envkit setup --tune`: measure in the new environment and make the tuned profile the managed one."""
-    from envkit.bench.context import load_context
-    from envkit.checks.recommend import TUNED_SUFFIX
-    from envkit.install.setup.managed import write_state
-    from envkit.tune.session import parse_budget, run_tune
 
     start = profile.name.removesuffix(TUNED_SUFFIX)  # tune from the shipped profile, never on top of itself
     ui.say(f"tuning from profile {start} for {budget} (envkit tune)")
@@ -100,8 +96,6 @@ def _tune(venv_python: str, profile, budget: str, ui, root: Path | None) -> None
 
 def _selftest(venv_python: str, profile, selftest: bool, ui) -> int:
     if selftest:
-        from envkit.selftest import run_selftest
-
         report = run_selftest(python=venv_python, device="auto", profile=profile.name, quick=True)
         ui.selftest_report(report)
         if not report.ok:

@@ -11,6 +11,7 @@ import click
 from envkit.console import is_tty, print_json
 from envkit.errors import EnvkitError
 from envkit.redact import strip_userinfo
+from envkit.selftest import render_report
 
 
 def say(text: str = "", err: bool = False) -> None:
@@ -43,8 +44,6 @@ class CommandLineUI:
         _show(plan, as_json)
 
     def selftest_report(self, report) -> None:
-        from envkit.selftest import render_report
-
         render_report(report, echo=(lambda line: say(line, err=True)) if self.as_json else None)
 
 

@@ -6,6 +6,14 @@ import sys
 
 import click
 
+from envkit.bench import load_context
+from envkit.bench.progress import Progress
+from envkit.console import is_tty, print_json
+from envkit.tune import run_tune
+from envkit.tune.session import parse_budget
+from envkit.checks.recommend import shipped_recommendation
+from envkit.facts import gather
+
 
 @click.command()
 @click.option("--budget", default="5m", show_default=True, help="Time to spend measuring: 5m, 90s, 1h.")
@@ -26,16 +34,9 @@ def tune(ctx, budget, model, config_path, python, seconds, no_compile, dry_run, 
     the empty_cache cadence) within --budget, each candidate trained by the trainer's own step in its
     own process; a batch that does not fit is an answer (the largest that fits is bisected for); write
     the winner as a user profile that extends this machine's shipped one. Ctrl-C keeps what was decided."""
-    from envkit.bench import load_context
-    from envkit.bench.progress import Progress
-    from envkit.console import is_tty, print_json
-    from envkit.tune import run_tune
-    from envkit.tune.session import parse_budget
 
     seconds_total = parse_budget(budget)
     # The shipped profile is the starting point: a tuned profile is never tuned on top of itself.
-    from envkit.checks.recommend import shipped_recommendation
-    from envkit.facts import gather
 
     bctx = load_context(model, config_path, shipped_recommendation(gather(runtime=False, gpu_detail=False))[0], python)
 

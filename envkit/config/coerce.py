@@ -11,6 +11,7 @@ from typing import Any
 from envkit.errors import EnvkitError
 from envkit.config.kinds import did_you_mean
 from envkit.config.schema import SCHEMA, Field
+from envkit.resources import data_file, load_toml
 
 
 def read_yaml(path: str | Path) -> dict:
@@ -89,8 +90,6 @@ def aliases() -> dict[str, str]:
     (envkit/data/config_aliases.toml, with where each comes from)."""
     global _ALIASES
     if _ALIASES is None:
-        from envkit.resources import data_file, load_toml
-
         _ALIASES = dict(load_toml(data_file("config_aliases.toml"))["aliases"])
     return _ALIASES
 

@@ -59,6 +59,8 @@ from envkit.config.schema import (  # noqa: F401 - the schema's names are part o
     TrainConfig,
     Training,
 )
+from envkit.config.cifar_files import check_folder
+from envkit.config.token_files import check_token_folder
 
 
 def _split(path: str) -> tuple[str, str]:
@@ -367,8 +369,6 @@ def check_consistency(cfg: Config) -> Config:
         if dtype == "text" and mtype in ("mlp", "cnn"):
             raise EnvkitError(f"a text dataset trains a language model (gpt), not {mtype}", where=where_set(cfg, "model.type"))
     if dtype == "tokens":
-        from envkit.config.token_files import check_token_folder
-
         if mtype in ("mlp", "cnn"):
             raise EnvkitError(f"a tokens dataset trains a language model (gpt), not {mtype}", where=where_set(cfg, "model.type"))
         if not d.path:
@@ -388,8 +388,6 @@ def check_consistency(cfg: Config) -> Config:
 
 
 def _check_image_dataset(cfg: Config, dtype: str, mtype: str) -> None:
-    from envkit.config.cifar_files import check_folder
-
     if mtype in ("gpt", "mlp"):
         raise EnvkitError(f"a {dtype} dataset trains an image model (resnet18, cnn), not {mtype}", where=where_set(cfg, "model.type"))
     path = cfg.dataset.path

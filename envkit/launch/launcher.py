@@ -25,6 +25,10 @@ from envkit.launch.torchrun import child_command, child_entry
 from envkit.plan.batch import is_auto
 from envkit.plan.model import Plan
 from envkit.runfolder import names
+from envkit.redact import recorded_env, redact_argv, redact
+from envkit.train.run.stopping import exit_code  # the trainer's own rule, shared with its process
+from envkit.runfolder.owner import take_owner_lock
+from envkit.train.watching.runs_state import notice_killed, owner_lock_state
 
 if TYPE_CHECKING:
     from envkit.profiles.resolve import Profile
@@ -42,8 +46,6 @@ def _config(p: Plan) -> Config:
 
 def clean_environ(env: dict) -> dict:
     """What environment.json records of the child's environment: the allow-list of envkit/redact.py."""
-    from envkit.redact import recorded_env
-
     return recorded_env(env)
 
 
@@ -94,7 +96,6 @@ def _inject_disk_full_at_start(path: Path) -> None:
 
 def _write_run_files(p: Plan, run_dir: Path, child_env: dict) -> None:
     from envkit.checks.report import diagnose
-    from envkit.redact import redact_argv
 
     cfg = _config(p)
     if p.facts is None:
@@ -116,7 +117,6 @@ def _write_run_files(p: Plan, run_dir: Path, child_env: dict) -> None:
         "doctor": d, "packages": d["facts"].get("packages"),
         "environ": clean_environ(child_env), "git": git_commit(src),
     }
-    from envkit.redact import redact
 
     # argv, the profile's variables and doctor's facts may hold URLs too: none keeps its credentials
     atomic_write_text(run_dir / names.ENVIRONMENT, json.dumps(redact(env_doc), indent=2, default=str) + "\n")
@@ -209,8 +209,6 @@ def interrupted_exit_code(rc: int, summary: dict | None) -> int | None:
     """The exit code of a run that was interrupted (summary.json says so): 128 + the signal's number,
     as a shell reports a process that signal ended (130 Ctrl-C, 143 SIGTERM), so `envkit run && next`
     does not go on as if it had finished. None for a run that was not interrupted."""
-    from envkit.train.run.stopping import exit_code  # the trainer's own rule, shared with its process
-
     if rc == 130 and not (summary and summary.get("status") == "interrupted"):
         return 130  # aborted by a second Ctrl-C before its summary
     if not summary or summary.get("status") != "interrupted":
@@ -234,11 +232,7 @@ def start(p: Plan, *, stop_after: int | None, debug: bool, profile_steps: tuple[
     p = decide_batch(p, say)
     child_dir, owner = run.run_dir, None
     if nodes.node_rank == 0:
-        from envkit.runfolder.owner import take_owner_lock
-
         if run.resuming:  # a folder whose owner died without a summary: say so in it before resuming
-            from envkit.train.watching.runs_state import notice_killed, owner_lock_state
-
             if owner_lock_state(run.run_dir) == "free":
                 notice_killed(run.run_dir, "envkit run")  # nothing when its summary is the newest word
         owner = take_owner_lock(run.run_dir, "envkit run")  # one process trains in a run folder; released when it dies

@@ -9,6 +9,7 @@ import signal
 import subprocess
 
 from envkit.train.run.parent_watch import PARENT_FD_ENV  # "FD@PID": the pipe's contract, spelt on the child's side
+from envkit.runfolder.owner import note_owner_child
 
 
 def die_with_parent(sig: int = signal.SIGTERM, ignore_usr1: bool = False):
@@ -67,8 +68,6 @@ def spawn_child(cmd: list[str], env: dict, owner=None, **popen_kw) -> ChildProce
         os.close(read_end)
     proc.envkit_parent_pipe = write_end
     if owner is not None:
-        from envkit.runfolder.owner import note_owner_child
-
         note_owner_child(owner, proc.pid)  # a refusal names the child once this process is gone
     return proc
 

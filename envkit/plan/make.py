@@ -26,6 +26,7 @@ from envkit.plan.rundirs import (
     place_combination,
 )
 from envkit.config.config import per_process_batch
+from envkit.plan.batch import is_auto, keep_resumed
 
 if TYPE_CHECKING:
     from envkit.config.config import Config
@@ -71,8 +72,6 @@ def _one_run(base: Plan, r: Resolved) -> Plan:
     run_dir, resuming, note, saved = choose_for_run(cfg, run_id, req.resume)
     batch_note = None
     if resuming:
-        from envkit.plan.batch import is_auto, keep_resumed
-
         if is_auto(cfg) and (kept := keep_resumed(cfg, saved)) is not None:
             cfg = kept  # its checkpoints and data position were written at that batch
             batch_note = f"training.batch_size {cfg.training.batch_size}: decided by the probe when this run started"

@@ -17,6 +17,8 @@ from envkit.errors import EnvkitError
 from envkit.runfolder import names
 from envkit.config.config import Config, where_set
 from envkit.plan.model import Resume, RunState
+from envkit.paths_check import check_inside, check_name
+from envkit.runfolder.links import refuse_links
 
 FINISHED = ("completed",)
 
@@ -30,8 +32,6 @@ def experiment_dir(cfg: Config, base: Path | None = None) -> Path:
     """runs/<experiment.name>/, the name made a slug (spaces and the like become '-'); a name that is
     not one folder name ('..', '/') was refused when the config was read (config.py), and is again
     here, with the folder checked to be inside the runs folder."""
-    from envkit.paths_check import check_inside, check_name
-
     e = cfg.experiment
     where = where_set(cfg, "experiment.name")
     check_name(e.name, where, "experiment.name")
@@ -43,8 +43,6 @@ def experiment_dir(cfg: Config, base: Path | None = None) -> Path:
 
 def check_run_id(run_id: str) -> str:
     """--run-id: one folder name of letters, digits, '.', '_' and '-', never '.' or '..'."""
-    from envkit.paths_check import check_name
-
     check_name(run_id, "--run-id", "run id")
     if not re.fullmatch(r"[\w.-]+", run_id):
         raise EnvkitError(f"run id {run_id!r} may hold letters, digits, '.', '_' and '-' only", where="--run-id")
@@ -53,8 +51,6 @@ def check_run_id(run_id: str) -> str:
 
 def run_dir_inside(cfg: Config, run_dir: Path, where: str) -> Path:
     """The chosen run folder, checked to be inside runs/<experiment>/ before anything is written."""
-    from envkit.paths_check import check_inside
-
     return check_inside(experiment_dir(cfg), run_dir, where)
 
 
@@ -68,8 +64,6 @@ def read_json(path: Path) -> dict | None:
 
 def choose_run_dir(cfg: Config, run_id: str | None, resume: Resume) -> tuple[Path, bool, str | None]:
     """(run folder, resuming?, note)."""
-    from envkit.paths_check import check_inside
-
     exp = experiment_dir(cfg)
     h = cfg.config_hash()
     if resume not in ("auto", "never"):
@@ -127,8 +121,6 @@ def run_state(cfg: Config, run_dir: Path) -> RunState:
 
 def place_combination(cfg: Config, run_name: str, config: str) -> tuple[Path, RunState]:
     """(run folder, state) of a sweep's combination: runs/<experiment>/<run_name>/."""
-    from envkit.paths_check import check_inside, check_name
-
     exp = experiment_dir(cfg)
     run_dir = check_inside(exp, exp / check_name(run_name, f"{config}: sweep.grid", "run name"), f"{config}: sweep.grid")
     return run_dir, run_state(cfg, run_dir)
@@ -137,8 +129,6 @@ def place_combination(cfg: Config, run_name: str, config: str) -> tuple[Path, Ru
 def choose_for_run(cfg: Config, run_id: str | None, resume: Resume) -> tuple[Path, bool, str | None, dict]:
     """choose_run_dir, checked before anything is read or written there: no symlink planted where
     envkit writes, and a resumed folder's config.json (returned) of this config."""
-    from envkit.runfolder.links import refuse_links
-
     run_dir, resuming, note = choose_run_dir(cfg, run_id, resume)
     if run_dir.is_dir():
         refuse_links(run_dir)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from envkit.errors import EnvkitError
+from envkit.launch.launcher import omp_threads_per_process
 
 GAIN = 0.10  # the next count must give 10% more in all: less is noise, or the device already full
 MEMORY_FRACTION = 0.80  # of the free device memory (CPU: available RAM) that N runs may take together
@@ -249,8 +250,6 @@ def cpu_threads(run, env: dict) -> int | None:
     """The CPU threads one run of the sweep has alone (the profile's OMP_NUM_THREADS), which n runs at
     once share (sweep/runner.py gives each its share). None where the user exported the variable:
     each run keeps that count, probes included."""
-    from envkit.launch.launcher import omp_threads_per_process
-
     if os.environ.get("OMP_NUM_THREADS"):
         return None
     return int(omp_threads_per_process(run.plan.profile.env if run.plan.profile else {}, env, 1))

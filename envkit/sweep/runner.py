@@ -32,6 +32,8 @@ from envkit.launch.spawn import release_child, spawn_child
 from envkit.launch.torchrun import child_command
 from envkit.sweep.pack import choose as choose_pack
 from envkit.sweep.request import SweepRequest
+from envkit.runfolder.owner import owner_holder, read_owner, take_owner_lock
+from envkit.runfolder.applog import open_append
 
 
 @dataclass
@@ -139,8 +141,6 @@ def _own(r: SweepRun, say):
     has completed it since the sweep started: skipped, not waited for, so two sweeps of one grid (or a
     sweep and a Slurm array of it) share its runs instead of training one twice. Whether it is done is
     decided here, holding the lock, at the moment it would start, not once when the sweep began."""
-    from envkit.runfolder.owner import owner_holder, read_owner, take_owner_lock
-
     if r.start == "new":
         r.run_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -180,8 +180,6 @@ def _start(r: SweepRun, slot: int, gpus: int, parallel: int, stop_after, debug: 
     cmd = child_command(r.plan.python, r.run_dir, stop_after=stop_after, resume="auto", nproc=1, debug=debug)
     say(f"{'resume' if r.start == 'resume' else 'start':<8}{r.combo.run_id} -> {r.run_dir}{where}")
     if parallel > 1:  # several at once: each run's console output goes to its folder, not interleaved here
-        from envkit.runfolder.applog import open_append
-
         out = os.fdopen(open_append(r.run_dir / "console.log"), "ab")
         try:
             return spawn_child(cmd, env, owner, stdout=out, stderr=subprocess.STDOUT)

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, cast
 
 from envkit.config.token_files import check_token_folder
 from envkit.errors import EnvkitError
+from envkit.fsutil import atomic_write_bytes
+from envkit.config.paths import resolve_path
 
 if TYPE_CHECKING:
     from torch.utils.data import Dataset
@@ -50,7 +52,6 @@ def write_tokens(path: Path, ids, dtype: str = "uint16") -> None:
     import torch
 
     t = ids.to(getattr(torch, dtype)).contiguous()
-    from envkit.fsutil import atomic_write_bytes
 
     atomic_write_bytes(Path(path), ctypes.string_at(t.data_ptr(), t.numel() * t.element_size()))
 
@@ -97,7 +98,6 @@ def check_ids(t, vocab: int, path: Path) -> None:
 def tokens(cfg):
     """The DataBundle of a tokens folder (envkit/train/data/datasets.py dispatches here)."""
     from envkit.train.data.bundle import DataBundle, label_entropy
-    from envkit.config.paths import resolve_path
 
     import torch
 

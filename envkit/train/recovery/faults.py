@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from envkit.runfolder import names
+from envkit.runfolder.applog import append_line, open_append
 
 ENV_DEVICE = "ENVKIT_TRAIN_DEVICE"  # set by the child for itself after a switch to the CPU
 EVENTS = "faults.jsonl"
@@ -34,7 +35,6 @@ def record(run_dir: Path, event: dict) -> None:
     """Append one event to RUN_DIR/faults.jsonl (rank 0 only), flushed to disk."""
     if int(os.environ.get("RANK", "0")) != 0:
         return
-    from envkit.runfolder.applog import append_line, open_append
 
     line = json.dumps({"time": time.time(), **event}, default=str)
     fd = open_append(Path(run_dir) / EVENTS)  # never through a symlink planted in the run folder
@@ -194,7 +194,6 @@ def switch_device(run_dir: Path, policy: str, exc: BaseException) -> None:
             f"last checkpoint {how} (device.fallback: {policy})")
     record(run_dir, {"event": "device_switch", "from": device, "to": "cpu" if switch == "cpu" else f"{device}+cpu-fallback",
                      "switch": switch, "step": summary.get("steps"), "error": f"{type(exc).__name__}: {first}"})
-    from envkit.runfolder.applog import append_line, open_append
 
     fd = open_append(Path(run_dir) / "train.log")
     try:

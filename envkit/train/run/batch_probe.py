@@ -15,6 +15,9 @@ from collections.abc import Sized
 from pathlib import Path
 from typing import cast
 
+from envkit.train.recovery import faults
+from envkit.train.recovery.guards import resolve_device
+
 
 def probe_config(cfg):
     """The config as a probe runs it: one step at its batch, no eval, checkpoint, tracker or workers."""
@@ -68,8 +71,6 @@ def probe(cfg, run_dir: Path, torch_settings: dict | None = None) -> dict:
     import torch
 
     from envkit.train.data.datasets import build_data
-    from envkit.train.recovery import faults
-    from envkit.train.recovery.guards import resolve_device
     from envkit.train.run.loop import train
 
     cfg = probe_config(cfg)

@@ -15,6 +15,15 @@ import sys
 from pathlib import Path
 
 from envkit.runfolder import names
+from envkit.errors import EnvkitError
+from envkit.train.recovery.guards import TrainingStopped
+from envkit.train.run.determinism import environ_before_cuda, op_error
+from envkit.train.run.parent_watch import watch_parent
+from envkit.train.run.stopping import exit_code, parent_gone
+from envkit.config.config import Config
+from envkit.train.watching.profiling import parse_profile_steps
+from envkit.train.run.batch_probe import probe
+from envkit.train.recovery.faults import switch_device
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,28 +39,18 @@ def main(argv: list[str] | None = None) -> int:
     import warnings
 
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")  # torch without numpy: harmless here
-    from envkit.errors import EnvkitError
-    from envkit.train.recovery.guards import TrainingStopped
-
-    from envkit.train.run.determinism import environ_before_cuda, op_error
-    from envkit.train.run.parent_watch import watch_parent
-    from envkit.train.run.stopping import exit_code, parent_gone
 
     watch_parent(on_gone=parent_gone)  # stop when envkit run/sweep dies, however it dies, mid-step included
     run_dir = Path(args.run_dir)
     try:
         resolved = json.loads((run_dir / names.CONFIG).read_text())
-        from envkit.config.config import Config
         from envkit.train.run.loop import train
 
         cfg = Config.from_resolved(resolved)
         environ_before_cuda(cfg)  # training.deterministic: cuBLAS and Inductor read these when they start
         if args.probe:
-            from envkit.train.run.batch_probe import probe
-
             Path(args.probe).write_text(json.dumps(probe(cfg, run_dir, resolved.get("torch_settings"))))
             return 0
-        from envkit.train.watching.profiling import parse_profile_steps
 
         result = train(cfg, run_dir, stop_after=args.stop_after, resume=args.resume,
                         torch_settings=resolved.get("torch_settings"), profile_steps=parse_profile_steps(args.profile_steps))
@@ -73,8 +72,6 @@ def main(argv: list[str] | None = None) -> int:
             print(op_error(exc), file=sys.stderr, flush=True)
             return 2
         if not args.debug:
-            from envkit.train.recovery.faults import switch_device
-
             switch_device(run_dir, cfg.device.fallback if "cfg" in locals() else "auto", exc)  # returns only without a switch
         advice = device_error_advice(exc)
         if advice is None or args.debug:

@@ -32,6 +32,10 @@ from pathlib import Path
 
 import torch
 
+from envkit.install.act.execute import cache_dir
+from envkit.runfolder.seal import machine_key
+from envkit.fsutil import atomic_write_bytes
+
 MAGIC = b"envkit-compile-cache 1\n"
 MAX_BYTES = 512 << 20  # a blob above this is not kept: reading it would cost more than compiling saves
 COUNTERS = (("inductor", "fxgraph_cache_hit"), ("inductor", "fxgraph_cache_miss"),
@@ -66,8 +70,6 @@ def compile_seconds(top: int = 12, at_least: float = 0.05) -> dict[str, float]:
 
 
 def cache_folder() -> Path:
-    from envkit.install.act.execute import cache_dir
-
     return cache_dir() / "compile"
 
 
@@ -90,8 +92,6 @@ def cache_key(cfg, **shape) -> str:
 
 
 def _mac(key: str, data: bytes) -> str:
-    from envkit.runfolder.seal import machine_key
-
     return hmac.new(machine_key(), key.encode() + b"\0" + hashlib.sha256(data).digest(), hashlib.sha256).hexdigest()
 
 
@@ -178,7 +178,6 @@ class CompileCache:
         if len(data) > MAX_BYTES:
             self._say(f"compile cache: not saved: {len(data) / 2**20:.0f} MiB is above the {MAX_BYTES >> 20} MiB kept")
             return
-        from envkit.fsutil import atomic_write_bytes
 
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         atomic_write_bytes(self.path, pack(self.key, data), mode=0o600)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import torch
 
+from envkit.profiles.torch_settings import apply_torch_settings as apply_profile
+
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 SDPA_BACKENDS = ("auto", "flash", "efficient", "cudnn", "math")
 
@@ -33,8 +35,6 @@ def compile_mode_for(mode: str, world: int) -> tuple[str, str | None]:
 def apply_torch_settings(settings: dict | None, device_type: str) -> list[str]:
     if settings:
         try:
-            from envkit.profiles.torch_settings import apply_torch_settings as apply_profile
-
             return list(apply_profile(settings, device_type) or [])
         except ImportError:
             pass

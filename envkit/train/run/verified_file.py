@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from envkit.fsutil import atomic_writer
+from envkit.train.recovery import faults
 
 TRAILER = b"\nENVKIT-SHA256 "
 TRAILER_LEN = len(TRAILER) + 64 + 1
@@ -28,7 +29,6 @@ def write_verified(path: Path, obj: dict, fault=None) -> None:
     torch.save(obj, buf)
     data = buf.getvalue()
     trailer = TRAILER + hashlib.sha256(data).hexdigest().encode() + b"\n"
-    from envkit.train.recovery import faults
 
     with atomic_writer(path) as fh:  # a crash mid-save never leaves a half checkpoint
         if fault is not None and fault():

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envkit.errors import EnvkitError
+from envkit.fsutil import atomic_write_text
+from envkit.train.watching.trace_breakdown import breakdown, render, top_kernels
 
 if TYPE_CHECKING:
     from torch.profiler import profile, record_function
@@ -89,13 +91,10 @@ class StepProfiler:
         os.replace(tmp, stem.with_suffix(".json"))  # atomic: a reader never sees half a trace
         sort = "self_cuda_time_total" if self.device_type == "cuda" else "self_cpu_time_total"
         table = prof.key_averages().table(sort_by=sort, row_limit=30)
-        from envkit.fsutil import atomic_write_text
 
         timeline = ""
         if self.device_type == "cuda":  # the device's own timeline: what the kernels did, idle and exposed communication
             import json
-
-            from envkit.train.watching.trace_breakdown import breakdown, render, top_kernels
 
             trace = json.loads(stem.with_suffix(".json").read_text())
             summary = breakdown(trace, steps=b - a + 1)

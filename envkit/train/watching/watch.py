@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 from envkit.train.watching.diagnose import HintContext, after_warmup, diagnose
 from envkit.train.watching.trackers import Trackers
+from envkit.train.watching.cpu_fallback import FallbackCounter
+from envkit.train.watching.device_sampler import DeviceSampler
 
 if TYPE_CHECKING:
     from envkit.train.watching.device_sampler import DeviceSampler
@@ -41,10 +43,7 @@ class RunWatch:
         self.sampler: DeviceSampler | None = None
         self.trackers = Trackers(L.get("trackers") or [], run_dir, values, log) if enabled else Trackers([], run_dir, values, log)
         if enabled and (L.get("device_seconds") or 0) > 0:
-            from envkit.train.watching.device_sampler import DeviceSampler
-
             self.sampler = DeviceSampler(device_type, device, interval=float(L["device_seconds"]), local_devices=local_devices).start()
-        from envkit.train.watching.cpu_fallback import FallbackCounter
 
         self.fallbacks = FallbackCounter()  # operators PyTorch ran on the CPU (MPS fallback warnings)
         self._unwatch = self.fallbacks.watch_warnings() if enabled else (lambda: None)
