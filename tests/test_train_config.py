@@ -223,3 +223,14 @@ def test_ddp_bucket_size_comes_from_the_profile():
     assert bucket("--profile", "cuda-hopper") == (100.0, "profile:cuda-hopper")
     assert bucket("--profile", "cpu") == (25.0, "profile:cpu")
     assert bucket("--profile", "cuda-hopper", "--set", "training.ddp_bucket_mb=50") == (50.0, "cli")
+
+
+@pytest.mark.parametrize("setting, said", [
+    ("model.kwargs=[1]", "--set model.kwargs: expected a mapping, got list (fix: give model.kwargs a mapping, e.g. --set model.kwargs={key: value})"),
+    ("logging.trackers=5",
+     "--set logging.trackers: expected a list, got int 5 (fix: give logging.trackers a list, e.g. --set logging.trackers=[a, b])"),
+    ("dataset.task=[a]", "--set dataset.task: expected a string, got list (fix: give dataset.task text, e.g. --set dataset.task=arithmetic)"),
+])
+def test_a_value_of_another_type_names_the_key_and_the_form(setting, said):
+    """The text, list and mapping kinds (config/kinds.py): one line, exit 2, the form the key takes."""
+    one_line_error(envkit("validate", str(ROOT / "templates" / "train" / "gpt_quick_test.yaml"), "--set", setting), said)

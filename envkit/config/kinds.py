@@ -58,6 +58,12 @@ class Kind:
             return self.example
         return f"{default:g}" if isinstance(default, float) else default
 
+    def require(self, value: Any, python_type: type, what: str, f: Field, where: str) -> Any:
+        """`value` when it is a `python_type`, else the one line "expected WHAT, got ..." with the form."""
+        if not isinstance(value, python_type):
+            raise self.wrong(f"expected {what}, got {describe_value(value)}", f, where)
+        return value
+
     def wrong(self, text: str, f: Field, where: str) -> EnvkitError:
         """A value of another type: one line, and the form the key takes."""
         return EnvkitError(text, where=where, fix=form_fix(f, where))
@@ -151,9 +157,7 @@ class Str(Kind):
     name, form, example, doc = "str", "text", "name", "string"
 
     def convert(self, value, f, where, *, from_text=False):
-        if not isinstance(value, str):
-            raise self.wrong(f"expected a string, got {describe_value(value)}", f, where)
-        return value
+        return self.require(value, str, "a string", f, where)
 
 
 class Name(Str):
@@ -188,8 +192,7 @@ class List(Kind):
         self.choices = choices
 
     def convert(self, value, f, where, *, from_text=False):
-        if not isinstance(value, list):
-            raise self.wrong(f"expected a list, got {describe_value(value)}", f, where)
+        self.require(value, list, "a list", f, where)
         allowed = self.choices or ()
         for item in value if self.choices is not None else ():
             if item not in allowed:
@@ -204,9 +207,7 @@ class Dict(Kind):
     name, form, example, doc = "dict", "a mapping", "{key: value}", "mapping"
 
     def convert(self, value, f, where, *, from_text=False):
-        if not isinstance(value, dict):
-            raise self.wrong(f"expected a mapping, got {describe_value(value)}", f, where)
-        return value
+        return self.require(value, dict, "a mapping", f, where)
 
     def example_for(self, default):
         return self.example
