@@ -83,8 +83,10 @@ def two_process_runs(tmp_path_factory):
 
 def test_two_processes_through_torchrun_on_cpu(tmp_path, two_process_runs):
     """--nproc-per-node 2 goes through torchrun and DDP (gloo on the CPU): both ranks train one model.
-    Then training.ddp_bucket_mb regroups the all-reduce, not its sums (two ranks: a + b either way),
-    and training.ddp_comm_dtype bf16 needs NCCL: on gloo it says so in one line and trains in fp32."""
+    Then training.ddp_reduce after_backward (no DDP module: one bucketed all-reduce after the backward)
+    trains to the same losses, with training.ddp_bucket_mb regrouping the all-reduce into many buckets,
+    not changing its sums (two ranks: a + b either way); training.ddp_comm_dtype bf16 needs NCCL: on
+    gloo it says so in one line and trains in fp32."""
     project, res = two_process_runs
     d = _dir(project, "ddp")
     s = summary(d)
@@ -100,12 +102,17 @@ def test_two_processes_through_torchrun_on_cpu(tmp_path, two_process_runs):
     machine_threads = int(env_doc["profile_env"]["OMP_NUM_THREADS"])
     assert env_doc["environ"]["OMP_NUM_THREADS"] == str(max(1, machine_threads // 2))
 
+    assert "gradients all-reduced overlapping the backward (DDP)" in (d / "train.log").read_text()  # auto on the CPU
+
     res = _run(tmp_path, "small", *TWO, *STOP, *AC, "--set", "training.ddp_bucket_mb=0.05", "--set", "training.ddp_comm_dtype=bf16",
-               env=PROFILE_THREADS)
+               "--set", "training.ddp_reduce=after_backward", env=PROFILE_THREADS)
     assert res.returncode == 0, res.stderr[-3000:]
     small = _dir(tmp_path, "small")
     assert losses(small) == steps
-    assert "training.ddp_comm_dtype bf16 ignored on cpu: gloo all-reduces fp32" in (small / "train.log").read_text()
+    log = (small / "train.log").read_text()
+    assert "training.ddp_comm_dtype bf16 ignored on cpu: gloo all-reduces fp32" in log
+    assert "gradients all-reduced after the backward (training.ddp_reduce, as set)" in log
+    assert summary(small)["derived"]["training.ddp_reduce"] == "after_backward"
 
 
 def test_fsdp_trains_like_ddp_and_a_sigkilled_run_resumes_exactly(tmp_path, two_process_runs):

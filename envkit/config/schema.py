@@ -140,6 +140,10 @@ class Training:
                                                                "less memory, about a third more compute")
     ddp_bucket_mb: float = F(25.0, gt=0, help="several processes: DDP's gradient bucket size in MB (torch's default 25; profiles may set it)")
     ddp_comm_dtype: Literal["fp32", "bf16"] = F("fp32", help="several processes on CUDA: dtype of the gradient all-reduce (bf16: half the bytes)")
+    ddp_reduce: Literal["auto", "overlap", "after_backward"] = F(
+        "auto", help="ddp: overlap (DDP: the all-reduce overlaps the backward, no CUDA graphs) or after_backward (the step "
+                     "compiled as on one GPU, CUDA graphs kept, then one bucketed all-reduce); auto: after_backward on CUDA "
+                     "with a compile mode that has CUDA graphs, else overlap")
     empty_cache_every: int = F(0, min=0, help="MPS/CUDA: empty_cache() every N steps; 0 = never")
     nan_policy: Literal["rollback", "stop"] = F("rollback", help="non-finite loss: roll back to the last good checkpoint with a lower lr, or stop")
     nan_lr_factor: float = F(0.5, gt=0, max=1, help="nan_policy rollback: the learning rate is multiplied by this at each rollback")
@@ -300,6 +304,7 @@ HASH_EXCLUDED_KEYS = {"experiment.name", "experiment.output_dir", "experiment.ta
                       "eval.batches", "eval.accuracy_samples", "device.fallback_to_cpu", "device.fallback", "dataloader.num_workers",
                       "training.compile_scope", "training.compile_cache",  # what one compile covers, and kept: the same steps
                       "training.compile_mode", "training.sdpa_backend", "training.ddp_bucket_mb",  # speed only: same computation
+                      "training.ddp_reduce",  # where the all-reduce runs, not what it sums
                       "training.deterministic",  # which kernels compute it: the same steps (and old run folders keep their hash)
                       "training.parallel", "training.activation_checkpointing",  # the same steps, spread or recomputed
                       "training.memory_fraction", "training.batch_size_max",  # only how batch_size auto is decided

@@ -33,7 +33,7 @@ from envkit.train.recovery.injection import Injector
 from envkit.train.run import determinism, sharding
 from envkit.train.run.checkpointer import Checkpointer
 from envkit.train.run.compile_cache import CompileCache, cache_key
-from envkit.train.run.distributed import init_distributed, wrap_ddp
+from envkit.train.run.distributed import GradientAllReduce, broadcast_from_first, ddp_reduce_for, init_distributed, wrap_ddp
 from envkit.train.run.evaluate import val_batches
 from envkit.train.run.models import build_model_for
 from envkit.train.run.optim import build_optimizer, steps_for_epochs
@@ -76,6 +76,7 @@ class Model:
     compile_mode: str  # training.compile_mode, or what it becomes with several processes (speed.compile_mode_for)
     compile_scope: str  # model (one graph), blocks, or fsdp units (speed.compile_scope_for)
     sharded_note: str  # fsdp: what summary.json says of compile (its units were compiled as they were sharded)
+    ddp_reduce: str  # ddp: overlap (DDP) or after_backward (GradientAllReduce); else ""
 
 
 def build_trainer(cfg: Config, run_dir: Path, tel: Telemetry, *, torch_settings: dict | None, resume: str,
@@ -98,7 +99,7 @@ def build_trainer(cfg: Config, run_dir: Path, tel: Telemetry, *, torch_settings:
     resumed_from = checkpointer.resume(resume, state) if resume != "never" else None
     watch = RunWatch(run_dir, cfg.run_dict(), place.device_type, place.device, log, enabled=place.rank == 0, telemetry=tel,
                      local_devices=world)
-    compile_cache, loss_module, trained, compile_note = _training_module(cfg, place, data.bundle, model, precision, state, log)
+    compile_cache, loss_module, trained, compile_note, all_reduce = _training_module(cfg, place, data.bundle, model, precision, state, log)
     loader = cfg.dataloader
     batches = BatchStream(data.bundle, loader, micro_batch=state.micro_batch, position=state.batches, seed=cfg.experiment.seed,
                           rank=place.rank, world=world, device=place.device, pin_memory=data.pin_memory, on_device=data.on_device,
@@ -111,7 +112,7 @@ def build_trainer(cfg: Config, run_dir: Path, tel: Telemetry, *, torch_settings:
                       parallel=model.parallel, parameters=model.parameters, flops_per_token=model.flops_per_token,
                       precision=precision, autocast=autocast, scaler=scaler, optimizer=optimizer, compile_note=compile_note,
                       compile_cache=compile_cache, checkpointer=checkpointer, resumed_from=resumed_from, watch=watch,
-                      clock=clock, loss_sum=loss_sum)
+                      clock=clock, loss_sum=loss_sum, all_reduce=all_reduce)
     return trainer, state
 
 
@@ -185,7 +186,9 @@ def _model(cfg: Config, data: DataBundle, place: Place, precision: str, log) -> 
     parallel, why = sharding.choose(training.parallel, world=world, device=device, model=model, model_type=model_type,
                                     training=training, local_world=local_world)
     compiling = want_compile(training.compile, place.device_type) == "on"
-    compile_mode, changed = compile_mode_for(training.compile_mode, world)
+    ddp_reduce, reduce_line = (ddp_reduce_for(training.ddp_reduce, place.device_type, compiling, training.compile_mode)
+                               if parallel == "ddp" else ("", ""))
+    compile_mode, changed = compile_mode_for(training.compile_mode, world, between_graphs=ddp_reduce != "after_backward")
     if changed and compiling:
         log(changed)
     # asked only when compiling: the question imports torch._dynamo, which a CPU run without compile never loads (optim.py)
@@ -218,14 +221,15 @@ def _model(cfg: Config, data: DataBundle, place: Place, precision: str, log) -> 
     else:
         model.to(device)
         if parallel == "ddp":
-            log(f"training.parallel: ddp ({why})")
-    return Model(model, parameters, flops_per_token, parallel, compile_mode, compile_scope, sharded_note)
+            log(f"training.parallel: ddp ({why}); {reduce_line}")
+    return Model(model, parameters, flops_per_token, parallel, compile_mode, compile_scope, sharded_note, ddp_reduce)
 
 
 def _training_module(cfg: Config, place: Place, data: DataBundle, model: Model, precision: str, state: TrainState,
-                     log) -> tuple[CompileCache | None, LossModule, torch.nn.Module, str]:
-    """(the compile cache, the loss module, what trains, what summary.json says of compile), after the
-    resume: forward + loss at the resumed accumulation, compiled, DDP-wrapped."""
+                     log) -> tuple[CompileCache | None, LossModule, torch.nn.Module, str, GradientAllReduce | None]:
+    """(the compile cache, the loss module, what trains, what summary.json says of compile, the gradients'
+    all-reduce after the backward or None), after the resume: forward + loss at the resumed accumulation,
+    compiled, DDP-wrapped (or not, with training.ddp_reduce after_backward)."""
     training = cfg.training
     compiling = want_compile(training.compile, place.device_type)
     compile_cache = None
@@ -244,9 +248,15 @@ def _training_module(cfg: Config, place: Place, data: DataBundle, model: Model, 
         # step is compiled whole as well, so the head and the loss are fused (on one H100, GPT-2 small: 10.8 GB
         # peak against 15.7 with the loss eager, and the fastest of the three ways, benchmarks/bench_fsdp_one_process.py)
         trained, note = maybe_compile(loss_module, compiling, log, model.compile_mode)
-    if model.parallel == "ddp":
+    all_reduce = None
+    if model.ddp_reduce == "overlap":
         trained = wrap_ddp(trained, place.device, place.local_rank, training.ddp_bucket_mb, training.ddp_comm_dtype, log)
-    return compile_cache, loss_module, trained, model.sharded_note if model.parallel == "fsdp" else note
+    elif model.ddp_reduce == "after_backward":
+        broadcast_from_first(model.raw)
+        all_reduce = GradientAllReduce(model.raw, place.world, training.ddp_bucket_mb, training.ddp_comm_dtype, place.device)
+        if training.ddp_comm_dtype == "bf16" and place.device_type != "cuda":
+            log(f"training.ddp_comm_dtype bf16 ignored on {place.device_type}: gloo all-reduces fp32")
+    return compile_cache, loss_module, trained, model.sharded_note if model.parallel == "fsdp" else note, all_reduce
 
 
 def _with_decisions(cfg: Config, place: Place, data: Data, model: Model, precision: str) -> Config:
@@ -256,6 +266,8 @@ def _with_decisions(cfg: Config, place: Place, data: Data, model: Model, precisi
                "training.compile_mode": model.compile_mode, "training.compile_scope": model.compile_scope,
                "training.parallel": model.parallel,
                "dataset.on_device": data.on_device, "dataloader.pin_memory": bool(data.pin_memory)}
+    if model.ddp_reduce:
+        decided["training.ddp_reduce"] = model.ddp_reduce
     for path, value in decided.items():
         cfg = cfg.derive(path, value)
     return cfg

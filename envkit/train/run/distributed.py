@@ -7,6 +7,8 @@ from typing import Any
 
 import torch
 
+from envkit.train.run.speed import WITHOUT_CUDA_GRAPHS
+
 
 def init_distributed(device: torch.device) -> None:
     """NCCL on CUDA, gloo on the CPU. On CUDA the group is bound to this process's GPU
@@ -46,3 +48,75 @@ def wrap_ddp(module: torch.nn.Module, device: torch.device, local_rank: int, buc
         else:
             log(f"training.ddp_comm_dtype bf16 ignored on {device.type}: gloo all-reduces fp32")
     return ddp
+
+
+def ddp_reduce_for(setting: str, device_type: str, compiling: bool, mode: str) -> tuple[str, str]:
+    """(overlap | after_backward, the words the run's ddp line adds). auto: after_backward where it keeps
+    CUDA graphs (CUDA, compiled, a mode that captures them), else overlap."""
+    if setting != "auto":
+        how = "after the backward" if setting == "after_backward" else "overlapping the backward (DDP)"
+        return setting, f"gradients all-reduced {how} (training.ddp_reduce, as set)"
+    if device_type == "cuda" and compiling and mode in WITHOUT_CUDA_GRAPHS:
+        return "after_backward", (f"gradients all-reduced after the backward (training.ddp_reduce auto: compile mode {mode} "
+                                  "keeps its CUDA graphs)")
+    return "overlap", "gradients all-reduced overlapping the backward (DDP)"
+
+
+def broadcast_from_first(module: torch.nn.Module) -> None:
+    """Every process starts from rank 0's weights and buffers (what DDP does when it wraps a module)."""
+    import torch.distributed as dist
+
+    with torch.no_grad():
+        for tensor in [*module.parameters(), *module.buffers()]:
+            dist.broadcast(tensor, src=0)
+
+
+class GradientAllReduce:
+    """training.ddp_reduce after_backward: data parallel without DDP's module. The step is compiled
+    exactly as on one GPU (one forward graph, one backward graph, CUDA graphs where the mode has
+    them); after the last micro-batch's backward, the gradients are averaged over the processes in
+    flat buckets: each bucket is filled by one multi-tensor copy (cast to bf16 there when
+    training.ddp_comm_dtype says so), all-reduced on NCCL's stream while the next one fills, and
+    copied back. Nothing overlaps the backward, so the all-reduce's time is added to the step; DDP
+    overlaps it but splits the compiled backward at every bucket and gives up CUDA graphs
+    (benchmarks/RESULTS.md has both measured)."""
+
+    def __init__(self, module: torch.nn.Module, world: int, bucket_mb: float, comm_dtype: str, device: torch.device):
+        import torch.distributed as dist
+
+        self.world = world
+        nccl = device.type == "cuda"
+        self.op = dist.ReduceOp.AVG if nccl else dist.ReduceOp.SUM  # gloo has no average: a sum, then / world
+        dtype = torch.bfloat16 if comm_dtype == "bf16" and nccl else None
+        params = [p for p in module.parameters() if p.requires_grad]
+        cap = max(1, int(bucket_mb * 2**20))
+        self.buckets: list[list[torch.nn.Parameter]] = []
+        size = cap
+        for p in params:
+            if size + p.numel() * p.element_size() > cap and size > 0:
+                self.buckets.append([])
+                size = 0
+            self.buckets[-1].append(p)
+            size += p.numel() * p.element_size()
+        self.buffers = [torch.empty(sum(p.numel() for p in b), dtype=dtype or b[0].dtype, device=device) for b in self.buckets]
+        self.views = [[v.view_as(p) for v, p in zip(buf.split([p.numel() for p in b]), b)] for b, buf in zip(self.buckets, self.buffers)]
+
+    def __call__(self) -> None:
+        import torch.distributed as dist
+
+        works = []
+        for bucket, views, buffer in zip(self.buckets, self.views, self.buffers):
+            torch._foreach_copy_(views, [self._grad(p) for p in bucket])  # pyright: ignore[reportPrivateImportUsage] - torch's multi-tensor copy (one kernel a bucket), missing from its stub's exports
+            # on NCCL's stream, after the copy: the next bucket's copy runs beside it
+            works.append(dist.all_reduce(buffer, op=self.op, async_op=True))
+        for bucket, views, buffer, work in zip(self.buckets, self.views, self.buffers, works):
+            work.wait()  # the compute stream waits for NCCL's, the host does not
+            if self.op != dist.ReduceOp.AVG:
+                buffer.div_(self.world)
+            torch._foreach_copy_([self._grad(p) for p in bucket], views)  # pyright: ignore[reportPrivateImportUsage] - as above
+
+    @staticmethod
+    def _grad(p: torch.nn.Parameter) -> torch.Tensor:
+        if p.grad is None:  # a parameter this step did not use: zeros, as the other processes may have used it
+            p.grad = torch.zeros_like(p)
+        return p.grad

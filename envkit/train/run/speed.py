@@ -20,12 +20,13 @@ def compile_kwargs(mode: str) -> dict:
     return {} if mode in (None, "default") else {"mode": mode}
 
 
-def compile_mode_for(mode: str, world: int) -> tuple[str, str | None]:
+def compile_mode_for(mode: str, world: int, between_graphs: bool = True) -> tuple[str, str | None]:
     """(the mode this run compiles with, a line when it is not the one asked for). Several processes
-    train without CUDA graphs: DDP's bucket hooks and FSDP's per-unit gathers run between the
-    compiled graphs, and a replayed graph would not wait for them (a profile's reduce-overhead is
-    measured on one GPU)."""
-    if world > 1 and mode in WITHOUT_CUDA_GRAPHS:
+    train without CUDA graphs where they communicate between the compiled graphs (`between_graphs`):
+    DDP's bucket hooks and FSDP's per-unit gathers run there, and a replayed graph would not wait for
+    them (a profile's reduce-overhead is measured on one GPU). training.ddp_reduce after_backward
+    communicates after the step's graphs, and keeps them."""
+    if world > 1 and between_graphs and mode in WITHOUT_CUDA_GRAPHS:
         other = WITHOUT_CUDA_GRAPHS[mode]
         return other, (f"training.compile_mode {mode}: no CUDA graphs with {world} processes (DDP's and FSDP's "
                        f"communication runs between the graphs); compiling with mode {other}")

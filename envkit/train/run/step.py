@@ -81,6 +81,8 @@ def train_step(tr, state, lr: float) -> StepOut:
     for group in tr.optimizer.param_groups:
         group["lr"] = lr
     loss = forward_backward(tr, state.grad_accum)
+    if tr.all_reduce is not None:  # ddp after the backward: the gradients averaged over the processes
+        tr.all_reduce()
     tr.loss_sum.add_(loss)  # no sync: its finiteness is read at the step's checks (recover.py)
     grad_norm = None
     if tr.training.grad_clip > 0:
@@ -102,7 +104,7 @@ def forward_backward(tr, grad_accum: int) -> torch.Tensor:
     total = None
     for micro in range(grad_accum):
         x, y = tr.batches.take()
-        if tr.parallel == "ddp":  # fsdp reduce-scatters every micro-batch: its gradients stay sharded
+        if tr.parallel == "ddp" and tr.all_reduce is None:  # fsdp reduce-scatters every micro-batch: its gradients stay sharded
             tr.model.require_backward_grad_sync = micro == grad_accum - 1
         with tr.autocast:
             loss = tr.model(x, y)  # cross-entropy / grad_accum

@@ -21,6 +21,7 @@ from envkit.train.data.bundle import DataBundle, ResumableBatchSampler
 from envkit.train.data.stream import BatchStream
 from envkit.train.run.checkpointer import Checkpointer
 from envkit.train.run.compile_cache import CompileCache
+from envkit.train.run.distributed import GradientAllReduce
 from envkit.train.run.state import StepClock, TrainState
 from envkit.train.run.step import LossModule
 from envkit.train.watching.watch import RunWatch
@@ -56,6 +57,7 @@ class Trainer:
     watch: RunWatch  # the device sampler, data-wait timing, hints and trackers (rank 0)
     clock: StepClock
     loss_sum: torch.Tensor  # the step losses summed on the device since the last rollback: non-finite once any was
+    all_reduce: GradientAllReduce | None = None  # ddp with training.ddp_reduce after_backward: averages the gradients after the backward
 
     # -- config sections, as the run uses them
     @property
