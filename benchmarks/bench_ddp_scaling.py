@@ -113,6 +113,7 @@ def main(argv=None) -> int:
                             "error": error,
                             "tokens_per_second": s.get("tokens_per_second_median_window"),
                             "mfu": s.get("mfu"), "status": s.get("status"), "device_name": s.get("device_name"),
+                            "final_loss": s.get("final_loss"),
                             "noise_lines": noise, "parallel_line": parallel})
             results[-1]["scaling"] = _scaling(results[-1], results[0])
             # each run's line as it ends: a call cut by its time limit still leaves the runs it finished
@@ -143,7 +144,8 @@ def describe(r: dict) -> str:
     scale = f"x{r['scaling']:.3f}" if r["scaling"] else "n/a"
     label = f" ({', '.join(r['set'])})" if r["set"] else " (profiled)" if r["profile"] else ""
     lines = [f"{r['nproc']} proc{label}: {tps} tokens/s | MFU {mfu} | scaling {scale} vs the first | {r['status']} "
-             f"({r['device_name']}) | peak {r['peak_memory_gb'] or '?'} GB a GPU | torch/torchrun noise lines: {len(r['noise_lines'])}"]
+             f"({r['device_name']}) | peak {r['peak_memory_gb'] or '?'} GB a GPU | final loss {r.get('final_loss')} | "
+             f"torch/torchrun noise lines: {len(r['noise_lines'])}"]
     lines += [f"    {r['parallel_line']}"] if r.get("parallel_line") else []
     lines += [f"    failed: {r['error']}"] if r["error"] else []
     return "\n".join(lines)
