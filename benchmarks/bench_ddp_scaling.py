@@ -7,10 +7,12 @@ user runs it, on GPT-2 small (templates/train/gpt2_small_tokens.yaml) over a fol
 
     python benchmarks/bench_ddp_scaling.py --size 1.5b --nproc 1 2 --try training.parallel=fsdp
     python benchmarks/bench_ddp_scaling.py --size 6.7b --nproc 2 --set training.parallel=fsdp --try training.parallel=ddp
+    python benchmarks/bench_ddp_scaling.py --size cifar --nproc 1 2 --steps 400 --try training.ddp_reduce=overlap
 
 --size picks the GPT: small (GPT-2 small, 124M, batch 16 a GPU), 1.5b (48 layers, width 1600, batch 8)
 or 6.7b (32 layers, width 4096, batch 8, activation checkpointing: weights, gradients and AdamW state
-take 106 GB, more than one 80 GB GPU holds, so it trains only sharded). A run that fails says the
+take 106 GB, more than one 80 GB GPU holds, so it trains only sharded); cifar is ResNet-18 on CIFAR-10
+(templates/train/cifar10.yaml, batch 128 a GPU, random images): its rates are images/s. A run that fails says the
 last line of its error (an out-of-memory, say) beside its peak memory.
 
 --try KEY=VALUE[,KEY=VALUE] (repeatable) adds a run at the largest --nproc with those overrides, scaled
@@ -40,7 +42,8 @@ TEMPLATE = ROOT / "templates" / "train" / "gpt2_small_tokens.yaml"
 # --size: (model overrides, batch per GPU). 12 L d^2 parameters a GPT block plus the tied 50,304 x d embedding.
 SIZES = {"small": ([], 16),
          "1.5b": (["model.n_layer=48", "model.n_head=25", "model.n_embd=1600"], 8),
-         "6.7b": (["model.n_layer=32", "model.n_head=32", "model.n_embd=4096", "training.activation_checkpointing=full"], 8)}
+         "6.7b": (["model.n_layer=32", "model.n_head=32", "model.n_embd=4096", "training.activation_checkpointing=full"], 8),
+         "cifar": ([], 128)}  # ResNet-18 on CIFAR-10 (templates/train/cifar10.yaml), random images in CIFAR's binary format
 NOISE = ("OMP_NUM_THREADS", "barrier(): using the device", "UserWarning")
 
 
@@ -74,11 +77,17 @@ def main(argv=None) -> int:
         from envkit.train.data.tokens import write_tokens
 
         g = torch.Generator().manual_seed(0)
-        for name in ("train.bin", "val.bin"):
-            write_tokens(data / name, torch.randint(50304, (1 << 24,), generator=g), "uint16")
+        if args.size == "cifar":
+            from bench_resnet_cifar import write_random_cifar10
+
+            data = write_random_cifar10(Path(tmp) / "cifar-10-batches-bin", 10_000, 1_000)
+        else:
+            for name in ("train.bin", "val.bin"):
+                write_tokens(data / name, torch.randint(50304, (1 << 24,), generator=g), "uint16")
+        template = ROOT / "templates" / "train" / "cifar10.yaml" if args.size == "cifar" else TEMPLATE
         for i, (n, extra, profile) in enumerate(runs):
             run_id = f"r{i}-n{n}"
-            cmd = [sys.executable, "-m", "envkit", "run", str(TEMPLATE), "--run-id", run_id, "--resume", "never",
+            cmd = [sys.executable, "-m", "envkit", "run", str(template), "--run-id", run_id, "--resume", "never",
                    "--nproc-per-node", str(n), "--set", f"dataset.path={data}", "--set", f"training.batch_size={args.batch}",
                    "--set", "training.grad_accum=1", "--set", f"training.max_steps={args.steps}", "--set", "training.warmup_steps=10",
                    "--set", "eval.every_steps=0", "--set", "eval.batches=2", "--set", f"checkpoint.every_steps={args.steps}",
@@ -88,7 +97,7 @@ def main(argv=None) -> int:
             env = {**os.environ, **dict(p[4:].split("=", 1) for p in extra if p.startswith("env:"))}
             res = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, env=env)
             out = res.stdout + res.stderr
-            run_dir = Path(tmp) / "runs" / "gpt2-small-tokens" / run_id
+            run_dir = next((Path(tmp) / "runs").glob(f"*/{run_id}"), Path(tmp) / "runs" / "gpt2-small-tokens" / run_id)
             summary_path = run_dir / "summary.json"
             s = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
             noise = [line for line in out.splitlines() if any(w in line for w in NOISE)]
@@ -111,9 +120,9 @@ def main(argv=None) -> int:
             results.append({"nproc": n, "set": extra, "profile": profile, "timeline": timeline, "returncode": res.returncode,
                             "peak_memory_gb": round(s["peak_memory_mb"] / 1024, 1) if s.get("peak_memory_mb") else None,
                             "error": error,
-                            "tokens_per_second": s.get("tokens_per_second_median_window"),
+                            "tokens_per_second": s.get("tokens_per_second_median_window") or s.get("samples_per_second_median_window"),
                             "mfu": s.get("mfu"), "status": s.get("status"), "device_name": s.get("device_name"),
-                            "final_loss": s.get("final_loss"),
+                            "final_loss": s.get("final_loss"), "unit": "images" if args.size == "cifar" else "tokens",
                             "noise_lines": noise, "parallel_line": parallel})
             results[-1]["scaling"] = _scaling(results[-1], results[0])
             # each run's line as it ends: a call cut by its time limit still leaves the runs it finished
@@ -143,7 +152,7 @@ def describe(r: dict) -> str:
     mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] else "n/a"
     scale = f"x{r['scaling']:.3f}" if r["scaling"] else "n/a"
     label = f" ({', '.join(r['set'])})" if r["set"] else " (profiled)" if r["profile"] else ""
-    lines = [f"{r['nproc']} proc{label}: {tps} tokens/s | MFU {mfu} | scaling {scale} vs the first | {r['status']} "
+    lines = [f"{r['nproc']} proc{label}: {tps} {r.get('unit', 'tokens')}/s | MFU {mfu} | scaling {scale} vs the first | {r['status']} "
              f"({r['device_name']}) | peak {r['peak_memory_gb'] or '?'} GB a GPU | final loss {r.get('final_loss')} | "
              f"torch/torchrun noise lines: {len(r['noise_lines'])}"]
     lines += [f"    {r['parallel_line']}"] if r.get("parallel_line") else []
