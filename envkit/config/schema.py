@@ -143,7 +143,7 @@ class Training:
     ddp_reduce: Literal["auto", "overlap", "after_backward"] = F(
         "auto", help="ddp: overlap (DDP: the all-reduce overlaps the backward, no CUDA graphs) or after_backward (the step "
                      "compiled as on one GPU, CUDA graphs kept, then one bucketed all-reduce); auto: after_backward on CUDA "
-                     "with a compile mode that has CUDA graphs, else overlap")
+                     "with a compile mode that has CUDA graphs and at most 128 MB of gradients, else overlap")
     empty_cache_every: int = F(0, min=0, help="MPS/CUDA: empty_cache() every N steps; 0 = never")
     nan_policy: Literal["rollback", "stop"] = F("rollback", help="non-finite loss: roll back to the last good checkpoint with a lower lr, or stop")
     nan_lr_factor: float = F(0.5, gt=0, max=1, help="nan_policy rollback: the learning rate is multiplied by this at each rollback")

@@ -186,7 +186,8 @@ def _model(cfg: Config, data: DataBundle, place: Place, precision: str, log) -> 
     parallel, why = sharding.choose(training.parallel, world=world, device=device, model=model, model_type=model_type,
                                     training=training, local_world=local_world)
     compiling = want_compile(training.compile, place.device_type) == "on"
-    ddp_reduce, reduce_line = (ddp_reduce_for(training.ddp_reduce, place.device_type, compiling, training.compile_mode)
+    gradient_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    ddp_reduce, reduce_line = (ddp_reduce_for(training.ddp_reduce, place.device_type, compiling, training.compile_mode, gradient_bytes)
                                if parallel == "ddp" else ("", ""))
     compile_mode, changed = compile_mode_for(training.compile_mode, world, between_graphs=ddp_reduce != "after_backward")
     if changed and compiling:

@@ -50,15 +50,28 @@ def wrap_ddp(module: torch.nn.Module, device: torch.device, local_rank: int, buc
     return ddp
 
 
-def ddp_reduce_for(setting: str, device_type: str, compiling: bool, mode: str) -> tuple[str, str]:
+# training.ddp_reduce auto's bound on the gradients' bytes for after_backward. Measured on 4 x H200 (benchmarks/RESULTS.md,
+# 2026-11-27, fourth session): ResNet-18 on CIFAR (45 MB of fp32 gradients, a launch-bound 3 ms step) trains 2.56x faster
+# after the backward with CUDA graphs than with DDP's overlap; GPT-2 small (496 MB, a 34 ms step) 1.8% slower at 4
+# processes and the same at 2, its all-reduce no longer hidden. The bound lies between the two, not measured closer.
+AFTER_BACKWARD_MAX_BYTES = 128 * 2**20
+
+
+def ddp_reduce_for(setting: str, device_type: str, compiling: bool, mode: str, gradient_bytes: int) -> tuple[str, str]:
     """(overlap | after_backward, the words the run's ddp line adds). auto: after_backward where it keeps
-    CUDA graphs (CUDA, compiled, a mode that captures them), else overlap."""
+    CUDA graphs (CUDA, compiled, a mode that captures them) and the all-reduce it cannot hide is small
+    (AFTER_BACKWARD_MAX_BYTES), else overlap."""
     if setting != "auto":
         how = "after the backward" if setting == "after_backward" else "overlapping the backward (DDP)"
         return setting, f"gradients all-reduced {how} (training.ddp_reduce, as set)"
-    if device_type == "cuda" and compiling and mode in WITHOUT_CUDA_GRAPHS:
+    graphs = device_type == "cuda" and compiling and mode in WITHOUT_CUDA_GRAPHS
+    size = f"{gradient_bytes / 2**20:,.0f} MB of gradients"
+    if graphs and gradient_bytes <= AFTER_BACKWARD_MAX_BYTES:
         return "after_backward", (f"gradients all-reduced after the backward (training.ddp_reduce auto: compile mode {mode} "
-                                  "keeps its CUDA graphs)")
+                                  f"keeps its CUDA graphs, and {size} take little time unhidden)")
+    if graphs:
+        return "overlap", (f"gradients all-reduced overlapping the backward (DDP; training.ddp_reduce auto: {size}, over "
+                           f"{AFTER_BACKWARD_MAX_BYTES // 2**20} MB, are worth hiding behind the backward more than CUDA graphs)")
     return "overlap", "gradients all-reduced overlapping the backward (DDP)"
 
 
