@@ -1,4 +1,4 @@
-"""What each late import named in LAZY_OK (tests/test_code_shape.py) saves: the time to import the
+"""What each late import named in LAZY_OK (tests/project/test_code_shape.py) saves: the time to import the
 module after the one it would burden is already imported, and how many modules that adds.
 
     python benchmarks/bench_lazy_imports.py [--runs 7]
@@ -23,7 +23,7 @@ MEASURE = ("import sys, time; import {burdened}; before = len(sys.modules); t = 
 
 
 def lazy_ok() -> dict[str, tuple[str, str]]:
-    spec = importlib.util.spec_from_file_location("code_shape", ROOT / "tests" / "test_code_shape.py")
+    spec = importlib.util.spec_from_file_location("code_shape", ROOT / "tests" / "project" / "test_code_shape.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

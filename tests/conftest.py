@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
+TESTS = Path(__file__).resolve().parent  # the tests' data folders (snapshots/, locks/, old_runs/, device_samples/) sit here
+SNAPSHOTS = TESTS / "snapshots"
 
 
 _EMPTY_CONFIG_DIR = __import__("tempfile").mkdtemp(prefix="envkit-test-config-")
@@ -125,36 +126,57 @@ def default_sigint() -> None:
 # The end-to-end files: each test trains, installs or schedules for real (seconds to a minute on 2
 # cores). `pytest -m "not slow" -n auto` runs the rest in about a minute; CI runs everything.
 # Files measured with --durations (a file whose every test takes under a few seconds is not here).
+# Named by their path under tests/; a name that matches no file stops the session (pytest_configure).
 SLOW_FILES = frozenset({
-    "test_train_run.py", "test_slurm.py", "test_bench_tune.py", "test_train_faults.py", "test_fsdp.py", "test_processes.py",
-    "test_train_prefetch.py", "test_sweep.py", "test_sweep_pack.py", "test_owner_exec_sweep.py", "test_run_owner.py",
-    "test_bench_failures.py", "test_auto_batch.py", "test_train_tokens.py", "test_train_cifar.py", "test_bad_images.py",
-    "test_train_multinode.py", "test_checkpoint_keep.py", "test_stop_without_start_time.py", "test_json_stdout.py",
-    "test_selftest.py", "test_device_watch.py", "test_bounded_input.py", "test_packaging.py", "test_pylock_real.py",
+    "train/test_train_run.py", "launch/test_slurm.py", "bench/test_bench_tune.py", "train/test_train_faults.py",
+    "train/test_fsdp.py", "train/test_processes.py", "train/test_train_prefetch.py", "bench/test_sweep.py",
+    "bench/test_sweep_pack.py", "runfolder/test_owner_exec_sweep.py", "runfolder/test_run_owner.py",
+    "bench/test_bench_failures.py", "train/test_auto_batch.py", "train/test_train_tokens.py", "train/test_train_cifar.py",
+    "train/test_bad_images.py", "launch/test_train_multinode.py", "train/test_checkpoint_keep.py",
+    "runfolder/test_stop_without_start_time.py", "project/test_json_stdout.py", "bench/test_selftest.py",
+    "train/test_device_watch.py", "config/test_bounded_input.py", "project/test_packaging.py", "install/test_pylock_real.py",
     # installs into fresh venvs from a local index (pip, uv), and envkit exec's supervised processes
-    "test_setup.py", "test_setup_uv.py", "test_setup_guards.py", "test_builds.py", "test_install_failures.py",
-    "test_pylock.py", "test_pylock_interop.py", "test_lock_project.py", "test_accel_install.py", "test_exec.py",
-    "test_secrets.py", "test_train_templates.py", "test_reproduce.py", "test_record.py",
+    "install/test_setup.py", "install/test_setup_uv.py", "install/test_setup_guards.py", "install/test_builds.py",
+    "install/test_install_failures.py", "install/test_pylock.py", "install/test_pylock_interop.py", "install/test_lock_project.py",
+    "install/test_accel_install.py", "launch/test_exec.py", "project/test_secrets.py", "train/test_train_templates.py",
+    "runfolder/test_reproduce.py", "runfolder/test_record.py",
     # a fresh clone's command 1 and tour, each docs page's examples, real torch locked and rebuilt
-    "test_readme_tour.py", "test_docs_examples.py", "test_lock.py",
+    "docs/test_readme_tour.py", "docs/test_docs_examples.py", "install/test_lock.py",
 })
 
 # The longest files first, in the order of their measured wall time on 2 cores (--durations, summed
 # per file): `-n auto --dist loadfile` hands whole files to workers in collection order, so a long
-# file collected last (test_train_*.py sort late) would run alone at the end while the other workers
+# file collected last (train/ sorts last) would run alone at the end while the other workers
 # idle. Longest first is the classic makespan heuristic; the rest keep their order.
 LONGEST_FIRST = (
-    "test_slurm.py", "test_reproduce.py", "test_train_templates.py", "test_readme_tour.py", "test_bench_tune.py",
-    "test_docs_examples.py", "test_train_faults.py", "test_train_run.py", "test_owner_exec_sweep.py", "test_lock.py",
-    "test_processes.py", "test_fsdp.py", "test_json_stdout.py", "test_packaging.py", "test_setup.py", "test_exec.py", "test_pylock_real.py",
-    "test_run_owner.py", "test_selftest.py", "test_bench_failures.py", "test_sweep.py", "test_sweep_pack.py",
-    "test_install_failures.py", "test_pylock_interop.py", "test_auto_batch.py", "test_train_tokens.py", "test_train_prefetch.py",
+    "launch/test_slurm.py", "runfolder/test_reproduce.py", "train/test_train_templates.py", "docs/test_readme_tour.py",
+    "bench/test_bench_tune.py", "docs/test_docs_examples.py", "train/test_train_faults.py", "train/test_train_run.py",
+    "runfolder/test_owner_exec_sweep.py", "install/test_lock.py", "train/test_processes.py", "train/test_fsdp.py",
+    "project/test_json_stdout.py", "project/test_packaging.py", "install/test_setup.py", "launch/test_exec.py",
+    "install/test_pylock_real.py", "runfolder/test_run_owner.py", "bench/test_selftest.py", "bench/test_bench_failures.py",
+    "bench/test_sweep.py", "bench/test_sweep_pack.py", "install/test_install_failures.py", "install/test_pylock_interop.py",
+    "train/test_auto_batch.py", "train/test_train_tokens.py", "train/test_train_prefetch.py",
 )
+
+
+def pytest_configure(config):
+    """A file moved or renamed would silently lose its `slow` mark and its place in the order: refuse to start."""
+    missing = sorted(name for name in SLOW_FILES | set(LONGEST_FIRST) if not (TESTS / name).is_file())
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py names test files that do not exist: {', '.join(missing)}")
+
+
+def under_tests(item) -> str:
+    """The item's file as SLOW_FILES and LONGEST_FIRST name it: its path under tests/."""
+    try:
+        return item.path.relative_to(TESTS).as_posix()
+    except ValueError:  # a file outside tests/ given on the command line
+        return item.path.name
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.path.name in SLOW_FILES:
+        if under_tests(item) in SLOW_FILES:
             item.add_marker(pytest.mark.slow)
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's tests keep their order
+    items.sort(key=lambda item: rank.get(under_tests(item), len(rank)))  # stable: each file's tests keep their order

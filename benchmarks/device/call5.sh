@@ -1,5 +1,5 @@
 #!/bin/bash
-# Several GPUs on a 4 x H100 host, one call: on GPUs 0,1 the multi-GPU tests (tests/test_multi_gpu.py), then GPT-2 small
+# Several GPUs on a 4 x H100 host, one call: on GPUs 0,1 the multi-GPU tests (tests/train/test_multi_gpu.py), then GPT-2 small
 # deterministic under DDP (default, deterministic, deterministic again, `envkit reproduce`); on GPUs 2,3 the 6.7B GPT
 # (auto, which shards it) and the same under ddp (which cannot hold it), then the 1.5B GPT sharded at batch 16.
 # Results: benchmarks/RESULTS.md. Run from the repository root: bash benchmarks/device/call5.sh OUTDIR
@@ -9,7 +9,7 @@ if [ ! -d .git ]; then git init -q && git add -A && git -c user.name=bench -c us
 VENV=$($PY -c "import sys; print(sys.prefix)")
 (
   export CUDA_VISIBLE_DEVICES=0,1
-  timeout 200 $PY -m pytest -q -p no:cacheprovider tests/test_multi_gpu.py -x 2>&1 | tail -15
+  timeout 200 $PY -m pytest -q -p no:cacheprovider tests/train/test_multi_gpu.py -x 2>&1 | tail -15
   timeout 330 $PY benchmarks/bench_reproduce.py --models gpt2 --nproc 2 --steps 60 --repeat --reproduce det --venv "$VENV" --out /tmp/det-ddp
 ) > "$OUT/pair01.log" 2>&1 &
 (

@@ -13,7 +13,7 @@
 A=$!
 (
   export CUDA_VISIBLE_DEVICES=1
-  timeout 150 $PY -m pytest -q -p no:cacheprovider tests/test_train_gpu.py -k second_run 2>&1 | tail -8
+  timeout 150 $PY -m pytest -q -p no:cacheprovider tests/train/test_train_gpu.py -k second_run 2>&1 | tail -8
   timeout 120 $PY benchmarks/bench_time_to_first_step.py --steps 60 --cifar --skip-plain
 ) > "$OUT/first_cifar.log" 2>&1 &
 B=$!

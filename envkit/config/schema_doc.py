@@ -83,7 +83,7 @@ def render() -> str:
         "# train.yaml reference",
         "",
         "<!-- Generated from envkit/config/schema.py by `python -m envkit.config.schema_doc`: do not edit by",
-        "     hand. tests/test_docs.py fails when this file differs from the generator's output. -->",
+        "     hand. tests/docs/test_docs.py fails when this file differs from the generator's output. -->",
         "",
         "Every key `envkit run`, `envkit validate` and `envkit sweep` accept, generated from the schema the",
         "trainer validates with (`envkit/config/schema.py`). An unknown section or key is an error with a",

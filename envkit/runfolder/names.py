@@ -1,7 +1,7 @@
 """The names of the files in a run folder: the one place they are spelt. Every module that writes
 or reads one (the trainer, exec's supervisor, `runs`, `monitor`, `sweep`, Slurm, `reproduce`, and
 `envkit.track` in a user's script) names it through here. Plain strings, no imports: this module
-sits with the shared helpers below every stage (tests/test_layers.py)."""
+sits with the shared helpers below every stage (tests/project/test_layers.py)."""
 
 CONFIG = "config.json"  # what ran: the resolved config (envkit run) or the command (envkit exec)
 CONFIG_YAML = "config.yaml"  # the resolved config for people

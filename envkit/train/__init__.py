@@ -7,6 +7,6 @@
 - `watching/`: what a person watches: telemetry and heartbeat, the device sampler, hints, trackers,
   run folders as `runs`/`monitor`/`plot` read them, profiling, MFU.
 
-Imports go one way: run -> data, recovery, watching -> `user_code` (tests/test_layers.py checks it).
+Imports go one way: run -> data, recovery, watching -> `user_code` (tests/project/test_layers.py checks it).
 Modules that import torch do so themselves; importing these packages stays cheap.
 """

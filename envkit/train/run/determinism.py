@@ -27,7 +27,7 @@ without it: only what varies from run to run is given up.
   convolutions, normalisation, attention, embedding lookups, the loss and the element-wise kernels
   Inductor generates), the optimizer's state starts from zeros, and DDP's buckets are written in
   full by the gradients they hold. So the fill changes no number and costs a kernel per
-  allocation (GPT-2 small, H100: about 5% a step, measured before this change); tests/test_determinism.py trains the
+  allocation (GPT-2 small, H100: about 5% a step, measured before this change); tests/train/test_determinism.py trains the
   models with the fill on and off and requires the same, finite, losses (a read of unwritten memory
   would show as NaN with it on). A user's model may call torch.empty and write part of it: there
   the fill stays on.

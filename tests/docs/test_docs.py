@@ -235,7 +235,7 @@ def test_the_shape_matcher_tells_the_old_doctor_format_from_the_new():
     assert not in_order(["check mps", "check os"], ["header", "check os", "check mps"])
 
 
-# The tour itself, run in order on a fresh clone: tests/test_readme_tour.py.
+# The tour itself, run in order on a fresh clone: tests/docs/test_readme_tour.py.
 
 
 def test_the_doctor_sample_shows_every_check_doctor_runs():

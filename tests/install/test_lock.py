@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import envkit
+from conftest import TESTS, envkit
 from envkit.errors import EnvkitError
 from envkit.install.act.interp import Interpreter
 from envkit.install.lock import record, single
@@ -22,7 +22,7 @@ from envkit.install.lock.machine import platform_differences
 from envkit.install.lock.read import read
 from envkit.resources import load_toml
 
-OLD_LOCK = Path(__file__).parent / "locks" / "envkit-v1.lock"  # the envkit.lock this repository tracked (git history)
+OLD_LOCK = TESTS / "locks" / "envkit-v1.lock"  # the envkit.lock this repository tracked (git history)
 TORCH_URL = "https://download.pytorch.org/whl/cpu/torch-2.13.0%2Bcpu-cp311-cp311-manylinux_2_28_x86_64.whl"
 
 

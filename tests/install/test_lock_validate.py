@@ -7,7 +7,7 @@ made, nothing installed.
 
 The end-to-end case installs from a real index on 127.0.0.1 (tests/localindex.py) into a real
 venv; the project the lock smuggles in builds with a PEP 517 backend of its own (no build
-requirements, as tests/test_lock_project.py's: pip runs it offline), which writes a marker file
+requirements, as tests/install/test_lock_project.py's: pip runs it offline), which writes a marker file
 the moment pip imports it."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ fenced blocks runs in the page's order, in bash, with the `envkit` and `python` 
 Each must exit as its output says (`envkit: error:` is 2; a failed gate or check, 1; else 0), and the
 lines the page shows under it must appear in what it printed, in order, numbers aside (a number, a
 duration, an absolute path and `...` inside a line match any; a line that is only `...` stands for
-lines left out), as tests/test_readme_tour.py does for the README.
+lines left out), as tests/docs/test_readme_tour.py does for the README.
 
 An example that cannot run here (a GPU, a Mac, a Slurm cluster, another machine's network) is marked
 on the page: `<!-- illustrative: REASON -->` on the line before its block. The fast test below checks

@@ -18,7 +18,7 @@ APPLE_TIERS = [f"m{g}{t}" for g in (1, 2, 3) for t in ("", "-pro", "-max", "-ult
 REQUIRED = ["base", "cpu", "cuda", "cuda-hopper", "rocm", "xpu", "apple-silicon", "conservative", *APPLE_TIERS]
 BF16_EMULATED = [n for n in APPLE_TIERS if n.startswith(("m1", "m2"))]  # bf16 emulated: no faster (transformers PR #40458)
 BF16_NATIVE = [n for n in APPLE_TIERS if n not in BF16_EMULATED]
-FIXED_BATCH = {"cpu": 16, "cuda-hopper": 32, "conservative": 2}  # every other shipped profile: auto (tests/test_auto_batch.py says why each)
+FIXED_BATCH = {"cpu": 16, "cuda-hopper": 32, "conservative": 2}  # every other shipped profile: auto (tests/train/test_auto_batch.py says why each)
 
 
 @pytest.fixture(autouse=True)

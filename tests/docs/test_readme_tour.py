@@ -1,6 +1,6 @@
 """The README as a newcomer types it: a fresh clone, command 1 exactly as the README writes it, then
 every `$ ...` line of the tour in the README's order, each exiting 0 and printing the kinds of
-line the README shows under it (tests/test_docs.py's shapes; numbers, paths and machine names
+line the README shows under it (tests/docs/test_docs.py's shapes; numbers, paths and machine names
 aside). The commands come from the README's own text, so the README and this test cannot drift
 apart: a tour command that breaks, or a file it needs that no earlier command made, fails here.
 Command 2 is this suite itself. The clone's `git status` stays clean throughout."""

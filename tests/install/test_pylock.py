@@ -13,12 +13,11 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 import pylock_wheels
-from conftest import _EMPTY_CONFIG_DIR
+from conftest import _EMPTY_CONFIG_DIR, SNAPSHOTS
 from envkit.install.lock.resolve import uv_binary
 from envkit.resources import load_toml
 from localindex import LocalIndex, installed
@@ -118,9 +117,8 @@ def test_setup_plans_this_machines_build_and_refuses_other_machines(four, tmp_pa
     assert r.returncode == 0, r.stderr
     changes = [line for line in r.stdout.splitlines() if line.startswith("  change:")]
     assert changes == [f"  change: a new venv, all {len(plan['versions'])} packages of the lock to install"], r.stdout
-    snaps = Path(__file__).parent / "snapshots"
     # an H100 box whose driver (550) is older than cu130 needs: refused, never a silent CPU build
-    r = run("setup", "--lock", "pylock.toml", "--replay", str(snaps / "linux_h100.json"), cwd=tmp_path)
+    r = run("setup", "--lock", "pylock.toml", "--replay", str(SNAPSHOTS / "linux_h100.json"), cwd=tmp_path)
     assert r.returncode == 2 and "linux-x86_64-cu130 needs driver 580.65.06+" in r.stderr and "550.54.15" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 

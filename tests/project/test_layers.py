@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "envkit"
+PACKAGE = Path(__file__).resolve().parents[2] / "envkit"  # tests/project/ -> the repository
 
 STAGE_ORDER = {
     # stage: rank; a module may import its own stage and any lower rank

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, envkit
+from conftest import ROOT, TESTS, envkit
 
 TEMPLATES = ROOT / "templates" / "train"
 
@@ -314,7 +314,7 @@ class Faulty(torch.nn.Module):
 def factory(input_dim, num_classes, **kw):
     return Faulty(input_dim, num_classes)
 '''
-# micro-batch 1: nothing left to split after an out of memory (larger ones are split and go on: tests/test_train_faults.py)
+# micro-batch 1: nothing left to split after an out of memory (larger ones are split and go on: tests/train/test_train_faults.py)
 FAULTY = ["--set", "model.type=faulty_model:factory", "--set", "training.max_steps=15", "--set", "checkpoint.every_steps=5",
           "--set", "logging.every_steps=1", "--set", "eval.every_steps=0", "--set", "training.batch_size=1"]
 
@@ -388,7 +388,7 @@ EPOCHS = ["--set", "device.type=cpu", "--set", "training.epochs=1", "--set", "tr
           "--set", "dataset.input_dim=4", "--set", "model.hidden=8", "--set", "model.depth=1", "--set", "eval.every_steps=0",
           "--set", "eval.batches=1"]
 # tests/old_runs/epochs: the run folder envkit 6a506e3 (before the typed config) wrote for EPOCHS with --stop-after 4
-OLD_EPOCHS_RUN = Path(__file__).parent / "old_runs" / "epochs"
+OLD_EPOCHS_RUN = TESTS / "old_runs" / "epochs"
 
 
 def checkpoint_hash(path: Path) -> str:

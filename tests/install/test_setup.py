@@ -16,7 +16,7 @@ from localindex import build_wheel, installed, refused_url
 
 
 def run_setup(tmp_path, *args, env=None):
-    """pip, explicitly: `auto` would take uv where it is installed (tests/test_setup_uv.py covers uv)."""
+    """pip, explicitly: `auto` would take uv where it is installed (tests/install/test_setup_uv.py covers uv)."""
     e = {"ENVKIT_CACHE_DIR": str(tmp_path / "cache"), **(env or {})}
     installer = [] if "--installer" in args else ["--installer", "pip"]
     return envkit("setup", "--yes", "--no-selftest", *installer, *args, cwd=tmp_path, env=e, timeout=240)

@@ -78,7 +78,7 @@ def test_sdist_holds_what_builds_and_tests(dists):
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     for needed in ("pyproject.toml", "README.md", "envkit/cli.py", "envkit/data/gates.toml", "profiles/m3-max.toml",
                    "templates/train/gpt_quick_test.yaml", "templates/env/activate.sh", "tests/conftest.py",
-                   "tests/localindex.py", "tests/snapshots/real_h100.json", "docs/knowledge/mps.md"):
+                   "tests/localindex.py", "tests/project/test_packaging.py", "tests/snapshots/real_h100.json", "docs/knowledge/mps.md"):
         assert needed in names, f"{needed} missing from the sdist"
     assert not any("__pycache__" in n for n in names)
 

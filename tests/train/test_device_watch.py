@@ -10,14 +10,14 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import envkit
+from conftest import TESTS, envkit
 
 from envkit.facts import device_parse as dp
 from envkit.facts.runner import ReplayRunner
 from envkit.train.watching.device_sampler import POWER_NOTE_MPS, DeviceSampler
 from envkit.train.watching.diagnose import HintContext, diagnose
 
-SAMPLES = Path(__file__).resolve().parent / "device_samples"
+SAMPLES = TESTS / "device_samples"
 
 
 def replay(name: str) -> ReplayRunner:

@@ -13,7 +13,7 @@ import re
 import tokenize
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # tests/project/ -> the repository (no conftest: benchmarks/bench_lazy_imports.py loads this file)
 PACKAGE = ROOT / "envkit"
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
@@ -78,7 +78,7 @@ def underscored_imports(files: dict[str, str]) -> list[str]:
 #   why (`python benchmarks/bench_lazy_imports.py` measures what each pair costs there).
 # Never for an import made in a thread, however slow: the run record's thread importing logging (through
 # packaging.tags) while the trainer's process was forked broke logging's at-fork lock ("cannot release
-# un-acquired lock" in the run's output, tests/test_record.py).
+# un-acquired lock" in the run's output, tests/runfolder/test_record.py).
 HEAVY = frozenset({"torch", "torchvision", "numpy", "matplotlib", "PIL", "rich", "yaml", "requests", "wandb"})
 LAZY_OK: dict[str, tuple[str, str]] = {
     # "importer -> imported module": (the module it would burden, why)
