@@ -244,6 +244,27 @@ def test_cuda_graphs_are_left_out_with_several_processes_and_said():
     assert compile_mode_for("max-autotune-no-cudagraphs", 2) == ("max-autotune-no-cudagraphs", None)
 
 
+def test_ddp_reduce_auto_keeps_cuda_graphs_for_small_gradients_and_hides_large_ones_behind_the_backward():
+    """training.ddp_reduce auto: after the backward (CUDA graphs kept) where the compiled mode has CUDA graphs
+    and the gradients are small (ResNet-18's 45 MB), DDP's overlap for GPT-2 small's 496 MB and wherever
+    no CUDA graphs are at stake; each choice says why, and a set value wins. compile_mode_for keeps the
+    graphs when nothing communicates between them."""
+    from envkit.train.run.distributed import ddp_reduce_for
+    from envkit.train.run.speed import compile_mode_for
+
+    mb = 2**20
+    mode, why = ddp_reduce_for("auto", "cuda", True, "reduce-overhead", 45 * mb)
+    assert mode == "after_backward" and "keeps its CUDA graphs" in why and "45 MB of gradients" in why
+    mode, why = ddp_reduce_for("auto", "cuda", True, "reduce-overhead", 496 * mb)
+    assert mode == "overlap" and "496 MB of gradients, over 128 MB" in why
+    assert ddp_reduce_for("auto", "cuda", True, "default", 45 * mb)[0] == "overlap"  # no CUDA graphs to keep
+    assert ddp_reduce_for("auto", "cuda", False, "reduce-overhead", 45 * mb)[0] == "overlap"  # not compiled
+    assert ddp_reduce_for("auto", "cpu", True, "reduce-overhead", 45 * mb)[0] == "overlap"
+    assert ddp_reduce_for("after_backward", "cpu", False, "default", 496 * mb) == (
+        "after_backward", "gradients all-reduced after the backward (training.ddp_reduce, as set)")
+    assert compile_mode_for("reduce-overhead", 2, between_graphs=False) == ("reduce-overhead", None)
+
+
 def test_fsdp_plan_is_one_unit_for_a_small_model_that_fits_and_units_by_memory_otherwise(monkeypatch):
     """sharding.fsdp_plan: the whole model one unit while its gathered weights and full gradients fit
     (GPT-2 small on 2 x H100: 0.99 and 0.92 of DDP in two leases against 0.61 in 3 units,

@@ -96,3 +96,19 @@ def test_deterministic_ddp_on_two_gpus_gives_the_same_floats_twice(tmp_path):
     rows_b = {s: {k: r.get(k) for k in kept} for s, r in _rows(b).items()}
     assert sorted(rows_a) == list(range(1, 9))
     assert rows_a == rows_b
+
+
+def test_ddp_after_the_backward_with_cuda_graphs_trains_to_the_losses_of_ddps_overlap(tmp_path):
+    """training.ddp_reduce after_backward, compiled with CUDA graphs (reduce-overhead), against DDP's
+    overlapped all-reduce (compiled without them): the same losses within the GPU tolerance, and each
+    run's line says which it used."""
+    args = [*TWO, "--set", "training.compile=true", "--set", "training.compile_mode=reduce-overhead", "--set", "training.max_steps=8"]
+    after = _run(tmp_path, "after", *args, "--set", "training.ddp_reduce=after_backward")
+    overlap = _run(tmp_path, "overlap", *args, "--set", "training.ddp_reduce=overlap")
+    assert "gradients all-reduced after the backward" in (after / "train.log").read_text()
+    assert "no CUDA graphs with 2 processes" in (overlap / "train.log").read_text()
+    a, b = _rows(after), _rows(overlap)
+    assert sorted(a) == sorted(b) == list(range(1, 9))
+    for step in a:
+        assert a[step]["loss"] == pytest.approx(b[step]["loss"], rel=REL), step
+
