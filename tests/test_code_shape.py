@@ -93,9 +93,9 @@ LAZY_OK: dict[str, tuple[str, str]] = {
     "envkit/commands/exec.py -> envkit.slurm.cancel": (
         "envkit.commands.exec", "the Slurm job modules (6, shlex) on `exec --help`, for `envkit stop` only"),
     "envkit/commands/monitor.py -> envkit.train.watching.runs_state": (
-        "envkit.commands.monitor", "a run's judging (owner lock, Slurm, hints: 15 modules, ~13 ms) on `monitor --help`, for a run's state only"),
+        "envkit.commands.monitor", "a run's judging (owner lock, Slurm, hints: 15 modules, ~7 ms) on `monitor --help`, for a run's state only"),
     "envkit/commands/runs.py -> envkit.train.watching.runs_state": (
-        "envkit.commands.runs", "a run's judging (owner lock, Slurm, hints: 37 modules, ~25 ms) on `runs --help`, for listing runs only"),
+        "envkit.commands.runs", "a run's judging (owner lock, Slurm, hints: 37 modules, ~14 ms) on `runs --help` and where none is found"),
     "envkit/errors.py -> envkit.redact": (
         "envkit.errors", "re, urllib.parse and redact's compiled patterns on every `envkit --help`, for an error naming a URL only"),
     "envkit/exec/environment.py -> envkit.checks.recommend": (
