@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 from envkit.checks.gates import V, gates, known
+from envkit.config.schema import TrainPrecision
 
 # A rung whose loss departs from the baseline's by more than this (relative) is flagged: after the
 # same steps from the same seed, fp32 on another device agrees to well under 1%; bf16/fp16 autocast
@@ -91,7 +92,7 @@ def multi_skip(dev: str, nproc: int, gpus: int) -> tuple[str, str] | None:
     return None
 
 
-def low_precision(device: str, facts, checks: dict) -> tuple[str | None, str]:
+def low_precision(device: str, facts, checks: dict) -> tuple[TrainPrecision | None, str]:
     """(bf16 | fp16 | None, why). bf16 where it is native; fp16 where bf16 is missing or emulated
     (M1/M2: docs/knowledge/mps.md) and fp16 autocast exists (MPS from torch 2.5)."""
     c = checks.get("bf16")

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from envkit.config.schema import ParallelMode, Precision
+
 
 @dataclass
 class RunSpec:
     name: str
     device: str  # cpu | cuda | mps
     config: dict  # envkit.config.config.Config.resolved(): model, dataset, training
-    precision: str = "fp32"  # fp32 | bf16 | fp16
+    precision: Precision = "fp32"  # training.precision: a rung's or candidate's; a sweep run's own (--pack auto) may be auto
     compile: bool = False
     compile_mode: str | None = None  # training.compile_mode; None: the config's own (reduce-overhead: CUDA graphs)
     on_device: bool | None = None  # dataset.on_device; None: the config's own (auto)
@@ -35,7 +37,7 @@ class RunSpec:
     # the data-parallel rungs: processes started by torchrun (one per GPU), and training.parallel
     # (ddp | fsdp; None: the config's own, one process)
     nproc: int = 1
-    parallel: str | None = None
+    parallel: ParallelMode | None = None
     # sweep --pack auto: the folder where runs started together are timed in stages (bench/stages.py),
     # and this run's place among them
     stages: str | None = None

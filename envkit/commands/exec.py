@@ -17,7 +17,7 @@ from envkit.runfolder import names
 from envkit.slurm.options import check as check_slurm
 from envkit.slurm.options import pop_request, slurm_options
 from envkit.exec.supervise import Supervisor
-from envkit.train.watching.runs_state import resolve_run
+from envkit.train.watching.run_files import resolve_run
 
 
 @click.command("exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

@@ -7,7 +7,7 @@ import time
 import click
 
 from envkit.console import print_json, is_tty
-from envkit.train.watching.runs_state import read_metrics, resolve_run, run_state
+from envkit.train.watching.run_files import read_metrics, resolve_run
 from envkit.train.watching.telemetry import fmt_duration, fmt_rate
 
 QUIET_HINT_SECONDS = 120  # an exec run whose command printed nothing and logged no metric for this long
@@ -75,8 +75,9 @@ def monitor(run_dir, once, interval, as_json):
     """Live view of the newest (or given) run from its heartbeat and metrics: loss, throughput,
     device utilization, memory, power, and hints; says "stalled" when the heartbeat is old,
     "orphaned" while its command outlives its supervisor, "killed" once nothing runs in it."""
-    d = resolve_run(run_dir)
+    from envkit.train.watching.runs_state import run_state  # judging a run: not on `monitor --help` (LAZY_OK)
 
+    d = resolve_run(run_dir)
     if as_json:
         s = run_state(d, noticed_by="envkit monitor")
         print_json(s)

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from envkit.console import print_json, console, is_tty
-from envkit.train.watching.runs_state import find_runs, run_state
+from envkit.train.watching.run_files import find_runs
 
 
 def _fmt(x, spec=".4f"):
@@ -19,7 +19,12 @@ def _fmt(x, spec=".4f"):
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON.")
 def runs(root, as_json):
     """A table of training runs under ROOT (default ./runs): status, steps, best val loss."""
-    states = [run_state(d) for d in find_runs(Path(root))] if Path(root).exists() else []
+    dirs = find_runs(Path(root)) if Path(root).exists() else []
+    states: list[dict] = []
+    if dirs:
+        from envkit.train.watching.runs_state import run_state  # judging a run: not on `runs --help`, nor where none is found (LAZY_OK)
+
+        states = [run_state(d) for d in dirs]
     if as_json:
         print_json(states)
         return

@@ -22,12 +22,16 @@ def F(default: Any = None, **spec) -> Any:
 
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
+# What a run trains in once auto is decided: the trainer's (summary.json "precision"), the tuner's candidates
+TrainPrecision = Literal["fp32", "bf16", "fp16"]
 DeviceType = Literal["auto", "cpu", "cuda", "mps"]
 Tracker = Literal["tensorboard", "wandb"]
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 CompileScope = Literal["auto", "model", "blocks"]
 SdpaBackend = Literal["auto", "flash", "efficient", "cudnn", "math"]
 ParallelMode = Literal["auto", "ddp", "fsdp"]
+# training.parallel as a run decided it (train/run/sharding.py choose; summary.json "parallel"): single is one process
+Parallel = Literal["single", "ddp", "fsdp"]
 DeviceFallback = Literal["auto", "cpu", "mps-fallback", "none"]
 
 

@@ -25,7 +25,7 @@ from envkit.runfolder import names
 from envkit.runfolder.applog import open_append
 from envkit.runfolder.names import OWNER_LOCK
 from envkit.runfolder.owner import owner_lock_state, read_owner
-from envkit.train.watching.runs_state import notice_killed, pid_alive as alive
+from envkit.train.watching.liveness import notice_killed, pid_alive as alive
 
 STARTED_TIMEOUT = 30.0
 

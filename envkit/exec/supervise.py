@@ -33,7 +33,7 @@ from envkit.runfolder import names
 from envkit.runfolder.applog import open_append
 from envkit.runfolder.owner import take_owner_lock
 from envkit.train.watching.cpu_fallback import FallbackCounter
-from envkit.train.watching.runs_state import read_metrics
+from envkit.train.watching.run_files import read_metrics
 
 # SIGUSR1: Slurm's warning before a time limit (passed on by envkit's job): the command's to handle
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, *((signal.SIGUSR1,) if hasattr(signal, "SIGUSR1") else ()))

@@ -27,8 +27,8 @@ from envkit.plan.model import Plan
 from envkit.runfolder import names
 from envkit.redact import recorded_env, redact_argv, redact
 from envkit.train.run.stopping import exit_code  # the trainer's own rule, shared with its process
-from envkit.runfolder.owner import take_owner_lock
-from envkit.train.watching.runs_state import notice_killed, owner_lock_state
+from envkit.runfolder.owner import owner_lock_state, take_owner_lock
+from envkit.train.watching.liveness import notice_killed
 
 if TYPE_CHECKING:
     from envkit.profiles.resolve import Profile

@@ -9,7 +9,7 @@ import math
 import re
 from pathlib import Path
 
-from envkit.train.watching.runs_state import read_metrics
+from envkit.train.watching.run_files import read_metrics
 
 # Keys that measure the machine or the clock, not the computation (metrics.jsonl of envkit run and exec).
 MACHINE = re.compile(r"(^dt|_ms$|_s$|seconds|per_second|per_sec|_pct$|_mb$|_gb$|mfu|util|wait|time|tflops|power|temp|"

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from envkit.plan.rundirs import read_json
 from envkit.runfolder import names
 from envkit.train.watching.curves import draw_runs
-from envkit.train.watching.runs_state import read_metrics
+from envkit.train.watching.run_files import read_metrics
 
 if TYPE_CHECKING:
     from envkit.sweep.runner import SweepRun

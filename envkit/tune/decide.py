@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from envkit.bench.ladder import LOSS_TOLERANCE
+from envkit.config.schema import TrainPrecision
 
 MARGIN = 0.05  # a candidate must be 5% faster than the incumbent to replace it
 HEADROOM = 0.80  # a batch "fits" when its peak device memory stays under 80% of the device's memory
@@ -210,7 +211,7 @@ def watermark_settings(proposed: dict[str, float] | None = None) -> tuple[dict[s
     return {}, why + (f"; not written: {', '.join(refused)}" if refused else "")
 
 
-def precision_candidates(device: str, low: str | None, shipped: str) -> list[str]:
+def precision_candidates(device: str, low: TrainPrecision | None, shipped: TrainPrecision) -> list[TrainPrecision]:
     """fp32 and the device's low precision (bf16, or fp16 where bf16 is not native), minus the shipped one."""
     if device == "cpu":
         return []

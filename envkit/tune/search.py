@@ -17,6 +17,7 @@ from envkit.bench.context import BenchContext
 from envkit.bench.ladder import low_precision
 from envkit.bench.runner import Interrupted, run_spec
 from envkit.bench.spec import RunSpec
+from envkit.config.schema import TrainPrecision
 from envkit.tune import decide
 from envkit.tune.decide import Decision, Measurement
 
@@ -37,7 +38,7 @@ ORDER = {"cpu": ("threads", "workers", "batch", "compile"),
 class Settings:
     """The values a measured run uses; starts as the shipped profile's, resolved for this device."""
 
-    precision: str
+    precision: TrainPrecision
     compile: bool
     batch_size: int
     grad_accum: int
@@ -274,13 +275,14 @@ def _search_precision(ctx: BenchContext, current: Settings, base: Measurement, s
     """The precision: fp32 and the device's low precision (bf16, or fp16 where bf16 is not native)."""
     low, _ = low_precision(ctx.target, ctx.facts, ctx.checks)
     base.value = current.precision
-    cands, stopped = _measure_each(decide.precision_candidates(ctx.target, low, current.precision),
-                                   lambda p: measure(f"precision {p}", replace(current, precision=p), p))
+    options = decide.precision_candidates(ctx.target, low, current.precision)
+    cands, stopped = _measure_each(options, lambda p: measure(f"precision {p}", replace(current, precision=p), p))
     if not cands:
         _raise(stopped)
         return current, base
     win, why = decide.pick(base, cands)
-    current = replace(current, precision=str(win.value))
+    # the winner's value is one of the precisions measured: taken from them, typed, rather than cast
+    current = replace(current, precision=next(p for p in (current.precision, *options) if p == win.value))
     result.decisions.append(Decision("train", "precision", current.precision, why,
                                      current.precision != shipped.precision, [base, *cands]))
     _raise(stopped)

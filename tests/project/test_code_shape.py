@@ -92,6 +92,10 @@ LAZY_OK: dict[str, tuple[str, str]] = {
         "envkit.commands.exec", "the Slurm job writer (submit, script, shlex) on `exec --help` and `stop`, for --slurm only"),
     "envkit/commands/exec.py -> envkit.slurm.cancel": (
         "envkit.commands.exec", "the Slurm job modules (6, shlex) on `exec --help`, for `envkit stop` only"),
+    "envkit/commands/monitor.py -> envkit.train.watching.runs_state": (
+        "envkit.commands.monitor", "a run's judging (owner lock, Slurm, hints: 15 modules, ~7 ms) on `monitor --help`, for a run's state only"),
+    "envkit/commands/runs.py -> envkit.train.watching.runs_state": (
+        "envkit.commands.runs", "a run's judging (owner lock, Slurm, hints: 37 modules, ~14 ms) on `runs --help` and where none is found"),
     "envkit/errors.py -> envkit.redact": (
         "envkit.errors", "re, urllib.parse and redact's compiled patterns on every `envkit --help`, for an error naming a URL only"),
     "envkit/exec/environment.py -> envkit.checks.recommend": (
@@ -128,9 +132,8 @@ LAZY_OK: dict[str, tuple[str, str]] = {
         "envkit.selftest", "every doctor check (envkit/checks/__init__.py), for a self-test given no profile only"),
     "envkit/selftest/settings.py -> envkit.facts": ("envkit.selftest", "the probes, for a self-test given no profile only"),
 }
-# Being moved on other branches when this check came in (their late imports are counted, not judged yet):
-# the lead empties this when that work is merged.
-LAZY_NOT_YET = ("envkit/train/watching/runs_state.py",)
+# Files whose late imports are counted, not judged yet, while another branch moves them: none.
+LAZY_NOT_YET: tuple[str, ...] = ()
 
 
 @functools.lru_cache(maxsize=None)

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from envkit.config.config import Config, per_process_batch
+from envkit.config.schema import Parallel, Precision, TrainPrecision
 from envkit.train.data import on_device
 from envkit.train.data.bundle import DataBundle
 from envkit.train.data.datasets import BUILTIN_DATASETS, build_data
@@ -72,7 +73,7 @@ class Model:
     raw: torch.nn.Module  # the user's model, on the device or sharded
     parameters: int
     flops_per_token: float | None
-    parallel: str  # single, ddp or fsdp
+    parallel: Parallel  # training.parallel as decided
     compile_mode: str  # training.compile_mode, or what it becomes with several processes (speed.compile_mode_for)
     compile_scope: str  # model (one graph), blocks, or fsdp units (speed.compile_scope_for)
     sharded_note: str  # fsdp: what summary.json says of compile (its units were compiled as they were sharded)
@@ -159,7 +160,7 @@ def _data(cfg: Config, place: Place, log) -> tuple[Data, Config]:
     return Data(data, batch, held, pin_memory, val_batches(data.val, batch, cfg.eval.batches)), cfg
 
 
-def _precision(setting: str, device_type: str, log) -> tuple[str, object, torch.amp.GradScaler]:
+def _precision(setting: Precision, device_type: str, log) -> tuple[TrainPrecision, object, torch.amp.GradScaler]:
     """(precision, the autocast context, the GradScaler): auto is bf16 where CUDA has it, else fp32."""
     precision = setting
     if precision == "auto":
@@ -173,7 +174,7 @@ def _precision(setting: str, device_type: str, log) -> tuple[str, object, torch.
     return precision, autocast, scaler
 
 
-def _model(cfg: Config, data: DataBundle, place: Place, precision: str, log) -> Model:
+def _model(cfg: Config, data: DataBundle, place: Place, precision: TrainPrecision, log) -> Model:
     """Built and initialised on the GPU where it fits (models.build_model_for), else on the CPU; the
     same initialisation for every mode on one kind of device; then moved, or sharded over the
     processes (training.parallel, train/run/sharding.py)."""
@@ -226,7 +227,7 @@ def _model(cfg: Config, data: DataBundle, place: Place, precision: str, log) -> 
     return Model(model, parameters, flops_per_token, parallel, compile_mode, compile_scope, sharded_note, ddp_reduce)
 
 
-def _training_module(cfg: Config, place: Place, data: DataBundle, model: Model, precision: str, state: TrainState,
+def _training_module(cfg: Config, place: Place, data: DataBundle, model: Model, precision: TrainPrecision, state: TrainState,
                      log) -> tuple[CompileCache | None, LossModule, torch.nn.Module, str, GradientAllReduce | None]:
     """(the compile cache, the loss module, what trains, what summary.json says of compile, the gradients'
     all-reduce after the backward or None), after the resume: forward + loss at the resumed accumulation,
@@ -260,7 +261,7 @@ def _training_module(cfg: Config, place: Place, data: DataBundle, model: Model, 
     return compile_cache, loss_module, trained, model.sharded_note if model.parallel == "fsdp" else note, all_reduce
 
 
-def _with_decisions(cfg: Config, place: Place, data: Data, model: Model, precision: str) -> Config:
+def _with_decisions(cfg: Config, place: Place, data: Data, model: Model, precision: TrainPrecision) -> Config:
     """What `auto` became on this machine, recorded beside the config (summary.json's "derived"), never in its hash."""
     decided = {"device.type": place.device_type, "training.precision": precision,
                "training.compile": want_compile(cfg.training.compile, place.device_type) == "on",

@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 from envkit.config.config import Config
+from envkit.config.schema import Parallel
 from envkit.errors import EnvkitError
 from envkit.runfolder.applog import append_line, open_append
 from envkit.runfolder import names
@@ -74,7 +75,7 @@ class Checkpointer:
     inject: Injector | None  # the tests' fault hook (a disk that fills up while a checkpoint is written); None in a user's run
 
     @classmethod
-    def for_run(cls, run_dir: Path, cfg: Config, *, parallel: str, rank: int, world: int, model: torch.nn.Module,
+    def for_run(cls, run_dir: Path, cfg: Config, *, parallel: Parallel, rank: int, world: int, model: torch.nn.Module,
                 optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, batch_size: int, log: Callable[[str], None],
                 inject: Injector | None) -> "Checkpointer":
         return cls(Path(run_dir) / names.CHECKPOINTS, cfg.checkpoint.keep_last, parallel == "fsdp", rank, world, model, optimizer,

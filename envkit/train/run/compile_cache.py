@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from envkit.config.schema import Parallel, TrainPrecision
 from envkit.install.act.execute import cache_dir
 from envkit.runfolder.seal import machine_key
 from envkit.fsutil import atomic_write_bytes
@@ -73,8 +74,8 @@ def cache_folder() -> Path:
     return cache_dir() / "compile"
 
 
-def key_parts(cfg, *, device_type: str, device_name: str, data_info: dict, micro_batch: int, precision: str, mode: str, scope: str,
-              world: int, parallel: str) -> dict:
+def key_parts(cfg, *, device_type: str, device_name: str, data_info: dict, micro_batch: int, precision: TrainPrecision, mode: str,
+              scope: str, world: int, parallel: Parallel) -> dict:
     """What the compiled graphs depend on, as the key's readable source."""
     device = device_name if device_type == "cuda" else f"{device_type} {platform.machine()}"
     return {"torch": torch.__version__, "git": getattr(torch.version, "git_version", None),

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from envkit.config.schema import Parallel, ParallelMode, TrainPrecision
 from envkit.train.recovery.guards import TrainingStopped
 
 if TYPE_CHECKING:  # torch is imported where it is used: `envkit run`'s parent reads config_problem without it (1.4 s)
@@ -101,8 +102,8 @@ def config_problem(cfg, processes: int) -> tuple[str, str] | None:
     return None
 
 
-def choose(setting: str, *, world: int, device: torch.device, model: nn.Module, model_type: str, training,
-           local_world: int) -> tuple[str, str]:
+def choose(setting: ParallelMode, *, world: int, device: torch.device, model: nn.Module, model_type: str, training,
+           local_world: int) -> tuple[Parallel, str]:
     """("ddp" | "fsdp" | "single", the reason in words). Bad combinations stop the run in one line."""
     if setting == "fsdp":
         if device.type == "mps":
@@ -145,7 +146,7 @@ def group_units(units: list[nn.Module], min_params: int) -> list[list[nn.Module]
     return groups
 
 
-def keep_gathered(model: nn.Module, training, precision: str, world: int, free: int | None) -> tuple[bool, str]:
+def keep_gathered(model: nn.Module, training, precision: TrainPrecision, world: int, free: int | None) -> tuple[bool, str]:
     """(whether every unit keeps its gathered weights from its forward to its backward, the reason).
 
     Resharding after the forward frees a unit's full weights and gathers them again for the
@@ -166,7 +167,7 @@ def keep_gathered(model: nn.Module, training, precision: str, world: int, free: 
                    f"over {HEADROOM:.0%} of {_gb(free)} free)")
 
 
-def fsdp_plan(model: nn.Module, training, precision: str, world: int, free: int | None) -> tuple[int, bool, str]:
+def fsdp_plan(model: nn.Module, training, precision: TrainPrecision, world: int, free: int | None) -> tuple[int, bool, str]:
     """(min_unit_params for apply_fsdp, -1 for the whole model as one unit; reshard_after_forward; the reason).
 
     One unit while the model has at most WHOLE_MAX_PARAMS parameters and its gathered weights, its
@@ -189,7 +190,7 @@ def fsdp_plan(model: nn.Module, training, precision: str, world: int, free: int 
     return UNIT_MIN_PARAMS, not keep, f"units of at least {UNIT_MIN_PARAMS / 1e6:.0f}M parameters ({size}); {why}"
 
 
-def apply_fsdp(model: nn.Module, units: list[nn.Module], device: torch.device, precision: str, world: int,
+def apply_fsdp(model: nn.Module, units: list[nn.Module], device: torch.device, precision: TrainPrecision, world: int,
                compile_unit=None, reshard_after_forward: bool = True, min_unit_params: int = UNIT_MIN_PARAMS) -> str:
     """Shard each group of units (group_units), then the root (which gathers what the units leave:
     embeddings, the head). `compile_unit(module)` compiles each unit first (per block: the FSDP

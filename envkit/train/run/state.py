@@ -17,6 +17,8 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
+from envkit.config.schema import Parallel, TrainPrecision
+
 
 @dataclass
 class TrainState:
@@ -111,10 +113,10 @@ class TrainResult:
     accuracy: float | None = None
     device: str | None = None
     device_name: str | None = None
-    precision: str | None = None
+    precision: TrainPrecision | None = None
     compile: str | None = None
     world_size: int = 1
-    parallel: str = "single"  # single | ddp | fsdp (training.parallel as decided)
+    parallel: Parallel = "single"  # training.parallel as decided
     peak_memory_mb: float | None = None  # per process: the device's peak allocation (CUDA), None on the CPU
     parameters: int | None = None
     rates: list = field(default_factory=list)  # per logged interval, the first (warm-up, compilation) left out

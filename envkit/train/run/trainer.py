@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from envkit.config.config import Config, Training
+from envkit.config.schema import Parallel, TrainPrecision
 from envkit.train.data.bundle import DataBundle, ResumableBatchSampler
 from envkit.train.data.stream import BatchStream
 from envkit.train.run.checkpointer import Checkpointer
@@ -43,10 +44,10 @@ class Trainer:
     raw_model: torch.nn.Module  # the user's model: what checkpoints hold and eval runs
     loss_module: LossModule  # forward + loss; its accum follows an out-of-memory split
     model: torch.nn.Module  # what trains: the loss module, compiled, DDP-wrapped
-    parallel: str  # "single" (one process), "ddp" or "fsdp" (training.parallel as decided)
+    parallel: Parallel  # training.parallel as decided ("single": one process)
     parameters: int
     flops_per_token: float | None  # None: the model does not say (envkit's gpt does)
-    precision: str  # fp32, bf16 or fp16
+    precision: TrainPrecision  # training.precision as decided
     autocast: object  # torch.autocast for bf16 and fp16, else a null context
     scaler: torch.amp.GradScaler  # enabled for fp16 on CUDA only
     optimizer: torch.optim.Optimizer

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.runfolder import names
-from envkit.train.watching.runs_state import read_metrics
+from envkit.train.watching.run_files import read_metrics
 
 
 def draw_curves(d: Path, out: Path) -> Path:

@@ -23,7 +23,7 @@ from envkit.process_lock import process_start_time
 from envkit.redact import strip_userinfo
 from envkit.runfolder import names
 from envkit.runfolder.applog import append_line, cut_torn_line, open_append
-from envkit.train.watching.runs_state import REWOUND
+from envkit.train.watching.run_files import REWOUND
 
 
 def fmt_duration(seconds: float | None) -> str:

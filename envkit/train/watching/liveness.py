@@ -1,0 +1,87 @@
+"""Whether anything still runs in a run folder, and the summary.json written when nothing does and
+the run left none. It is asked of the folder's owner lock (RUN/.owner.lock,
+runfolder.owner.take_owner_lock: the kernel releases it when its holders die), not of a PID that may
+have been given to another program; a folder without one (from an older envkit) is judged by its
+heartbeat's PID (`pid_alive`). Used by `envkit runs` and `monitor` (through `runs_state`), `envkit
+stop` and `envkit run`."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import TypeGuard
+
+from envkit.fsutil import atomic_write_text
+from envkit.process_lock import same_process
+from envkit.runfolder import names
+from envkit.runfolder.owner import owner_lock_if_free, read_owner
+from envkit.train.watching.run_files import read_json, read_metrics
+
+
+def pid_alive(pid) -> bool | None:
+    """True/False for a pid on this host; None when it cannot be told (no pid, an odd error)."""
+    if not isinstance(pid, int) or pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return None
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """A process that has exited but is not yet reaped still answers kill(0); on Linux /proc says
+    it is a zombie (state Z), so `envkit stop` and the watchers need not wait for its parent."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    # the state follows the command name, which is in parentheses and may itself hold ") "
+    return stat[stat.rfind(")") + 2:stat.rfind(")") + 3] == "Z"
+
+
+def summary_is_final(summary: dict | None, beat: dict) -> TypeGuard[dict]:
+    """summary.json speaks for the run (not an older one's, left before a resume wrote a new heartbeat)."""
+    return bool(summary) and (not beat or summary.get("updated_at", 0) >= beat.get("updated_at", 0) - 1)
+
+
+def owner_alive(run_dir: Path) -> bool:
+    """The supervisor that took the folder's owner lock (envkit run/exec/sweep) is still the process it was."""
+    owner = read_owner(run_dir)
+    return same_process(owner.get("pid"), owner.get("start_time"))
+
+
+def notice_killed(run_dir: Path, noticed_by: str) -> dict | None:
+    """The folder's owner is gone and left no summary: write summary.json, status "killed", marked as
+    written after the fact (by whom, when, and the last sign of life). Done while holding the owner
+    lock, so a run starting in the folder meanwhile is not mislabelled. None when the lock is held."""
+    with owner_lock_if_free(run_dir) as free:
+        if not free:
+            return None
+        beat = read_json(run_dir / names.HEARTBEAT) or {}
+        summary = read_json(run_dir / names.SUMMARY)
+        if summary_is_final(summary, beat):
+            return summary  # written meanwhile by the run itself
+        rows = [r for r in read_metrics(run_dir) if isinstance(r, dict)]
+        steps = [r["step"] for r in rows if isinstance(r.get("step"), int) and "loss" in r]
+        losses = [r["loss"] for r in rows if isinstance(r.get("loss"), (int, float))]
+        config = read_json(run_dir / names.CONFIG) or {}
+        owner = read_owner(run_dir)
+        now = time.time()
+        out = {"kind": config.get("kind", "train"), "status": "killed", "written_after_the_fact": True,
+               "noticed_by": noticed_by, "noticed_at": now, "updated_at": now,
+               "last_heartbeat_at": beat.get("updated_at"), "owner_pid": owner.get("pid"), "owner_command": owner.get("command"),
+               "steps": steps[-1] if steps else beat.get("step"), "max_steps": beat.get("max_steps"),
+               "final_loss": losses[-1] if losses else None, "hints": [],
+               "reason": "its supervisor died without a word (SIGKILL, a crash, the machine lost power); nothing runs in the folder"}
+        try:
+            atomic_write_text(run_dir / names.SUMMARY, json.dumps(out, indent=2) + "\n")
+        except OSError as exc:  # a read-only or full disk: what was noticed is still shown, just not recorded
+            out["not_recorded"] = f"cannot write {run_dir / names.SUMMARY}: {exc.strerror or exc}"
+        return out
