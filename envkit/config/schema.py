@@ -33,6 +33,9 @@ ParallelMode = Literal["auto", "ddp", "fsdp"]
 # training.parallel as a run decided it (train/run/sharding.py choose; summary.json "parallel"): single is one process
 Parallel = Literal["single", "ddp", "fsdp"]
 DeviceFallback = Literal["auto", "cpu", "mps-fallback", "none"]
+DdpReduce = Literal["auto", "overlap", "after_backward"]
+# training.ddp_reduce as a ddp run decided it (train/run/distributed.py ddp_reduce_for)
+DdpReduced = Literal["overlap", "after_backward"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -144,7 +147,7 @@ class Training:
                                                                "less memory, about a third more compute")
     ddp_bucket_mb: float = F(25.0, gt=0, help="several processes: DDP's gradient bucket size in MB (torch's default 25; profiles may set it)")
     ddp_comm_dtype: Literal["fp32", "bf16"] = F("fp32", help="several processes on CUDA: dtype of the gradient all-reduce (bf16: half the bytes)")
-    ddp_reduce: Literal["auto", "overlap", "after_backward"] = F(
+    ddp_reduce: DdpReduce = F(
         "auto", help="ddp: overlap (DDP: the all-reduce overlaps the backward, no CUDA graphs) or after_backward (the step "
                      "compiled as on one GPU, CUDA graphs kept, then one bucketed all-reduce); auto: after_backward on CUDA "
                      "with a compile mode that has CUDA graphs and at most 128 MB of gradients, else overlap")

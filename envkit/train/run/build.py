@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from envkit.config.config import Config, per_process_batch
-from envkit.config.schema import Parallel, Precision, TrainPrecision
+from envkit.config.schema import DdpReduced, Parallel, Precision, TrainPrecision
 from envkit.train.data import on_device
 from envkit.train.data.bundle import DataBundle
 from envkit.train.data.datasets import BUILTIN_DATASETS, build_data
@@ -77,7 +77,7 @@ class Model:
     compile_mode: str  # training.compile_mode, or what it becomes with several processes (speed.compile_mode_for)
     compile_scope: str  # model (one graph), blocks, or fsdp units (speed.compile_scope_for)
     sharded_note: str  # fsdp: what summary.json says of compile (its units were compiled as they were sharded)
-    ddp_reduce: str  # ddp: overlap (DDP) or after_backward (GradientAllReduce); else ""
+    ddp_reduce: DdpReduced | None  # ddp: overlap (DDP) or after_backward (GradientAllReduce); else None
 
 
 def build_trainer(cfg: Config, run_dir: Path, tel: Telemetry, *, torch_settings: dict | None, resume: str,
@@ -189,7 +189,7 @@ def _model(cfg: Config, data: DataBundle, place: Place, precision: TrainPrecisio
     compiling = want_compile(training.compile, place.device_type) == "on"
     gradient_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
     ddp_reduce, reduce_line = (ddp_reduce_for(training.ddp_reduce, place.device_type, compiling, training.compile_mode, gradient_bytes)
-                               if parallel == "ddp" else ("", ""))
+                               if parallel == "ddp" else (None, ""))
     compile_mode, changed = compile_mode_for(training.compile_mode, world, between_graphs=ddp_reduce != "after_backward")
     if changed and compiling:
         log(changed)

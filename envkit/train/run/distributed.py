@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from envkit.config.schema import DdpReduce, DdpReduced
 from envkit.train.run.speed import WITHOUT_CUDA_GRAPHS
 
 
@@ -57,7 +58,7 @@ def wrap_ddp(module: torch.nn.Module, device: torch.device, local_rank: int, buc
 AFTER_BACKWARD_MAX_BYTES = 128 * 2**20
 
 
-def ddp_reduce_for(setting: str, device_type: str, compiling: bool, mode: str, gradient_bytes: int) -> tuple[str, str]:
+def ddp_reduce_for(setting: DdpReduce, device_type: str, compiling: bool, mode: str, gradient_bytes: int) -> tuple[DdpReduced, str]:
     """(overlap | after_backward, the words the run's ddp line adds). auto: after_backward where it keeps
     CUDA graphs (CUDA, compiled, a mode that captures them) and the all-reduce it cannot hide is small
     (AFTER_BACKWARD_MAX_BYTES), else overlap."""
