@@ -3,12 +3,19 @@ bf16 and compile, the report and the profile chooser all ask the same question).
 
 from __future__ import annotations
 
+from typing import Literal
+
 from envkit.checks import accel
 from envkit.facts.collect import gpu_groups
 from envkit.facts.model import Facts
 
+# The device envkit's trainer trains on, as torch names it: trainer_device here, device.type once the trainer
+# decided auto (train/recovery/guards.py). Later stages import it under TYPE_CHECKING: importing envkit.checks
+# at run time loads every doctor check's module
+TrainDevice = Literal["cpu", "cuda", "mps"]
 
-def best_device(facts: Facts) -> str:
+
+def best_device(facts: Facts) -> TrainDevice | Literal["xpu"]:
     """The device that trains on this machine, as torch names it: mps, cuda (an NVIDIA GPU, or an
     AMD GPU under ROCm, which torch.cuda answers for), xpu (an Intel GPU under the XPU build) or cpu."""
     if facts.is_apple_silicon:
@@ -29,7 +36,7 @@ def cuda_hidden(facts: Facts) -> bool:
         and not (facts.runtime or {}).get("cuda_available")
 
 
-def trainer_device(facts: Facts) -> str:
+def trainer_device(facts: Facts) -> TrainDevice:
     """The device envkit's own trainer uses (cuda, mps or cpu): it has no xpu device, so on an Intel
     GPU `envkit run` trains on the CPU (profiles/xpu.toml); with the GPUs hidden, the CPU."""
     device = best_device(facts)

@@ -4,7 +4,13 @@ at run time is refused, or replaced by the CPU when the config allows it, and sa
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from envkit.errors import EnvkitError
+
+if TYPE_CHECKING:
+    from envkit.checks.device import TrainDevice
+    from envkit.config.schema import DeviceType, NanPolicy
 
 
 class TrainingStopped(Exception):
@@ -16,7 +22,7 @@ class TrainingStopped(Exception):
 
 
 class NanGuard:
-    def __init__(self, policy: str, lr_factor: float, max_rollbacks: int, rollbacks: int = 0):
+    def __init__(self, policy: NanPolicy, lr_factor: float, max_rollbacks: int, rollbacks: int = 0):
         self.policy, self.lr_factor, self.max_rollbacks, self.rollbacks = policy, lr_factor, max_rollbacks, rollbacks
 
     def on_nonfinite(self, step: int, have_checkpoint: bool) -> float:
@@ -36,7 +42,7 @@ class NanGuard:
         return self.lr_factor
 
 
-def resolve_device(requested: str, fallback_to_cpu: bool, log) -> str:
+def resolve_device(requested: DeviceType, fallback_to_cpu: bool, log) -> TrainDevice:
     """"auto" -> the best available; a requested device that is missing -> error or CPU."""
     import os
 

@@ -16,8 +16,12 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from envkit.config.schema import Parallel, TrainPrecision
+
+if TYPE_CHECKING:
+    from envkit.checks.device import TrainDevice
 
 
 @dataclass
@@ -111,7 +115,7 @@ class TrainResult:
     best_val_loss: float | None = None
     final_val_loss: float | None = None
     accuracy: float | None = None
-    device: str | None = None
+    device: TrainDevice | None = None
     device_name: str | None = None
     precision: TrainPrecision | None = None
     compile: str | None = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -27,6 +28,9 @@ from envkit.train.run.state import StepClock, TrainState
 from envkit.train.run.step import LossModule
 from envkit.train.watching.watch import RunWatch
 
+if TYPE_CHECKING:
+    from envkit.checks.device import TrainDevice
+
 
 @dataclass(frozen=True)
 class Trainer:
@@ -35,7 +39,7 @@ class Trainer:
     rank: int
     world: int
     log: Callable[[str], None]  # Telemetry.log: one line to train.log (and the terminal on rank 0)
-    device_type: str  # cuda, mps or cpu
+    device_type: TrainDevice  # device.type as decided
     device: torch.device
     device_name: str  # the GPU's name on CUDA, else device_type
     data: DataBundle
