@@ -44,7 +44,7 @@ ResnetStem = Literal["cifar", "imagenet"]
 TextLevel = Literal["char", "byte"]
 TokenDtype = Literal["uint16", "uint32"]
 CifarLabels = Literal["fine", "coarse"]
-Progress = Literal["auto", "rich", "plain", "none"]
+ProgressDisplay = Literal["auto", "rich", "plain", "none"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -186,7 +186,7 @@ class Checkpoint:
 class Logging:
     every_steps: int = F(10, min=1, help="metrics.jsonl and progress cadence")
     heartbeat_seconds: float = F(5.0, gt=0, help="seconds between writes of heartbeat.json")
-    progress: Progress = F(AUTO, help="progress display; auto: a rich bar on a terminal, plain lines otherwise")
+    progress: ProgressDisplay = F(AUTO, help="progress display; auto: a rich bar on a terminal, plain lines otherwise")
     device_seconds: float = F(3.0, min=0, help="seconds between device samples (utilization, memory, power); 0 = off")
     trackers: list[Tracker] = F([], help="also write metrics through: tensorboard, wandb (metrics.jsonl stays)")
 
