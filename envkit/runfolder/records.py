@@ -102,6 +102,11 @@ class RunStatus(str, enum.Enum):
             return cls.UNKNOWN
 
 
+# summary.json's "status" as the trainer writes it (train/run/loop.py): the RunStatus values a training process ends
+# with itself, and "stopped" (--stop-after, or a bench's step callback), which RunStatus.of reads as unknown
+TrainStatus = Literal["running", "completed", "stopped", "interrupted", "failed", "nan", "disk_full"]
+
+
 @dataclass(frozen=True)
 class CodeState:
     """One git tree's state at the run's start (record/code.py writes it)."""

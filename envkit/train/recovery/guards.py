@@ -11,14 +11,15 @@ from envkit.errors import EnvkitError
 if TYPE_CHECKING:
     from envkit.checks.device import TrainDevice
     from envkit.config.schema import DeviceType, NanPolicy
+    from envkit.runfolder.records import TrainStatus
 
 
 class TrainingStopped(Exception):
     """Training cannot go on; `status` goes into summary.json."""
 
-    def __init__(self, message: str, status: str = "failed"):
+    def __init__(self, message: str, status: TrainStatus = "failed"):
         super().__init__(message)
-        self.status = status
+        self.status: TrainStatus = status
 
 
 class NanGuard:

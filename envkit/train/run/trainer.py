@@ -24,7 +24,7 @@ from envkit.train.data.stream import BatchStream
 from envkit.train.run.checkpointer import Checkpointer
 from envkit.train.run.compile_cache import CompileCache
 from envkit.train.run.distributed import GradientAllReduce
-from envkit.train.run.state import StepClock, TrainState
+from envkit.train.run.state import RateUnit, StepClock, TrainState
 from envkit.train.run.step import LossModule
 from envkit.train.watching.watch import RunWatch
 
@@ -74,7 +74,7 @@ class Trainer:
         return self.rank == 0
 
     @property
-    def unit(self) -> str:
+    def unit(self) -> RateUnit:
         return "tokens" if self.data.kind == "lm" else "samples"
 
     @property

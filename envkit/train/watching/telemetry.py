@@ -28,6 +28,7 @@ from envkit.train.watching.run_files import REWOUND
 
 if TYPE_CHECKING:
     from envkit.config.schema import ProgressDisplay
+    from envkit.runfolder.records import TrainStatus
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -223,7 +224,7 @@ class Telemetry:
             print(line, flush=True)
             self._append(self._log, "train.log", time.strftime("%Y-%m-%d %H:%M:%S ") + line + "\n")
 
-    def heartbeat(self, *, step: int, loss: float | None, eta: float | None, status: str = "running", force: bool = False,
+    def heartbeat(self, *, step: int, loss: float | None, eta: float | None, status: TrainStatus = "running", force: bool = False,
                   **extra) -> None:
         if not self.enabled:
             return
