@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from envkit.checks.device import TrainDevice
+    from envkit.facts.model import TrainDevice
     from envkit.train.run.state import RateUnit
 
 PROGRESS = "@@envkit-bench-progress "  # one line per timed window: the running figure

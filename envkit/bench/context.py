@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from envkit.facts.model import Facts
     from envkit.profiles.resolve import Profile
     from envkit.config.config import Config
-    from envkit.checks.device import TrainDevice
+    from envkit.facts.model import TrainDevice
     from envkit.config.schema import DeviceType
 
 MODELS = ("gpt", "cnn", "mlp")

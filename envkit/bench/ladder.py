@@ -16,7 +16,7 @@ from envkit.checks.gates import V, gates, known
 from envkit.config.schema import TrainPrecision
 
 if TYPE_CHECKING:
-    from envkit.checks.device import TrainDevice
+    from envkit.facts.model import TrainDevice
 
 # A rung whose loss departs from the baseline's by more than this (relative) is flagged: after the
 # same steps from the same seed, fp32 on another device agrees to well under 1%; bf16/fp16 autocast

@@ -17,7 +17,7 @@ from envkit.fsutil import atomic_write_text
 from envkit.train.run.sharding import config_problem
 
 if TYPE_CHECKING:
-    from envkit.checks.device import TrainDevice
+    from envkit.facts.model import TrainDevice
     from envkit.train.run.state import RateUnit
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal
 from envkit.config.schema import CompileMode, ParallelMode, Precision
 
 if TYPE_CHECKING:
-    from envkit.checks.device import TrainDevice
+    from envkit.facts.model import TrainDevice
     from envkit.train.run.state import RateUnit
 
 # What a measured run's child says of it (bench/child.py): it trained and was timed, or not

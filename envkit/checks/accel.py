@@ -9,8 +9,9 @@ from functools import lru_cache
 
 from packaging.version import InvalidVersion, Version
 
+from envkit.checks.verdict import Status
 from envkit.errors import NoBuildError
-from envkit.facts.model import Facts, GPUInfo
+from envkit.facts.model import Facts, GPUInfo, TorchDevice
 from envkit.resources import data_file, load_toml
 
 
@@ -24,7 +25,7 @@ class Pick:
     """The build for an AMD or Intel GPU: `device` is what torch calls it ("cuda" on ROCm:
     HIP answers torch.cuda.*; "xpu" on Intel)."""
 
-    device: str
+    device: TorchDevice
     backend: str  # "rocm6.4", "xpu", or "cpu" when the GPU cannot be used
     why: str
     notes: list[str] = field(default_factory=list)
@@ -169,7 +170,7 @@ def describe(facts: Facts) -> str | None:
     return ", ".join(bits)
 
 
-def verdict(facts: Facts) -> tuple[str, str, str | None, str | None]:
+def verdict(facts: Facts) -> tuple[Status, str, str | None, str | None]:
     """Doctor's (status, message, fix, source) for an AMD or Intel GPU and the installed torch."""
     g = facts.other_gpus[0]
     t, rt = facts.torch, facts.runtime or {}

@@ -3,19 +3,12 @@ bf16 and compile, the report and the profile chooser all ask the same question).
 
 from __future__ import annotations
 
-from typing import Literal
-
 from envkit.checks import accel
 from envkit.facts.collect import gpu_groups
-from envkit.facts.model import Facts
-
-# The device envkit's trainer trains on, as torch names it: trainer_device here, device.type once the trainer
-# decided auto (train/recovery/guards.py). Later stages import it under TYPE_CHECKING: importing envkit.checks
-# at run time loads every doctor check's module
-TrainDevice = Literal["cpu", "cuda", "mps"]
+from envkit.facts.model import Facts, TorchDevice, TrainDevice
 
 
-def best_device(facts: Facts) -> TrainDevice | Literal["xpu"]:
+def best_device(facts: Facts) -> TorchDevice:
     """The device that trains on this machine, as torch names it: mps, cuda (an NVIDIA GPU, or an
     AMD GPU under ROCm, which torch.cuda answers for), xpu (an Intel GPU under the XPU build) or cpu."""
     if facts.is_apple_silicon:

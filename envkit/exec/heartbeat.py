@@ -23,7 +23,7 @@ from envkit.train.watching.device_sampler import build_sample
 from envkit.train.watching.telemetry import write_json
 
 if TYPE_CHECKING:
-    from envkit.checks.device import TrainDevice
+    from envkit.facts.model import TrainDevice
 
 PS_GROUP = ["ps", "-A", "-o", "pgid=,rss=,pcpu="]
 

@@ -3,6 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+# The devices torch names that envkit meets (checks/device.py best_device): its trainer trains on cpu, cuda or mps
+# (trainer_device; device.type once the trainer decided auto, train/recovery/guards.py); xpu is an Intel GPU under
+# torch's XPU build, which envkit's trainer does not use. Later stages import them under TYPE_CHECKING: importing
+# envkit.facts at run time loads the probes
+TrainDevice = Literal["cpu", "cuda", "mps"]
+TorchDevice = TrainDevice | Literal["xpu"]
 
 
 @dataclass

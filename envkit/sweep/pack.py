@@ -29,7 +29,7 @@ from envkit.launch.launcher import omp_threads_per_process
 
 if TYPE_CHECKING:
     from envkit.train.run.state import RateUnit
-    from envkit.checks.device import TrainDevice
+    from envkit.facts.model import TrainDevice
 
 GAIN = 0.10  # the next count must give 10% more in all: less is noise, or the device already full
 MEMORY_FRACTION = 0.80  # of the free device memory (CPU: available RAM) that N runs may take together

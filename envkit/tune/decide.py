@@ -17,7 +17,7 @@ from envkit.config.schema import CompileMode, TrainPrecision
 
 if TYPE_CHECKING:
     from envkit.bench.spec import RanStatus
-    from envkit.checks.device import TrainDevice
+    from envkit.facts.model import TrainDevice
     from envkit.train.run.state import RateUnit
 
 MARGIN = 0.05  # a candidate must be 5% faster than the incumbent to replace it

@@ -25,7 +25,7 @@ Stopped = Literal["done", "budget", "interrupted", "baseline failed"]  # why the
 
 if TYPE_CHECKING:
     from envkit.profiles.resolve import Profile
-    from envkit.checks.device import TrainDevice
+    from envkit.facts.model import TrainDevice
 
 # The order dimensions are searched in, per device: the likeliest wins first, compile (slow to
 # measure) last where it is costly. On CUDA the batch comes first: it is what depends on the model

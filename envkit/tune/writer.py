@@ -20,7 +20,7 @@ from envkit.facts import machine_label
 from envkit.fsutil import atomic_write_text
 
 if TYPE_CHECKING:
-    from envkit.checks.device import TrainDevice
+    from envkit.facts.model import TrainDevice
 
 MARKER = "# envkit tune sha256="
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from envkit.checks.device import TrainDevice
+    from envkit.facts.model import TrainDevice
 
 FRACTION = 0.25  # of the device's free memory (auto): the model, its optimizer state and activations need the rest
 PLAN_BATCHES = 512  # batches planned (indices and draws copied to the device) at a time

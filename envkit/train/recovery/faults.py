@@ -26,7 +26,7 @@ from envkit.runfolder import names
 from envkit.runfolder.applog import append_line, open_append
 
 if TYPE_CHECKING:
-    from envkit.checks.device import TrainDevice
+    from envkit.facts.model import TrainDevice
     from envkit.config.schema import DeviceFallback
 
 ENV_DEVICE = "ENVKIT_TRAIN_DEVICE"  # set by the child for itself after a switch to the CPU

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from envkit.errors import EnvkitError
 
 if TYPE_CHECKING:
-    from envkit.checks.device import TrainDevice
+    from envkit.facts.model import TrainDevice
     from envkit.config.schema import DeviceType, NanPolicy
     from envkit.runfolder.records import TrainStatus
 

@@ -19,7 +19,7 @@ from envkit.train.recovery import faults
 from envkit.train.recovery.guards import resolve_device
 
 if TYPE_CHECKING:
-    from envkit.checks.device import TrainDevice
+    from envkit.facts.model import TrainDevice
 
 
 def probe_config(cfg):

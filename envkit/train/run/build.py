@@ -47,7 +47,7 @@ from envkit.train.watching.telemetry import Telemetry
 from envkit.train.watching.watch import RunWatch
 
 if TYPE_CHECKING:
-    from envkit.checks.device import TrainDevice
+    from envkit.facts.model import TrainDevice
 
 
 @dataclass(frozen=True)

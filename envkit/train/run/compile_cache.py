@@ -39,7 +39,7 @@ from envkit.runfolder.seal import machine_key
 from envkit.fsutil import atomic_write_bytes
 
 if TYPE_CHECKING:
-    from envkit.checks.device import TrainDevice
+    from envkit.facts.model import TrainDevice
 
 MAGIC = b"envkit-compile-cache 1\n"
 MAX_BYTES = 512 << 20  # a blob above this is not kept: reading it would cost more than compiling saves

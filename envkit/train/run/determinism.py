@@ -44,7 +44,7 @@ import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from envkit.checks.device import TrainDevice
+    from envkit.facts.model import TrainDevice
 
 CUBLAS_WORKSPACE = ":4096:8"
 _CUBLAS_OK = (":4096:8", ":16:8")  # the two settings cuBLAS documents as deterministic

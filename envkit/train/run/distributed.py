@@ -11,7 +11,7 @@ from envkit.config.schema import CompileMode, DdpCommDtype, DdpReduce, DdpReduce
 from envkit.train.run.speed import WITHOUT_CUDA_GRAPHS
 
 if TYPE_CHECKING:
-    from envkit.checks.device import TrainDevice
+    from envkit.facts.model import TrainDevice
 
 
 def init_distributed(device: torch.device) -> None:

@@ -14,7 +14,7 @@ from envkit.train.run.resnets import build_resnet
 from envkit.train.user_code import accepted_args, import_factory
 
 if TYPE_CHECKING:
-    from envkit.checks.device import TrainDevice
+    from envkit.facts.model import TrainDevice
 
 
 # ---------------------------------------------------------------- gpt (nanoGPT-shaped)

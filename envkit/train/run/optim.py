@@ -15,7 +15,7 @@ from envkit.train.run.lion import Lion
 
 if TYPE_CHECKING:
     from envkit.config.schema import Training
-    from envkit.checks.device import TrainDevice
+    from envkit.facts.model import TrainDevice
 
 LION_BETA2 = 0.99  # the paper's default; AdamW's 0.95 in the schema would make Lion's momentum short-sighted
 

@@ -12,7 +12,7 @@ from envkit.config.schema import CompileMode, CompileScope, CompileScoped, SdpaB
 from envkit.profiles.torch_settings import apply_torch_settings as apply_profile
 
 if TYPE_CHECKING:
-    from envkit.checks.device import TrainDevice
+    from envkit.facts.model import TrainDevice
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 SDPA_BACKENDS = ("auto", "flash", "efficient", "cudnn", "math")

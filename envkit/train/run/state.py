@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Literal
 from envkit.config.schema import Parallel, TrainPrecision
 
 if TYPE_CHECKING:
-    from envkit.checks.device import TrainDevice
+    from envkit.facts.model import TrainDevice
     from envkit.runfolder.records import TrainStatus
 
 # what a run's rate counts (summary.json's {unit}_per_second): tokens for a language model, else samples

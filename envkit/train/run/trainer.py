@@ -29,7 +29,7 @@ from envkit.train.run.step import LossModule
 from envkit.train.watching.watch import RunWatch
 
 if TYPE_CHECKING:
-    from envkit.checks.device import TrainDevice
+    from envkit.facts.model import TrainDevice
 
 
 @dataclass(frozen=True)

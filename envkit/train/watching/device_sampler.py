@@ -21,7 +21,7 @@ from envkit.facts import device_parse as dp
 from envkit.facts.runner import LiveRunner, Runner
 
 if TYPE_CHECKING:
-    from envkit.checks.device import TrainDevice
+    from envkit.facts.model import TrainDevice
 
 POWER_NOTE_MPS = "power: n/a (macOS reports GPU power only through `sudo powermetrics`)"
 

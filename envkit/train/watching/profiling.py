@@ -17,7 +17,7 @@ from envkit.train.watching.trace_breakdown import breakdown, render, top_kernels
 
 if TYPE_CHECKING:
     from torch.profiler import profile, record_function
-    from envkit.checks.device import TrainDevice
+    from envkit.facts.model import TrainDevice
 
 
 def parse_profile_steps(text: str | None) -> tuple[int, int] | None:

@@ -24,7 +24,7 @@ from envkit.train.watching.device_sampler import DeviceSampler
 
 if TYPE_CHECKING:
     from envkit.train.watching.device_sampler import DeviceSampler
-    from envkit.checks.device import TrainDevice
+    from envkit.facts.model import TrainDevice
 
 ROWS_KEPT = 50
 # What a sample taken before the first step ended says nothing about: the device was compiling,
