@@ -11,7 +11,7 @@ from packaging.version import InvalidVersion, Version
 
 from envkit.checks.verdict import Status
 from envkit.errors import NoBuildError
-from envkit.facts.model import Facts, GPUInfo, TorchDevice
+from envkit.facts.model import Channel, Facts, GPUInfo, TorchDevice
 from envkit.resources import data_file, load_toml
 
 
@@ -45,7 +45,7 @@ def _order(version) -> tuple[int, int]:
     return _minor(version) or (0, 0)
 
 
-def rocm_builds(line: str | None, channel: str = "stable") -> tuple[str, list[tuple[str, list[str], str]]]:
+def rocm_builds(line: str | None, channel: Channel = "stable") -> tuple[str, list[tuple[str, list[str], str]]]:
     """(the release line used, [(backend, gfx targets, source)] oldest ROCm first) for "2.13", the
     newest line when None, the nightly matrix for channel nightly."""
     t = table()
@@ -87,7 +87,7 @@ def xpu_supported(gpu: GPUInfo) -> bool:
     return any(word.lower() in gpu.name.lower() for word in table()["xpu"]["supported"])
 
 
-def pick(facts: Facts, line: str | None, channel: str) -> Pick:
+def pick(facts: Facts, line: str | None, channel: Channel) -> Pick:
     """The build for this machine's AMD or Intel GPU (callers ask only where facts.other_gpus has
     one: ValueError otherwise). Raises NoBuildError (exit 1) when the GPU is known but no build of
     that release holds it."""
@@ -99,7 +99,7 @@ def pick(facts: Facts, line: str | None, channel: str) -> Pick:
     raise ValueError("accel.pick: this machine has no AMD or Intel GPU")
 
 
-def _pick_rocm(gpu: GPUInfo, facts: Facts, line: str | None, channel: str) -> Pick:
+def _pick_rocm(gpu: GPUInfo, facts: Facts, line: str | None, channel: Channel) -> Pick:
     gfx = _base_gfx(gpu.arch)
     if gfx is None:
         return Pick("cpu", "cpu", "PyTorch's CPU index: an AMD GPU was seen (lspci) but ROCm's rocminfo is missing, so its gfx target is unknown",

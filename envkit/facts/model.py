@@ -11,6 +11,8 @@ from typing import Literal
 # envkit.facts at run time loads the probes
 TrainDevice = Literal["cpu", "cuda", "mps"]
 TorchDevice = TrainDevice | Literal["xpu"]
+# torch's release channels: releases, nightlies (.dev) and test builds (release candidates)
+Channel = Literal["stable", "nightly", "test"]
 
 
 @dataclass
@@ -66,7 +68,7 @@ class GPUInfo:
 class TorchInfo:
     version: str | None = None  # full version, "2.13.0+cpu"
     base_version: str | None = None  # "2.13.0"
-    channel: str | None = None  # stable, nightly, test
+    channel: Channel | None = None
     local: str | None = None  # "cpu", "cu128", None for PyPI macOS wheels
     cuda: str | None = None  # "12.8" from the local label
 
