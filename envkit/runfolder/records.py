@@ -167,11 +167,14 @@ class LocalDist:
         return {"name": self.name, "version": self.version, "folder": self.folder, "editable": self.editable}
 
 
+RecordKind = Literal["run", "exec"]  # what made the run folder: envkit run, or envkit exec
+
+
 @dataclass(frozen=True)
 class RunRecord:
     """record.json: what it takes to make the run again."""
 
-    kind: str  # "run" (envkit run) | "exec" (envkit exec)
+    kind: RecordKind
     python: str | None
     cwd: str | None
     command: tuple[str, ...]  # an exec run's argv (credentials redacted)
