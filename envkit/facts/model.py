@@ -13,6 +13,8 @@ TrainDevice = Literal["cpu", "cuda", "mps"]
 TorchDevice = TrainDevice | Literal["xpu"]
 # torch's release channels: releases, nightlies (.dev) and test builds (release candidates)
 Channel = Literal["stable", "nightly", "test"]
+ChipTier = Literal["base", "Pro", "Max", "Ultra"]  # an Apple chip's: M3, M3 Pro, M3 Max, M3 Ultra
+GPUVendor = Literal["nvidia", "amd", "intel"]
 
 
 @dataclass
@@ -39,7 +41,7 @@ class ChipInfo:
     vendor: str | None = None  # apple, intel, amd, arm, unknown
     name: str | None = None  # brand string, e.g. "Apple M3 Max"
     family: str | None = None  # "M3"
-    tier: str | None = None  # base, Pro, Max, Ultra
+    tier: ChipTier | None = None
     perf_cores: int | None = None
     efficiency_cores: int | None = None
     cores: int | None = None  # physical cores in all
@@ -56,7 +58,7 @@ class ChipInfo:
 @dataclass
 class GPUInfo:
     name: str
-    vendor: str = "nvidia"  # nvidia, amd, intel
+    vendor: GPUVendor = "nvidia"
     memory_bytes: int | None = None
     driver: str | None = None
     compute_capability: str | None = None  # NVIDIA: "9.0"
