@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 RanStatus = Literal["ok", "fail"]
 # ... and what the parent makes of it: skip (not run), flagged (ok, but its loss departs from the baseline's: ladder.judge)
 ResultStatus = RanStatus | Literal["skip", "flagged"]
+# how a run that failed ended, where the parent tells: killed at its time limit, or out of memory (the child says oom)
+RunNote = Literal["", "timeout", "oom"]
 
 
 def rate_unit(value) -> RateUnit:
@@ -84,7 +86,7 @@ class RunResult:
     did_not_fit: list[dict] = field(default_factory=list)  # [{micro_batch, asked: "20.00 GiB" | None}]
     seconds: float = 0.0  # wall time of the child, torch import included
     speedup: float | None = None
-    note: str = ""
+    note: RunNote = ""
     changed: str = ""  # what this rung changed over the rung before it on its device (config keys)
     rss_peak_mb: float | None = None  # the child process's peak resident memory (torch included)
     device_free_mb: float | None = None  # what the device had free when the child started (CPU: RAM available)
