@@ -168,7 +168,7 @@ DEVICE_INIT_SHARE = 0.5  # of the GPU's memory the fp32 weights may take for the
 
 
 def build_model_for(cfg, info: dict, device: torch.device, device_type: TrainDevice) -> tuple[nn.Module, bool]:
-    """(the model, whether it was initialised on `device`, of type `device_type`). On CUDA, envkit's own models are built and
+    """(the model, whether it was initialised on `device`). On CUDA, envkit's own models are built and
     initialised on the GPU when their fp32 weights take at most DEVICE_INIT_SHARE of its memory: the
     random draws of GPT-2 small's 124M parameters (the layers' default uniform_, then normal_) take 5-7 s
     on the CPU and milliseconds on the GPU, and the 6.7B GPT's minutes (benchmarks/RESULTS.md). The
@@ -176,7 +176,7 @@ def build_model_for(cfg, info: dict, device: torch.device, device_type: TrainDev
     fsdp, 1-N processes: the decision reads the model's size and the GPU's total memory, not what is
     free), but not the CPU's: a CUDA run starts from other weights than a CPU run of one config.
     Elsewhere (the CPU, MPS, a user's factory, whose code may assume the CPU, a GPT too large for one
-    GPU) the model is built on the CPU, as it always was."""
+    GPU) the model is built on the CPU, as it always was. `device_type` is `device`'s type."""
     if device_type != "cuda" or cfg.model.type not in BUILT_IN:
         return build_model(cfg, info, device_type), False
     if cfg.model.type == "gpt" and "vocab_size" in info:
