@@ -7,12 +7,11 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Literal
 
-from envkit.bench.spec import rate_unit
+from envkit.bench.spec import ResultStatus, rate_unit
 from envkit.console import console
 
 if TYPE_CHECKING:
     from envkit.train.run.state import RateUnit
-    from envkit.bench.spec import ResultStatus
 
 
 def figure(per_second, unit: RateUnit) -> str:

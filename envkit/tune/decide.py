@@ -26,6 +26,7 @@ HEADROOM = 0.80  # a batch "fits" when its peak device memory stays under 80% of
 # What docs/knowledge/mps.md documents for the MPS allocator: the defaults, and 0.0 (no cap) which
 # "may cause system failure". No other value has a source, so the tuner proposes none.
 MPS_WATERMARK_DEFAULTS = {"PYTORCH_MPS_HIGH_WATERMARK_RATIO": 1.7, "PYTORCH_MPS_LOW_WATERMARK_RATIO": 1.4}
+
 # the profile sections a decision goes into (writer.py)
 TunedSection = Literal["env", "train", "dataloader"]
 

@@ -4,7 +4,7 @@ back exactly when any of it fails or is interrupted (rollback.py hard-links the 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from envkit.errors import EnvkitError
 from envkit.install.act import execute, rollback

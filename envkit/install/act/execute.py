@@ -13,10 +13,10 @@ from typing import Literal
 from envkit.checks import builds
 from envkit.checks.accel import gfx_problems
 from envkit.errors import EnvkitError
+from envkit.facts.model import TorchDevice
 from envkit.hashing import sha256_file
 from envkit.install.index.pages import timeouts
 from envkit.redact import strip_userinfo
-from envkit.facts.model import TorchDevice
 
 # what the verification checks the installed torch on: its device, or cpu-only (a +cpu build: no GPU support expected)
 VerifyDevice = TorchDevice | Literal["cpu-only"]

@@ -5,7 +5,7 @@ whose build lacks that version is one line naming the versions its build has."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NoReturn, TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from packaging.version import Version
 
