@@ -7,11 +7,16 @@ import json
 import os
 import statistics
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from envkit.facts.model import TrainDevice
+    from envkit.train.run.state import RateUnit
 
 PROGRESS = "@@envkit-bench-progress "  # one line per timed window: the running figure
 LOSS_STEP = 2  # every rung reports the loss of step 2 (after one update): the same steps from the same seed
 
-def sync_device(device_type: str) -> None:
+def sync_device(device_type: TrainDevice) -> None:
     import torch
 
     if device_type == "cuda":
@@ -24,17 +29,19 @@ class StepClock:
     """The `on_step` hook: warm-up steps, then timed windows; True once the measurement is done.
     A micro-batch split after an out of memory starts the warm-up again (new shapes recompile)."""
 
-    def __init__(self, device_type: str, *, warmup_steps: int, seconds: float, windows: int, max_steps: int | None = None):
-        self.device_type, self.warmup_steps = device_type, max(warmup_steps, LOSS_STEP - 1)
+    def __init__(self, device_type: TrainDevice, *, warmup_steps: int, seconds: float, windows: int, max_steps: int | None = None):
+        self.device_type: TrainDevice = device_type
+        self.warmup_steps = max(warmup_steps, LOSS_STEP - 1)
         self.window_s, self.windows, self.max_steps = seconds / max(1, windows), max(1, windows), max_steps
         self.micro, self.since, self.t0, self.n = None, 0, 0.0, 0
         self.rates: list[float] = []
-        self.steps_timed, self.loss, self.peak_mb, self.unit = 0, None, None, "samples"
+        self.steps_timed, self.loss, self.peak_mb = 0, None, None
+        self.unit: RateUnit = "samples"
         self.timed_s = 0.0  # the windows' seconds, summed
         self.speaks = os.environ.get("RANK", "0") == "0"  # under torchrun rank 0 alone prints the running figure
         self.group = None  # several processes: where they agree to close a window (agree)
 
-    def __call__(self, *, step: int, loss, micro_batch: int, per_step: int, unit: str, epoch_samples: int = 0) -> bool:
+    def __call__(self, *, step: int, loss, micro_batch: int, per_step: int, unit: RateUnit, epoch_samples: int = 0) -> bool:
         phase = self.count(step, loss, micro_batch, unit)
         if phase == "warm-up":
             return False
@@ -55,7 +62,7 @@ class StepClock:
         self._start_window()
         return False
 
-    def count(self, step: int, loss, micro_batch: int, unit: str) -> str:
+    def count(self, step: int, loss, micro_batch: int, unit: RateUnit) -> str:
         """One step's bookkeeping, shared with the staged clock (stages.py): "warm-up", "warm" (this
         step ended the warm-up) or "timing". A new micro-batch (an out-of-memory split) warms up again."""
         self.unit = unit

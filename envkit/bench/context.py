@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from envkit.facts.model import Facts
     from envkit.profiles.resolve import Profile
     from envkit.config.config import Config
+    from envkit.facts.model import TrainDevice
+    from envkit.config.schema import DeviceType
 
 MODELS = ("gpt", "cnn", "mlp")
 
@@ -38,7 +40,7 @@ class BenchContext:
     shipped_profile: str  # what doctor recommends, ignoring tuned profiles
     config: Config
     model: str  # gpt | cnn | mlp | the user's factory
-    target: str  # the device training uses here: cuda | mps | cpu
+    target: TrainDevice  # the device training uses here
 
     def plain_env(self) -> dict[str, str]:
         """os.environ without the profile's variables: what a run gets before the profile rung."""
@@ -57,7 +59,7 @@ def template_path(model: str) -> Path:
 
 
 def load_context(model: str | None, config_path: str | None, profile_name: str | None, python: str | None,
-                 device: str = "auto") -> BenchContext:
+                 device: DeviceType = "auto") -> BenchContext:
     if config_path and model:
         raise EnvkitError("--model and --config exclude each other", where="--model",
                           fix="--model picks a built-in quick-test model; --config uses your train.yaml's model and data")

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from envkit.checks.gates import V, gates, known
 from envkit.config.schema import TrainPrecision
+
+if TYPE_CHECKING:
+    from envkit.facts.model import TrainDevice
 
 # A rung whose loss departs from the baseline's by more than this (relative) is flagged: after the
 # same steps from the same seed, fp32 on another device agrees to well under 1%; bf16/fp16 autocast
@@ -51,7 +55,7 @@ ON_DEVICE_DATA = ("cifar10", "cifar100", "npz")
 @dataclass
 class Rung:
     name: str
-    device: str
+    device: TrainDevice
     settings: dict = field(default_factory=dict)  # precision, compile, profile, channels_last
     skip: str | None = None  # why it cannot run here (in full: --json and the saved report)
     check: str | None = None  # the doctor check the skip comes from
@@ -66,7 +70,7 @@ class Rung:
         return int(self.settings.get("nproc") or 1)
 
 
-def accelerator(facts) -> str:
+def accelerator(facts) -> TrainDevice:
     """The accelerator this kind of machine would train on: mps on a Mac, cuda elsewhere."""
     return "mps" if getattr(facts, "is_macos", False) else "cuda"
 
@@ -80,7 +84,7 @@ def cuda_devices(facts) -> int:
     return len([g for g in getattr(facts, "gpus", None) or [] if getattr(g, "vendor", "nvidia") in ("nvidia", "amd")])
 
 
-def multi_skip(dev: str, nproc: int, gpus: int) -> tuple[str, str] | None:
+def multi_skip(dev: TrainDevice, nproc: int, gpus: int) -> tuple[str, str] | None:
     """(why, in short) a data-parallel rung cannot run here, or None: one process per GPU."""
     if dev != "cuda":
         return f"the data-parallel rungs start one process per CUDA GPU: {dev} is one device", "CUDA only"
@@ -92,7 +96,7 @@ def multi_skip(dev: str, nproc: int, gpus: int) -> tuple[str, str] | None:
     return None
 
 
-def low_precision(device: str, facts, checks: dict) -> tuple[TrainPrecision | None, str]:
+def low_precision(device: TrainDevice, facts, checks: dict) -> tuple[TrainPrecision | None, str]:
     """(bf16 | fp16 | None, why). bf16 where it is native; fp16 where bf16 is missing or emulated
     (M1/M2: docs/knowledge/mps.md) and fp16 autocast exists (MPS from torch 2.5)."""
     c = checks.get("bf16")
@@ -112,7 +116,7 @@ def low_precision(device: str, facts, checks: dict) -> tuple[TrainPrecision | No
     return None, "the CPU trains in fp32"
 
 
-def fast_path(device: str, model: str) -> tuple[dict, str, str | None]:
+def fast_path(device: TrainDevice, model: str) -> tuple[dict, str, str | None]:
     """(settings, label, reason it does not apply) for the last rung: channels_last for the cnn on
     CUDA and MPS (a memory layout of 4-d image tensors: a conv net's; the gpt and the mlp have none,
     so their ladders have no such rung). Fused AdamW is no rung of its own: the trainer's step uses
@@ -130,7 +134,7 @@ def data_can_live_on_device(dataset) -> bool:
     return dataset.type in ON_DEVICE_DATA or (dataset.type == "synthetic" and dataset.task == "teacher")
 
 
-def describe(adds: dict, device: str, baseline: bool = False) -> str:
+def describe(adds: dict, device: TrainDevice, baseline: bool = False) -> str:
     """What a rung changed over the rung before it on its device, as the config keys a user would set."""
     if baseline:
         return "the reference: fp32 on the CPU, the config as written"
@@ -145,7 +149,7 @@ def describe(adds: dict, device: str, baseline: bool = False) -> str:
     return "; ".join(words[k](v) if k in words else f"{k}: {v}" for k, v in adds.items())
 
 
-def build_ladder(facts, checks: dict, target: str, model: str, *, no_compile: bool = False,
+def build_ladder(facts, checks: dict, target: TrainDevice, model: str, *, no_compile: bool = False,
                  on_device_data: bool = False, nproc: int | None = None, fsdp_problem=None) -> list[Rung]:
     """The rungs for this machine, each with its settings or the reason (and doctor check) it is skipped.
     on_device_data: the config's data set can be held on the device (data_can_live_on_device); the

@@ -5,11 +5,16 @@ finishes, with its figure. Both write to stderr, so stdout stays the report (or 
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING, Literal
 
+from envkit.bench.spec import ResultStatus, rate_unit
 from envkit.console import console
 
+if TYPE_CHECKING:
+    from envkit.train.run.state import RateUnit
 
-def figure(per_second, unit: str) -> str:
+
+def figure(per_second, unit: RateUnit) -> str:
     return f"{per_second:,.0f} {unit}/s" if per_second else ""
 
 
@@ -37,10 +42,11 @@ class Progress:
 
     def update(self, name: str, data: dict) -> None:
         if self._live is not None and self._task is not None:
-            what = figure(data.get("per_second"), data.get("unit", "samples"))
+            what = figure(data.get("per_second"), rate_unit(data.get("unit")))
             self._live.update(self._task, figure=f"{what} (window {data.get('window')}/{data.get('windows')})")
 
-    def done(self, name: str, status: str, per_second=None, unit: str = "samples", seconds: float = 0.0, reason: str = "") -> None:
+    def done(self, name: str, status: ResultStatus | Literal["does not fit"], per_second=None, unit: RateUnit = "samples",
+             seconds: float = 0.0, reason: str = "") -> None:
         text = figure(per_second, unit) or reason
         if self._live is not None and self._task is not None:
             self._live.update(self._task, figure=f"{status} {text}", total=1, completed=1)

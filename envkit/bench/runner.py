@@ -21,7 +21,7 @@ from typing import Any
 
 from envkit.bench.child import MARK
 from envkit.bench.clock import PROGRESS
-from envkit.bench.spec import RunResult, RunSpec
+from envkit.bench.spec import RunResult, RunSpec, rate_unit
 from envkit.launch.launcher import omp_threads_per_process
 from envkit.launch.torchrun import child_entry, torchrun_head
 from envkit.plan.model import Nodes
@@ -95,7 +95,10 @@ def read_result(name: str, out: list[str], seconds: float = 0.0) -> RunResult | 
     for line in reversed(out):
         if line.startswith(MARK):
             data = json.loads(line[len(MARK):])
-            r = RunResult(name, data["status"], data.get("per_second"), data.get("unit", "samples"),
+            status = data["status"]
+            if status not in ("ok", "fail"):  # no status bench/child.py writes
+                return RunResult(name, "fail", reason=f"the child's result says status {status!r}", seconds=seconds)
+            r = RunResult(name, status, data.get("per_second"), rate_unit(data.get("unit")),
                           data.get("peak_memory_mb"), data.get("loss"), data.get("reason", ""), steps=data.get("steps") or 0,
                           micro_batch=data.get("micro_batch"), grad_accum=data.get("grad_accum"),
                           did_not_fit=data.get("did_not_fit") or [], seconds=seconds,

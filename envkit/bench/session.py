@@ -7,6 +7,7 @@ import json
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 from envkit.bench.context import BenchContext
 from envkit.bench.ladder import LOSS_TOLERANCE, Rung, build_ladder, carry_forward, data_can_live_on_device, judge
@@ -15,13 +16,17 @@ from envkit.bench.spec import RunResult, RunSpec
 from envkit.fsutil import atomic_write_text
 from envkit.train.run.sharding import config_problem
 
+if TYPE_CHECKING:
+    from envkit.facts.model import TrainDevice
+    from envkit.train.run.state import RateUnit
+
 
 @dataclass
 class BenchReport:
-    device: str
+    device: TrainDevice
     model: str
     rungs: list[RunResult]
-    unit: str = "samples"
+    unit: RateUnit = "samples"
     profile: str | None = None
     torch: str | None = None
     batch_size: int = 0
@@ -50,9 +55,10 @@ class BenchReport:
 SECONDS = {"cpu": 4.0, "device": 6.0}
 BASELINE_CAP = {"max_steps": 2, "seconds": 10.0}
 MIN_LEFT_S = 3.0  # a rung started with less budget than this could not even start torch
+Baseline = Literal["cpu", "device"]  # --baseline: the reference rung, the CPU fp32 one or the first on the device
 
 
-def measurement_for(rung: Rung, target: str, seconds: float | None) -> dict:
+def measurement_for(rung: Rung, target: TrainDevice, seconds: float | None) -> dict:
     """Warm-up steps, seconds and windows (and a step cap) for one rung."""
     compiled = bool(rung.settings.get("compile"))
     if rung.device == "cpu" and target != "cpu":  # the baseline of a GPU or Mac ladder: capped, said so
@@ -96,7 +102,7 @@ def fsdp_problem(config, nproc: int):
     return problem
 
 
-def scale(result: RunResult, results: list[RunResult], device: str) -> None:
+def scale(result: RunResult, results: list[RunResult], device: TrainDevice) -> None:
     """A data-parallel rung against the best single-process rung on its device: x1.87 of cuda + profile
     on 2 GPUs is 94% per GPU. The rate is the global one (all processes' samples or tokens)."""
     if result.world < 2 or result.status not in ("ok", "flagged") or not result.per_second:
@@ -118,7 +124,7 @@ def fit_note(r: RunResult) -> str:
     return f"{ran}: micro-batch {tried} does not fit"
 
 
-def measuring_order(rungs: list, target: str, baseline: str = "cpu") -> list[int]:
+def measuring_order(rungs: list, target: TrainDevice, baseline: Baseline = "cpu") -> list[int]:
     """The order rungs are measured in: the reference first (the CPU baseline, or with --baseline
     device the first device rung), then the profile rung on the training device (all the profile
     turns on: what `envkit run` does, the figure a user came for), then the rest in ladder order.
@@ -134,7 +140,7 @@ def measuring_order(rungs: list, target: str, baseline: str = "cpu") -> list[int
 
 
 def run_bench(ctx: BenchContext, *, no_compile: bool = False, seconds: float | None = None, budget_s: float = 240.0,
-              baseline: str = "cpu", on_start=None, on_progress=None, on_rung=None, debug: bool = False,
+              baseline: Baseline = "cpu", on_start=None, on_progress=None, on_rung=None, debug: bool = False,
               nproc: int | None = None) -> BenchReport:
     """Every rung in its own child, within `budget_s` for the whole ladder. baseline "device": the
     CPU rung is skipped and the first device rung is the reference for speed-ups and losses. nproc:

@@ -4,18 +4,36 @@ environment) and what it gave (RunResult). Plain dataclasses that travel to the 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Literal
 
-from envkit.config.schema import ParallelMode, Precision
+from envkit.config.schema import CompileMode, ParallelMode, Precision
+
+if TYPE_CHECKING:
+    from envkit.facts.model import TrainDevice
+    from envkit.train.run.state import RateUnit
+
+# What a measured run's child says of it (bench/child.py): it trained and was timed, or not
+RanStatus = Literal["ok", "fail"]
+# ... and what the parent makes of it: skip (not run), flagged (ok, but its loss departs from the baseline's: ladder.judge)
+ResultStatus = RanStatus | Literal["skip", "flagged"]
+# how a run that failed ended, where the parent tells: killed at its time limit, or out of memory (the child says oom)
+RunNote = Literal["", "timeout", "oom"]
+
+
+def rate_unit(value) -> RateUnit:
+    """The unit of a rate read back from a child (its result and progress lines, a stage's rate file): tokens,
+    else samples, as when it says none."""
+    return "tokens" if value == "tokens" else "samples"
 
 
 @dataclass
 class RunSpec:
     name: str
-    device: str  # cpu | cuda | mps
+    device: TrainDevice
     config: dict  # envkit.config.config.Config.resolved(): model, dataset, training
     precision: Precision = "fp32"  # training.precision: a rung's or candidate's; a sweep run's own (--pack auto) may be auto
     compile: bool = False
-    compile_mode: str | None = None  # training.compile_mode; None: the config's own (reduce-overhead: CUDA graphs)
+    compile_mode: CompileMode | None = None  # training.compile_mode; None: the config's own (reduce-overhead: CUDA graphs)
     on_device: bool | None = None  # dataset.on_device; None: the config's own (auto)
     channels_last: bool = False  # cnn only
     batch_size: int = 32  # the micro-batch
@@ -54,9 +72,9 @@ class RunSpec:
 @dataclass
 class RunResult:
     name: str
-    status: str  # ok | fail | skip (flagged is decided against the baseline, see ladder.judge)
+    status: ResultStatus
     per_second: float | None = None  # samples/s or tokens/s: the median window
-    unit: str = "samples"
+    unit: RateUnit = "samples"
     peak_memory_mb: float | None = None
     loss: float | None = None  # the loss of step 2: the same steps from the same seed (bench/child.py LOSS_STEP)
     reason: str = ""  # in full: --json and the saved report
@@ -68,7 +86,7 @@ class RunResult:
     did_not_fit: list[dict] = field(default_factory=list)  # [{micro_batch, asked: "20.00 GiB" | None}]
     seconds: float = 0.0  # wall time of the child, torch import included
     speedup: float | None = None
-    note: str = ""
+    note: RunNote = ""
     changed: str = ""  # what this rung changed over the rung before it on its device (config keys)
     rss_peak_mb: float | None = None  # the child process's peak resident memory (torch included)
     device_free_mb: float | None = None  # what the device had free when the child started (CPU: RAM available)

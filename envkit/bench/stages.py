@@ -16,9 +16,13 @@ import os
 import statistics
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envkit.bench.clock import sync_device
 from envkit.train.run.batch_probe import device_memory_mb, peak_mb
+
+if TYPE_CHECKING:
+    from envkit.train.run.state import RateUnit
 
 POLL_S = 0.02
 
@@ -50,7 +54,7 @@ class StagedClock:
     def __getattr__(self, name):  # rates, loss, peak_mb, unit, steps_timed: the base clock's
         return getattr(self.base, name)
 
-    def __call__(self, *, step: int, loss, micro_batch: int, per_step: int, unit: str, epoch_samples: int = 0) -> bool:
+    def __call__(self, *, step: int, loss, micro_batch: int, per_step: int, unit: RateUnit, epoch_samples: int = 0) -> bool:
         b = self.base
         phase = b.count(step, loss, micro_batch, unit)
         if phase == "warm-up":

@@ -9,8 +9,9 @@ from functools import lru_cache
 
 from packaging.version import InvalidVersion, Version
 
+from envkit.checks.verdict import Status
 from envkit.errors import NoBuildError
-from envkit.facts.model import Facts, GPUInfo
+from envkit.facts.model import Channel, Facts, GPUInfo, TorchDevice
 from envkit.resources import data_file, load_toml
 
 
@@ -24,7 +25,7 @@ class Pick:
     """The build for an AMD or Intel GPU: `device` is what torch calls it ("cuda" on ROCm:
     HIP answers torch.cuda.*; "xpu" on Intel)."""
 
-    device: str
+    device: TorchDevice
     backend: str  # "rocm6.4", "xpu", or "cpu" when the GPU cannot be used
     why: str
     notes: list[str] = field(default_factory=list)
@@ -44,7 +45,7 @@ def _order(version) -> tuple[int, int]:
     return _minor(version) or (0, 0)
 
 
-def rocm_builds(line: str | None, channel: str = "stable") -> tuple[str, list[tuple[str, list[str], str]]]:
+def rocm_builds(line: str | None, channel: Channel = "stable") -> tuple[str, list[tuple[str, list[str], str]]]:
     """(the release line used, [(backend, gfx targets, source)] oldest ROCm first) for "2.13", the
     newest line when None, the nightly matrix for channel nightly."""
     t = table()
@@ -86,7 +87,7 @@ def xpu_supported(gpu: GPUInfo) -> bool:
     return any(word.lower() in gpu.name.lower() for word in table()["xpu"]["supported"])
 
 
-def pick(facts: Facts, line: str | None, channel: str) -> Pick:
+def pick(facts: Facts, line: str | None, channel: Channel) -> Pick:
     """The build for this machine's AMD or Intel GPU (callers ask only where facts.other_gpus has
     one: ValueError otherwise). Raises NoBuildError (exit 1) when the GPU is known but no build of
     that release holds it."""
@@ -98,7 +99,7 @@ def pick(facts: Facts, line: str | None, channel: str) -> Pick:
     raise ValueError("accel.pick: this machine has no AMD or Intel GPU")
 
 
-def _pick_rocm(gpu: GPUInfo, facts: Facts, line: str | None, channel: str) -> Pick:
+def _pick_rocm(gpu: GPUInfo, facts: Facts, line: str | None, channel: Channel) -> Pick:
     gfx = _base_gfx(gpu.arch)
     if gfx is None:
         return Pick("cpu", "cpu", "PyTorch's CPU index: an AMD GPU was seen (lspci) but ROCm's rocminfo is missing, so its gfx target is unknown",
@@ -169,7 +170,7 @@ def describe(facts: Facts) -> str | None:
     return ", ".join(bits)
 
 
-def verdict(facts: Facts) -> tuple[str, str, str | None, str | None]:
+def verdict(facts: Facts) -> tuple[Status, str, str | None, str | None]:
     """Doctor's (status, message, fix, source) for an AMD or Intel GPU and the installed torch."""
     g = facts.other_gpus[0]
     t, rt = facts.torch, facts.runtime or {}

@@ -7,11 +7,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
 
 from envkit.checks.gates import min_driver_for_cuda, older_than
 from envkit.resources import data_file, load_toml
+
+if TYPE_CHECKING:
+    from envkit.facts.model import Channel
 
 
 @lru_cache(maxsize=1)
@@ -163,7 +167,7 @@ def newest_fit(capability: str | None, driver: str | None) -> tuple[str, str] | 
     return None
 
 
-def available(torch_version: str | None, channel: str = "stable") -> list[dict]:
+def available(torch_version: str | None, channel: Channel = "stable") -> list[dict]:
     """The one question other modules ask: for a release ("2.13", "2.13.0") or today's nightlies,
     which CUDA builds exist, the driver each needs, the architectures each holds, oldest CUDA first:
     [{"backend": "cu126", "cuda": "12.6", "min_driver": "525.60.13", "sm": [...], "ptx": None,

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from envkit.checks import accel
 from envkit.facts.collect import gpu_groups
-from envkit.facts.model import Facts
+from envkit.facts.model import Facts, TorchDevice, TrainDevice
 
 
-def best_device(facts: Facts) -> str:
+def best_device(facts: Facts) -> TorchDevice:
     """The device that trains on this machine, as torch names it: mps, cuda (an NVIDIA GPU, or an
     AMD GPU under ROCm, which torch.cuda answers for), xpu (an Intel GPU under the XPU build) or cpu."""
     if facts.is_apple_silicon:
@@ -29,7 +29,7 @@ def cuda_hidden(facts: Facts) -> bool:
         and not (facts.runtime or {}).get("cuda_available")
 
 
-def trainer_device(facts: Facts) -> str:
+def trainer_device(facts: Facts) -> TrainDevice:
     """The device envkit's own trainer uses (cuda, mps or cpu): it has no xpu device, so on an Intel
     GPU `envkit run` trains on the CPU (profiles/xpu.toml); with the GPUs hidden, the CPU."""
     device = best_device(facts)

@@ -7,13 +7,13 @@ from envkit.checks import accel
 from envkit.checks.device import cuda_hidden
 from envkit.errors import EnvkitError
 from envkit.facts.collect import chips_data
-from envkit.facts.model import Facts
+from envkit.facts.model import ChipTier, Facts
 from envkit.resources import user_dir
 
-TIER_SUFFIX = {"base": "", "Pro": "-pro", "Max": "-max", "Ultra": "-ultra"}
+TIER_SUFFIX: dict[ChipTier, str] = {"base": "", "Pro": "-pro", "Max": "-max", "Ultra": "-ultra"}
 
 
-def apple_profile(family: str | None, tier: str | None) -> tuple[str, str | None]:
+def apple_profile(family: str | None, tier: ChipTier | None) -> tuple[str, str | None]:
     """("m3-max", None), or the nearest known chip's profile and a warning for a chip not in chips.toml."""
     families: dict[str, list[str]] = chips_data()["families"]
     tier = tier if tier in TIER_SUFFIX else "base"

@@ -7,14 +7,19 @@ speed-up is `warn`. Every non-pass check carries a concrete fix.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Final, Literal
 
-PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
+Status = Literal["pass", "warn", "fail", "skip"]  # a check's, and a self-test probe's
+PASS: Final = "pass"
+WARN: Final = "warn"
+FAIL: Final = "fail"
+SKIP: Final = "skip"
 
 
 @dataclass
 class Check:
     id: str
-    status: str
+    status: Status
     message: str
     fix: str | None = None
     group: str = "PyTorch"

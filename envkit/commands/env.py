@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from envkit.profiles.envscripts import SHELLS, render, write_env_scripts
+from envkit.profiles.envscripts import SHELLS, Shell, render, write_env_scripts
 from envkit.errors import EnvkitError
 from envkit.install.setup.managed import find_managed
 from envkit.profiles import load_profile
@@ -15,7 +15,7 @@ from envkit.exec.environment import resolve_profile_name  # one rule for env and
 from envkit.facts import gather
 
 
-def _default_shell() -> str:
+def _default_shell() -> Shell:
     shell = os.path.basename(os.environ.get("SHELL", ""))
     return shell if shell in ("zsh", "fish") else "bash"
 
@@ -31,7 +31,7 @@ def _default_shell() -> str:
               help="Write activate, activate.fish, .env and .envrc into DIR instead of printing.")
 @click.option("--force", is_flag=True, help="With --write: overwrite files even if you edited them.")
 @click.option("--no-venv", is_flag=True, help="Do not activate the managed venv in the scripts.")
-def env(profile_name: str | None, shell: str | None, replay: str | None, write_dir: str | None, force: bool,
+def env(profile_name: str | None, shell: Shell | None, replay: str | None, write_dir: str | None, force: bool,
         no_venv: bool) -> None:
     """Print the profile's environment: eval "$(envkit env)" (bash/zsh), envkit env --shell fish | source.
 

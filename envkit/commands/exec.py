@@ -105,7 +105,8 @@ def _submit(slurm, req: ExecRequest, name: str, profile) -> None:
 
     made = made_folders(req.runs_dir / name)  # before the run folder is made: which folders this submission creates
     run_dir = rundir.new_run_dir(req.runs_dir, name)
-    device = str((getattr(profile, "train", None) or {}).get("device", "")) if profile is not None else ""
+    # the profile's train.device: one of DeviceType (profiles/schema.py checks it as the profile loads); "" without one
+    device = (getattr(profile, "train", None) or {}).get("device", "") if profile is not None else ""
     announce(exec_job(run_dir.resolve(), command=req.argv, options=req.slurm_options(), nproc=req.nproc_per_node, device=device,
                       req=slurm, made=made or [run_dir]), req.as_json)
 

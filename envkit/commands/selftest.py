@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from envkit.selftest import render_report, run_selftest, PROBES
 from envkit.console import is_tty, console, print_json
+
+if TYPE_CHECKING:
+    from envkit.config.schema import DeviceType
 
 
 @click.command()
@@ -21,7 +25,7 @@ from envkit.console import is_tty, console, print_json
 @click.option("--isolate/--shared", "isolate", default=None,
               help="A fresh interpreter for every probe (the default without --quick), or one shared worker "
                    "restarted after any failure (the default with --quick).")
-def selftest(device: str, profile: str | None, quick: bool, as_json: bool, python: str | None, isolate: bool | None) -> None:
+def selftest(device: DeviceType, profile: str | None, quick: bool, as_json: bool, python: str | None, isolate: bool | None) -> None:
     """Prove the device works: numbers vs a float64 CPU reference (matmul, softmax, layernorm,
     conv2d, SDPA, incl. non-contiguous inputs), backward + AdamW, autocast, torch.compile, the
     profile's DataLoader, memory, throughput and bandwidth. Each probe runs in its own child

@@ -15,28 +15,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from envkit.errors import EnvkitError
+from envkit.config.schema import CifarLabels
 
 PIXELS = 3 * 32 * 32
+CifarKind = Literal["cifar10", "cifar100"]  # dataset.type of the CIFAR sets
 
 
 @dataclass(frozen=True)
 class CifarFormat:
-    name: str
+    name: CifarKind
     folder: str  # the folder the official archive unpacks to
     archive: str
     train: tuple[str, ...]
     test: str
     label_bytes: int
-    classes: dict  # labels ("fine"/"coarse") -> (byte offset in the record, number of classes)
+    classes: dict[CifarLabels, tuple[int, int]]  # labels -> (byte offset in the record, number of classes)
 
     @property
     def record(self) -> int:
         return self.label_bytes + PIXELS
 
 
-FORMATS = {
+FORMATS: dict[CifarKind, CifarFormat] = {
     "cifar10": CifarFormat("cifar10", "cifar-10-batches-bin", "cifar-10-binary.tar.gz",
                            tuple(f"data_batch_{i}.bin" for i in range(1, 6)), "test_batch.bin", 1, {"fine": (0, 10)}),
     "cifar100": CifarFormat("cifar100", "cifar-100-binary", "cifar-100-binary.tar.gz",
@@ -46,7 +49,7 @@ DOWNLOAD = "https://www.cs.toronto.edu/~kriz/cifar.html"
 _PICKLED = {"cifar10": ("data_batch_1", "batches.meta"), "cifar100": ("train", "meta")}
 
 
-def locate(path: Path, kind: str, where: str) -> Path:
+def locate(path: Path, kind: CifarKind, where: str) -> Path:
     """The folder holding the binary files: `path` itself or its official sub-folder."""
     fmt = FORMATS[kind]
     fix = f"download {fmt.archive} (the binary version) from {DOWNLOAD}, unpack it and point dataset.path at {fmt.folder}/"
@@ -62,7 +65,7 @@ def locate(path: Path, kind: str, where: str) -> Path:
     raise EnvkitError(f"no {fmt.test} in {path} or {path / fmt.folder}: not a {kind} binary folder", where=where, fix=fix)
 
 
-def check_folder(path: Path, kind: str, where: str) -> Path:
+def check_folder(path: Path, kind: CifarKind, where: str) -> Path:
     """Every file present and a whole number of records (sizes only: fast). Returns the folder."""
     fmt = FORMATS[kind]
     folder = locate(path, kind, where)
@@ -82,7 +85,7 @@ def _check_size(f: Path, size: int, fmt: CifarFormat) -> None:
                           fix=f"download {fmt.archive} again from {DOWNLOAD}: the file is truncated or not {fmt.name}")
 
 
-def read_records(files: list[Path], kind: str) -> tuple[bytes, int]:
+def read_records(files: list[Path], kind: CifarKind) -> tuple[bytes, int]:
     """(the files' records, end to end; number of records). Every label byte is checked: one out of
     range is an EnvkitError naming the file and the record (counted from 0)."""
     fmt = FORMATS[kind]
@@ -101,5 +104,5 @@ def read_records(files: list[Path], kind: str) -> tuple[bytes, int]:
     return b"".join(chunks), n
 
 
-def num_classes(kind: str, labels: str) -> int:
+def num_classes(kind: CifarKind, labels: CifarLabels) -> int:
     return FORMATS[kind].classes[labels][1]

@@ -59,7 +59,7 @@ from envkit.config.schema import (  # noqa: F401 - the schema's names are part o
     TrainConfig,
     Training,
 )
-from envkit.config.cifar_files import check_folder
+from envkit.config.cifar_files import CifarKind, check_folder
 from envkit.config.token_files import check_token_folder
 
 
@@ -387,7 +387,7 @@ def check_consistency(cfg: Config) -> Config:
     return cfg
 
 
-def _check_image_dataset(cfg: Config, dtype: str, mtype: str) -> None:
+def _check_image_dataset(cfg: Config, dtype: CifarKind | Literal["imagefolder"], mtype: str) -> None:
     if mtype in ("gpt", "mlp"):
         raise EnvkitError(f"a {dtype} dataset trains an image model (resnet18, cnn), not {mtype}", where=where_set(cfg, "model.type"))
     path = cfg.dataset.path

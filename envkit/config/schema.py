@@ -36,6 +36,15 @@ DeviceFallback = Literal["auto", "cpu", "mps-fallback", "none"]
 DdpReduce = Literal["auto", "overlap", "after_backward"]
 # training.ddp_reduce as a ddp run decided it (train/run/distributed.py ddp_reduce_for)
 DdpReduced = Literal["overlap", "after_backward"]
+# training.compile_scope as a run decided it (train/run/speed.py compile_scope_for; fsdp compiles the units it shards)
+CompileScoped = Literal["model", "blocks", "fsdp units"]
+DdpCommDtype = Literal["fp32", "bf16"]
+NanPolicy = Literal["rollback", "stop"]
+ResnetStem = Literal["cifar", "imagenet"]
+TextLevel = Literal["char", "byte"]
+TokenDtype = Literal["uint16", "uint32"]
+CifarLabels = Literal["fine", "coarse"]
+ProgressDisplay = Literal["auto", "rich", "plain", "none"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -54,7 +63,7 @@ class Dataset:
     path: str | None = F(None,
                          help="text file or folder (text), .npz file (npz), folder of train.bin/val.bin (tokens), "
                               "cifar-10-batches-bin/ or cifar-100-binary/ (cifar), train/ and val/ class folders (imagefolder)")
-    labels: Literal["fine", "coarse"] = F("fine", help="cifar100: the 100 fine or the 20 coarse classes")
+    labels: CifarLabels = F("fine", help="cifar100: the 100 fine or the 20 coarse classes")
     on_device: AutoOrBool = F(AUTO,
                               help="cifar/npz/synthetic teacher: hold the training and validation sets on the training device and build "
                                    "each batch there (gather, crop, flip, normalise as batched tensor operations; no DataLoader workers). "
@@ -66,9 +75,9 @@ class Dataset:
                                              help="imagefolder: an image file that does not decode (truncated, corrupt). stop: the run ends with one "
                                                   "line naming the file; skip: the next readable image takes its place, and train.log and "
                                                   "summary.json (skipped_files) give the count and the first paths")
-    dtype: Literal["uint16", "uint32"] = F("uint16", help="tokens: the .bin files' integer type (uint32 above 65,535 tokens)")
+    dtype: TokenDtype = F("uint16", help="tokens: the .bin files' integer type (uint32 above 65,535 tokens)")
     vocab_size: int | None = F(None, min=2, help="tokens: vocabulary size (default: DIR/meta.json's vocab_size)")
-    level: Literal["char", "byte"] = F("char", help="text tokenisation")
+    level: TextLevel = F("char", help="text tokenisation")
     val_fraction: float = F(0.1, gt=0, max=0.5, help="share of the examples held out for validation (synthetic, text, npz)")
     num_samples: int = F(20000, min=16, help="synthetic: training examples (teacher/images) or problems (arithmetic)")
     num_classes: int = F(10, min=2, help="teacher/images task: classes")
@@ -82,7 +91,7 @@ class Dataset:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Model:
     type: str = F("gpt", help="gpt | mlp | cnn | resnet18 | resnet34 | resnet50 | package.module:factory")
-    stem: Literal["cifar", "imagenet"] = F("cifar", help="resnet: cifar (3x3 conv, no max-pool) | imagenet (7x7/2 conv + max-pool)")
+    stem: ResnetStem = F("cifar", help="resnet: cifar (3x3 conv, no max-pool) | imagenet (7x7/2 conv + max-pool)")
     n_layer: int = F(4, min=1, help="gpt: transformer blocks")
     n_head: int = F(4, min=1, help="gpt: attention heads per block (n_embd must be divisible by it)")
     n_embd: int = F(128, min=8, help="gpt: embedding width")
@@ -146,13 +155,13 @@ class Training:
                                                           help="full: each block (GPT) or stage (ResNet) recomputes its activations in the backward: "
                                                                "less memory, about a third more compute")
     ddp_bucket_mb: float = F(25.0, gt=0, help="several processes: DDP's gradient bucket size in MB (torch's default 25; profiles may set it)")
-    ddp_comm_dtype: Literal["fp32", "bf16"] = F("fp32", help="several processes on CUDA: dtype of the gradient all-reduce (bf16: half the bytes)")
+    ddp_comm_dtype: DdpCommDtype = F("fp32", help="several processes on CUDA: dtype of the gradient all-reduce (bf16: half the bytes)")
     ddp_reduce: DdpReduce = F(
         "auto", help="ddp: overlap (DDP: the all-reduce overlaps the backward, no CUDA graphs) or after_backward (the step "
                      "compiled as on one GPU, CUDA graphs kept, then one bucketed all-reduce); auto: after_backward on CUDA "
                      "with a compile mode that has CUDA graphs and at most 128 MB of gradients, else overlap")
     empty_cache_every: int = F(0, min=0, help="MPS/CUDA: empty_cache() every N steps; 0 = never")
-    nan_policy: Literal["rollback", "stop"] = F("rollback", help="non-finite loss: roll back to the last good checkpoint with a lower lr, or stop")
+    nan_policy: NanPolicy = F("rollback", help="non-finite loss: roll back to the last good checkpoint with a lower lr, or stop")
     nan_lr_factor: float = F(0.5, gt=0, max=1, help="nan_policy rollback: the learning rate is multiplied by this at each rollback")
     max_rollbacks: int = F(3, min=0, help="nan_policy rollback: rollbacks before the run stops")
 
@@ -177,7 +186,7 @@ class Checkpoint:
 class Logging:
     every_steps: int = F(10, min=1, help="metrics.jsonl and progress cadence")
     heartbeat_seconds: float = F(5.0, gt=0, help="seconds between writes of heartbeat.json")
-    progress: Literal["auto", "rich", "plain", "none"] = F(AUTO, help="progress display; auto: a rich bar on a terminal, plain lines otherwise")
+    progress: ProgressDisplay = F(AUTO, help="progress display; auto: a rich bar on a terminal, plain lines otherwise")
     device_seconds: float = F(3.0, min=0, help="seconds between device samples (utilization, memory, power); 0 = off")
     trackers: list[Tracker] = F([], help="also write metrics through: tensorboard, wandb (metrics.jsonl stays)")
 

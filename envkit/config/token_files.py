@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envkit.errors import EnvkitError
+from envkit.config.schema import TokenDtype
 
 ITEMSIZE = {"uint16": 2, "uint32": 4}
 
@@ -20,11 +21,11 @@ class TokenFolder:
     n_train: int
     n_val: int
     vocab_size: int
-    dtype: str
+    dtype: TokenDtype
     vocab_from: str  # "dataset.vocab_size" or the meta.json path
 
 
-def check_token_folder(folder: Path, dtype: str, vocab_size: int | None, *, batch_tokens: int,
+def check_token_folder(folder: Path, dtype: TokenDtype, vocab_size: int | None, *, batch_tokens: int,
                        where_path: str = "dataset.path") -> TokenFolder:
     """Sizes and vocabulary of a tokens folder, or one EnvkitError naming the file at fault.
     `batch_tokens` = batch_size x (block_size + 1): each file must hold at least one batch."""

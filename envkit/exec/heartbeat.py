@@ -13,6 +13,7 @@ import shutil
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envkit.facts import device_parse as dp
 from envkit.facts.runner import LiveRunner
@@ -21,10 +22,13 @@ from envkit.runfolder import names
 from envkit.train.watching.device_sampler import build_sample
 from envkit.train.watching.telemetry import write_json
 
+if TYPE_CHECKING:
+    from envkit.facts.model import TrainDevice
+
 PS_GROUP = ["ps", "-A", "-o", "pgid=,rss=,pcpu="]
 
 
-def device_kind(system: str, machine: str, has_nvidia_smi: bool) -> str:
+def device_kind(system: str, machine: str, has_nvidia_smi: bool) -> TrainDevice:
     if has_nvidia_smi:
         return "cuda"
     return "mps" if system == "Darwin" and machine == "arm64" else "cpu"
@@ -57,7 +61,7 @@ class Heartbeat:
     def __init__(self, run_dir: Path, *, interval: float = 3.0, runner=None):
         self.run_dir, self.interval = Path(run_dir), interval
         self.runner = runner or LiveRunner()
-        self.device = device_kind(platform.system(), platform.machine(), shutil.which("nvidia-smi") is not None)
+        self.device: TrainDevice = device_kind(platform.system(), platform.machine(), shutil.which("nvidia-smi") is not None)
 
         self.fields: dict = {"status": "running", "pid": os.getpid(), "pid_start": process_start_time(os.getpid()),
                              "host": platform.node()}

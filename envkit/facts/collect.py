@@ -6,7 +6,7 @@ import re
 from functools import lru_cache
 
 from envkit.facts import accel_parse as ap, parse
-from envkit.facts.model import ChipInfo, Facts, GPUInfo, OSInfo, PythonInfo, TorchInfo
+from envkit.facts.model import ChipInfo, Facts, GPUInfo, GPUVendor, OSInfo, PythonInfo, TorchInfo
 from envkit.facts.runner import Runner
 from envkit.resources import data_file, load_toml
 
@@ -200,7 +200,8 @@ def _merge_runtime_gpus(facts: Facts) -> None:
     if not rt.get("ok"):
         return
     rocm = bool(rt.get("hip_version"))
-    for vendor, devices in (("amd" if rocm else "nvidia", rt.get("devices") or []), ("intel", rt.get("xpu_devices") or [])):
+    seen: tuple[tuple[GPUVendor, list], ...] = (("amd" if rocm else "nvidia", rt.get("devices") or []), ("intel", rt.get("xpu_devices") or []))
+    for vendor, devices in seen:
         if not devices:
             continue
         known = [g for g in facts.gpus if g.vendor == vendor]

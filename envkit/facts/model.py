@@ -3,6 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+# The devices torch names that envkit meets (checks/device.py best_device): its trainer trains on cpu, cuda or mps
+# (trainer_device; device.type once the trainer decided auto, train/recovery/guards.py); xpu is an Intel GPU under
+# torch's XPU build, which envkit's trainer does not use. Later stages import them under TYPE_CHECKING: importing
+# envkit.facts at run time loads the probes
+TrainDevice = Literal["cpu", "cuda", "mps"]
+TorchDevice = TrainDevice | Literal["xpu"]
+# torch's release channels: releases, nightlies (.dev) and test builds (release candidates)
+Channel = Literal["stable", "nightly", "test"]
+ChipTier = Literal["base", "Pro", "Max", "Ultra"]  # an Apple chip's: M3, M3 Pro, M3 Max, M3 Ultra
+GPUVendor = Literal["nvidia", "amd", "intel"]
 
 
 @dataclass
@@ -29,7 +41,7 @@ class ChipInfo:
     vendor: str | None = None  # apple, intel, amd, arm, unknown
     name: str | None = None  # brand string, e.g. "Apple M3 Max"
     family: str | None = None  # "M3"
-    tier: str | None = None  # base, Pro, Max, Ultra
+    tier: ChipTier | None = None
     perf_cores: int | None = None
     efficiency_cores: int | None = None
     cores: int | None = None  # physical cores in all
@@ -46,7 +58,7 @@ class ChipInfo:
 @dataclass
 class GPUInfo:
     name: str
-    vendor: str = "nvidia"  # nvidia, amd, intel
+    vendor: GPUVendor = "nvidia"
     memory_bytes: int | None = None
     driver: str | None = None
     compute_capability: str | None = None  # NVIDIA: "9.0"
@@ -58,7 +70,7 @@ class GPUInfo:
 class TorchInfo:
     version: str | None = None  # full version, "2.13.0+cpu"
     base_version: str | None = None  # "2.13.0"
-    channel: str | None = None  # stable, nightly, test
+    channel: Channel | None = None
     local: str | None = None  # "cpu", "cu128", None for PyPI macOS wheels
     cuda: str | None = None  # "12.8" from the local label
 

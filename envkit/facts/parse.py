@@ -10,7 +10,10 @@ import re
 
 from packaging.version import InvalidVersion, Version
 
+from envkit.facts.model import ChipTier
+
 _APPLE_CHIP = re.compile(r"\bApple\s*(M\d+)(?:\s+(Pro|Max|Ultra))?\b", re.IGNORECASE)
+TIERS: dict[str, ChipTier] = {"pro": "Pro", "max": "Max", "ultra": "Ultra"}  # the tier as _APPLE_CHIP finds it, any case
 
 
 def first_line(text: str | None) -> str | None:
@@ -56,7 +59,7 @@ def parse_macos_build(text: str | None) -> str | None:
     return m.group(1) if m else None
 
 
-def parse_apple_chip(text: str | None) -> tuple[str, str] | None:
+def parse_apple_chip(text: str | None) -> tuple[str, ChipTier] | None:
     """"Apple M3 Max" -> ("M3", "Max"); "Apple M1" -> ("M1", "base"). Also reads the
     Big Sur localisation key "kHW_AppleM1Item" and "AppleM2Pro"-like names."""
     if not text:
@@ -67,7 +70,7 @@ def parse_apple_chip(text: str | None) -> tuple[str, str] | None:
     if not m:
         return None
     family = "M" + m.group(1)[1:]
-    tier = (m.group(2) or "base").capitalize() if m.group(2) else "base"
+    tier: ChipTier = TIERS[m.group(2).lower()] if m.group(2) else "base"
     return family.upper(), tier
 
 

@@ -21,6 +21,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envkit.config.config import Config
 from envkit.config.origin import Origin
@@ -28,6 +29,9 @@ from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_text
 from envkit.plan.batch import KEY
 from envkit.runfolder import names
+
+if TYPE_CHECKING:
+    from envkit.config.schema import DeviceType
 
 PROBES = (2, 8)  # then 1 when 2 does not fit, 4 when 8 does not
 MAX_CHECKS = 3  # probes of the extrapolated choice: it is taken once a probe at it fits
@@ -134,7 +138,7 @@ def search(run_probe, **rule) -> Choice:
 
 
 def resolve(cfg: Config, *, python: str, env: dict, child_entry: Path, torch_settings: dict | None, world: int = 1,
-            device: str | None = None, echo=print) -> tuple[Config, Choice]:
+            device: DeviceType | None = None, echo=print) -> tuple[Config, Choice]:
     """Probe (on `device`, else the config's device) and choose: (cfg with the batch derived, the choice).
     The declared batch stays auto, and so does the config hash."""
     T = cfg.training

@@ -14,15 +14,17 @@ import json
 import re
 import shlex
 from pathlib import Path
+from typing import Literal
 
 from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_text
 from envkit.profiles import load_profile
 from envkit.resources import shipped_dir
 
-SHELLS = ("bash", "zsh", "fish", "dotenv", "direnv")
+Shell = Literal["bash", "zsh", "fish", "dotenv", "direnv"]
+SHELLS: tuple[Shell, ...] = ("bash", "zsh", "fish", "dotenv", "direnv")
 TEMPLATE_FOR = {"bash": "activate.sh", "zsh": "activate.sh", "fish": "activate.fish", "dotenv": "dotenv", "direnv": "envrc"}
-FILES = {"activate": "bash", "activate.fish": "fish", ".env": "dotenv", ".envrc": "direnv"}
+FILES: dict[str, Shell] = {"activate": "bash", "activate.fish": "fish", ".env": "dotenv", ".envrc": "direnv"}
 MANIFEST = ".envkit-manifest"
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -81,7 +83,7 @@ def _template(name: str) -> str:
                           fix="reinstall envkit (the wheel ships templates/env)")
 
 
-def _header(profile_name: str, description: str, shell: str) -> str:
+def _header(profile_name: str, description: str, shell: Shell) -> str:
     desc = " ".join(str(description).split())
     return "\n".join([
         f"# envkit env script ({shell}) for profile {profile_name}: {desc}",
@@ -90,7 +92,7 @@ def _header(profile_name: str, description: str, shell: str) -> str:
     ])
 
 
-def render(shell: str, env: dict[str, str], *, profile_name: str, description: str = "",
+def render(shell: Shell, env: dict[str, str], *, profile_name: str, description: str = "",
            venv: Path | None = None) -> str:
     """The script for `shell` (bash, zsh, fish, dotenv, direnv) setting `env`."""
     if shell not in SHELLS:

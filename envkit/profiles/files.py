@@ -5,19 +5,22 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from envkit.errors import EnvkitError
 from envkit.profiles.schema import (NAME_RE, ENV_NAME_RE, REQUIRE_KEYS, SCHEMA, SECTIONS, SETTING_KEYS, TOP_KEYS,
                                     did_you_mean)
 from envkit.resources import shipped_dir, user_dir
+# where a profile file was found: ./profiles, the user's folder, or envkit's own (search_dirs, highest priority first)
+ProfileOrigin = Literal["project", "user", "shipped"]
+
 
 @dataclass
 class ProfileInfo:
     name: str
     description: str
     path: Path
-    origin: str  # "shipped", "user" or "project"
+    origin: ProfileOrigin
     extends: str | None = None
     overrides: list[Path] = field(default_factory=list)  # lower-priority files of the same name
 
@@ -26,12 +29,13 @@ class ProfileInfo:
                 "extends": self.extends, "overrides": [str(p) for p in self.overrides]}
 
 
-def search_dirs() -> list[tuple[str, Path]]:
+def search_dirs() -> list[tuple[ProfileOrigin, Path]]:
     """(origin, folder), highest priority first. A folder that is the shipped one counts once."""
     shipped = shipped_dir("profiles")
-    out: list[tuple[str, Path]] = []
+    out: list[tuple[ProfileOrigin, Path]] = []
     seen: set[Path] = set()
-    for origin, d in (("project", Path.cwd() / "profiles"), ("user", user_dir()), ("shipped", shipped)):
+    dirs: tuple[tuple[ProfileOrigin, Path], ...] = (("project", Path.cwd() / "profiles"), ("user", user_dir()), ("shipped", shipped))
+    for origin, d in dirs:
         try:
             key = d.resolve()
         except OSError:
@@ -52,7 +56,7 @@ def safe_resolve(p: Path) -> Path:
         return p
 
 
-def profile_candidates(name: str) -> list[tuple[str, Path]]:
+def profile_candidates(name: str) -> list[tuple[ProfileOrigin, Path]]:
     return [(origin, d / f"{name}.toml") for origin, d in search_dirs() if (d / f"{name}.toml").is_file()]
 
 
@@ -144,13 +148,13 @@ class Setting:
 class ProfileFile:
     name: str
     path: Path
-    origin: str
+    origin: ProfileOrigin
     description: str
     extends: str | None
     settings: dict[str, dict[str, Setting]]
 
 
-def parse_profile_file(name: str, path: Path, origin: str) -> ProfileFile:
+def parse_profile_file(name: str, path: Path, origin: ProfileOrigin) -> ProfileFile:
     raw = _read(path)
     where = str(path)
     for key in raw:

@@ -12,7 +12,7 @@ from envkit.errors import EnvkitError
 from envkit.facts import gather
 from envkit.facts.model import Facts
 from envkit.profiles.resolve import Profile, load_profile
-from envkit.profiles.schema import SECTIONS, show_value
+from envkit.profiles.schema import SECTIONS, Section, show_value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,7 +71,7 @@ def text_lines(p: Profile, d: dict, against_machine: bool) -> list[str]:
     return lines
 
 
-def _setting_lines(section: str, rows: dict, against_machine: bool) -> list[str]:
+def _setting_lines(section: Section, rows: dict, against_machine: bool) -> list[str]:
     width = max(len(k) for k in rows)
     lines = []
     for key, row in rows.items():

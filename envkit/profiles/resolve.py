@@ -9,7 +9,7 @@ from typing import Any
 
 from envkit.errors import EnvkitError
 from envkit.profiles.expr import ExprError, fmt_number, has_template, names_in, render_value
-from envkit.profiles.files import Setting, ProfileFile, all_profile_names, profile_candidates, parse_profile_file, safe_resolve
+from envkit.profiles.files import Setting, ProfileFile, ProfileOrigin, all_profile_names, profile_candidates, parse_profile_file, safe_resolve
 from envkit.profiles.schema import FACT_FALLBACKS, NAME_RE, SCHEMA, SECTIONS, NULLABLE, coerce_setting, did_you_mean, show_plain
 
 @dataclass
@@ -17,7 +17,7 @@ class Profile:
     name: str
     description: str
     path: Path
-    origin: str
+    origin: ProfileOrigin
     chain: list[str]  # this profile first, then its parents up to base
     settings: dict[str, dict[str, Setting]]  # merged, as declared
     env: dict[str, str] = field(default_factory=dict)

@@ -6,11 +6,12 @@ import difflib
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from envkit.errors import EnvkitError
 
-SECTIONS = ("env", "torch", "dataloader", "train", "requires")
+Section = Literal["env", "torch", "dataloader", "train", "requires"]
+SECTIONS: tuple[Section, ...] = ("env", "torch", "dataloader", "train", "requires")
 TOP_KEYS = ("name", "description", "extends", *SECTIONS)
 SETTING_KEYS = ("value", "reason", "source", "gate", "otherwise")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -31,6 +32,9 @@ from envkit.runfolder.bounded import RunFolderError
 from envkit.runfolder.folder import RunFolder
 from envkit.runfolder.records import MAX_PROCESSES
 from envkit.track import STOP_VAR
+
+if TYPE_CHECKING:
+    from envkit.config.schema import DeviceType
 
 
 def next_dir(run_dir: Path) -> Path:
@@ -182,7 +186,7 @@ def processes(run_dir: Path, rec: dict, say) -> list[str]:
     return ["--nproc-per-node", str(world)]
 
 
-def rerun(run_dir: Path, rec: dict, new_dir: Path, venv: Path, restored, steps: int | None, say, device: str | None = None,
+def rerun(run_dir: Path, rec: dict, new_dir: Path, venv: Path, restored, steps: int | None, say, device: DeviceType | None = None,
           elsewhere: bool = False) -> int:
     """Train the reproduction; its exit code. `device`: train on it (--device). A run from another
     machine trains with this machine's profile and device (its own named an MPS device, say, that a

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envkit.facts import gather
 from envkit.fsutil import atomic_write_text
@@ -23,6 +24,9 @@ from envkit.reproduce.restore import restore
 from envkit.runfolder import names
 from envkit.runfolder.owner import owner_lock_state, read_owner
 from envkit.runfolder.records import RunStatus
+
+if TYPE_CHECKING:
+    from envkit.config.schema import DeviceType
 
 EXIT = {"same": 0, "within tolerance": 0, "different": 1}
 
@@ -150,7 +154,7 @@ def refuse_unreproducible(folder, rec, say) -> None:
                               else "the run stopped before its first logged step; run it again")
 
 
-def reproduce(run_dir: Path, *, venv: Path | None = None, steps: int | None = None, tolerance: float | None = None, device: str | None = None,
+def reproduce(run_dir: Path, *, venv: Path | None = None, steps: int | None = None, tolerance: float | None = None, device: DeviceType | None = None,
               say=print, yes: bool = False, interactive: bool | None = None) -> dict:
     folder, record, lock = open_run(run_dir)
     run_dir = folder.path

@@ -102,6 +102,11 @@ class RunStatus(str, enum.Enum):
             return cls.UNKNOWN
 
 
+# summary.json's "status" as the trainer writes it (train/run/loop.py): the RunStatus values a training process ends
+# with itself, and "stopped" (--stop-after, or a bench's step callback), which RunStatus.of reads as unknown
+TrainStatus = Literal["running", "completed", "stopped", "interrupted", "failed", "nan", "disk_full"]
+
+
 @dataclass(frozen=True)
 class CodeState:
     """One git tree's state at the run's start (record/code.py writes it)."""
@@ -162,11 +167,14 @@ class LocalDist:
         return {"name": self.name, "version": self.version, "folder": self.folder, "editable": self.editable}
 
 
+RecordKind = Literal["run", "exec"]  # what made the run folder: envkit run, or envkit exec
+
+
 @dataclass(frozen=True)
 class RunRecord:
     """record.json: what it takes to make the run again."""
 
-    kind: str  # "run" (envkit run) | "exec" (envkit exec)
+    kind: RecordKind
     python: str | None
     cwd: str | None
     command: tuple[str, ...]  # an exec run's argv (credentials redacted)

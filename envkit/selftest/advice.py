@@ -6,14 +6,19 @@ envkit's side, turns them into a fix. Sources are in docs/knowledge/mps.md.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from envkit.config.schema import DeviceType
+
 DOCTOR = "`envkit doctor`"
 
 
-def _device_check(device: str) -> str:
+def _device_check(device: DeviceType) -> str:
     return {"mps": "mps", "cuda": "cuda"}.get(device, "torch")
 
 
-def _wrong_numbers(device: str) -> tuple[str, str]:
+def _wrong_numbers(device: DeviceType) -> tuple[str, str]:
     if device == "mps":
         return ("known MPS bugs give wrong numbers or NaN (pytorch#96602, #109457, #116601)",
                 "upgrade torch and macOS (`envkit setup`), then run the self-test again; until then train this model "
@@ -25,7 +30,7 @@ def _wrong_numbers(device: str) -> tuple[str, str]:
             f"{DOCTOR} (checks `torch` and `openmp`), then reinstall torch (`envkit setup`)")
 
 
-def advise(result: dict, device: str) -> tuple[str | None, str | None]:
+def advise(result: dict, device: DeviceType) -> tuple[str | None, str | None]:
     """(fix, check) for a non-passing probe result; (None, None) for a pass or a plain skip."""
     status, kind, name = result.get("status"), result.get("kind") or "", result.get("name")
     if status in ("pass", "skip"):

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from envkit.checks.verdict import Status
+    from envkit.config.schema import DeviceType, TrainPrecision
 
 
 @dataclass
 class ProbeResult:
     name: str
-    status: str  # pass | warn | fail | skip
+    status: Status
     seconds: float = 0.0
     error: float | None = None  # relative error vs the float64 CPU reference, where there is one
     tolerance: float | None = None
@@ -29,12 +34,12 @@ class ProbeResult:
 
 @dataclass
 class SelftestReport:
-    device: str
+    device: DeviceType  # as asked (auto), until the worker's facts decide it
     device_name: str
     python: str
     torch: str | None
     profile: str | None
-    precision: str | None
+    precision: TrainPrecision | None
     quick: bool
     isolate: bool = False
     probes: list[ProbeResult] = field(default_factory=list)

@@ -27,6 +27,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 PROBES_SCRIPT = Path(__file__).with_name("probes.py")
 MARK = "@@envkit-selftest "
@@ -40,11 +41,16 @@ TIMEOUTS = {"startup": 120.0, "device": 60.0, "matmul": 90.0, "softmax": 90.0, "
 TIMEOUT_STATUS = {"compile": "warn"}
 
 
+# what a worker sends (probes.py; "?": a message of a kind it never sends) or what befell it
+EventKind = Literal["info", "start", "result", "done", "?", "exit", "timeout"]
+SENT: tuple[EventKind, ...] = ("info", "start", "result", "done")
+
+
 @dataclass
 class Event:
     """What a worker sent (kind: info/start/result/done) or what happened to it (exit/timeout)."""
 
-    kind: str
+    kind: EventKind
     data: dict = field(default_factory=dict)
 
 
@@ -70,7 +76,8 @@ class Worker:
                     msg = json.loads(line[len(MARK):])
                 except json.JSONDecodeError:
                     continue
-                self._events.put(Event(msg.pop("kind", "?"), msg))
+                kind = msg.pop("kind", "?")
+                self._events.put(Event(kind if kind in SENT else "?", msg))
             else:
                 self.stderr_tail.append(line.rstrip("\n"))
         self.proc.wait()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING
 
 from envkit.errors import EnvkitError
 from envkit.selftest.advice import advise
@@ -13,7 +14,12 @@ from envkit.selftest.runner import TIMEOUTS, run_probes
 from envkit.selftest.settings import load_settings
 
 from envkit.selftest.probes import PROBES  # the worker script's own list: one list, where the probes are
-DEVICES = ("auto", "mps", "cuda", "cpu")
+
+if TYPE_CHECKING:
+    from envkit.config.schema import DeviceType, Precision, TrainPrecision
+    from envkit.facts.model import TrainDevice
+
+DEVICES: tuple[DeviceType, ...] = ("auto", "mps", "cuda", "cpu")
 
 
 def _parse_timeouts(spec: str | None) -> dict[str, float]:
@@ -28,7 +34,7 @@ def _parse_timeouts(spec: str | None) -> dict[str, float]:
     return out
 
 
-def resolve_device(requested: str, profile_device: str | None, info: dict, python: str) -> str:
+def resolve_device(requested: DeviceType, profile_device: DeviceType | None, info: dict, python: str) -> TrainDevice:
     avail = info.get("available") or {"cpu": True}
     want = requested if requested != "auto" else (profile_device if profile_device not in (None, "auto") else None)
     if want is None:
@@ -47,7 +53,7 @@ def resolve_device(requested: str, profile_device: str | None, info: dict, pytho
     raise EnvkitError(f"unknown device {want!r}", fix="use auto, mps, cuda or cpu")
 
 
-def resolve_precision(precision: str | None, device: str, info: dict) -> tuple[str, str | None]:
+def resolve_precision(precision: Precision | None, device: TrainDevice, info: dict) -> tuple[TrainPrecision, str | None]:
     """The autocast precision the profile means on this device: (bf16|fp16|fp32, why)."""
     precision = precision or "auto"
     dtypes = (info.get("dtypes") or {}).get(device, [])
@@ -66,7 +72,7 @@ def resolve_precision(precision: str | None, device: str, info: dict) -> tuple[s
     return "fp32", "auto means fp32 on the CPU"
 
 
-def run_selftest(python: str | None = None, device: str = "auto", profile: str | None = None, quick: bool = False,
+def run_selftest(python: str | None = None, device: DeviceType = "auto", profile: str | None = None, quick: bool = False,
                  env: dict | None = None, on_probe=None, *, isolate: bool | None = None, probes: list[str] | None = None,
                  timeout_scale: float | None = None, timeouts: dict[str, float] | None = None) -> SelftestReport:
     """Run the self-test and return its report. Raises EnvkitError for bad input (an unknown
@@ -136,10 +142,13 @@ def run_selftest(python: str | None = None, device: str = "auto", profile: str |
     return report
 
 
-def _to_result(res: dict, device: str) -> ProbeResult:
+def _to_result(res: dict, device: DeviceType) -> ProbeResult:
     fix, check = advise(res, device)
     err = res.get("error")
-    return ProbeResult(name=res["name"], status=res.get("status", "fail"), seconds=float(res.get("seconds") or 0.0),
+    status = res.get("status", "fail")
+    if status not in ("pass", "warn", "fail", "skip"):  # none the worker sends: a failure, as when it says none
+        status = "fail"
+    return ProbeResult(name=res["name"], status=status, seconds=float(res.get("seconds") or 0.0),
                        error=float(err) if isinstance(err, (int, float)) else None,
                        tolerance=res.get("tolerance"), message=res.get("message") or "", fix=fix, check=check,
                        kind=res.get("kind"), details=res.get("details") or {})

@@ -7,6 +7,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 import click
 
@@ -16,6 +17,9 @@ from envkit.console import print_json
 from envkit.redact import redact_argv
 from envkit.slurm.options import SlurmRequest
 from envkit.slurm.submit import need_sbatch, submit
+
+if TYPE_CHECKING:
+    from envkit.config.schema import DeviceType
 
 NETWORK_FS = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "cifs", "smb3", "cephfs", "panfs", "wekafs", "9p", "virtiofs")
 
@@ -59,7 +63,8 @@ def made_folders(folder: Path) -> list[Path]:
     return [top] if top is not None else []
 
 
-def gpus_for(device: str, nproc: int, req: SlurmRequest) -> int:
+def gpus_for(device: DeviceType | Literal[""], nproc: int, req: SlurmRequest) -> int:
+    """`device`: device.type, or a profile's train.device for exec ("": no profile)."""
     if req.gpus_per_node is not None:
         return req.gpus_per_node
     return nproc if device == "cuda" else 0
@@ -95,7 +100,7 @@ def run_job(p, *, stop_after, req: SlurmRequest) -> dict:
     return record
 
 
-def exec_job(run_dir: Path, *, command: list[str], options: list[str], nproc: int, device: str, req: SlurmRequest,
+def exec_job(run_dir: Path, *, command: list[str], options: list[str], nproc: int, device: DeviceType | Literal[""], req: SlurmRequest,
              made: list[Path]) -> dict:
     need_sbatch()
     argv = ["exec", "--run-dir", str(run_dir), "--nproc-per-node", str(nproc), *options, "--", *command]

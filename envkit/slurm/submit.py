@@ -11,12 +11,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Literal
 
 from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_text
 from envkit.slurm import script
 from envkit.slurm.options import SlurmRequest
 from envkit.train.watching.slurm_state import ACTIVE, job_of, job_state
+
+JobKind = Literal["run", "exec", "sweep"]  # what a job trains: one run, one exec, or a sweep's array
 
 
 def need_sbatch() -> None:
@@ -40,7 +43,7 @@ def read_record(path: Path) -> dict:
     return data
 
 
-def submit(*, kind: str, req: SlurmRequest, folder: Path, tasks: list[dict], command: list[str], job_name: str,
+def submit(*, kind: JobKind, req: SlurmRequest, folder: Path, tasks: list[dict], command: list[str], job_name: str,
            gpus: int, made: list[Path], array_throttle: int | None = None, files: dict | None = None, say=print) -> dict:
     """folder: where job.sbatch and job.json go (RUN/slurm, or the sweep's own folder); tasks: one
     per array index ({"run_dir", "argv"}: the envkit command each node runs); made: the folders

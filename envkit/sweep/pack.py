@@ -22,10 +22,14 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from envkit.errors import EnvkitError
 from envkit.launch.launcher import omp_threads_per_process
+
+if TYPE_CHECKING:
+    from envkit.train.run.state import RateUnit
+    from envkit.facts.model import TrainDevice
 
 GAIN = 0.10  # the next count must give 10% more in all: less is noise, or the device already full
 MEMORY_FRACTION = 0.80  # of the free device memory (CPU: available RAM) that N runs may take together
@@ -38,7 +42,7 @@ HOLD = 0.05  # a larger count whose total is within 5% of the chosen one's train
 class Probe:
     n: int  # runs at once
     per_second: float | None  # all of them together (None: a run failed)
-    unit: str = "samples"
+    unit: RateUnit = "samples"
     reason: str = ""  # why it failed
     threads: int | None = None  # CPU threads each run trained with (the CPU: the cores shared out)
 
@@ -219,11 +223,13 @@ def most_at_once(limit: int, per_run_mb: float | None, free_mb: float | None) ->
 
 
 def _probe(n: int, got: dict) -> Probe:
+    from envkit.bench.spec import rate_unit
+
     bad = next((why for why in got.values() if isinstance(why, str)), None)
     if bad is not None:
         return Probe(n, None, reason=bad[:200])
     threads = {r.get("threads") for r in got.values()}
-    return Probe(n, sum(r["per_second"] for r in got.values()), next(iter(got.values())).get("unit", "samples"),
+    return Probe(n, sum(r["per_second"] for r in got.values()), rate_unit(next(iter(got.values())).get("unit")),
                  threads=threads.pop() if len(threads) == 1 and None not in threads else None)
 
 
@@ -236,7 +242,7 @@ def _why_failed(box: dict, said: str) -> str:
     return r.reason[:200] if r is not None and r.status != "ok" and r.reason else said
 
 
-def memory_of(result, device: str) -> tuple[float | None, float | None, str]:
+def memory_of(result, device: TrainDevice) -> tuple[float | None, float | None, str]:
     """(one run's memory in MB, what is free in MB, where) from the alone probe."""
     if device == "cuda":
         used = max(x for x in (result.device_used_mb, result.peak_memory_mb, 0.0) if x is not None)

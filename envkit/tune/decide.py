@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import cast
+from typing import TYPE_CHECKING, Literal, cast
 
 from envkit.bench.ladder import LOSS_TOLERANCE
-from envkit.config.schema import TrainPrecision
+from envkit.config.schema import CompileMode, TrainPrecision
+
+if TYPE_CHECKING:
+    from envkit.bench.spec import RanStatus
+    from envkit.facts.model import TrainDevice
+    from envkit.train.run.state import RateUnit
 
 MARGIN = 0.05  # a candidate must be 5% faster than the incumbent to replace it
 HEADROOM = 0.80  # a batch "fits" when its peak device memory stays under 80% of the device's memory
@@ -22,13 +27,16 @@ HEADROOM = 0.80  # a batch "fits" when its peak device memory stays under 80% of
 # "may cause system failure". No other value has a source, so the tuner proposes none.
 MPS_WATERMARK_DEFAULTS = {"PYTORCH_MPS_HIGH_WATERMARK_RATIO": 1.7, "PYTORCH_MPS_LOW_WATERMARK_RATIO": 1.4}
 
+# the profile sections a decision goes into (writer.py)
+TunedSection = Literal["env", "train", "dataloader"]
+
 
 @dataclass
 class Measurement:
     value: object  # the candidate value of the setting under test
-    status: str  # ok | fail
+    status: RanStatus
     per_second: float | None = None
-    unit: str = "samples"
+    unit: RateUnit = "samples"
     peak_memory_mb: float | None = None
     loss: float | None = None
     oom: bool = False
@@ -53,7 +61,7 @@ def as_count(m: Measurement) -> int:
 
 @dataclass
 class Decision:
-    section: str  # env | train | dataloader
+    section: TunedSection
     key: str
     value: object
     reason: str  # "measured: 1,840 samples/s vs 1,310 at batch 32"
@@ -171,7 +179,7 @@ def thread_candidates(shipped: int | None, cores: int | None, logical: int | Non
     return sorted(options - {shipped})
 
 
-def worker_candidates(shipped: int, cores: int | None, device: str) -> list[int]:
+def worker_candidates(shipped: int, cores: int | None, device: TrainDevice) -> list[int]:
     """DataLoader workers: 0 (the main process; docs/knowledge/mps.md: fastest on many Macs) and 2, 4
     where the machine has the cores; macOS spawns workers, so each is measured, never assumed."""
     limit = max(0, (cores or 2) - 1)
@@ -211,7 +219,7 @@ def watermark_settings(proposed: dict[str, float] | None = None) -> tuple[dict[s
     return {}, why + (f"; not written: {', '.join(refused)}" if refused else "")
 
 
-def precision_candidates(device: str, low: TrainPrecision | None, shipped: TrainPrecision) -> list[TrainPrecision]:
+def precision_candidates(device: TrainDevice, low: TrainPrecision | None, shipped: TrainPrecision) -> list[TrainPrecision]:
     """fp32 and the device's low precision (bf16, or fp16 where bf16 is not native), minus the shipped one."""
     if device == "cpu":
         return []
@@ -220,10 +228,10 @@ def precision_candidates(device: str, low: TrainPrecision | None, shipped: Train
 
 # torch.compile modes the tuner measures on CUDA: max-autotune (CUDA graphs plus minutes of kernel
 # tuning) is left out: its graphs are reduce-overhead's, and its tuning time would take the budget.
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
+COMPILE_MODES: tuple[CompileMode, ...] = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
 
 
-def compile_mode_candidates(device: str, compile_on: bool, shipped: str) -> tuple[list[str], str]:
+def compile_mode_candidates(device: TrainDevice, compile_on: bool, shipped: CompileMode) -> tuple[list[CompileMode], str]:
     """(modes to measure besides the shipped one, why none are, in one line). Only on CUDA with
     compile on: reduce-overhead captures CUDA graphs, max-autotune-no-cudagraphs tunes Triton GPU
     kernels; a mode is an option of torch.compile, so without compile there is nothing to choose."""

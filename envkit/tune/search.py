@@ -17,7 +17,7 @@ from envkit.bench.context import BenchContext
 from envkit.bench.ladder import low_precision
 from envkit.bench.runner import Interrupted, run_spec
 from envkit.bench.spec import RunSpec
-from envkit.config.schema import TrainPrecision
+from envkit.config.schema import CompileMode, TrainPrecision
 from envkit.tune import decide
 from envkit.tune.decide import Decision, Measurement
 
@@ -25,6 +25,7 @@ Stopped = Literal["done", "budget", "interrupted", "baseline failed"]  # why the
 
 if TYPE_CHECKING:
     from envkit.profiles.resolve import Profile
+    from envkit.facts.model import TrainDevice
 
 # The order dimensions are searched in, per device: the likeliest wins first, compile (slow to
 # measure) last where it is costly. On CUDA the batch comes first: it is what depends on the model
@@ -48,13 +49,13 @@ class Settings:
     pin_memory: bool
     threads: int | None
     empty_cache_every: int
-    compile_mode: str = "default"
+    compile_mode: CompileMode = "default"
 
 
 @dataclass
 class TuneResult:
     base: str  # the profile the tuned one extends
-    device: str
+    device: TrainDevice
     model: str
     decisions: list[Decision] = field(default_factory=list)
     runs: list[dict] = field(default_factory=list)  # every measurement, for --json and the report
@@ -84,10 +85,11 @@ def shipped_settings(ctx: BenchContext) -> Settings:
     batch = train["batch_size"]
     if batch == "auto":  # the profile leaves it to the probe: the batch load_context decided (bench/context.py)
         batch = ctx.config.training.batch_size
+    # precision and compile_mode: one of the schema's values each (profiles/schema.py checks them as the profile loads)
     return Settings(precision, (ctx.target == "cuda") if comp == "auto" else bool(comp), int(batch),
                     int(train["grad_accum"]), int(dl["num_workers"]), bool(dl["persistent_workers"]), dl["prefetch_factor"],
                     bool(dl["pin_memory"]), int(threads) if threads and str(threads).isdigit() else None,
-                    int(train["empty_cache_every"]), str(train.get("compile_mode") or "default"))
+                    int(train["empty_cache_every"]), train.get("compile_mode") or "default")
 
 
 def spec_of(ctx: BenchContext, s: Settings, name: str, seconds: float | None, split_oom: bool = True) -> RunSpec:
@@ -320,7 +322,8 @@ def _search_compile_mode(ctx: BenchContext, current: Settings, base: Measurement
         _raise(stopped)
         return current, base
     win, why = decide.choose_compile_mode(base, cands, device_memory_mb(ctx))
-    current = replace(current, compile_mode=str(win.value))
+    # the winner's value is one of the modes measured: taken from them, typed, rather than cast
+    current = replace(current, compile_mode=next(m for m in (current.compile_mode, *modes) if m == win.value))
     result.decisions.append(Decision("train", "compile_mode", current.compile_mode, why,
                                      current.compile_mode != shipped.compile_mode, [base, *cands]))
     _raise(stopped)

@@ -12,11 +12,15 @@ import hashlib
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envkit import __version__
 from envkit.errors import EnvkitError
 from envkit.facts import machine_label
 from envkit.fsutil import atomic_write_text
+
+if TYPE_CHECKING:
+    from envkit.facts.model import TrainDevice
 
 MARKER = "# envkit tune sha256="
 
@@ -52,7 +56,7 @@ def written_by_envkit(path: Path) -> bool:
     return first.startswith(MARKER) and first[len(MARKER):].strip() == hashlib.sha256(body.encode()).hexdigest()
 
 
-def source_line(facts, model: str, device: str) -> str:
+def source_line(facts, model: str, device: TrainDevice) -> str:
     torch_v = getattr(facts.torch, "version", None) or "?"
     return (f"measured: envkit tune {time.strftime('%Y-%m-%d')}, envkit {__version__}, torch {torch_v}, "
             f"{machine_label(facts)}, model {model} on {device}")

@@ -4,17 +4,20 @@ back exactly when any of it fails or is interrupted (rollback.py hard-links the 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from envkit.errors import EnvkitError
 from envkit.install.act import execute, rollback
-from envkit.install.act.plan import venv_command
+from envkit.install.act.plan import Installer, venv_command
+
+if TYPE_CHECKING:
+    from envkit.install.act.execute import VerifyDevice
 
 Say = Callable[..., None]  # say(text, err=False)
 
 
-def install_with_rollback(venv: Path, venv_python: str, base_python: str, installer: str, create: bool, cmd: list[str],
-                          versions: dict[str, str], device: str, say: Say, after=None, torch: bool = True) -> None:
+def install_with_rollback(venv: Path, venv_python: str, base_python: str, installer: Installer, create: bool, cmd: list[str],
+                          versions: dict[str, str], device: VerifyDevice, say: Say, after=None, torch: bool = True) -> None:
     """Create the venv if needed, install with rollback on failure or Ctrl-C, verify (`torch=False`:
     a lock without torch, a run's interpreter that never had it: the versions are checked by pip)."""
     if create:
@@ -53,7 +56,7 @@ def install_with_rollback(venv: Path, venv_python: str, base_python: str, instal
     backup.discard()
 
 
-def verify_device(choice) -> str:
+def verify_device(choice) -> VerifyDevice:
     if choice.device == "cpu" and choice.local:
         return "cpu-only"
     return choice.device

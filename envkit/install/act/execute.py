@@ -8,13 +8,18 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Literal
 
 from envkit.checks import builds
 from envkit.checks.accel import gfx_problems
 from envkit.errors import EnvkitError
+from envkit.facts.model import TorchDevice
 from envkit.hashing import sha256_file
 from envkit.install.index.pages import timeouts
 from envkit.redact import strip_userinfo
+
+# what the verification checks the installed torch on: its device, or cpu-only (a +cpu build: no GPU support expected)
+VerifyDevice = TorchDevice | Literal["cpu-only"]
 
 
 class StepFailed(Exception):
@@ -164,7 +169,7 @@ print("ENVKIT_VERIFY " + json.dumps(out))
 """
 
 
-def verify(python: str, versions: dict[str, str], device: str, timeout: float = 300) -> dict:
+def verify(python: str, versions: dict[str, str], device: VerifyDevice, timeout: float = 300) -> dict:
     """Run inside the target: the installed versions are the planned ones, torch imports, the device
     works, and on CUDA every GPU's architecture is among the build's kernels (or PTX it can JIT)."""
     try:

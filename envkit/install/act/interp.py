@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 from dataclasses import dataclass, field
+from typing import Literal
 
 from envkit.errors import EnvkitError
 
@@ -71,6 +72,9 @@ print("ENVKIT_PROBE " + json.dumps(out))
 BOOTSTRAP = frozenset({"pip", "setuptools", "wheel", "distribute"})
 
 
+TagsFrom = Literal["packaging", "pip", "computed"]  # where an interpreter's tags came from: its packaging, its pip, or computed here
+
+
 @dataclass
 class Interpreter:
     """What envkit knows about the interpreter it installs into."""
@@ -81,7 +85,7 @@ class Interpreter:
     machine: str = ""
     platform: str = ""
     tags: list[str] = field(default_factory=list)
-    tags_from: str = ""  # "packaging", "pip", "computed", "assumed"
+    tags_from: TagsFrom | Literal[""] = ""
     dists: dict[str, dict] = field(default_factory=dict)  # canonical name -> {name, version, path, editable, requires}
     markers: dict[str, str] = field(default_factory=dict)  # PEP 508 marker environment (with --dists)
     in_venv: bool = False
@@ -115,7 +119,8 @@ def probe(python: str, *, dists: bool = True, timeout: float = 60) -> Interprete
                platform=data["platform"], dists=data.get("dists") or {}, in_venv=bool(data.get("in_venv")),
                prefix=data.get("prefix") or "", markers=data.get("markers") or {})
     if data.get("tags"):
-        t.tags, t.tags_from = data["tags"], data["tags_from"]
+        said = data["tags_from"]
+        t.tags, t.tags_from = data["tags"], said if said in ("packaging", "pip") else ""  # none other the probe says
     else:  # a venv without pip or packaging: compute the tags here from the values it reported
         t.tags, t.tags_from = computed_tags(t.version, t.implementation, system_of(t.platform), t.machine,
                                            glibc=data.get("glibc"), macos=data.get("mac_ver")), "computed"

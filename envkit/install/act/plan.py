@@ -4,12 +4,17 @@ anything (pure). Shown to the user before acting; `--json` prints `InstallPlan.t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
 from envkit.install.act.execute import which_uv
 from envkit.install.choice.model import Choice, Request
 from envkit.install.index.pages import wheel_folder
 
+if TYPE_CHECKING:
+    from envkit.facts.model import Channel
+
 PLANNED = ("torch", "torchvision", "torchaudio")
+Installer = Literal["pip", "uv"]  # what installs into the venv (setup --installer, auto decided)
 
 
 @dataclass
@@ -22,7 +27,7 @@ class InstallPlan:
     python: str  # the venv's interpreter
     base_python: str  # what creates the venv
     create_venv: bool
-    installer: str  # pip or uv
+    installer: Installer
     versions: dict[str, str] | None  # exact versions to install; None when unresolved (replay without an index)
     index_url: str | None  # None: pip's configured sources
     sources: list[str] = field(default_factory=list)
@@ -88,7 +93,7 @@ def index_args(index_url: str | None) -> list[str]:
     return ["--index-url", index_url]
 
 
-def install_command(installer: str, python: str, versions: dict[str, str], index_url: str | None, channel: str,
+def install_command(installer: Installer, python: str, versions: dict[str, str], index_url: str | None, channel: Channel,
                     report: str | None = None, wheels: dict[str, str] | None = None) -> list[str]:
     reqs = requirements(versions, wheels)
     if installer == "uv":
@@ -111,7 +116,7 @@ def _uv() -> str:
     return which_uv() or "uv"
 
 
-def venv_command(installer: str, base_python: str, venv: str) -> list[str]:
+def venv_command(installer: Installer, base_python: str, venv: str) -> list[str]:
     """`python -m venv` for both installers: it seeds pip from the interpreter's own ensurepip,
     offline, whereas `uv venv --seed` downloads pip from PyPI (no mirror, no offline), and the venv
     needs pip for `envkit setup --lock` and for the user."""
@@ -119,7 +124,7 @@ def venv_command(installer: str, base_python: str, venv: str) -> list[str]:
 
 
 def make_plan(*, machine: str, profile: str, request: Request, choice: Choice, venv: str, python: str,
-              base_python: str, create_venv: bool, installer: str, versions: dict[str, str] | None,
+              base_python: str, create_venv: bool, installer: Installer, versions: dict[str, str] | None,
               index_url: str | None, sources: list[str], installed: dict[str, str], notes: list[str],
               wanted: list[str], report: str | None = None, pip_sources: list[str] | tuple[str, ...] = ()) -> InstallPlan:
     plan = InstallPlan(machine=machine, profile=profile, request=request.text, choice=choice, venv=venv, python=python,

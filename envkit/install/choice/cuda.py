@@ -4,6 +4,8 @@ else one line naming the constraint (the driver, or the GPU's architecture) and 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
@@ -13,8 +15,11 @@ from envkit.facts.model import Facts
 from envkit.install.choice import model
 from envkit.install.choice.model import Choice, Request, spec_pins_minor
 
+if TYPE_CHECKING:
+    from envkit.facts.model import Channel
 
-def cuda_choice(facts: Facts, request: Request, channel: str, companions: tuple[str, ...] = (),
+
+def cuda_choice(facts: Facts, request: Request, channel: Channel, companions: tuple[str, ...] = (),
           missing: dict[str, str] | None = None) -> Choice:
     """The newest CUDA build that (a) exists for the requested release or today's nightlies,
     (b) runs on this driver, (c) holds kernels for this GPU (torch_variants.toml)."""
@@ -98,7 +103,7 @@ def _arch_fits(build: builds.Build, facts: Facts) -> bool:
     return all(builds.runs_on(build, g.compute_capability) is not False for g in facts.nvidia_gpus)
 
 
-def _torchaudio_builds(row: dict, channel: str) -> set[str] | None:
+def _torchaudio_builds(row: dict, channel: Channel) -> set[str] | None:
     """The CUDA builds torchaudio exists for beside this release, or None when it pairs release
     for release (up to its last release, which pairs with every later torch: gates.toml)."""
     last, _ = gates.torchaudio_last()
@@ -115,7 +120,7 @@ def _newest_row_for_python(facts: Facts) -> dict | None:
     return fits[-1] if fits else None
 
 
-def _no_build(what: str, candidates: list, facts: Facts, why_not: list[str], channel: str) -> NoBuildError:
+def _no_build(what: str, candidates: list, facts: Facts, why_not: list[str], channel: Channel) -> NoBuildError:
     """One line naming the constraint (the driver, or the GPU's architecture) and the fix."""
     gpu = facts.nvidia_gpus[0]
     newest_fit = None

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from envkit.checks import builds
 from envkit.errors import EnvkitError
+
+if TYPE_CHECKING:
+    from envkit.facts.model import Channel, TorchDevice
 
 
 def variants_data() -> dict:
@@ -23,11 +27,11 @@ class Request:
     """What the user asked for with --torch."""
 
     text: str
-    kind: str  # stable, nightly, test, spec
+    kind: Channel | Literal["spec"]  # a channel, or a version specifier (`spec`)
     spec: SpecifierSet | None = None
 
     @property
-    def channel(self) -> str:
+    def channel(self) -> Channel:
         if self.kind in ("nightly", "test"):
             return self.kind
         if self.spec is not None:
@@ -86,9 +90,9 @@ def parse_request(text: str | None) -> Request:
 class Choice:
     """Where torch comes from for this machine and request."""
 
-    device: str  # mps, cuda, cpu
+    device: TorchDevice
     backend: str  # "cpu", "cu128", or "pypi" (macOS wheels with MPS)
-    channel: str  # stable, nightly, test
+    channel: Channel
     index_url: str
     index_why: str
     limit: SpecifierSet = field(default_factory=SpecifierSet)  # what the gates allow
@@ -102,7 +106,7 @@ class Choice:
                 "required_local_label": self.local, "notes": self.notes}
 
 
-def index_for(backend: str, channel: str) -> str:
+def index_for(backend: str, channel: Channel) -> str:
     """PyTorch's index of one build: BASE/cu126, BASE/nightly/cu130. BASE is ENVKIT_PYTORCH_INDEX
     when set (a mirror laid out like download.pytorch.org/whl), else the table's."""
     import os

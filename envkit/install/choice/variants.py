@@ -6,6 +6,8 @@ envkit/data/gates.toml for the driver minimums, compute capabilities and macOS f
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
@@ -15,6 +17,9 @@ from envkit.facts.model import Facts
 from envkit.install.choice import model
 from envkit.install.choice.cuda import cuda_choice
 from envkit.install.choice.model import Choice, Request, spec_pins_minor
+
+if TYPE_CHECKING:
+    from envkit.facts.model import Channel
 
 
 def choose(facts: Facts, request: Request, index_override: str | None = None, override_why: str = "",
@@ -56,7 +61,7 @@ def _check_request_against_limit(request: Request, choice: Choice, facts: Facts)
                       fix=f"ask for --torch '{choice.limit}' (stable stays within it)")
 
 
-def _macos(facts: Facts, request: Request, channel: str) -> Choice:
+def _macos(facts: Facts, request: Request, channel: Channel) -> Choice:
     data = model.variants_data()["macos"]
     macos = gates.V(facts.os.version)
     if facts.is_apple_silicon and facts.python.rosetta:
@@ -96,7 +101,7 @@ def _macos(facts: Facts, request: Request, channel: str) -> Choice:
     return choice
 
 
-def _cpu(facts: Facts, request: Request, channel: str) -> Choice:
+def _cpu(facts: Facts, request: Request, channel: Channel) -> Choice:
     lin = model.variants_data()["linux"]
     local = lin["cpu_local_label"] if facts.os.system == "Linux" and (facts.python.machine or "") in lin["cpu_label_archs"] else None
     choice = Choice(device="cpu", backend="cpu", channel=channel, index_url=model.index_for("cpu", channel),
@@ -131,7 +136,7 @@ def _python_floor(facts: Facts, request: Request, choice: Choice) -> None:
         choice.limit_why.append(f"torch {nxt}+ has wheels for Python {builds.python_floor(nxt)[0]}+ only; this Python is {facts.python.version}")
 
 
-def _amd_intel(facts: Facts, request: Request, channel: str) -> Choice:
+def _amd_intel(facts: Facts, request: Request, channel: Channel) -> Choice:
     """AMD (ROCm) and Intel (XPU) GPUs: envkit/checks/accel.py picks the build from
     envkit/data/accelerators.toml; a GPU no build runs gets the CPU index with the reason."""
     pinned = spec_pins_minor(request)

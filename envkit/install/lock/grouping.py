@@ -93,7 +93,8 @@ class Grouping:
 def build_pylock(locks: list[TargetLock], *, python: str, request: str, channel: str, envkit_version: str,
                  rest_indexes: list[str], project: dict | None = None) -> dict:
     """The pylock as a TOML-ready dict (validated by packaging.pylock before it is written).
-    `project`: the project beside the lock (lock/project.py), in [tool.envkit.project]."""
+    `project`: the project beside the lock (lock/project.py), in [tool.envkit.project]. `channel`: the request's
+    (stable, nightly, test), or what a converted lock's [source] says, a string kept as it is."""
     targets = [tl.target for tl in locks]
     grouping = Grouping.of(targets)
     entries: dict[tuple, dict] = {}

@@ -3,7 +3,12 @@ accelerator), and what would stop the lock from rebuilding on another one."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from envkit.checks import accel
+
+if TYPE_CHECKING:
+    from envkit.facts.model import TorchDevice
 
 PLATFORM_KEYS = (("system", "OS"), ("arch", "architecture"), ("python_minor", "Python"),
                  ("implementation", "Python implementation"), ("device", "accelerator"))
@@ -14,16 +19,17 @@ def nvidia_gpus(facts) -> list:
     return [g for g in getattr(facts, "gpus", None) or [] if getattr(g, "vendor", "nvidia") == "nvidia"]
 
 
-def platform_of(facts, device: str | None = None, backend: str | None = None) -> dict:
+def platform_of(facts, device: TorchDevice | None = None, backend: str | None = None) -> dict:
     nvidia = nvidia_gpus(facts)
+    shown: str | None = device
     if device == "cuda" and not nvidia and any(getattr(g, "vendor", None) == "amd" for g in facts.gpus):
-        device = "rocm"  # torch calls a ROCm GPU "cuda", but a ROCm lock cannot rebuild on an NVIDIA box
+        shown = "rocm"  # torch calls a ROCm GPU "cuda", but a ROCm lock cannot rebuild on an NVIDIA box
     py = facts.python.version or ""
     d = {"system": facts.os.system, "os": facts.os.name, "os_version": facts.os.version, "arch": facts.python.machine,
          "python": py, "python_minor": ".".join(py.split(".")[:2]) if py else None,
          "implementation": (facts.python.implementation or "").lower() or None, "chip": facts.chip.name,
          "gpus": [g.name for g in facts.gpus] or None, "driver": nvidia[0].driver if nvidia else None,
-         "device": device, "backend": backend}
+         "device": shown, "backend": backend}
     return {k: v for k, v in d.items() if v is not None}
 
 
@@ -36,7 +42,7 @@ def platform_differences(lock_platform: dict, here: dict) -> list[str]:
     return out
 
 
-def machine_device(facts) -> str:
+def machine_device(facts) -> TorchDevice:
     """The accelerator this machine installs for: mps, cuda (NVIDIA, or ROCm, which torch calls
     cuda), xpu or cpu."""
     if facts.is_apple_silicon:

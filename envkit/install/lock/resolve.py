@@ -14,6 +14,7 @@ import os
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envkit.errors import EnvkitError
 from envkit.install.act.execute import fetch_wheel, which_uv
@@ -25,6 +26,9 @@ from envkit.install.lock.targets import Target, build_index
 from envkit.install.lock.torch_pick import TORCH_FAMILY, torch_source
 from envkit.redact import strip_userinfo
 from envkit.resources import load_toml
+
+if TYPE_CHECKING:
+    from envkit.facts.model import Channel
 
 
 # ---- a wheel's metadata, read from the index --------------------------------------------------
@@ -207,7 +211,7 @@ def size_of(url: str) -> int | None:
 
 # ---- one target, whole ---------------------------------------------------------------------------
 
-def resolve_target(target: Target, family: dict[str, pages.Candidate], python: str, channel: str, rest: list[str],
+def resolve_target(target: Target, family: dict[str, pages.Candidate], python: str, channel: Channel, rest: list[str],
                    find_links: list[str], extras: list[str], torch_index: str | None = None) -> TargetLock:
     """`torch_index`: where torch_pick found the family (the build's page, or the source pip's
     configuration gave when that page could not be reached)."""

@@ -21,13 +21,14 @@ from envkit.install.lock.targets import platform_of_machine
 
 if TYPE_CHECKING:
     from packaging.markers import Environment
+    from envkit.install.act.execute import VerifyDevice
 
 
 @dataclass
 class Selection:
     target: str  # the lock's target name ("linux-x86_64-cpu"), or "default groups" for a foreign lock
     group: str | None
-    device: str  # what the verification checks: mps, cuda, cpu-only, cpu
+    device: VerifyDevice
     picks: list[Pick] = field(default_factory=list)
 
     @property
@@ -96,7 +97,8 @@ def select(lock: LockFile, facts, python_version: str, implementation: str, mach
         name, info = machine_target(lock.targets, facts, where)
         group = info.get("group")
         groups = [group] if group else []
-        device = {"cuda": "cuda", "mps": "mps"}.get(info.get("device", ""), "cpu")
+        said = info.get("device")
+        device: VerifyDevice = said if said in ("cuda", "mps") else "cpu"
         if device == "cpu" and "+cpu" in str(info.get("torch", "")):
             device = "cpu-only"
     else:
@@ -123,7 +125,7 @@ def select(lock: LockFile, facts, python_version: str, implementation: str, mach
     return Selection(target=name, group=group, device=device, picks=picks)
 
 
-def select_single(lock: LockFile, device: str) -> Selection:
+def select_single(lock: LockFile, device: VerifyDevice) -> Selection:
     """A lock of one machine: all of it (its platform was compared with this machine's first).
     The verification expects a CPU-only build where the lock holds one (+cpu)."""
     picks = lock.picks()

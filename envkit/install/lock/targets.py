@@ -12,12 +12,16 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from envkit.checks import gates
 from envkit.errors import EnvkitError
 from envkit.install.act.interp import computed_tags
 from envkit.install.choice.model import cuda_of, variants_data
 from envkit.install.choice.variants import choose
+
+if TYPE_CHECKING:
+    from envkit.facts.model import Channel
 
 DEFAULT_PYTORCH_INDEX = "https://download.pytorch.org/whl"
 TARGET_FIX = ("use this, macos-arm64, linux-x86_64-cpu, linux-x86_64-cuXXX (e.g. cu130), linux-x86_64-cuda (the newest "
@@ -92,7 +96,7 @@ def pytorch_index() -> str:
     return (os.environ.get("ENVKIT_PYTORCH_INDEX") or DEFAULT_PYTORCH_INDEX).rstrip("/")
 
 
-def build_index(build: str, channel: str) -> str:
+def build_index(build: str, channel: Channel) -> str:
     sub = {"stable": "", "nightly": "nightly", "test": "test"}[channel]
     return "/".join(p for p in (pytorch_index(), sub, build) if p)
 

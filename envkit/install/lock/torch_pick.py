@@ -5,7 +5,7 @@ whose build lacks that version is one line naming the versions its build has."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from packaging.version import Version
 
@@ -15,6 +15,9 @@ from envkit.install.choice.resolve import select_companion
 from envkit.install.index import pages, sources
 from envkit.install.lock.targets import Target, build_index, known_cuda_builds
 from envkit.redact import strip_userinfo
+
+if TYPE_CHECKING:
+    from envkit.facts.model import Channel
 
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
 
@@ -36,7 +39,7 @@ def _best(cands, target: Target, python: str) -> pages.Candidate:
     return min(cands, key=lambda c: min(order.get(t, 10**6) for t in c.tags))
 
 
-def torch_source(target: Target, channel: str, rest: list[str]) -> str:
+def torch_source(target: Target, channel: Channel, rest: list[str]) -> str:
     """Where a target's torch lives: PyPI-style indexes for macOS stable (its wheels there are the
     MPS builds), else the build's page of PyTorch's index (macOS nightlies under /cpu)."""
     if target.build == "mps":
@@ -48,7 +51,7 @@ def _fetch_all(source: str, name: str) -> list[pages.Candidate]:
     return pages.fetch(source, name)
 
 
-def expand_cuda(target: Target, request, python: str, channel: str) -> Target:
+def expand_cuda(target: Target, request, python: str, channel: Channel) -> Target:
     """`linux-x86_64-cuda`: the newest CUDA build whose index page has a torch the request admits."""
     if target.build != "cuda":
         return target
@@ -80,7 +83,7 @@ class Located:
         return self.group[0] if self.group else ""
 
 
-def locate(t: Target, request, python: str, channel: str, rest: list[str], links: list[str],
+def locate(t: Target, request, python: str, channel: Channel, rest: list[str], links: list[str],
            label: str = sources.PIP_SOURCES) -> Located:
     primary = torch_source(t, channel, rest)
     try:
@@ -116,7 +119,7 @@ def _fall_back(t: Target, request, python: str, rest: list[str], links: list[str
 Families = dict[Target, dict[str, pages.Candidate]]
 
 
-def pick_torch(targets: list[Target], request, python: str, channel: str, rest: list[str], companions: list[str],
+def pick_torch(targets: list[Target], request, python: str, channel: Channel, rest: list[str], companions: list[str],
                links: list[str] | tuple[str, ...] = (), label: str = sources.PIP_SOURCES) -> tuple[Families, dict[Target, Located]]:
     """({target: {"torch": wheel, "torchvision": wheel, ...}}, {target: where its torch is read}),
     the same public versions everywhere: the newest public torch that every target's build has.

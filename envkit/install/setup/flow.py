@@ -37,6 +37,7 @@ from envkit.profiles import load_profile
 if TYPE_CHECKING:
     from envkit.install.choice.model import Choice
     from envkit.install.choice.resolve import Resolved
+    from envkit.install.act.plan import Installer
 
 __all__ = ["Installed", "SetupOptions", "run_setup"]
 
@@ -168,7 +169,7 @@ def read_index(facts, request, companions, override, *, venv_python: str, create
                        configured=list(resolved.configured))
 
 
-def _install(found: IndexAnswer, installer: str, venv: Path, venv_python: str, create: bool, base_python: str,
+def _install(found: IndexAnswer, installer: Installer, venv: Path, venv_python: str, create: bool, base_python: str,
              report: Path, say) -> dict:
     """Install the plan's versions (rolled back on failure) and return the sha256 of each file."""
     resolved, versions, index_used = found.resolved, found.versions, found.index_url

@@ -5,10 +5,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 from envkit.errors import EnvkitError
 from envkit.install.act.execute import which_uv
 from envkit.install.setup.managed import find_managed
+
+if TYPE_CHECKING:
+    from envkit.install.act.plan import Installer
 
 COMPANIONS = ("torchvision", "torchaudio")
 # Installed beside torch unless --no-numpy: torch warns at import without it ("Failed to initialize
@@ -25,7 +29,7 @@ class SetupOptions:
     numpy: bool = True
     venv: str | None = None
     python: str | None = None
-    installer: str = "auto"
+    installer: Installer | Literal["auto"] = "auto"
     index_url: str | None = None
     dry_run: bool = False
     yes: bool = False
@@ -82,7 +86,7 @@ def venv_python_of(venv: Path) -> str:
     return str(venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python"))
 
 
-def pick_installer(choice: str, replay: bool = False) -> str:
+def pick_installer(choice: Installer | Literal["auto"], replay: bool = False) -> Installer:
     if choice == "uv" and not which_uv():
         raise EnvkitError("--installer uv, but uv is neither on PATH nor beside envkit's Python",
                           fix="`pip install uv` (or https://docs.astral.sh/uv/), or use --installer pip")

@@ -4,7 +4,7 @@ know, the baseline loss), its batch order (`ResumableBatchSampler`), and the lab
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Literal
 
 import torch
 from torch.utils.data import Dataset
@@ -12,10 +12,12 @@ from torch.utils.data import Dataset
 from envkit.errors import EnvkitError
 from envkit.train.data.bad_files import SkippedFiles
 
+DataKind = Literal["lm", "classify"]  # what a batch's targets are: the next tokens (lm), or one label per sample
+
 
 @dataclass
 class DataBundle:
-    kind: str  # "lm" (targets per token) or "classify"
+    kind: DataKind
     train: Dataset
     val: Dataset
     info: dict  # for the model: vocab_size / num_classes / input_dim / in_channels

@@ -20,6 +20,7 @@ from envkit.config import cifar_files
 from envkit.train.data.bundle import DataBundle, label_entropy
 from envkit.train.data.label_noise import flip_labels, note
 from envkit.config.paths import resolve_path
+from envkit.config.schema import CifarLabels
 
 PAD = 4
 
@@ -156,7 +157,7 @@ def channel_stats(pixels: torch.Tensor, chunk: int = 5000) -> tuple[torch.Tensor
     return mean.float(), std.float()
 
 
-def _load(files, kind: str, labels: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _load(files, kind: cifar_files.CifarKind, labels: CifarLabels) -> tuple[torch.Tensor, torch.Tensor]:
     fmt = cifar_files.FORMATS[kind]
     raw, n = cifar_files.read_records(files, kind)
     table = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(n, fmt.record)
@@ -164,9 +165,9 @@ def _load(files, kind: str, labels: str) -> tuple[torch.Tensor, torch.Tensor]:
     return table[:, fmt.label_bytes:].reshape(n, 3, 32, 32).clone(), table[:, at].long()
 
 
-def cifar(cfg, seed: int) -> DataBundle:
+def cifar(cfg, seed: int, kind: cifar_files.CifarKind) -> DataBundle:
+    """`kind`: dataset.type, cifar10 or cifar100."""
     d = cfg.dataset
-    kind = d.type
     labels = d.labels if kind == "cifar100" else "fine"
     if not d.path:
         raise EnvkitError(f"dataset type {kind} needs a path", where="dataset.path",

@@ -22,6 +22,7 @@ from envkit.train.data.imagefolder import imagefolder
 from envkit.config.paths import resolve_path
 from envkit.train.data.tokens import tokens
 from envkit.train.user_code import accepted_args, import_factory
+from envkit.config.schema import TextLevel
 
 ARITH_VOCAB = "0123456789+=\n"
 
@@ -114,7 +115,7 @@ def build_data(cfg, *, seed: int) -> DataBundle:
     if kind == "tokens":
         return tokens(cfg)
     if kind in ("cifar10", "cifar100"):
-        return cifar(cfg, seed)
+        return cifar(cfg, seed, kind)
     if kind == "imagefolder":
         return imagefolder(cfg, seed)
     return from_factory(cfg, seed)
@@ -207,7 +208,7 @@ def images(cfg, seed: int) -> DataBundle:
                       chance_accuracy=1.0 / k, notes=[f"images: {k} classes of {s}x{s} patterns, noise {d.noise}"])
 
 
-def _read_text(path: Path, level: str) -> bytes | str:
+def _read_text(path: Path, level: TextLevel) -> bytes | str:
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
     if not files:
         raise EnvkitError("the text folder holds no files", where=f"dataset.path {path}")

@@ -15,7 +15,12 @@ every path: a run resumes exactly, and switching `on_device` does not change wha
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
+
+if TYPE_CHECKING:
+    from envkit.facts.model import TrainDevice
 
 FRACTION = 0.25  # of the device's free memory (auto): the model, its optimizer state and activations need the rest
 PLAN_BATCHES = 512  # batches planned (indices and draws copied to the device) at a time
@@ -25,7 +30,7 @@ def can_live_on_device(dataset) -> bool:
     return all(hasattr(dataset, name) for name in ("nbytes", "to", "batch", "plan", "take"))
 
 
-def free_bytes(device_type: str, device) -> int | None:
+def free_bytes(device_type: TrainDevice, device) -> int | None:
     """What the device has free now; None on the CPU (the sets are already in host memory)."""
     if device_type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
@@ -34,7 +39,7 @@ def free_bytes(device_type: str, device) -> int | None:
     return None
 
 
-def place(data, setting, device_type: str, device, augment: bool, workers: int, log) -> bool:
+def place(data, setting, device_type: TrainDevice, device, augment: bool, workers: int, log) -> bool:
     """Move data.train and data.val onto the device when `setting` (auto | True | False) says so
     and they fit; one line either way. True when batches are built on the device from now on."""
     if setting is False:

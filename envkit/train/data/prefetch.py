@@ -15,7 +15,12 @@ state a checkpoint records).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
+
+if TYPE_CHECKING:
+    from envkit.facts.model import TrainDevice
 
 
 class DeviceBatches:
@@ -43,7 +48,7 @@ class DeviceBatches:
         return x.to(self.device, non_blocking=self.non_blocking), y.to(self.device, non_blocking=self.non_blocking)
 
 
-def want_fetch_ahead(setting, device_type: str, num_workers: int, builtin_dataset: bool) -> bool:
+def want_fetch_ahead(setting, device_type: TrainDevice, num_workers: int, builtin_dataset: bool) -> bool:
     """dataloader.fetch_ahead: true/false as set; auto where it pays (an asynchronous device) and
     cannot change a batch (see above)."""
     if setting in (True, False):

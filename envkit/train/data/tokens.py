@@ -25,11 +25,12 @@ from envkit.config.paths import resolve_path
 
 if TYPE_CHECKING:
     from torch.utils.data import Dataset
+    from envkit.config.schema import TokenDtype
 
 # ---------------------------------------------------------------- reading (torch)
 
 
-def open_tokens(path: Path, dtype: str, n: int):
+def open_tokens(path: Path, dtype: TokenDtype, n: int):
     """The file as a 1-D tensor over a private memory map (pages are read when touched, nothing is
     loaded whole, the file is never written). torch before 2.3 has no uint16/uint32: numpy's memmap."""
     import torch
@@ -45,7 +46,7 @@ def open_tokens(path: Path, dtype: str, n: int):
     return np.memmap(path, dtype=dtype, mode="r", shape=(n,))
 
 
-def write_tokens(path: Path, ids, dtype: str = "uint16") -> None:
+def write_tokens(path: Path, ids, dtype: TokenDtype = "uint16") -> None:
     """Write a 1-D tensor of ids as a .bin file (what nanoGPT's prepare.py writes with numpy)."""
     import ctypes
 
@@ -69,8 +70,9 @@ class TokenFile:
     The memory map opens lazily in each process (DataLoader workers included) and is never
     pickled: pickling it would copy the whole file into every worker."""
 
-    def __init__(self, path: Path, dtype: str, n_tokens: int, block: int, vocab: int, check: bool):
-        self.path, self.dtype, self.n_tokens, self.block, self.vocab, self.check = Path(path), dtype, n_tokens, block, vocab, check
+    def __init__(self, path: Path, dtype: TokenDtype, n_tokens: int, block: int, vocab: int, check: bool):
+        self.dtype: TokenDtype = dtype
+        self.path, self.n_tokens, self.block, self.vocab, self.check = Path(path), n_tokens, block, vocab, check
         self._mm = None
 
     def __len__(self) -> int:

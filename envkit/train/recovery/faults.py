@@ -20,11 +20,18 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 from envkit.runfolder import names
 from envkit.runfolder.applog import append_line, open_append
 
+if TYPE_CHECKING:
+    from envkit.facts.model import TrainDevice
+    from envkit.config.schema import DeviceFallback
+
 ENV_DEVICE = "ENVKIT_TRAIN_DEVICE"  # set by the child for itself after a switch to the CPU
+# how a device fault restarts the run (fallback_plan): on the CPU, or with MPS's missing operators run there
+DeviceSwitch = Literal["cpu", "mps-fallback"]
 EVENTS = "faults.jsonl"
 
 
@@ -78,7 +85,7 @@ def smaller_micro_batch(bs: int) -> int | None:
     return None
 
 
-def free_device_memory(exc: BaseException, device_type: str) -> None:
+def free_device_memory(exc: BaseException, device_type: TrainDevice) -> None:
     """Drop what the failed step still holds (its frames' tensors), then the allocator's cache."""
     import gc
     import traceback
@@ -103,7 +110,7 @@ def asked_for(exc: BaseException) -> str | None:
     return m.group(1) if m else None
 
 
-def shrink_after_oom(exc: BaseException, *, run_dir: Path, step: int, bs: int, accum: int, device_type: str,
+def shrink_after_oom(exc: BaseException, *, run_dir: Path, step: int, bs: int, accum: int, device_type: TrainDevice,
                      world: int, log, metrics, split: bool = True) -> tuple[int, int, int]:
     """(micro-batch, accumulation, factor) to redo step+1 with; re-raises what it cannot handle.
     split=False (bench and tune measuring one batch size): an out of memory is the answer, re-raised."""
@@ -136,12 +143,12 @@ def is_device_fault(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(w in low for w in ("mps", "cuda error", "cudnn", "cublas", "metal", "backend"))
 
 
-def fallback_plan(policy: str, device_type: str, exc: BaseException) -> str | None:
+def fallback_plan(policy: DeviceFallback, device_type: str, exc: BaseException) -> DeviceSwitch | None:
     """Which switch `device.fallback` allows for this fault: "mps-fallback", "cpu" or None.
 
     auto: a missing MPS operator runs on the CPU operator by operator (PYTORCH_ENABLE_MPS_FALLBACK=1);
     other faults stop. mps-fallback: only for a missing MPS operator. cpu: the whole run moves to
-    the CPU. none: stop with the advice."""
+    the CPU. none: stop with the advice. `device_type`: summary.json's device as read back, any text."""
     if device_type == "cpu" and os.environ.get(ENV_DEVICE) == "cpu":
         return None  # already switched: a second fault is not retried forever
     missing_op = isinstance(exc, NotImplementedError) and "mps" in str(exc).lower()
@@ -154,7 +161,7 @@ def fallback_plan(policy: str, device_type: str, exc: BaseException) -> str | No
     return None
 
 
-def child_env_for(switch: str) -> dict[str, str]:
+def child_env_for(switch: DeviceSwitch) -> dict[str, str]:
     env = dict(os.environ)
     if switch == "mps-fallback":
         env["PYTORCH_ENABLE_MPS_FALLBACK"] = "1"
@@ -172,7 +179,7 @@ def restart_argv(argv: list[str]) -> list[str]:
     return out
 
 
-def switch_device(run_dir: Path, policy: str, exc: BaseException) -> None:
+def switch_device(run_dir: Path, policy: DeviceFallback, exc: BaseException) -> None:
     """After a device fault, restart this child process (same pid, so `envkit run` keeps waiting
     on it) from the last checkpoint with the switch `device.fallback` allows; returns when none."""
     import sys

@@ -4,19 +4,26 @@ at run time is refused, or replaced by the CPU when the config allows it, and sa
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from envkit.errors import EnvkitError
+
+if TYPE_CHECKING:
+    from envkit.facts.model import TrainDevice
+    from envkit.config.schema import DeviceType, NanPolicy
+    from envkit.runfolder.records import TrainStatus
 
 
 class TrainingStopped(Exception):
     """Training cannot go on; `status` goes into summary.json."""
 
-    def __init__(self, message: str, status: str = "failed"):
+    def __init__(self, message: str, status: TrainStatus = "failed"):
         super().__init__(message)
-        self.status = status
+        self.status: TrainStatus = status
 
 
 class NanGuard:
-    def __init__(self, policy: str, lr_factor: float, max_rollbacks: int, rollbacks: int = 0):
+    def __init__(self, policy: NanPolicy, lr_factor: float, max_rollbacks: int, rollbacks: int = 0):
         self.policy, self.lr_factor, self.max_rollbacks, self.rollbacks = policy, lr_factor, max_rollbacks, rollbacks
 
     def on_nonfinite(self, step: int, have_checkpoint: bool) -> float:
@@ -36,7 +43,7 @@ class NanGuard:
         return self.lr_factor
 
 
-def resolve_device(requested: str, fallback_to_cpu: bool, log) -> str:
+def resolve_device(requested: DeviceType, fallback_to_cpu: bool, log) -> TrainDevice:
     """"auto" -> the best available; a requested device that is missing -> error or CPU."""
     import os
 

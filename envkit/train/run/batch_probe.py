@@ -13,10 +13,13 @@ import os
 import sys
 from collections.abc import Sized
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from envkit.train.recovery import faults
 from envkit.train.recovery.guards import resolve_device
+
+if TYPE_CHECKING:
+    from envkit.facts.model import TrainDevice
 
 
 def probe_config(cfg):
@@ -28,7 +31,7 @@ def probe_config(cfg):
         "dataloader.num_workers": 0, "dataloader.persistent_workers": False, "dataloader.prefetch_factor": None})
 
 
-def device_memory_mb(device_type: str) -> tuple[float | None, float | None]:
+def device_memory_mb(device_type: TrainDevice) -> tuple[float | None, float | None]:
     """(total, free) in MB of what the run allocates from: the GPU's memory (CUDA), Metal's
     recommended working set (MPS: unified memory shared with macOS), the machine's RAM (CPU)."""
     import torch
@@ -51,7 +54,7 @@ def device_memory_mb(device_type: str) -> tuple[float | None, float | None]:
     return total, free
 
 
-def peak_mb(device_type: str) -> float:
+def peak_mb(device_type: TrainDevice) -> float:
     """CUDA: the allocator's peak; MPS (no peak counter): what the driver holds after the step, the
     caching allocator's high-water mark and so at least the peak; CPU: the process's peak RSS."""
     import torch

@@ -18,12 +18,12 @@ import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from envkit.config.config import Config, per_process_batch
-from envkit.config.schema import DdpReduced, Parallel, Precision, TrainPrecision
+from envkit.config.schema import CompileMode, CompileScoped, DdpReduced, Parallel, Precision, TrainPrecision
 from envkit.train.data import on_device
 from envkit.train.data.bundle import DataBundle
 from envkit.train.data.datasets import BUILTIN_DATASETS, build_data
@@ -46,6 +46,9 @@ from envkit.train.run.trainer import Trainer
 from envkit.train.watching.telemetry import Telemetry
 from envkit.train.watching.watch import RunWatch
 
+if TYPE_CHECKING:
+    from envkit.facts.model import TrainDevice
+
 
 @dataclass(frozen=True)
 class Place:
@@ -54,7 +57,7 @@ class Place:
     rank: int
     local_rank: int
     world: int
-    device_type: str
+    device_type: TrainDevice
     device: torch.device
     device_name: str
 
@@ -74,8 +77,8 @@ class Model:
     parameters: int
     flops_per_token: float | None
     parallel: Parallel  # training.parallel as decided
-    compile_mode: str  # training.compile_mode, or what it becomes with several processes (speed.compile_mode_for)
-    compile_scope: str  # model (one graph), blocks, or fsdp units (speed.compile_scope_for)
+    compile_mode: CompileMode  # training.compile_mode, or what it becomes with several processes (speed.compile_mode_for)
+    compile_scope: CompileScoped  # model (one graph), blocks, or fsdp units (speed.compile_scope_for)
     sharded_note: str  # fsdp: what summary.json says of compile (its units were compiled as they were sharded)
     ddp_reduce: DdpReduced | None  # ddp: overlap (DDP) or after_backward (GradientAllReduce); else None
 
@@ -160,7 +163,7 @@ def _data(cfg: Config, place: Place, log) -> tuple[Data, Config]:
     return Data(data, batch, held, pin_memory, val_batches(data.val, batch, cfg.eval.batches)), cfg
 
 
-def _precision(setting: Precision, device_type: str, log) -> tuple[TrainPrecision, object, torch.amp.GradScaler]:
+def _precision(setting: Precision, device_type: TrainDevice, log) -> tuple[TrainPrecision, object, torch.amp.GradScaler]:
     """(precision, the autocast context, the GradScaler): auto is bf16 where CUDA has it, else fp32."""
     precision = setting
     if precision == "auto":
@@ -180,7 +183,7 @@ def _model(cfg: Config, data: DataBundle, place: Place, precision: TrainPrecisio
     processes (training.parallel, train/run/sharding.py)."""
     training, model_type, device, world = cfg.training, cfg.model.type, place.device, place.world
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    model, initialised_there = build_model_for(cfg, data.info, device)
+    model, initialised_there = build_model_for(cfg, data.info, device, place.device_type)
     parameters = sum(p.numel() for p in model.parameters())
     flops: Any = getattr(model, "flops_per_token", None)  # envkit's gpt has it
     flops_per_token = flops() if flops is not None else None

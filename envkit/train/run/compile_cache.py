@@ -29,13 +29,17 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
-from envkit.config.schema import Parallel, TrainPrecision
+from envkit.config.schema import CompileMode, CompileScoped, Parallel, TrainPrecision
 from envkit.install.act.execute import cache_dir
 from envkit.runfolder.seal import machine_key
 from envkit.fsutil import atomic_write_bytes
+
+if TYPE_CHECKING:
+    from envkit.facts.model import TrainDevice
 
 MAGIC = b"envkit-compile-cache 1\n"
 MAX_BYTES = 512 << 20  # a blob above this is not kept: reading it would cost more than compiling saves
@@ -74,8 +78,8 @@ def cache_folder() -> Path:
     return cache_dir() / "compile"
 
 
-def key_parts(cfg, *, device_type: str, device_name: str, data_info: dict, micro_batch: int, precision: TrainPrecision, mode: str,
-              scope: str, world: int, parallel: Parallel) -> dict:
+def key_parts(cfg, *, device_type: TrainDevice, device_name: str, data_info: dict, micro_batch: int, precision: TrainPrecision, mode: CompileMode,
+              scope: CompileScoped, world: int, parallel: Parallel) -> dict:
     """What the compiled graphs depend on, as the key's readable source."""
     device = device_name if device_type == "cuda" else f"{device_type} {platform.machine()}"
     return {"torch": torch.__version__, "git": getattr(torch.version, "git_version", None),

@@ -41,6 +41,10 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from envkit.facts.model import TrainDevice
 
 CUBLAS_WORKSPACE = ":4096:8"
 _CUBLAS_OK = (":4096:8", ":16:8")  # the two settings cuBLAS documents as deterministic
@@ -86,7 +90,7 @@ def fills_uninitialized(model_type: str) -> bool:
     return model_type not in OWN_MODELS
 
 
-def apply(device_type: str, model_type: str = "") -> list[str]:
+def apply(device_type: TrainDevice, model_type: str = "") -> list[str]:
     """Switch torch to deterministic kernels (after the profile's torch settings); one line saying so."""
     import torch
 

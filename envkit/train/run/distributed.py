@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from envkit.config.schema import DdpReduce, DdpReduced
+from envkit.config.schema import CompileMode, DdpCommDtype, DdpReduce, DdpReduced
 from envkit.train.run.speed import WITHOUT_CUDA_GRAPHS
+
+if TYPE_CHECKING:
+    from envkit.facts.model import TrainDevice
 
 
 def init_distributed(device: torch.device) -> None:
@@ -24,7 +27,7 @@ def init_distributed(device: torch.device) -> None:
         dist.init_process_group(backend="gloo")
 
 
-def wrap_ddp(module: torch.nn.Module, device: torch.device, local_rank: int, bucket_mb: float, comm_dtype: str, log):
+def wrap_ddp(module: torch.nn.Module, device: torch.device, local_rank: int, bucket_mb: float, comm_dtype: DdpCommDtype, log):
     """DistributedDataParallel around the training module (forward + loss).
 
     gradient_as_bucket_view: gradients live in DDP's all-reduce buckets, saving a copy of every
@@ -58,7 +61,7 @@ def wrap_ddp(module: torch.nn.Module, device: torch.device, local_rank: int, buc
 AFTER_BACKWARD_MAX_BYTES = 128 * 2**20
 
 
-def ddp_reduce_for(setting: DdpReduce, device_type: str, compiling: bool, mode: str, gradient_bytes: int) -> tuple[DdpReduced, str]:
+def ddp_reduce_for(setting: DdpReduce, device_type: TrainDevice, compiling: bool, mode: CompileMode, gradient_bytes: int) -> tuple[DdpReduced, str]:
     """(overlap | after_backward, the words the run's ddp line adds). auto: after_backward where it keeps
     CUDA graphs (CUDA, compiled, a mode that captures them) and the all-reduce it cannot hide is small
     (AFTER_BACKWARD_MAX_BYTES), else overlap."""
@@ -95,7 +98,7 @@ class GradientAllReduce:
     overlaps it but splits the compiled backward at every bucket and gives up CUDA graphs
     (benchmarks/RESULTS.md has both measured)."""
 
-    def __init__(self, module: torch.nn.Module, world: int, bucket_mb: float, comm_dtype: str, device: torch.device):
+    def __init__(self, module: torch.nn.Module, world: int, bucket_mb: float, comm_dtype: DdpCommDtype, device: torch.device):
         import torch.distributed as dist
 
         self.world = world

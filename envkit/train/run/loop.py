@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -41,6 +42,9 @@ from envkit.train.watching.mfu import mfu as compute_mfu
 from envkit.train.watching.profiling import StepProfiler
 from envkit.train.watching.telemetry import Telemetry, fmt_duration, write_json
 from envkit.train.watching.watch import RunWatch
+
+if TYPE_CHECKING:
+    from envkit.runfolder.records import TrainStatus
 
 
 def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: str = "auto",
@@ -119,7 +123,7 @@ class _Loop:
     first_step: int | None = None  # that step's number
     inject: Injector | None = None  # the tests' fault hook (ENVKIT_TRAIN_INJECT); None in every user's run
 
-    def run(self, stop) -> str:
+    def run(self, stop) -> TrainStatus:
         """Steps until max_steps (completed), --stop-after or on_step (stopped), or a signal (interrupted)."""
         tr, state, training = self.tr, self.state, self.tr.training
         while state.step < training.max_steps:
@@ -180,7 +184,7 @@ class _Loop:
             with self.tr.clock.pause():
                 self.tr.compile_cache.save()
 
-    def stop_between(self, stop) -> str:
+    def stop_between(self, stop) -> TrainStatus:
         """A stop that came after the last step's check: the last completed step is checkpointed
         (unless it is already), then the loop ends. Several processes cannot checkpoint without
         each other, and the others may be in the next step: this one gives up alone."""
@@ -191,7 +195,7 @@ class _Loop:
                 self.save()
         return self.interrupted(stop)
 
-    def interrupted(self, stop) -> str:
+    def interrupted(self, stop) -> TrainStatus:
         self.result.signal = stop.signal if str(stop.signal).startswith("SIG") else None
         kept = "checkpoint written" if self.saved_step else "no step to checkpoint yet"
         self.tr.log(f"interrupted at step {self.state.step} ({stop.signal}); {kept}; `envkit run` again resumes")
@@ -295,7 +299,7 @@ def _say_start(tr: Trainer, state: TrainState, tel: Telemetry) -> None:
     tel.heartbeat(step=state.step, loss=None, eta=None, force=True)
 
 
-def _finish(tr: Trainer, state: TrainState, result: TrainResult, tel: Telemetry, watch: RunWatch, status: str,
+def _finish(tr: Trainer, state: TrainState, result: TrainResult, tel: Telemetry, watch: RunWatch, status: TrainStatus,
             error: str | None = None) -> TrainResult:
     """The result's last fields, summary.json and the last heartbeat (rank 0)."""
     result.status, result.error, result.steps = status, error, state.step

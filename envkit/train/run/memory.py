@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
+if TYPE_CHECKING:
+    from envkit.facts.model import TrainDevice
 
-def empty_cache(device_type: str) -> None:
+
+def empty_cache(device_type: TrainDevice) -> None:
     if device_type == "mps":
         torch.mps.empty_cache()
     elif device_type == "cuda":
         torch.cuda.empty_cache()
 
 
-def peak_memory_mb(device_type: str, device) -> float | None:
+def peak_memory_mb(device_type: TrainDevice, device) -> float | None:
     """CUDA: the peak allocated since the last reset; MPS (no peak counter): what is allocated now;
     the CPU: None (the process's memory is not the model's)."""
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
@@ -11,6 +12,9 @@ import torch.nn.functional as F
 from envkit.errors import EnvkitError
 from envkit.train.run.resnets import build_resnet
 from envkit.train.user_code import accepted_args, import_factory
+
+if TYPE_CHECKING:
+    from envkit.facts.model import TrainDevice
 
 
 # ---------------------------------------------------------------- gpt (nanoGPT-shaped)
@@ -163,7 +167,7 @@ BUILT_IN = ("gpt", "mlp", "cnn", "resnet18", "resnet34", "resnet50")
 DEVICE_INIT_SHARE = 0.5  # of the GPU's memory the fp32 weights may take for the model to be initialised there
 
 
-def build_model_for(cfg, info: dict, device: torch.device) -> tuple[nn.Module, bool]:
+def build_model_for(cfg, info: dict, device: torch.device, device_type: TrainDevice) -> tuple[nn.Module, bool]:
     """(the model, whether it was initialised on `device`). On CUDA, envkit's own models are built and
     initialised on the GPU when their fp32 weights take at most DEVICE_INIT_SHARE of its memory: the
     random draws of GPT-2 small's 124M parameters (the layers' default uniform_, then normal_) take 5-7 s
@@ -172,19 +176,19 @@ def build_model_for(cfg, info: dict, device: torch.device) -> tuple[nn.Module, b
     fsdp, 1-N processes: the decision reads the model's size and the GPU's total memory, not what is
     free), but not the CPU's: a CUDA run starts from other weights than a CPU run of one config.
     Elsewhere (the CPU, MPS, a user's factory, whose code may assume the CPU, a GPT too large for one
-    GPU) the model is built on the CPU, as it always was."""
-    if device.type != "cuda" or cfg.model.type not in BUILT_IN:
-        return build_model(cfg, info, device.type), False
+    GPU) the model is built on the CPU, as it always was. `device_type` is `device`'s type."""
+    if device_type != "cuda" or cfg.model.type not in BUILT_IN:
+        return build_model(cfg, info, device_type), False
     if cfg.model.type == "gpt" and "vocab_size" in info:
         m = cfg.model  # the weights' count, near enough for a share of the memory (a meta build would cost 2 s of torch imports)
         weights = 4 * (info["vocab_size"] * m.n_embd + m.block_size * m.n_embd + 12 * m.n_layer * m.n_embd ** 2)
         if weights > DEVICE_INIT_SHARE * torch.cuda.get_device_properties(device).total_memory:
-            return build_model(cfg, info, device.type), False
+            return build_model(cfg, info, device_type), False
     with torch.device(device):  # the other built-in models are tens of millions of parameters at their sizes
-        return build_model(cfg, info, device.type), True
+        return build_model(cfg, info, device_type), True
 
 
-def build_model(cfg, info: dict, device_type: str) -> nn.Module:
+def build_model(cfg, info: dict, device_type: TrainDevice) -> nn.Module:
     """info comes from the data: vocab_size, num_classes, input_dim, in_channels."""
     m = cfg.model
     kind = m.type

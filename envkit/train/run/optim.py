@@ -15,6 +15,7 @@ from envkit.train.run.lion import Lion
 
 if TYPE_CHECKING:
     from envkit.config.schema import Training
+    from envkit.facts.model import TrainDevice
 
 LION_BETA2 = 0.99  # the paper's default; AdamW's 0.95 in the schema would make Lion's momentum short-sighted
 
@@ -71,7 +72,7 @@ class EagerLion(WithoutDynamo, Lion):
     EAGER_STEP = Lion.step
 
 
-def build_optimizer(model: torch.nn.Module, T: Training, device_type: str, origin: dict[str, Origin] | None = None) -> torch.optim.Optimizer:
+def build_optimizer(model: torch.nn.Module, T: Training, device_type: TrainDevice, origin: dict[str, Origin] | None = None) -> torch.optim.Optimizer:
     """`origin` (the config's value origins) tells a beta2 the user set from the schema's default.
     On the CPU without compile, torch's optimizers run without importing torch._dynamo (WithoutDynamo)."""
     from envkit.train.run.speed import want_compile

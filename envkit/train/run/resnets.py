@@ -9,8 +9,13 @@ docs/knowledge/common-guides.md)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn as nn
+
+if TYPE_CHECKING:
+    from envkit.config.schema import ResnetStem
 
 LAYOUTS = {18: ("basic", (2, 2, 2, 2)), 34: ("basic", (3, 4, 6, 3)), 50: ("bottleneck", (3, 4, 6, 3))}
 
@@ -55,7 +60,7 @@ class BottleneckBlock(nn.Module):  # torchvision's Bottleneck ("ResNet v1.5": th
 
 
 class StandardResNet(nn.Module):
-    def __init__(self, depth: int, num_classes: int, in_channels: int = 3, stem: str = "imagenet", base_width: int = 64):
+    def __init__(self, depth: int, num_classes: int, in_channels: int = 3, stem: ResnetStem = "imagenet", base_width: int = 64):
         super().__init__()
         kind, counts = LAYOUTS[depth]
         block = ResidualBlock if kind == "basic" else BottleneckBlock
@@ -87,7 +92,7 @@ class StandardResNet(nn.Module):
         return self.fc(torch.flatten(self.avgpool(x), 1))
 
 
-def stem_layers(stem: str, in_channels: int, width: int = 64) -> tuple[nn.Module, nn.Module]:
+def stem_layers(stem: ResnetStem, in_channels: int, width: int = 64) -> tuple[nn.Module, nn.Module]:
     if stem == "cifar":
         conv = nn.Conv2d(in_channels, width, 3, 1, 1, bias=False)
         pool = nn.Identity()
@@ -98,7 +103,7 @@ def stem_layers(stem: str, in_channels: int, width: int = 64) -> tuple[nn.Module
     return conv, pool
 
 
-def build_resnet(depth: int, num_classes: int, in_channels: int = 3, stem: str = "cifar", base_width: int = 64,
+def build_resnet(depth: int, num_classes: int, in_channels: int = 3, stem: ResnetStem = "cifar", base_width: int = 64,
                  prefer_torchvision: bool = True) -> tuple[nn.Module, str]:
     """(model, where its definition came from). base_width below 64 (a narrow ResNet for quick
     checks and CI: 16 has 1/16 of the arithmetic) is envkit's own definition only."""

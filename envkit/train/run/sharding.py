@@ -232,7 +232,7 @@ def checkpoint_activations(units: list[nn.Module]) -> None:
         unit.forward = partial(checkpoint, unit.forward, use_reentrant=False)
 
 
-def set_gradient_sync(model: nn.Module, mode: str, sync: bool) -> None:
+def set_gradient_sync(model: nn.Module, mode: Parallel, sync: bool) -> None:
     """Accumulation: reduce the gradients on the last micro-batch only."""
     if mode == "ddp":
         model.require_backward_grad_sync = sync  # pyright: ignore[reportArgumentType] - DDP's flag, a plain attribute: Module.__setattr__'s stub takes tensors and modules

@@ -4,23 +4,32 @@ torch.compile with an eager fallback when compiling fails."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Literal
+
 import torch
 
+from envkit.config.schema import CompileMode, CompileScope, CompileScoped, SdpaBackend
 from envkit.profiles.torch_settings import apply_torch_settings as apply_profile
+
+if TYPE_CHECKING:
+    from envkit.facts.model import TrainDevice
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 SDPA_BACKENDS = ("auto", "flash", "efficient", "cudnn", "math")
 
 
+# what want_compile answers: training.compile decided on the device (an off answer is summary.json's compile note)
+Compiling = Literal["on", "off", "off (auto: CUDA only)"]
+
 # torch.compile's modes that capture CUDA graphs, and what each becomes where graphs cannot hold
-WITHOUT_CUDA_GRAPHS = {"reduce-overhead": "default", "max-autotune": "max-autotune-no-cudagraphs"}
+WITHOUT_CUDA_GRAPHS: dict[CompileMode, CompileMode] = {"reduce-overhead": "default", "max-autotune": "max-autotune-no-cudagraphs"}
 
 
-def compile_kwargs(mode: str) -> dict:
+def compile_kwargs(mode: CompileMode | None) -> dict:
     return {} if mode in (None, "default") else {"mode": mode}
 
 
-def compile_mode_for(mode: str, world: int, between_graphs: bool = True) -> tuple[str, str | None]:
+def compile_mode_for(mode: CompileMode, world: int, between_graphs: bool = True) -> tuple[CompileMode, str | None]:
     """(the mode this run compiles with, a line when it is not the one asked for). Several processes
     train without CUDA graphs where they communicate between the compiled graphs (`between_graphs`):
     DDP's bucket hooks and FSDP's per-unit gathers run there, and a replayed graph would not wait for
@@ -33,7 +42,7 @@ def compile_mode_for(mode: str, world: int, between_graphs: bool = True) -> tupl
     return mode, None
 
 
-def apply_torch_settings(settings: dict | None, device_type: str) -> list[str]:
+def apply_torch_settings(settings: dict | None, device_type: TrainDevice) -> list[str]:
     if settings:
         try:
             return list(apply_profile(settings, device_type) or [])
@@ -46,7 +55,7 @@ def apply_torch_settings(settings: dict | None, device_type: str) -> list[str]:
     return []
 
 
-def apply_sdpa_backend(name: str, device_type: str) -> list[str]:
+def apply_sdpa_backend(name: SdpaBackend, device_type: TrainDevice) -> list[str]:
     """Restrict scaled_dot_product_attention to one backend (plus math as the fallback that always
     works); "auto" leaves PyTorch's own choice. Global switches, so compiled graphs see them too."""
     if name in (None, "auto"):
@@ -64,7 +73,7 @@ def apply_sdpa_backend(name: str, device_type: str) -> list[str]:
     return [f"attention (SDPA) backend: {name}" + (" (math as fallback)" if name != "math" else "")]
 
 
-def want_compile(setting, device_type: str) -> str:
+def want_compile(setting, device_type: TrainDevice) -> Compiling:
     if setting is True:
         return "on"
     if setting is False:
@@ -72,7 +81,7 @@ def want_compile(setting, device_type: str) -> str:
     return "on" if device_type == "cuda" else "off (auto: CUDA only)"
 
 
-def maybe_compile(module, note: str, log, mode: str = "default"):
+def maybe_compile(module, note: Compiling, log, mode: CompileMode = "default"):
     """(the module to train, what summary.json says of compile)."""
     if note != "on":
         return module, note
@@ -84,7 +93,7 @@ def maybe_compile(module, note: str, log, mode: str = "default"):
     return FallbackOnFirstCall(compiled, module, log), "on" if mode in (None, "default") else f"on ({mode})"
 
 
-def compile_scope_for(setting: str, blockwise: bool, world: int, mode: str, model_type: str) -> tuple[str, str | None]:
+def compile_scope_for(setting: CompileScope, blockwise: bool, world: int, mode: CompileMode, model_type: str) -> tuple[CompileScoped, str | None]:
     """(model | blocks, a line when blocks was asked for and cannot be). auto: blocks where the
     model repeats a block (a fraction of the compile time: GPT-2 small's 12 blocks compile as one),
     in one process without CUDA graphs; several processes (DDP wraps the compiled module) and CUDA
@@ -125,7 +134,7 @@ def eager_stance(compiled: bool = True):
     return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
 
 
-def compile_blocks(module, note: str, log, mode: str = "default"):
+def compile_blocks(module, note: Compiling, log, mode: CompileMode = "default"):
     """(the module to train, what summary.json says of compile) for compile_scope blocks: each block
     compiled in place with the same options, so Dynamo compiles the first and reuses it for the rest
     (parameters are graph inputs: torch.compiler docs, regional compilation), and the head with the

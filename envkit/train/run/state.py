@@ -16,8 +16,16 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
 from envkit.config.schema import Parallel, TrainPrecision
+
+if TYPE_CHECKING:
+    from envkit.facts.model import TrainDevice
+    from envkit.runfolder.records import TrainStatus
+
+# what a run's rate counts (summary.json's {unit}_per_second): tokens for a language model, else samples
+RateUnit = Literal["tokens", "samples"]
 
 
 @dataclass
@@ -102,16 +110,16 @@ class _Paused:
 class TrainResult:
     """summary.json, built field by field (never from local variable names)."""
 
-    status: str
+    status: TrainStatus
     max_steps: int
     epochs: int | None
-    unit: str  # "tokens" or "samples": names the rate field
+    unit: RateUnit  # names the rate field
     steps: int = 0
     final_loss: float | None = None
     best_val_loss: float | None = None
     final_val_loss: float | None = None
     accuracy: float | None = None
-    device: str | None = None
+    device: TrainDevice | None = None
     device_name: str | None = None
     precision: TrainPrecision | None = None
     compile: str | None = None

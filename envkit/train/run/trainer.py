@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -23,9 +24,12 @@ from envkit.train.data.stream import BatchStream
 from envkit.train.run.checkpointer import Checkpointer
 from envkit.train.run.compile_cache import CompileCache
 from envkit.train.run.distributed import GradientAllReduce
-from envkit.train.run.state import StepClock, TrainState
+from envkit.train.run.state import RateUnit, StepClock, TrainState
 from envkit.train.run.step import LossModule
 from envkit.train.watching.watch import RunWatch
+
+if TYPE_CHECKING:
+    from envkit.facts.model import TrainDevice
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,7 @@ class Trainer:
     rank: int
     world: int
     log: Callable[[str], None]  # Telemetry.log: one line to train.log (and the terminal on rank 0)
-    device_type: str  # cuda, mps or cpu
+    device_type: TrainDevice  # device.type as decided
     device: torch.device
     device_name: str  # the GPU's name on CUDA, else device_type
     data: DataBundle
@@ -70,7 +74,7 @@ class Trainer:
         return self.rank == 0
 
     @property
-    def unit(self) -> str:
+    def unit(self) -> RateUnit:
         return "tokens" if self.data.kind == "lm" else "samples"
 
     @property

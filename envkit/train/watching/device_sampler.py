@@ -15,9 +15,13 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from envkit.facts import device_parse as dp
 from envkit.facts.runner import LiveRunner, Runner
+
+if TYPE_CHECKING:
+    from envkit.facts.model import TrainDevice
 
 POWER_NOTE_MPS = "power: n/a (macOS reports GPU power only through `sudo powermetrics`)"
 
@@ -27,7 +31,7 @@ class DeviceSample:
     """One reading. `metrics` is flat (it goes into metrics.jsonl rows and trackers as is)."""
 
     time: float
-    device: str
+    device: TrainDevice
     metrics: dict = field(default_factory=dict)
     gpus: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -47,7 +51,7 @@ def _sum(values):
     return round(sum(values), 1) if values else None
 
 
-def build_sample(device: str, *, now: float, nvidia_text: str | None = None, ioreg_text: str | None = None,
+def build_sample(device: TrainDevice, *, now: float, nvidia_text: str | None = None, ioreg_text: str | None = None,
                  memory_pressure_text: str | None = None, rss_text: str | None = None, rss_from_ps: bool = False,
                  cpu_pct: float | None = None, torch_mem: dict | None = None, workers: int | None = None,
                  uuids: list[str] | None = None) -> DeviceSample:
@@ -90,7 +94,7 @@ def build_sample(device: str, *, now: float, nvidia_text: str | None = None, ior
     return s
 
 
-def torch_memory(device_type: str, device) -> dict:
+def torch_memory(device_type: TrainDevice, device) -> dict:
     """torch's allocator figures in MiB: CUDA allocated/reserved/peak, MPS current/driver/limit."""
     try:
         import torch
@@ -111,7 +115,7 @@ def torch_memory(device_type: str, device) -> dict:
     return {}
 
 
-def cuda_uuids(device_type: str, local_devices: int) -> list[str]:
+def cuda_uuids(device_type: TrainDevice, local_devices: int) -> list[str]:
     """nvidia-smi's "GPU-..." ids of the CUDA devices this host's ranks use (cuda:0..n-1)."""
     if device_type != "cuda":
         return []
@@ -133,9 +137,10 @@ class DeviceSampler:
     """A daemon thread taking a DeviceSample every `interval` seconds; `latest()` and the run's
     averages are read by the training thread (a lock guards them)."""
 
-    def __init__(self, device_type: str, device=None, *, interval: float = 3.0, runner: Runner | None = None,
+    def __init__(self, device_type: TrainDevice, device=None, *, interval: float = 3.0, runner: Runner | None = None,
                  local_devices: int = 1):
-        self.device_type, self.device, self.interval = device_type, device, interval
+        self.device_type: TrainDevice = device_type
+        self.device, self.interval = device, interval
         self.runner = runner or LiveRunner()
         self.uuids = cuda_uuids(device_type, local_devices)
         self._lock = threading.Lock()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import statistics
 from dataclasses import asdict, dataclass
+from typing import Literal
 
 # Thresholds (why): at half the step time spent waiting for data the device idles at least half
 # the time; a GPU above 85% busy is not starved whatever the wait says; 90% of the memory limit
@@ -27,9 +28,12 @@ WINDOW = 5  # the last logged intervals judged (the warm-up's, with compilation 
 _DEVICE_NOUN = {"cuda": "GPU", "mps": "Apple GPU", "cpu": "CPU"}
 
 
+HintId = Literal["input-pipeline", "device-underused", "memory-near-limit", "system-memory-pressure"]
+
+
 @dataclass(frozen=True)
 class Hint:
-    id: str  # input-pipeline | device-underused | memory-near-limit | system-memory-pressure
+    id: HintId
     message: str
     evidence: str
     fix: str

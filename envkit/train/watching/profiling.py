@@ -17,6 +17,7 @@ from envkit.train.watching.trace_breakdown import breakdown, render, top_kernels
 
 if TYPE_CHECKING:
     from torch.profiler import profile, record_function
+    from envkit.facts.model import TrainDevice
 
 
 def parse_profile_steps(text: str | None) -> tuple[int, int] | None:
@@ -32,7 +33,7 @@ def parse_profile_steps(text: str | None) -> tuple[int, int] | None:
 
 
 class StepProfiler:
-    def __init__(self, run_dir: Path, steps: tuple[int, int] | None, device_type: str, rank: int, world: int, log):
+    def __init__(self, run_dir: Path, steps: tuple[int, int] | None, device_type: TrainDevice, rank: int, world: int, log):
         self.run_dir, self.steps, self.device_type, self.log = Path(run_dir), steps, device_type, log
         self.suffix = f"_rank{rank}" if world > 1 else ""
         self.prof: profile | None = None

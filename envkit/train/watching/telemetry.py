@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import errno
 
@@ -24,6 +25,10 @@ from envkit.redact import strip_userinfo
 from envkit.runfolder import names
 from envkit.runfolder.applog import append_line, cut_torn_line, open_append
 from envkit.train.watching.run_files import REWOUND
+
+if TYPE_CHECKING:
+    from envkit.config.schema import ProgressDisplay
+    from envkit.runfolder.records import TrainStatus
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -46,7 +51,7 @@ def write_json(path: Path, data: dict) -> None:
 
 
 class Telemetry:
-    def __init__(self, run_dir: Path, *, total_steps: int, unit: str, heartbeat_seconds: float, progress: str,
+    def __init__(self, run_dir: Path, *, total_steps: int, unit: str, heartbeat_seconds: float, progress: ProgressDisplay,
                  enabled: bool = True, stopped: Callable[..., Exception] | None = None,
                  write_fault: Callable[[str, int], bool] | None = None):
         self.dir = Path(run_dir)
@@ -219,7 +224,7 @@ class Telemetry:
             print(line, flush=True)
             self._append(self._log, "train.log", time.strftime("%Y-%m-%d %H:%M:%S ") + line + "\n")
 
-    def heartbeat(self, *, step: int, loss: float | None, eta: float | None, status: str = "running", force: bool = False,
+    def heartbeat(self, *, step: int, loss: float | None, eta: float | None, status: TrainStatus = "running", force: bool = False,
                   **extra) -> None:
         if not self.enabled:
             return

@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+
 from envkit.train.watching.diagnose import HintContext, after_warmup, diagnose
 from envkit.train.watching.trackers import Trackers
 from envkit.train.watching.cpu_fallback import FallbackCounter
@@ -23,6 +24,7 @@ from envkit.train.watching.device_sampler import DeviceSampler
 
 if TYPE_CHECKING:
     from envkit.train.watching.device_sampler import DeviceSampler
+    from envkit.facts.model import TrainDevice
 
 ROWS_KEPT = 50
 # What a sample taken before the first step ended says nothing about: the device was compiling,
@@ -31,7 +33,7 @@ UTILIZATION_KEYS = ("device_util_pct", "renderer_util_pct")
 
 
 class RunWatch:
-    def __init__(self, run_dir: Path, values: dict, device_type: str, device, log: Callable[[str], None], *,
+    def __init__(self, run_dir: Path, values: dict, device_type: TrainDevice, device, log: Callable[[str], None], *,
                  enabled: bool = True, telemetry=None, local_devices: int = 1):
         L = values.get("logging", {})
         self.enabled, self.log = enabled, log
