@@ -18,7 +18,9 @@ line `step 1/` (printed when the first step has ended, compilation included):
 - again: the same machine's second run, every cache as the cold run left it (Triton's compiled
   kernels too, which envkit's cache does not carry where torch's artifacts leave them out);
 - plain: a hand-written loop of the same model (envkit's GPT or ResNet-18 definition, torch.compile
-  of the forward and the loss as one graph, bf16 autocast on CUDA, fused AdamW / SGD), caches cold.
+  of the forward and the loss as one graph, bf16 autocast on CUDA, fused AdamW / SGD), caches cold;
+- plain again: the plain loop's second run, Inductor's and Triton's caches as its first left them:
+  the fastest known warm start of the same model, beside envkit's `again`.
 Prints a table (`--json`: one object) with the compile cache's lines and torch's compile counters.
 """
 
@@ -71,9 +73,9 @@ def settings(args, data: Path) -> list[str]:
     return out + list(args.set)
 
 
-def fresh_env(tmp: Path, name: str, envkit_cache: Path, torch_caches: str | None = None) -> dict:
+def fresh_env(tmp: Path, name: str, envkit_cache: Path, torch_caches: str | None = None, tree: Path = ROOT) -> dict:
     d = tmp / f"caches-{torch_caches or name}"
-    return dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", ENVKIT_CACHE_DIR=str(envkit_cache),
+    return dict(os.environ, PYTHONPATH=str(tree), PYTHONUNBUFFERED="1", ENVKIT_CACHE_DIR=str(envkit_cache),
                 TORCHINDUCTOR_CACHE_DIR=str(d / "inductor"), TRITON_CACHE_DIR=str(d / "triton"))
 
 
@@ -99,7 +101,8 @@ def envkit_run(args, tmp: Path, data: Path, name: str, envkit_cache: Path, torch
     argv = [sys.executable, "-m", "envkit", "run", str(template), "--run-id", name, "--resume", "never"]
     for s in settings(args, data):
         argv += ["--set", s]
-    seconds, text = timed(argv, fresh_env(tmp, name, envkit_cache, torch_caches), tmp, "step 1/", tmp / f"{name}.log")
+    seconds, text = timed(argv, fresh_env(tmp, name, envkit_cache, torch_caches, Path(args.tree).resolve()), tmp, "step 1/",
+                          tmp / f"{name}.log")
     s = json.loads((tmp / "runs" / "ttfs" / name / "summary.json").read_text())
     unit = "tokens" if not args.cifar else "samples"
     return {"first_step_s": round(seconds, 2), "per_second": s.get(f"{unit}_per_second_median_window"), "unit": unit,
@@ -108,11 +111,12 @@ def envkit_run(args, tmp: Path, data: Path, name: str, envkit_cache: Path, torch
             "device_name": s.get("device_name")}
 
 
-def plain_run(args, tmp: Path) -> dict:
+def plain_run(args, tmp: Path, name: str = "plain") -> dict:
     argv = [sys.executable, str(Path(__file__).resolve()), "--plain-child", "--steps", str(args.steps),
             "--batch", str(args.batch or (128 if args.cifar else 16))] + (["--cifar"] if args.cifar else []) \
         + (["--small"] if args.small else []) + (["--device", args.device] if args.device else [])
-    seconds, text = timed(argv, fresh_env(tmp, "plain", tmp / "plain-envkit-cache"), tmp, "first step done", tmp / "plain.log")
+    seconds, text = timed(argv, fresh_env(tmp, name, tmp / "plain-envkit-cache", torch_caches="plain"), tmp, "first step done",
+                          tmp / f"{name}.log")
     rate = [line for line in text.splitlines() if line.startswith("median ")]
     return {"first_step_s": round(seconds, 2), "per_second": float(rate[-1].split()[1]) if rate else None}
 
@@ -170,17 +174,17 @@ def plain_child(args) -> None:
 
 
 def table(results: dict) -> str:
-    rows = [f"{'':<8} {'first step':>11} {'after warm-up':>16}  compile / cache"]
+    rows = [f"{'':<11} {'first step':>11} {'after warm-up':>16}  compile / cache"]
     for name, r in results.items():
         rate = f"{r['per_second']:,.0f}/s" if r.get("per_second") else "n/a"
         cache = "; ".join(r.get("cache") or [])
         misses = (r.get("counters") or {}).get("fxgraph_cache_miss")
         extra = f"{r.get('compile') or 'plain torch.compile'}" + (f" | {cache}" if cache else "") \
             + (f" | graphs compiled here: {misses}" if misses is not None else "")
-        rows.append(f"{name:<8} {r['first_step_s']:>10.1f}s {rate:>16}  {extra}")
+        rows.append(f"{name:<11} {r['first_step_s']:>10.1f}s {rate:>16}  {extra}")
         seconds = (r.get("counters") or {}).get("seconds") or {}
         if seconds:  # torch's own phase timers, the longest first (they nest: compile_inner holds the rest)
-            rows.append(f"{'':<8} compile phases: " + ", ".join(f"{k} {v:.1f}s" for k, v in list(seconds.items())[:6]))
+            rows.append(f"{'':<11} compile phases: " + ", ".join(f"{k} {v:.1f}s" for k, v in list(seconds.items())[:6]))
     return "\n".join(rows)
 
 
@@ -193,6 +197,8 @@ def main(argv=None) -> int:
     ap.add_argument("--small", action="store_true", help="a tiny model of the same kind: a smoke check on the CPU")
     ap.add_argument("--log-every", type=int, default=1, help="logging.every_steps of the envkit runs")
     ap.add_argument("--set", action="append", default=[], help="more `envkit run --set` KEY=VALUE (e.g. training.compile_scope=blocks)")
+    ap.add_argument("--tree", default=str(ROOT), help="the envkit tree the runs import (another commit's `git archive`, "
+                    "measured beside this one in the same lease); the plain loop always uses this one's model code")
     ap.add_argument("--skip-plain", action="store_true", help="leave out the plain loop")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--plain-child", action="store_true", help=argparse.SUPPRESS)
@@ -208,6 +214,7 @@ def main(argv=None) -> int:
                "again": envkit_run(args, tmp, data, "again", cache, torch_caches="cold")}
     if not args.skip_plain:
         results["plain"] = plain_run(args, tmp)
+        results["plain again"] = plain_run(args, tmp, "plain-again")  # Inductor's and Triton's caches as "plain" left them
     out = {"model": "resnet18-cifar" if args.cifar else "gpt2-small", "steps": args.steps, "settings": list(args.set),
            "folder": str(tmp), "results": results}
     print(json.dumps(out, indent=2) if args.json else table(results))

@@ -17,6 +17,7 @@ from pathlib import Path
 from envkit.runfolder import names
 from envkit.errors import EnvkitError
 from envkit.train.recovery.guards import TrainingStopped
+from envkit.train.run import cuda_start
 from envkit.train.run.determinism import environ_before_cuda, op_error
 from envkit.train.run.parent_watch import watch_parent
 from envkit.train.run.stopping import exit_code, parent_gone
@@ -44,10 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = Path(args.run_dir)
     try:
         resolved = json.loads((run_dir / names.CONFIG).read_text())
-        from envkit.train.run.loop import train
-
         cfg = Config.from_resolved(resolved)
         environ_before_cuda(cfg)  # training.deterministic: cuBLAS and Inductor read these when they start
+        cuda_start.begin_for(cfg.device.type)  # the driver starts on a thread while torch is imported (torch-free)
+        from envkit.train.run.loop import train
+
         if args.probe:
             Path(args.probe).write_text(json.dumps(probe(cfg, run_dir, resolved.get("torch_settings"))))
             return 0

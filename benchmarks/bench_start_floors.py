@@ -1,0 +1,77 @@
+"""What any compiled GPU run pays before its first step on this machine, whoever starts it: Python,
+`import torch`, CUDA's start, and the imports of torch.compile (Dynamo, Inductor). The floor under
+`bench_time_to_first_step.py`'s warm row: a warm start cannot be shorter than these.
+
+    python benchmarks/bench_start_floors.py [--runs 5] [--json]
+
+Each case is a fresh process, the cases alternating round by round (one unmeasured round first warms
+the page cache); the clock runs from the process's start to its exit. Cases:
+- python: `python -c pass`;
+- import torch;
+- import torch, then CUDA's start (`torch.zeros(1, device="cuda")`: the driver, the primary context);
+- the driver alone (ctypes: cuInit and the primary context, no torch);
+- import torch, torch._dynamo, torch._inductor.compile_fx (what a compiled step imports);
+- all of it in one process, CUDA started last;
+- all of it, CUDA's start begun on a thread first (ctypes, before `import torch`), joined at the end:
+  what overlapping the driver with the imports saves (envkit/train/run/cuda_start.py does this).
+Prints each median and the spread (`--json`: one object).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPILE_IMPORTS = "import torch, torch._dynamo, torch._inductor.compile_fx"
+THREADED = ("import sys; sys.path.insert(0, {root!r}); from envkit.train.run import cuda_start; "
+            "t = cuda_start.begin(0); " + COMPILE_IMPORTS + "; t.join(); torch.zeros(1, device='cuda')")
+DRIVER = ("import sys; sys.path.insert(0, {root!r}); from envkit.train.run import cuda_start; "
+          "t = cuda_start.begin(0); t.join(); print(t.error or 'ok')")
+CASES = {
+    "python -c pass": "pass",
+    "import torch": "import torch",
+    "import torch + CUDA's start": "import torch; torch.zeros(1, device='cuda')",
+    "the driver alone (ctypes)": DRIVER,
+    "compile's imports": COMPILE_IMPORTS,
+    "compile's imports, then CUDA": COMPILE_IMPORTS + "; torch.zeros(1, device='cuda')",
+    "compile's imports, CUDA on a thread": THREADED,
+}
+
+
+def wall(code: str) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", code.format(root=str(ROOT))], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"python -c {code!r} failed: {proc.stderr[-2000:]}")
+    return time.perf_counter() - t0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    times: dict[str, list[float]] = {name: [] for name in CASES}
+    for round_ in range(args.runs + 1):
+        for name, code in CASES.items():
+            seconds = wall(code)
+            if round_:
+                times[name].append(seconds)
+    out = {name: {"median_s": round(statistics.median(t), 3), "min_s": round(min(t), 3), "max_s": round(max(t), 3)}
+           for name, t in times.items()}
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        for name, r in out.items():
+            print(f"{name:<40} {r['median_s']:7.2f} s  ({r['min_s']:.2f}-{r['max_s']:.2f}, {args.runs} runs)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
