@@ -63,6 +63,8 @@ def main(argv=None) -> int:
             seconds = wall(code)
             if round_:
                 times[name].append(seconds)
+            if not args.json:  # as it goes: a run cut short by a time limit still shows what it measured
+                print(f"round {round_}{' (warm-up)' if not round_ else ''}: {name:<40} {seconds:6.2f} s", file=sys.stderr, flush=True)
     out = {name: {"median_s": round(statistics.median(t), 3), "min_s": round(min(t), 3), "max_s": round(max(t), 3)}
            for name, t in times.items()}
     if args.json:
