@@ -11,9 +11,9 @@ the page cache); the clock runs from the process's start to its exit. Cases:
 - import torch, then CUDA's start (`torch.zeros(1, device="cuda")`: the driver, the primary context);
 - the driver alone (ctypes: cuInit and the primary context, no torch);
 - import torch, torch._dynamo, torch._inductor.compile_fx (what a compiled step imports);
-- all of it in one process, CUDA started last;
-- all of it, CUDA's start begun on a thread first (ctypes, before `import torch`), joined at the end:
-  what overlapping the driver with the imports saves (envkit/train/run/cuda_start.py does this).
+- all of it in one process, CUDA started last.
+CUDA's start alone is the driver's share: what starting it on a thread beside the imports could save at
+most (tried at 9e88efe, measured in benchmarks/RESULTS.md, and dropped).
 Prints each median and the spread (`--json`: one object).
 """
 
@@ -25,14 +25,11 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 COMPILE_IMPORTS = "import torch, torch._dynamo, torch._inductor.compile_fx"
-THREADED = ("import sys; sys.path.insert(0, {root!r}); from envkit.train.run import cuda_start; "
-            "t = cuda_start.begin(0); " + COMPILE_IMPORTS + "; t.join(); torch.zeros(1, device='cuda')")
-DRIVER = ("import sys; sys.path.insert(0, {root!r}); from envkit.train.run import cuda_start; "
-          "t = cuda_start.begin(0); t.join(); print(t.error or 'ok')")
+DRIVER = ("import ctypes; d = ctypes.CDLL('libcuda.so.1'); n, c = ctypes.c_int(), ctypes.c_void_p(); "
+          "assert d.cuInit(0) == 0 and d.cuDeviceGet(ctypes.byref(n), 0) == 0 "
+          "and d.cuDevicePrimaryCtxRetain(ctypes.byref(c), n) == 0")
 CASES = {
     "python -c pass": "pass",
     "import torch": "import torch",
@@ -40,13 +37,12 @@ CASES = {
     "the driver alone (ctypes)": DRIVER,
     "compile's imports": COMPILE_IMPORTS,
     "compile's imports, then CUDA": COMPILE_IMPORTS + "; torch.zeros(1, device='cuda')",
-    "compile's imports, CUDA on a thread": THREADED,
 }
 
 
 def wall(code: str) -> float:
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", code.format(root=str(ROOT))], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"python -c {code!r} failed: {proc.stderr[-2000:]}")
     return time.perf_counter() - t0

@@ -138,17 +138,3 @@ def test_the_gpt_is_initialised_on_the_gpu_the_same_way_each_run(tmp_path):
         losses[run_id] = [json.loads(r)["loss"] for r in rows if '"loss"' in r]
     assert len(losses["a"]) == 6 and losses["a"] == losses["b"], losses
 
-
-def test_cuda_started_on_a_thread_beside_import_torch_is_the_context_torch_uses():
-    """envkit/train/run/cuda_start.py: the driver and the primary context started through ctypes while
-    torch is imported; torch then computes on that device, and the thread says it succeeded."""
-    code = ("from envkit.train.run import cuda_start\n"
-            "t = cuda_start.begin(0)\n"
-            "import torch\n"
-            "cuda_start.wait()\n"
-            "assert t.error is None and t.seconds is not None, t.error\n"
-            "x = torch.arange(4.0, device='cuda')\n"
-            "assert (x * 2).sum().item() == 12.0\n"
-            "print('ok', round(t.seconds, 3))\n")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert res.returncode == 0 and res.stdout.startswith("ok"), res.stderr[-2000:]

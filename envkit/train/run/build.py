@@ -31,7 +31,7 @@ from envkit.train.data.prefetch import want_fetch_ahead
 from envkit.train.data.stream import BatchStream, batch_order
 from envkit.train.recovery.guards import TrainingStopped, resolve_device
 from envkit.train.recovery.injection import Injector
-from envkit.train.run import cuda_start, determinism, sharding
+from envkit.train.run import determinism, sharding
 from envkit.train.run.checkpointer import Checkpointer
 from envkit.train.run.compile_cache import CompileCache, cache_key
 from envkit.train.run.distributed import GradientAllReduce, broadcast_from_first, ddp_reduce_for, init_distributed, wrap_ddp
@@ -124,7 +124,6 @@ def _place(cfg: Config, world: int, torch_settings: dict | None, log) -> tuple[P
     """The device (and its process group), the seeds, and torch's settings; the config with a
     deterministic run's compile_mode (determinism.prepare)."""
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    cuda_start.wait()  # the driver's start begun by the child (cuda_start.py): done before torch's own
     device_type = resolve_device(cfg.device.type, cfg.device.fallback_to_cpu, log)
     device = torch.device(f"cuda:{local_rank}" if device_type == "cuda" else device_type)
     if device_type == "cuda":

@@ -17,7 +17,6 @@ from pathlib import Path
 from envkit.runfolder import names
 from envkit.errors import EnvkitError
 from envkit.train.recovery.guards import TrainingStopped
-from envkit.train.run import cuda_start
 from envkit.train.run.determinism import environ_before_cuda, op_error
 from envkit.train.run.parent_watch import watch_parent
 from envkit.train.run.stopping import exit_code, parent_gone
@@ -47,7 +46,6 @@ def main(argv: list[str] | None = None) -> int:
         resolved = json.loads((run_dir / names.CONFIG).read_text())
         cfg = Config.from_resolved(resolved)
         environ_before_cuda(cfg)  # training.deterministic: cuBLAS and Inductor read these when they start
-        cuda_start.begin_for(cfg.device.type)  # the driver starts on a thread while torch is imported (torch-free)
         from envkit.train.run.loop import train
 
         if args.probe:
