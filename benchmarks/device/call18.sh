@@ -1,5 +1,5 @@
 #!/bin/bash
-# The floor under a warm first step on one GPU (bench_start_floors.py: Python, import torch, CUDA's start, compile's
+# Ran at 9e88efe (git checkout 9e88efe to run it again). The floor under a warm first step on one GPU (bench_start_floors.py: Python, import torch, CUDA's start, compile's
 # imports, and the driver started on a thread beside them), then GPT-2 small's time to the first step from the tree
 # before CUDA's start moved to a thread (.gpu/before: `git archive 5ed5e06`) and from this one, in the same lease, with
 # the plain loop's cold and second runs. Results: benchmarks/RESULTS.md. Run from the repository root:

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The floor under a warm first step (bench_start_floors.py; call 18's run of it was cut by its time limit before it
+# Ran at 706294c (git checkout 706294c to run it again). The floor under a warm first step (bench_start_floors.py; call 18's run of it was cut by its time limit before it
 # printed), then every GPU test on one GPU (-m gpu: the trainer's, CUDA's start on a thread, data on the device, the device watch, the
 # device fault, bench's CUDA rungs, selftest on CUDA). Run from the repository root: bash benchmarks/device/call19.sh OUTDIR
 . benchmarks/device/common.sh "$@"
