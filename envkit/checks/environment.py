@@ -9,7 +9,7 @@ from pathlib import PurePath
 
 from envkit.checks.gates import gates
 from envkit.checks.threads import thread_problems
-from envkit.checks.verdict import FAIL, PASS, WARN, Check
+from envkit.checks.verdict import FAIL, PASS, SKIP, WARN, Check
 from envkit.facts.model import Facts
 
 
@@ -110,3 +110,29 @@ def check_openmp(facts: Facts) -> Check:
                      "if you see 'OMP: Error #15', uninstall one of those packages; never set KMP_DUPLICATE_LIB_OK", "Environment", source)
     summary = ", ".join(f"{k}: {', '.join(sorted(set(v)))}" for k, v in kinds.items())
     return Check("openmp", PASS, f"one OpenMP runtime per kind ({summary})", group="Environment")
+
+
+# benchmarks/RESULTS.md, "The first step against its floor": one H100 host, torch 2.11, the same processes
+# with and without torch's bytecode.
+_WITHOUT_BYTECODE = ("`import torch` took 4.0 s against 2.4 s, and torch.compile's imports 14.0 s against 6.9 s, "
+                     "on an H100 host")
+
+
+def check_bytecode(facts: Facts) -> Check:
+    """torch's bytecode: without it, and where Python writes none, every process compiles torch's sources again."""
+    code = facts.torch_bytecode
+    if code is None:
+        why = "torch is not installed (see the torch check)" if not facts.torch.version else "not recorded in this snapshot"
+        return Check("bytecode", SKIP, why, group="Environment")
+    if code.compiled:
+        return Check("bytecode", PASS, "torch's modules are byte-compiled", group="Environment")
+    if code.python_writes:
+        return Check("bytecode", PASS, "torch's modules are not byte-compiled yet: the first import writes it (once)",
+                     group="Environment")
+    why = "PYTHONDONTWRITEBYTECODE is set" if code.dont_write_bytecode else f"{code.folder} is not writable for this user"
+    python = facts.python.executable or "python"
+    return Check("bytecode", WARN,
+                 f"torch's modules have no bytecode and Python writes none ({why}): every process compiles torch's "
+                 f"sources again ({_WITHOUT_BYTECODE})",
+                 f"{_sh(python)} -m compileall -q -j 0 {_sh(code.folder)}"
+                 + ("" if code.writable else " (as the folder's owner)"), "Environment")

@@ -44,6 +44,9 @@ class Diagnosis:
             "torch": {"version": f.torch.version, "channel": f.torch.channel, "local": f.torch.local,
                       "cuda": f.torch.cuda},
             "packages": f.packages,
+            "torch_bytecode": None if f.torch_bytecode is None else {
+                "folder": f.torch_bytecode.folder, "compiled": f.torch_bytecode.compiled,
+                "dont_write_bytecode": f.torch_bytecode.dont_write_bytecode, "writable": f.torch_bytecode.writable},
             "env": f.env,
             "runtime": f.runtime,
             "source": f.source,

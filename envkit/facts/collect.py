@@ -6,7 +6,7 @@ import re
 from functools import lru_cache
 
 from envkit.facts import accel_parse as ap, parse
-from envkit.facts.model import ChipInfo, Facts, GPUInfo, GPUVendor, OSInfo, PythonInfo, TorchInfo
+from envkit.facts.model import ChipInfo, Facts, GPUInfo, GPUVendor, OSInfo, PythonInfo, TorchBytecode, TorchInfo
 from envkit.facts.runner import Runner
 from envkit.resources import data_file, load_toml
 
@@ -67,7 +67,7 @@ def collect(runner: Runner, *, runtime: bool = True, gpu_detail: bool = True, so
     facts = Facts(os=os_info, python=python, chip=chip, memory_bytes=memory, gpus=gpus,
                   rocm_version=rocm_version, torch=torch,
                   packages=packages, env=runner.environ(), openmp_libs=list(interp.get("openmp_libs") or []),
-                  runtime=rt, source=source)
+                  torch_bytecode=TorchBytecode.from_probe(interp.get("torch_bytecode")), runtime=rt, source=source)
     _merge_runtime_gpus(facts)
     return facts
 

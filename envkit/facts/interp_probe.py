@@ -54,6 +54,37 @@ def _torch_cuda_requires():
     return [r for r in reqs if r.lower().startswith("nvidia-cuda-runtime")]
 
 
+def _writable(path):
+    """Whether this process may create `path` (a file or folder): the nearest folder that exists is writable."""
+    while path and not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            return False
+        path = parent
+    return os.access(path, os.W_OK)
+
+
+def _torch_bytecode():
+    """Whether torch's modules have their bytecode, and whether this Python writes what is missing when it
+    imports them (None: no torch, found without importing it). A torch with neither is compiled from its
+    sources by every process that imports it: seconds each time (benchmarks/RESULTS.md, the first step)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    folder = os.path.dirname(spec.origin)
+    # pip compiles every module or none: the package, a module torch imports, one torch.compile imports
+    sources = [os.path.join(folder, *p) for p in (("__init__.py",), ("nn", "modules", "module.py"), ("_dynamo", "__init__.py"))]
+    caches = [importlib.util.cache_from_source(p) for p in sources if os.path.isfile(p)]
+    return {"folder": folder, "compiled": all(os.path.isfile(c) for c in caches),
+            "dont_write_bytecode": bool(sys.flags.dont_write_bytecode),
+            "writable": all(_writable(os.path.dirname(c)) for c in caches)}
+
+
 def probe(names):
     in_venv = sys.prefix != getattr(sys, "base_prefix", sys.prefix) or bool(os.environ.get("CONDA_PREFIX"))
     site = [p for p in sys.path if p.endswith("site-packages") and os.path.isdir(p)]
@@ -64,6 +95,7 @@ def probe(names):
         "packages": {n: _version(n) for n in names},
         "openmp_libs": _openmp_libs(site),
         "torch_cuda_requires": _torch_cuda_requires(),
+        "torch_bytecode": _torch_bytecode(),
     }
 
 

@@ -75,6 +75,31 @@ class TorchInfo:
     cuda: str | None = None  # "12.8" from the local label
 
 
+@dataclass(frozen=True)
+class TorchBytecode:
+    """torch's modules and their bytecode, as the examined interpreter sees them (interp_probe.py)."""
+
+    folder: str  # the torch package's folder
+    compiled: bool  # its modules have bytecode (pip writes it when it installs; uv with --compile-bytecode)
+    dont_write_bytecode: bool  # PYTHONDONTWRITEBYTECODE (or -B): Python writes no bytecode on an import
+    writable: bool  # this user may write the bytecode folders
+
+    @classmethod
+    def from_probe(cls, raw) -> TorchBytecode | None:
+        """The probe's answer, or None where it is missing or not of this shape (an older snapshot, a hand-made one)."""
+        if not isinstance(raw, dict) or not isinstance(raw.get("folder"), str):
+            return None
+        flags = [raw.get(k) for k in ("compiled", "dont_write_bytecode", "writable")]
+        if not all(isinstance(f, bool) for f in flags):
+            return None
+        return cls(raw["folder"], *flags)
+
+    @property
+    def python_writes(self) -> bool:
+        """An import writes what is missing, once."""
+        return self.writable and not self.dont_write_bytecode
+
+
 @dataclass
 class Facts:
     os: OSInfo
@@ -87,6 +112,7 @@ class Facts:
     packages: dict[str, str | None] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     openmp_libs: list[str] = field(default_factory=list)
+    torch_bytecode: TorchBytecode | None = None  # None: no torch, or a snapshot recorded before envkit asked
     runtime: dict | None = None  # what the torch subprocess reported, if it ran
     source: str = "live"  # "live" or the snapshot's path
 

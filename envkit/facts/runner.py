@@ -235,6 +235,7 @@ class RecordingRunner(LiveRunner):
             "packages": interp["packages"],
             "openmp_libs": interp.get("openmp_libs", []),
             "torch_cuda_requires": interp.get("torch_cuda_requires", []),
+            "torch_bytecode": interp.get("torch_bytecode"),
         }
         if self._runtime is not None:
             snap["runtime"] = self._runtime
@@ -278,7 +279,8 @@ class ReplayRunner(Runner):
         return {"python": dict(self.snap.get("python") or {}),
                 "packages": dict(self.snap.get("packages") or {}),
                 "openmp_libs": list(self.snap.get("openmp_libs") or []),
-                "torch_cuda_requires": list(self.snap.get("torch_cuda_requires") or [])}
+                "torch_cuda_requires": list(self.snap.get("torch_cuda_requires") or []),
+                "torch_bytecode": self.snap.get("torch_bytecode")}  # absent from snapshots recorded before it was asked
 
     def environ(self):
         return relevant_env(dict(self.snap.get("env") or {}))
