@@ -98,8 +98,11 @@ def install_command(installer: Installer, python: str, versions: dict[str, str],
     reqs = requirements(versions, wheels)
     if installer == "uv":
         # uv has no --report (the lock takes the hashes from the index entries the resolver pinned)
-        # and no --pre: `--prerelease allow` admits nightlies and release candidates
-        cmd = [_uv(), "pip", "install", "--python", python] + index_args(index_url)
+        # and no --pre: `--prerelease allow` admits nightlies and release candidates. --compile-bytecode:
+        # uv writes no bytecode by default, and where Python writes none either (PYTHONDONTWRITEBYTECODE,
+        # a read-only venv) every process compiles torch's sources again (doctor's bytecode check); pip
+        # compiles when it installs.
+        cmd = [_uv(), "pip", "install", "--python", python, "--compile-bytecode"] + index_args(index_url)
         if channel != "stable":
             cmd += ["--prerelease", "allow"]
         return cmd + reqs
