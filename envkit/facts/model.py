@@ -89,10 +89,10 @@ class TorchBytecode:
         """The probe's answer, or None where it is missing or not of this shape (an older snapshot, a hand-made one)."""
         if not isinstance(raw, dict) or not isinstance(raw.get("folder"), str):
             return None
-        flags = [raw.get(k) for k in ("compiled", "dont_write_bytecode", "writable")]
-        if not all(isinstance(f, bool) for f in flags):
+        compiled, dont_write, writable = (raw.get(k) for k in ("compiled", "dont_write_bytecode", "writable"))
+        if not (isinstance(compiled, bool) and isinstance(dont_write, bool) and isinstance(writable, bool)):
             return None
-        return cls(raw["folder"], *flags)
+        return cls(raw["folder"], compiled, dont_write, writable)
 
     @property
     def python_writes(self) -> bool:
