@@ -131,8 +131,9 @@ def check_bytecode(facts: Facts) -> Check:
                      group="Environment")
     why = "PYTHONDONTWRITEBYTECODE is set" if code.dont_write_bytecode else f"{code.folder} is not writable for this user"
     python = facts.python.executable or "python"
+    site = str(PurePath(code.folder).parent)  # torch.compile imports sympy, triton, jinja2... from there too
     return Check("bytecode", WARN,
                  f"torch's modules have no bytecode and Python writes none ({why}): every process compiles torch's "
                  f"sources again ({_WITHOUT_BYTECODE})",
-                 f"{_sh(python)} -m compileall -q -j 0 {_sh(code.folder)}"
+                 f"{_sh(python)} -m compileall -q -j 0 {_sh(site)}"
                  + ("" if code.writable else " (as the folder's owner)"), "Environment")

@@ -46,7 +46,7 @@ def test_no_bytecode_and_none_written_warns_and_its_fix_makes_it_pass(python_wit
     assert "no bytecode and Python writes none (PYTHONDONTWRITEBYTECODE is set)" in check["message"]
     assert "14.0 s against 6.9 s" in check["message"]
     assert facts == {"folder": facts["folder"], "compiled": False, "dont_write_bytecode": True, "writable": True}
-    assert check["fix"] == f"{python_with_a_torch} -m compileall -q -j 0 {facts['folder']}"
+    assert check["fix"] == f"{python_with_a_torch} -m compileall -q -j 0 {Path(facts['folder']).parent}"  # site-packages
     fixed = subprocess.run(["bash", "-c", check["fix"]], capture_output=True, text=True)
     assert fixed.returncode == 0, fixed.stderr
     check, facts = bytecode_check(python_with_a_torch, PYTHONDONTWRITEBYTECODE="1")
@@ -65,7 +65,7 @@ def test_a_folder_this_user_cannot_write_is_named_and_the_fix_asks_for_its_owner
                               "dont_write_bytecode": False, "writable": False}
     check = next(c for c in diagnose(collect(ReplayRunner(snap))).checks if c.id == "bytecode")
     assert check.status == "warn" and "/opt/my torch/site-packages/torch is not writable for this user" in check.message
-    assert check.fix is not None and check.fix.endswith("-m compileall -q -j 0 '/opt/my torch/site-packages/torch' (as the folder's owner)")
+    assert check.fix is not None and check.fix.endswith("-m compileall -q -j 0 '/opt/my torch/site-packages' (as the folder's owner)")
 
 
 @pytest.mark.parametrize("recorded", [None, "not a dict", {"folder": "/x", "compiled": "yes"}])
