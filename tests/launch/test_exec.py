@@ -375,15 +375,18 @@ def test_the_trainers_watch_collects_cpu_fallback_warnings(tmp_path):
 
     from envkit.train.watching.watch import RunWatch
 
-    logged = []
-    watch = RunWatch(tmp_path, {"logging": {"device_seconds": 0}}, "mps", None, logged.append)
+    logged, shown = [], []
+    text = ("The operator 'aten::nonzero' is not currently supported on the MPS backend and will fall back to run "
+            "on the CPU. This may have performance implications.")
     with warnings.catch_warnings():
         warnings.simplefilter("always")
-        warnings.warn("The operator 'aten::nonzero' is not currently supported on the MPS backend and will fall back to run "
-                      "on the CPU. This may have performance implications.", UserWarning, stacklevel=1)
-    out = watch.finish()
+        warnings.showwarning = lambda message, *args, **kwargs: shown.append(str(message))  # the user's stderr
+        watch = RunWatch(tmp_path, {"logging": {"device_seconds": 0}}, "mps", None, logged.append)
+        warnings.warn(text, UserWarning, stacklevel=1)
+        out = watch.finish()
     assert out["cpu_fallbacks"] == [{"operator": "aten::nonzero", "count": 1}]
     assert any("aten::nonzero" in line for line in logged)
+    assert shown == [text]  # counted, and still shown as torch shows it
 
 
 def test_torchrun_with_two_cpu_processes(tmp_path):
