@@ -57,6 +57,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _name_servers() -> list[str]:
+    """The IPv4 name servers of /etc/resolv.conf (a namespace shares the file)."""
+    try:
+        lines = Path("/etc/resolv.conf").read_text().splitlines()
+    except OSError:
+        return []
+    found = [line.split()[1] for line in lines if line.startswith("nameserver") and len(line.split()) > 1]
+    return [a for a in found if a.count(".") == 3 and all(part.isdigit() for part in a.split("."))]
+
+
 def _sbin(name: str) -> str:
     return shutil.which(name) or f"/usr/sbin/{name}"
 
@@ -150,6 +160,12 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             run("ip", "-n", ns, "link", "set", b, "up")
             run("ip", "-n", ns, "link", "set", "lo", "up")
             run("ip", "-n", ns, "route", "add", "default", "via", "10.77.0.1")
+            for server in _name_servers():
+                # A name lookup from a node (c10d asks for each peer's host name) fails at once, as where
+                # the names resolve nowhere, instead of after the resolver's timeouts: the default route
+                # led to this machine's name server, which a namespace's packets never reach, and each
+                # lookup waited 2 x 5 s (30 s of the two-node job's start).
+                run("ip", "-n", ns, "route", "add", "unreachable", f"{server}/32")
 
     def _start(self, cmd: list[str], name: str, ns: str | None = None) -> subprocess.Popen:
         if ns:  # nsenter, not `ip netns exec`: that one mounts a fresh /sys without the cgroup tree slurmd reads
