@@ -54,7 +54,7 @@ def _init_script(dest: Path, template: str, force: bool) -> None:
 @click.option("--list", "list_", is_flag=True, help="List the templates.")
 @click.option("--force", is_flag=True, help="Overwrite PATH if it exists.")
 def init(path, template, list_, force):
-    """Write a ready train.yaml from a template (default: the gpt quick test, about 55 s on one CPU core).
+    """Write a ready train.yaml from a template (default: the gpt quick test, about 80 s on one CPU core).
     `envkit init cifar10` (a template's name instead of PATH) writes that template to train.yaml;
     `envkit init train_demo.py` (a .py PATH) writes a script of your own for `envkit exec`."""
     names = template_names()

@@ -36,12 +36,12 @@ def quick_with(tmp_path, old, new, name="train.yaml"):
 
 
 def test_init_help_and_list_give_the_default_template_the_same_time():
-    """One figure, measured (benchmarks/RESULTS.md: 53.8 s wall and of CPU, for the 700 steps on one
+    """One figure, measured (benchmarks/RESULTS.md: 76.5 s wall, 73.5 s of CPU, for the 1000 steps on one
     core of the 2-core box), in both places a newcomer reads it."""
     help_text = " ".join(envkit("init", "--help").stdout.split())
     (listed,) = [line for line in envkit("init", "--list").stdout.splitlines() if line.startswith("gpt_quick_test ")]
-    assert "(default: the gpt quick test, about 55 s on one CPU core)" in help_text
-    assert listed.endswith("a small transformer learns 2-digit addition (about 55 s on one CPU core)"), listed
+    assert "(default: the gpt quick test, about 80 s on one CPU core)" in help_text
+    assert listed.endswith("a small transformer learns 2-digit addition (about 80 s on one CPU core)"), listed
 
 
 def test_empty_file(tmp_path):
