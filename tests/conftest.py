@@ -124,7 +124,7 @@ def default_sigint() -> None:
 
 
 # The end-to-end files: each test trains, installs or schedules for real (seconds to a minute on 2
-# cores). `pytest -m "not slow" -n auto` runs the rest in about a minute; CI runs everything.
+# cores). `pytest -m "not slow" -n auto` runs the rest in under two minutes; CI runs everything.
 # Files measured with --durations (a file whose every test takes under a few seconds is not here).
 # Named by their path under tests/; a name that matches no file stops the session (pytest_configure).
 SLOW_FILES = frozenset({
