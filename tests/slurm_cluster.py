@@ -64,7 +64,8 @@ def _name_servers() -> list[str]:
     except OSError:
         return []
     found = [line.split()[1] for line in lines if line.startswith("nameserver") and len(line.split()) > 1]
-    return [a for a in found if a.count(".") == 3 and all(part.isdigit() for part in a.split("."))]
+    # once each: a second `ip route add` of the same address fails ("File exists") and the cluster with it
+    return list(dict.fromkeys(a for a in found if a.count(".") == 3 and all(part.isdigit() for part in a.split("."))))
 
 
 def _sbin(name: str) -> str:
