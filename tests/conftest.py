@@ -28,20 +28,28 @@ def pytest_xdist_auto_num_workers(config):
 # at once would export it (and as envkit gives each torchrun process its share): two workers whose
 # trainers each spun the profile's one-OpenMP-thread-per-core made a 35-second training take 208
 # seconds on a 2-core machine. The exported value wins over the profile's (envkit/profiles/resolve.py).
+# Inductor's compile workers too: with one core each, a compile with a pool of two worker processes
+# (each importing torch) took 72 s against 55 s for tests/train/test_compile_cache.py alone.
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 THREADS_PER_WORKER = str(max(1, (os.cpu_count() or 1) // WORKERS))
-TRAINING_COMMANDS = {"run", "sweep", "bench", "tune", "selftest", "reproduce"}
+SHARE = {"OMP_NUM_THREADS": THREADS_PER_WORKER, "TORCHINDUCTOR_COMPILE_THREADS": THREADS_PER_WORKER}
 
 
 def share_of_cores(env: dict) -> dict:
-    """env with OMP_NUM_THREADS set to this worker's share of the cores (unless it is set)."""
-    if WORKERS > 1 and not env.get("OMP_NUM_THREADS"):
-        env["OMP_NUM_THREADS"] = THREADS_PER_WORKER
+    """env with this worker's share of the cores (OpenMP threads, Inductor's compile workers) where unset."""
+    if WORKERS > 1:
+        for name, value in SHARE.items():
+            if not env.get(name):
+                env[name] = value
     return env
 
 
-if WORKERS > 1:  # in-process training (bench and tune's children run in-process in a few tests) shares too
-    import torch
+if WORKERS > 1:
+    # Every process a test starts (`envkit exec`'s scripts, torchrun's, the tests' own helpers) gets the
+    # share, not only the trainings started through envkit() below: the tests that check the profile's
+    # own thread count unset it (env={"OMP_NUM_THREADS": None}).
+    share_of_cores(os.environ)  # type: ignore[arg-type]
+    import torch  # in-process training (bench and tune's children run in-process in a few tests) shares too
 
     torch.set_num_threads(int(THREADS_PER_WORKER))
 
@@ -53,8 +61,7 @@ def envkit(*args: str, env: dict | None = None, cwd: str | os.PathLike | None = 
     full_env["PYTHONUNBUFFERED"] = "1"
     # A tuned profile in the developer's own user folder (envkit tune) must not change what tests see.
     full_env["ENVKIT_CONFIG_DIR"] = _EMPTY_CONFIG_DIR
-    if args and args[0] in TRAINING_COMMANDS:
-        share_of_cores(full_env)
+    share_of_cores(full_env)
     for name, value in (env or {}).items():  # None unsets a variable
         if value is None:
             full_env.pop(name, None)
