@@ -157,16 +157,17 @@ SLOW_FILES = frozenset({
 # wall times, summed per file): `-n auto --dist loadfile` hands whole files to workers in collection
 # order, so a long file collected last (train/ sorts last) would run alone at the end while the other
 # workers idle. Longest first is the classic makespan heuristic; the rest keep their order. One
-# exception: the Slurm file, longest but waiting on its jobs most of the time, is paired with the gpt
-# quick test, a minute of one busy core, where the next longest (reproduce's pip installs) waited on
-# the disk too and left a core idle for the first minute and a half.
+# exception: the Slurm file, longest but waiting on its jobs most of the time, goes first with the two
+# torchrun files after it, whose two processes keep both cores busy while it waits; paired with a
+# one-process training (the gpt quick test, before the README tour trained it), the first two and a
+# half minutes of the suite left a quarter of the machine idle.
 LONGEST_FIRST = (
-    "launch/test_slurm.py", "train/test_train_templates.py", "runfolder/test_reproduce.py", "docs/test_readme_tour.py",
-    "bench/test_bench_tune.py", "docs/test_docs_examples.py", "train/test_fsdp.py", "train/test_processes.py",
-    "train/test_train_run.py", "train/test_train_faults.py", "train/test_compile_cache.py", "install/test_setup.py",
-    "project/test_packaging.py", "bench/test_selftest.py", "install/test_pylock_interop.py", "launch/test_exec.py",
-    "bench/test_bench_parallel.py", "project/test_json_stdout.py", "bench/test_bench_failures.py", "install/test_lock.py",
-    "runfolder/test_record.py", "runfolder/test_runfolder_trust.py", "runfolder/test_owner_exec_sweep.py",
+    "launch/test_slurm.py", "train/test_fsdp.py", "train/test_processes.py", "docs/test_readme_tour.py",
+    "runfolder/test_reproduce.py", "bench/test_bench_tune.py", "docs/test_docs_examples.py",
+    "train/test_train_run.py", "train/test_train_faults.py", "install/test_setup.py", "train/test_compile_cache.py",
+    "project/test_packaging.py", "bench/test_selftest.py", "train/test_train_templates.py", "install/test_pylock_interop.py",
+    "launch/test_exec.py", "bench/test_bench_parallel.py", "project/test_json_stdout.py", "bench/test_bench_failures.py",
+    "install/test_lock.py", "runfolder/test_record.py", "runfolder/test_runfolder_trust.py", "runfolder/test_owner_exec_sweep.py",
     "install/test_pylock_real.py", "runfolder/test_run_owner.py", "bench/test_sweep.py", "bench/test_sweep_pack.py",
     "install/test_install_failures.py", "train/test_auto_batch.py", "train/test_train_tokens.py", "train/test_train_prefetch.py",
 )
