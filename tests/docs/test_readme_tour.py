@@ -81,7 +81,7 @@ def test_the_readme_in_order_on_a_fresh_clone(tmp_path):
     assert [f"$ {c}\nREADME {w}\nprinted {p}\n{out}" for c, w, p, out in shaped if not in_order(w, p)] == []
     assert len(shaped) >= 8
     assert sh("git status --porcelain").stdout == ""  # the tour's files (train.yaml, runs/, ...) are ignored
-    the_gpt_quick_test_learned_what_its_docs_say(clone, dict(ran))
+    the_gpt_quick_test_learned_what_its_docs_say(clone, {c: out for c, _, out in ran})
 
 
 def the_gpt_quick_test_learned_what_its_docs_say(clone, printed: dict[str, str]) -> None:
