@@ -54,6 +54,14 @@ if WORKERS > 1:
     torch.set_num_threads(int(THREADS_PER_WORKER))
 
 
+# Python writes bytecode on a module's first import, as on a user's machine. This project's machines
+# export PYTHONDONTWRITEBYTECODE=1, and every process of a venv a test builds without bytecode (uv's
+# installs, PIP_COMPILE=0, pip --no-compile) compiled torch's sources again: `import torch` took
+# 3.3 s of CPU there against 1.8 s with bytecode (doctor's bytecode check says the same to users).
+# The tests of that check set the variable themselves.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+
 def envkit(*args: str, env: dict | None = None, cwd: str | os.PathLike | None = None, timeout: float = 300,
            input: str | None = None) -> subprocess.CompletedProcess:
     """Run `python -m envkit ARGS` as a user would; stdout is not a TTY (plain output)."""
