@@ -99,14 +99,14 @@ def wheel_tags(dist_path: str | None) -> frozenset:
     return frozenset(line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Tag:"))
 
 
-def _lookup(index: str, name: str, version: str, tags: frozenset) -> dict | None:
+def _lookup(index: str, name: str, version: str, tags: frozenset, session=None) -> dict | None:
     from packaging.version import InvalidVersion, Version
 
     try:
         want = Version(version)
     except InvalidVersion:
         return None
-    for cand in pages.fetch(index, name):
+    for cand in pages.fetch(index, name, session=session, version=want):
         if cand.version == want and set(cand.tags) == set(tags):
             digest = cand.sha256 or local_sha256(cand.url)
             if digest:
@@ -123,7 +123,7 @@ def from_indexes(wanted: dict[str, dict], indexes: list[str], budget: float) -> 
         return found, failed
     lock = threading.Lock()
 
-    def work(name: str, d: dict) -> None:
+    def work(name: str, d: dict, session) -> None:
         tags = wheel_tags(d.get("path"))
         if not tags:
             return
@@ -131,7 +131,7 @@ def from_indexes(wanted: dict[str, dict], indexes: list[str], budget: float) -> 
             if index in failed:
                 continue
             try:
-                hit = _lookup(index, name, d["version"], tags)
+                hit = _lookup(index, name, d["version"], tags, session)
             except EnvkitError as exc:
                 with lock:
                     failed[index] = exc.message
@@ -147,11 +147,21 @@ def from_indexes(wanted: dict[str, dict], indexes: list[str], budget: float) -> 
 
     # Daemon threads: one still waiting for a slow index when the budget is spent is left behind
     # (the run goes on; the process that started it ends with the run).
+    # Each thread keeps one requests.Session for its packages: a connection per index host, reused,
+    # where a session per lookup made a TLS handshake (and loaded the CA bundle) for every package.
     todo = list(wanted.items())
     threads = []
+
+    def work_through(chunk: list) -> None:
+        import requests
+
+        with requests.Session() as session:
+            for n, d in chunk:
+                work(n, d, session)
+
     for i in range(min(8, len(todo))):
         chunk = todo[i::8]
-        t = threading.Thread(target=lambda c=chunk: [work(n, d) for n, d in c], daemon=True)
+        t = threading.Thread(target=work_through, args=(chunk,), daemon=True)
         t.start()
         threads.append(t)
     deadline = time.monotonic() + budget

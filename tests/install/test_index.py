@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -47,6 +48,22 @@ def test_reads_json_and_html_the_same(server, mode):
     assert all(c.url.startswith(server.base + "/files/") for c in cands)
     accept = [a for p, a in server.requests if p.startswith(f"/{mode}/simple/torch")]
     assert accept and "application/vnd.pypi.simple.v1+json" in accept[-1]
+
+
+@pytest.mark.parametrize("mode", ["json", "html", "folder"])
+def test_one_version_asked_for_is_that_versions_files_of_the_whole_page(server, mode):
+    """A run's record asks the index for one version of each package: the page's files of that
+    version, as the whole page gives them, whatever the spelling of the version (2.6.0+CPU is 2.6.0+cpu)."""
+    from packaging.version import Version
+
+    index = str(Path(server.wheels["good"][0]).parent) if mode == "folder" else server.url(mode)
+    whole = pages.fetch(index, "torch")
+    assert len({c.version for c in whole}) >= 6  # every version of the page, not only the first file's
+    for text in ("2.6.0+CPU", "2.8.0.dev20250101+cpu", "2.9.0+cpu"):
+        want = Version(text)
+        one = pages.fetch(index, "torch", version=want)
+        assert one and [(c.filename, c.sha256, c.url) for c in one] == [(c.filename, c.sha256, c.url) for c in whole if c.version == want]
+    assert pages.fetch(index, "torch", version=Version("3.0")) == []
 
 
 @pytest.mark.parametrize("text,expected,companions", [

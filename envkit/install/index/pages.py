@@ -85,13 +85,27 @@ class _Links(html.parser.HTMLParser):
             self.links.append(dict(attrs))
 
 
-def _candidates(name: str, files: list[dict], base_url: str) -> list[Candidate]:
+def _candidates(name: str, files: list[dict], base_url: str, only: Version | None = None) -> list[Candidate]:
+    """The page's wheels of `name`; of that version alone where one is given. A project page lists
+    every file ever released (torch's on PyPI: thousands), and parsing each name's tags and URL cost
+    most of the CPU of a run's first record: a file of another version is skipped by the version
+    field of its name (name-version[-build]-python-abi-platform.whl) before any of that."""
     out = []
     want = canonicalize_name(name)
+    seen: dict[str, bool] = {}  # a version's text -> whether it is `version` (parsed once per release)
     for f in files:
         filename = f.get("filename") or ""
         if not filename.endswith(".whl"):
             continue
+        if only is not None:
+            text = filename.split("-", 2)[1] if filename.count("-") >= 4 else ""
+            if text not in seen:
+                try:
+                    seen[text] = Version(text) == only
+                except InvalidVersion:
+                    seen[text] = False
+            if not seen[text]:
+                continue
         try:
             pname, version, _build, tags = parse_wheel_filename(filename)
         except (InvalidWheelFilename, InvalidVersion):
@@ -115,7 +129,7 @@ def _candidates(name: str, files: list[dict], base_url: str) -> list[Candidate]:
     return out
 
 
-def parse_json_page(name: str, text: str, url: str) -> list[Candidate]:
+def parse_json_page(name: str, text: str, url: str, version: Version | None = None) -> list[Candidate]:
     try:
         data = json.loads(text)
         files = data["files"]
@@ -123,10 +137,10 @@ def parse_json_page(name: str, text: str, url: str) -> list[Candidate]:
             raise TypeError
     except (ValueError, KeyError, TypeError):
         raise EnvkitError(f"the index {url} answered with JSON that is not a PEP 691 project page", fix=FIX)
-    return _candidates(name, [f for f in files if isinstance(f, dict)], url)
+    return _candidates(name, [f for f in files if isinstance(f, dict)], url, version)
 
 
-def parse_html_page(name: str, text: str, url: str) -> list[Candidate]:
+def parse_html_page(name: str, text: str, url: str, version: Version | None = None) -> list[Candidate]:
     p = _Links()
     try:
         p.feed(text)
@@ -141,17 +155,19 @@ def parse_html_page(name: str, text: str, url: str) -> list[Candidate]:
         files.append({"filename": filename, "url": href, "requires-python": a.get("data-requires-python"),
                       "yanked": "data-yanked" in a,
                       "core-metadata": a.get("data-core-metadata", a.get("data-dist-info-metadata"))})
-    return _candidates(name, files, url)
+    return _candidates(name, files, url, version)
 
 
 def project_url(index_url: str, name: str) -> str:
     return index_url.rstrip("/") + "/" + canonicalize_name(name) + "/"
 
 
-def fetch(index_url: str, name: str, *, session=None) -> list[Candidate]:
-    """Every wheel of project `name` on the index (a URL, file:// URL or directory of wheels)."""
+def fetch(index_url: str, name: str, *, session=None, version: Version | None = None) -> list[Candidate]:
+    """Every wheel of project `name` on the index (a URL, file:// URL or directory of wheels), or
+    of one version of it. A `session` (requests.Session) reuses its connections: one TLS handshake
+    per host, not per project."""
     if index_url.startswith("file://") or "://" not in index_url:
-        return _fetch_local(index_url, name)
+        return _fetch_local(index_url, name, version)
     import requests
 
     url = project_url(index_url, name)
@@ -183,8 +199,8 @@ def fetch(index_url: str, name: str, *, session=None) -> list[Candidate]:
         except Exception:
             raise EnvkitError(f"the package index {index_url} sent an unreadable answer", fix=FIX)
         if ctype == JSON_TYPE or ctype == "application/json":
-            return parse_json_page(name, text, resp.url)
-        return parse_html_page(name, text, resp.url)
+            return parse_json_page(name, text, resp.url, version)
+        return parse_html_page(name, text, resp.url, version)
     raise EnvkitError(f"cannot reach the package index {index_url}: {last} (tried {RETRIES + 1} times)", fix=FIX)
 
 
@@ -204,14 +220,14 @@ def _connection_reason(exc) -> str:
     return "the connection failed"
 
 
-def _fetch_local(index_url: str, name: str) -> list[Candidate]:
+def _fetch_local(index_url: str, name: str, version: Version | None = None) -> list[Candidate]:
     path = Path(urllib.parse.unquote(urllib.parse.urlsplit(index_url).path) if index_url.startswith("file://") else index_url)
     project = path / canonicalize_name(name)
     if (project / "index.html").is_file():  # a file:// simple index
-        return parse_html_page(name, (project / "index.html").read_text(errors="replace"), project.as_uri() + "/")
+        return parse_html_page(name, (project / "index.html").read_text(errors="replace"), project.as_uri() + "/", version)
     if path.is_dir():  # a find-links directory of wheels
         files = [{"filename": p.name, "url": p.as_uri()} for p in sorted(path.glob("*.whl"))]
-        return _candidates(name, files, path.as_uri() + "/")
+        return _candidates(name, files, path.as_uri() + "/", version)
     return []
 
 
