@@ -1,11 +1,13 @@
 """torch.compile on the CPU (Inductor with gcc): compile_scope blocks compiles a gpt's repeated
 block once and trains the eager losses; the compile cache (training.compile_cache) is saved after
 the first step, loaded by the next run, which then compiles nothing (torch's own counters, in
-summary.json), and refused when its signature does not verify."""
+summary.json) and builds no C++ kernel again (the file holds them), and refused when its signature
+does not verify."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -72,6 +74,14 @@ def test_second_run_loads_the_cache_and_compiles_nothing(runs):
     assert stats["fxgraph_cache_hit"] > 0 and stats["autograd_cache_hit"] > 0, stats
     assert not any(n.startswith("saved") for n in s["compile_cache"]["notes"]), s["compile_cache"]
     assert losses(run_dir) == losses(runs["cold"][0])
+    # Inductor's cache was empty (another machine): the kernels came from envkit's file, and no
+    # compiler built them again (the cold run's g++ builds took most of its compile)
+    saved = int(re.search(r"saved gpt-\S+ \(\d+ artifacts, (\d+) C\+\+ kernels", runs["cold"][1]).group(1))
+    loaded = re.search(r"loaded gpt-\S+ \(\d+ artifacts, (\d+) C\+\+ kernels.*; (\d+) kernels put in Inductor's cache", out)
+    assert saved > 0 and loaded and int(loaded.group(1)) == int(loaded.group(2)) == saved, out[-2000:]
+    assert len(list((runs["dir"] / "ind2").glob("*/*.so"))) >= saved
+    cold = summary(runs["cold"][0])["compile_stats"]["seconds"]
+    assert stats["seconds"].get("compile_file", 0.0) < cold["compile_file"] / 4, (stats["seconds"], cold)
 
 
 def test_a_changed_cache_file_is_refused_before_any_of_it_loads(runs, tmp_path, monkeypatch):
@@ -95,6 +105,19 @@ def test_a_changed_cache_file_is_refused_before_any_of_it_loads(runs, tmp_path, 
     again = compile_cache.CompileCache(blob.stem, True, lines.append)
     again.load()
     assert again.loaded is not None and lines[-1].startswith(f"compile cache: loaded {blob.stem}"), lines
+
+
+def test_a_file_of_the_earlier_format_is_named_and_compiled_over(tmp_path, monkeypatch):
+    """A cache file an earlier envkit wrote (torch's blob alone, no C++ kernels): one line, not a
+    signature failure, and the run compiles (and saves the new format after its first step)."""
+    from envkit.train.run import compile_cache
+
+    monkeypatch.setenv("ENVKIT_CACHE_DIR", str(tmp_path))
+    mine = compile_cache.CompileCache("gpt-k", True, (lines := []).append)
+    mine.path.parent.mkdir(parents=True)
+    mine.path.write_bytes(compile_cache.OLD_MAGIC + b"0" * 64 + b"\ncode")
+    mine.load()
+    assert mine.loaded is None and len(lines) == 1 and "an earlier envkit's format" in lines[0], lines
 
 
 def test_a_file_signed_under_another_machines_key_is_refused(tmp_path, monkeypatch):

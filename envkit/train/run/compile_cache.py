@@ -6,7 +6,11 @@ container or a cleaned /tmp starts empty and pays the whole compile again (about
 small on an H100). torch's "mega cache" (torch.compiler.save_cache_artifacts / load_cache_artifacts)
 packs the compiled graphs (Inductor's FX graph cache, AOTAutograd's cache, Triton kernels, autotuning
 results) into one blob; envkit writes it after the first step to cache_dir()/compile/<key>.bin and
-loads it before the next run compiles.
+loads it before the next run compiles. On the CPU the graphs' C++ kernels are shared libraries that
+Inductor builds with the system compiler into its own cache folder, and the mega cache holds only
+their source: a fresh folder built them all again (14 of the 2-block gpt's, 13 s of g++ on the 2-core
+box, most of a warm run's 20 s). So the file also holds the libraries this run built or loaded, put
+back where Inductor looks for them (<its cache>/<2 characters>/<name>.so) before anything compiles.
 
 The key names what the graphs depend on: torch's build (version, git commit, CUDA), the device
 (its name, or the CPU's architecture), Python's version and the model's shape (its config, the
@@ -23,9 +27,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
+import io
 import json
 import platform
+import re
 import sys
+import time
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +49,10 @@ from envkit.fsutil import atomic_write_bytes
 if TYPE_CHECKING:
     from envkit.facts.model import TrainDevice
 
-MAGIC = b"envkit-compile-cache 1\n"
+MAGIC = b"envkit-compile-cache 2\n"  # 2: a zip of torch's blob and the C++ kernels (1: torch's blob alone)
+OLD_MAGIC = b"envkit-compile-cache 1\n"
+# Inductor's name for a built kernel library: <cache>/<its 2nd and 3rd characters>/c<key>[.main].so
+KERNEL = re.compile(r"(?P<dir>[a-z0-9]{2})/c(?P=dir)[a-z0-9]{40,60}(?:\.main)?\.so")
 MAX_BYTES = 512 << 20  # a blob above this is not kept: reading it would cost more than compiling saves
 COUNTERS = (("inductor", "fxgraph_cache_hit"), ("inductor", "fxgraph_cache_miss"),
             ("aot_autograd", "autograd_cache_hit"), ("aot_autograd", "autograd_cache_miss"))
@@ -120,7 +131,9 @@ class CompileCache:
     key: str
     enabled: bool
     log: Callable[[str], None]
-    loaded: bytes | None = None
+    loaded: bytes | None = None  # torch's blob, as loaded
+    kernels: dict = field(default_factory=dict)  # the C++ kernel libraries loaded: path under Inductor's cache -> bytes
+    started: float = field(default_factory=time.time)  # a library built after this was built by this run
     saved_misses: int = 0  # the compile count at the last save: a later save only when something new compiled
     notes: list = field(default_factory=list)  # summary.json's compile_cache: what was loaded and saved
 
@@ -147,15 +160,25 @@ class CompileCache:
         if path.stat().st_size > MAX_BYTES + 4096:
             self._say(f"compile cache: {path} refused: larger than {MAX_BYTES >> 20} MiB; compiling")
             return
-        data = unpack(self.key, path.read_bytes())
+        blob = path.read_bytes()
+        if blob.startswith(OLD_MAGIC):
+            self._say(f"compile cache: {path} is in an earlier envkit's format (no C++ kernels); compiling, and saved again")
+            return
+        data = unpack(self.key, blob)
         if data is None:
             self._say(f"compile cache: {path} refused: its signature does not verify under this machine's key "
                       "(written elsewhere or changed; generated code is never run unverified); compiling")
             return
-        info = torch.compiler.load_cache_artifacts(data)
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            torch_blob = z.read("torch.bin")
+            kernels = {n.removeprefix("kernels/"): z.read(n) for n in z.namelist()
+                       if n.startswith("kernels/") and KERNEL.fullmatch(n.removeprefix("kernels/"))}
+        info = torch.compiler.load_cache_artifacts(torch_blob)
         count = sum(len(v) for v in info.artifacts.values()) if info is not None else 0
-        self.loaded = data
-        self._say(f"compile cache: loaded {self.key} ({count} artifacts, {len(data) / 2**20:.1f} MiB)")
+        self.loaded, self.kernels = torch_blob, kernels
+        placed = _place_kernels(kernels)
+        self._say(f"compile cache: loaded {self.key} ({count} artifacts, {len(kernels)} C++ kernels, "
+                  f"{len(data) / 2**20:.1f} MiB)" + (f"; {placed} kernels put in Inductor's cache" if placed else ""))
 
     def save(self) -> None:
         """After the first step (everything the steps run is compiled by then), and again at the
@@ -178,15 +201,23 @@ class CompileCache:
         result = torch.compiler.save_cache_artifacts()
         if result is None:
             return
-        data, info = result
+        torch_blob, info = result
         count = sum(len(v) for v in info.artifacts.values())
+        kernels = {**self.kernels, **_kernels_of_this_run(self.started)}
+        out = io.BytesIO()
+        with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:  # stored: the blob is read back whole, once
+            z.writestr("torch.bin", torch_blob)
+            for rel, lib in sorted(kernels.items()):
+                z.writestr(f"kernels/{rel}", lib)
+        data = out.getvalue()
         if len(data) > MAX_BYTES:
             self._say(f"compile cache: not saved: {len(data) / 2**20:.0f} MiB is above the {MAX_BYTES >> 20} MiB kept")
             return
 
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         atomic_write_bytes(self.path, pack(self.key, data), mode=0o600)
-        self._say(f"compile cache: saved {self.key} ({count} artifacts, {len(data) / 2**20:.1f} MiB) in {self.path.parent}")
+        self._say(f"compile cache: saved {self.key} ({count} artifacts, {len(kernels)} C++ kernels, {len(data) / 2**20:.1f} MiB) "
+                  f"in {self.path.parent}")
 
     def _say(self, line: str) -> None:
         self.notes.append(line.removeprefix("compile cache: "))
@@ -196,6 +227,54 @@ class CompileCache:
 def _misses() -> int:
     c = compile_counters()
     return c["fxgraph_cache_miss"] + c["autograd_cache_miss"]
+
+
+def inductor_folder() -> Path:
+    """Inductor's own cache folder (TORCHINDUCTOR_CACHE_DIR, else /tmp/torchinductor_<user>)."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_cache_dir
+    except ImportError:  # older torch
+        from torch._inductor.codecache import cache_dir as inductor_cache_dir  # type: ignore[attr-defined,no-redef]
+    return Path(inductor_cache_dir())
+
+
+def _kernels_of_this_run(started: float) -> dict[str, bytes]:
+    """The C++ kernel libraries in Inductor's cache this process built (newer than its start) or
+    loaded (mapped into its memory, where /proc/self/maps says so): path under the cache -> bytes."""
+    root = inductor_folder()
+    mapped: set[str] = set()
+    with contextlib.suppress(OSError):
+        prefix = str(root.resolve()) + "/"
+        for line in Path("/proc/self/maps").read_text().splitlines():
+            lib = line.split(maxsplit=5)[-1]
+            if lib.startswith(prefix):
+                mapped.add(lib[len(prefix):])
+    out: dict[str, bytes] = {}
+    for path in root.glob("*/*.so"):
+        rel = path.relative_to(root).as_posix()
+        if not KERNEL.fullmatch(rel) or path.is_symlink():
+            continue
+        with contextlib.suppress(OSError):
+            if rel in mapped or path.stat().st_mtime >= started:
+                out[rel] = path.read_bytes()
+    return out
+
+
+def _place_kernels(kernels: dict[str, bytes]) -> int:
+    """Put each library where Inductor looks for it, unless one is there: written atomically, in
+    folders of Inductor's cache itself (never through a symlink out of it). Returns how many were put."""
+    root = inductor_folder()
+    placed = 0
+    for rel, lib in kernels.items():
+        dest = root / rel
+        if dest.exists() or dest.is_symlink():
+            continue
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if dest.parent.is_symlink() or dest.parent.resolve() != root.resolve() / dest.parent.name:
+            continue
+        atomic_write_bytes(dest, lib, mode=0o755)
+        placed += 1
+    return placed
 
 
 def _record_again(data: bytes) -> None:
