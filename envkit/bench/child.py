@@ -79,7 +79,9 @@ def measure(spec: dict) -> dict:
                       windows=int(spec["windows"]), max_steps=spec.get("max_steps"))
     if spec.get("stages"):  # sweep --pack auto: timed at several counts at once, started once (bench/stages.py)
         clock = StagedClock(clock, spec["stages"], int(spec.get("stage_index") or 0), free_before, run_length=run_length)
-    with tempfile.TemporaryDirectory(prefix="envkit-bench-run-") as tmp:
+    # The run's folder sits in the folder of the spec, which the parent made and removes even when it
+    # kills this process at a rung's timeout or budget (a folder of its own in /tmp was left behind then)
+    with tempfile.TemporaryDirectory(prefix="run-", dir=spec.get("work_dir")) as tmp:
         run_dir = Path(tmp)
         try:
             result = train(cfg, run_dir, resume="never", handle_signals=False, on_step=clock,
@@ -125,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     args = sys.argv[1:] if argv is None else argv
     spec = json.loads(open(args[0]).read())
+    spec.setdefault("work_dir", os.path.dirname(os.path.abspath(args[0])))
     try:
         out = measure(spec)
     except Exception as exc:  # noqa: BLE001 - the rung failed: say how, in one line, and exit cleanly

@@ -62,7 +62,8 @@ def run_spec(spec: RunSpec, python: str, base_env: dict[str, str], timeout: floa
     """Run the child; its progress lines (one per timed window) go to on_progress(name, dict) as
     they come, so a terminal shows the running figure."""
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="envkit-bench-") as tmp:
+    # the child's run folders are made in here too (bench/child.py): removed whether it ended or was killed
+    with tempfile.TemporaryDirectory(prefix="envkit-bench-", ignore_cleanup_errors=True) as tmp:
         path = Path(tmp) / "spec.json"
         path.write_text(json.dumps(spec.to_dict()))
         kwargs: dict[str, Any] = {"start_new_session": True} if os.name == "posix" else {}  # Ctrl-C reaches envkit, which ends the child

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -127,10 +128,14 @@ def _tree(pid: int) -> set[int]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc (Linux)")
-def test_a_two_process_rung_killed_at_its_timeout_leaves_no_worker_behind():
+def test_a_two_process_rung_killed_at_its_timeout_leaves_no_worker_behind(tmp_path, monkeypatch):
     """torchrun starts each worker in a session of its own: killing torchrun's group alone leaves
     them training. The rung is timed for far longer than its timeout allows; the process tree is
-    read all along (not only once training reports), so a slow start still shows its workers."""
+    read all along (not only once training reports), so a slow start still shows its workers. No
+    folder of envkit's is left in the temporary folder either (each worker's run folder was)."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     seen: set[int] = set()
     done = threading.Event()
 
@@ -142,7 +147,7 @@ def test_a_two_process_rung_killed_at_its_timeout_leaves_no_worker_behind():
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        result = run_spec(tiny_spec(seconds=600.0, windows=600), sys.executable, dict(os.environ), timeout=15)
+        result = run_spec(tiny_spec(seconds=600.0, windows=600), sys.executable, {**os.environ, "TMPDIR": str(scratch)}, timeout=15)
     finally:
         done.set()
         watcher.join()
@@ -152,6 +157,9 @@ def test_a_two_process_rung_killed_at_its_timeout_leaves_no_worker_behind():
     while any(alive(p) for p in seen) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert [p for p in seen if alive(p)] == []
+    # torch's own are not envkit's: Inductor's cache folder, and the agent's folder torchrun removes
+    # only when it is not SIGKILLed
+    assert [p.name for p in scratch.iterdir() if not p.name.startswith(("torchelastic_", "torchinductor_"))] == []
 
 
 def _cmdline(pid: int) -> str:
