@@ -15,7 +15,19 @@ TESTS = Path(__file__).resolve().parent  # the tests' data folders (snapshots/, 
 SNAPSHOTS = TESTS / "snapshots"
 
 
-_EMPTY_CONFIG_DIR = __import__("tempfile").mkdtemp(prefix="envkit-test-config-")
+def scratch_dir(prefix: str) -> str:
+    """A folder for this test process's life (a module's shared cache, the empty config folder),
+    removed when the process ends: each xdist worker makes its own, and none is left in /tmp."""
+    import atexit
+    import shutil
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+_EMPTY_CONFIG_DIR = scratch_dir("envkit-test-config-")
 
 def pytest_xdist_auto_num_workers(config):
     """`-n auto`: one worker per core. Two more (tried before) kept a 2-core machine at a load of 7.6:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, share_of_cores
+from conftest import ROOT, scratch_dir, share_of_cores
 
 DOCS = ROOT / "docs"
 PAGES = sorted(p for p in DOCS.rglob("*.md"))
@@ -174,7 +174,7 @@ def test_every_envkit_example_runs_or_is_marked_illustrative_with_a_reason():
 # envkit's cache for the pages' runs, not the user's: one for all the pages, so the environment's
 # lock that each run's record holds (envkit/record/envlock.py: hashes of every installed wheel, seconds
 # of CPU or of index reads) is made once, not once per page.
-CACHE = __import__("tempfile").mkdtemp(prefix="envkit-test-docs-cache-")
+CACHE = scratch_dir("envkit-test-docs-cache-")
 
 
 def page_env(tmp: Path) -> dict:

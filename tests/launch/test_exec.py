@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import envkit
+from conftest import envkit, scratch_dir
 
 PYBIN = str(Path(sys.executable).parent)
 # envkit's cache for this file's runs, not the user's: shared by its tests, so the environment's lock
 # that each run's record holds (envkit/record/envlock.py: hashes of every installed wheel, seconds of
 # CPU or of index reads) is made once, not once per test in a background process.
-CACHE = __import__("tempfile").mkdtemp(prefix="envkit-test-exec-cache-")
+CACHE = scratch_dir("envkit-test-exec-cache-")
 
 
 def _env(tmp_path: Path, **extra) -> dict:

@@ -15,14 +15,14 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import envkit
+from conftest import envkit, scratch_dir
 from processes import LONG, alive as _alive, wait_for as _wait_for
 
 PYBIN = str(Path(sys.executable).parent)
 # envkit's cache for this file's runs, not the user's: shared by its tests, so the environment's lock
 # that each run's record holds (envkit/record/envlock.py: hashes of every installed wheel, seconds of
 # CPU or of index reads) is made once, not once per test.
-CACHE = __import__("tempfile").mkdtemp(prefix="envkit-test-owner-cache-")
+CACHE = scratch_dir("envkit-test-owner-cache-")
 
 # The user's script: writes its pid and its own child's pid (same process group), then sits quietly
 # (it prints nothing: the old supervisor's death only reached a command when it next printed).
