@@ -92,7 +92,7 @@ def _candidates(name: str, files: list[dict], base_url: str, only: Version | Non
     field of its name (name-version[-build]-python-abi-platform.whl) before any of that."""
     out = []
     want = canonicalize_name(name)
-    seen: dict[str, bool] = {}  # a version's text -> whether it is `version` (parsed once per release)
+    seen: dict[str, bool] = {}  # a version's text -> whether it is `only` (parsed once per release)
     for f in files:
         filename = f.get("filename") or ""
         if not filename.endswith(".whl"):
