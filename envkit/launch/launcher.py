@@ -50,15 +50,21 @@ def clean_environ(env: dict) -> dict:
 
 
 def git_commit(folder: Path) -> dict | None:
+    """The commit of the repository holding `folder`, and whether its tracked files differ from it,
+    for environment.json. Through record/code.py's one git helper: a repository's own hooks and
+    fsmonitor run nothing (this used to call plain `git status`, which ran a core.fsmonitor program
+    from the repository's config on every `envkit run` there), and no index lock is taken."""
+    from envkit.record.code import InsideRunFolder, git
+
     try:
-        head = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
-        if head.returncode != 0:
+        head = git(folder, "rev-parse", "HEAD", timeout=5)
+        if head is None or head.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10)
-        return {"commit": head.stdout.strip(), "dirty": bool(dirty.stdout.strip()), "folder": str(folder)}
-    except (OSError, subprocess.SubprocessError):
+        dirty = git(folder, "status", "--porcelain", "--untracked-files=no", timeout=10)
+    except InsideRunFolder:  # a config inside a run folder: that folder's repository is data, not the code
         return None
+    return {"commit": head.stdout.decode(errors="replace").strip(),
+            "dirty": bool(dirty is not None and dirty.stdout.strip()), "folder": str(folder)}
 
 
 class DiskFullAtStart(EnvkitError):

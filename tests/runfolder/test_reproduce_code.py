@@ -86,6 +86,21 @@ def test_git_runs_no_hook_and_no_fsmonitor_while_recording_and_restoring(tmp_pat
     assert len(_git(repo, "worktree", "list").splitlines()) == 1
 
 
+def test_the_commit_a_run_records_runs_no_hook_and_no_fsmonitor_of_the_repository(tmp_path):
+    """environment.json's `git` (commit, dirty) of `envkit run` in an armed repository: git runs
+    nothing of the repository's config, and the changed tracked file still shows as dirty."""
+    from envkit.launch.launcher import git_commit
+
+    marker = tmp_path / "marker"
+    repo = _repo(tmp_path / "proj", {"train.yaml": "a: 1\n", ".gitignore": "runs/\nmonitor.sh\n"})
+    _armed(repo, marker)
+    (repo / "train.yaml").write_text("a: 2\n")
+    marker.unlink(missing_ok=True)
+    assert git_commit(repo) == {"commit": _git(repo, "rev-parse", "HEAD").strip(), "dirty": True, "folder": str(repo)}
+    assert not marker.exists(), marker.read_text()
+    assert git_commit(tmp_path) is None  # not a repository
+
+
 def test_a_code_folder_or_working_directory_inside_the_run_folder_is_never_used(tmp_path):
     """A received run folder ships a repository with a hook: refused before git starts, exit 2."""
     marker = tmp_path / "marker"
