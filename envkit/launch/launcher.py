@@ -24,6 +24,7 @@ from envkit.launch.spawn import ask_to_checkpoint, release_child, spawn_child
 from envkit.launch.torchrun import child_command, child_entry
 from envkit.plan.batch import is_auto
 from envkit.plan.model import Plan
+from envkit.record.code import InsideRunFolder, git
 from envkit.runfolder import names
 from envkit.redact import recorded_env, redact_argv, redact
 from envkit.train.run.stopping import exit_code  # the trainer's own rule, shared with its process
@@ -54,8 +55,6 @@ def git_commit(folder: Path) -> dict | None:
     for environment.json. Through record/code.py's one git helper: a repository's own hooks and
     fsmonitor run nothing (this used to call plain `git status`, which ran a core.fsmonitor program
     from the repository's config on every `envkit run` there), and no index lock is taken."""
-    from envkit.record.code import InsideRunFolder, git
-
     try:
         head = git(folder, "rev-parse", "HEAD", timeout=5)
         if head is None or head.returncode != 0:
