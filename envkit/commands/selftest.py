@@ -23,8 +23,8 @@ if TYPE_CHECKING:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--python", "python", metavar="PATH", help="Test this interpreter (default: the managed env's, else envkit's own).")
 @click.option("--isolate/--shared", "isolate", default=None,
-              help="A fresh interpreter for every probe (the default without --quick), or one shared worker "
-                   "restarted after any failure (the default with --quick).")
+              help="A fresh interpreter for every probe, or one shared worker (the default) restarted after any "
+                   "failure, a probe that failed after others running again alone before it is reported.")
 def selftest(device: DeviceType, profile: str | None, quick: bool, as_json: bool, python: str | None, isolate: bool | None) -> None:
     """Prove the device works: numbers vs a float64 CPU reference (matmul, softmax, layernorm,
     conv2d, SDPA, incl. non-contiguous inputs), backward + AdamW, autocast, torch.compile, the

@@ -42,6 +42,11 @@ def advise(result: dict, device: DeviceType) -> tuple[str | None, str | None]:
                 f"{DOCTOR} (check `openmp`) says which; do not rely on KMP_DUPLICATE_LIB_OK"), "openmp"
     if name == "torch":
         return f"{DOCTOR} (check `torch`); `envkit setup` installs a working torch", "torch"
+    if kind == "neighbour":
+        before = result.get("details", {}).get("after", "the probe before it")
+        return (f"the device works for this probe alone; after {before} in the same process it failed, which a "
+                "training that does both may meet: upgrade torch (`envkit setup`), and report it with "
+                "`envkit selftest --json` (both runs are in its details)"), _device_check(device)
     if name == "compile":
         if kind == "no-compiler":
             return ("torch.compile needs a C/C++ compiler: `xcode-select --install` on macOS, build-essential on Linux; "
@@ -101,7 +106,7 @@ def advise(result: dict, device: DeviceType) -> tuple[str | None, str | None]:
             return ("torch crashed inside Metal: upgrade torch and macOS; "
                     f"{DOCTOR} (checks `mps`, `python-arch`) and attach `envkit doctor --record snap.json` to a bug report"), "mps"
         return (f"torch crashed the interpreter: {DOCTOR} (checks `torch`, `{_device_check(device)}`, `openmp`); "
-                "rerun with `envkit selftest --isolate` to rule out a neighbour probe"), _device_check(device)
+                "it crashed with no other probe before it in its interpreter (a crash after others is run again alone)"), _device_check(device)
     if kind == "timeout":
         return (f"the device stopped responding: {DOCTOR} (check `{_device_check(device)}`); close other jobs on it and "
                 "run the self-test again"), _device_check(device)

@@ -37,8 +37,17 @@ def _injections():
     return out
 
 
+_STARTED_HERE = []  # the probes this process started, for the "-shared" injections
+
+
 def inject_before(name):
-    what = _injections().get(name)
+    """`NAME=crash` and the rest act always; `NAME=raise-shared` (crash, hang, raise or segv with
+    "-shared") only where another probe ran before it in this process, as a neighbour's leftover
+    state would."""
+    what = _injections().get(name) or ""
+    if what.endswith("-shared"):
+        what = what[:-len("-shared")] if _STARTED_HERE else ""
+    _STARTED_HERE.append(name)
     if what == "crash":
         sys.stderr.write("envkit selftest: injected crash in %s\n" % name)
         sys.stderr.flush()

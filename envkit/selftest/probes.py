@@ -15,7 +15,8 @@ probe had started and reports it as that probe's failure.
 
 Testing hook: ENVKIT_SELFTEST_INJECT="matmul=crash,softmax=hang,layernorm=wrong" makes the named
 probes abort (os.abort), sleep forever, return perturbed numbers, raise, or segfault
-(crash|hang|wrong|raise|segv). It exists for envkit's own tests; never set it otherwise.
+(crash|hang|wrong|raise|segv; crash, hang, raise or segv with "-shared", e.g. raise-shared, only
+after another probe in the same process). It exists for envkit's own tests; never set it otherwise.
 
 The probes live in probes_numeric.py and probes_system.py (helpers in probe_kit.py); this file
 loads them by path under unique names, so nothing of envkit needs to be importable.

@@ -10,8 +10,11 @@ probes it is given in order, announcing each before it starts. The runner reads 
   group is killed (DataLoader workers included), that probe fails, a fresh worker runs the rest.
 
 `isolate=True` gives every probe a fresh interpreter (the strict mode: no state shared at all,
-at the cost of one torch import per probe). The default reuses a worker while probes pass, which
-keeps the quick self-test within a few seconds; failure isolation is the same in both modes.
+at the cost of one torch import per probe). The default reuses a worker while probes pass, and a
+probe that fails or crashes after others ran in its worker runs once more, alone in a fresh one,
+before it is reported: failed again, it is the device's (or torch's) failure; passed alone, a probe
+before it left state that broke it, reported as a warning naming that probe. So a shared run
+attributes a failure as an isolated one does, for one torch import instead of one a probe.
 """
 
 from __future__ import annotations
@@ -153,8 +156,22 @@ def run_probes(python: str, env: dict[str, str], probes: list[str], make_config,
     results: dict[str, dict] = {}
     info: dict | None = None
     config: dict | None = None
+    shared_try: dict[str, tuple[dict, str]] = {}  # probe -> (its failure in a shared worker, the probe before it), while it runs alone
     while pending:
-        batch = pending[:1] if isolate else list(pending)
+        batch = pending[:1] if isolate or shared_try else list(pending)
+        before: str | None = None  # the last probe this worker finished
+
+        def finish(res: dict) -> bool:
+            """Record `res`, or hold it back to run its probe alone first; True when held back."""
+            nonlocal before
+            name = res["name"]
+            if res["status"] == "fail" and res.get("kind") != "timeout" and before is not None and name not in shared_try:
+                shared_try[name] = (res, before)
+                return True
+            _finish(_confirmed(res, shared_try.pop(name, None)), results, pending, on_result)
+            before = name
+            return False
+
         worker = Worker(python, env)
         try:
             ev = worker.next_event(timeout_for("startup", scale, timeouts))
@@ -184,10 +201,10 @@ def run_probes(python: str, env: dict[str, str], probes: list[str], make_config,
                     current, started = ev.data["probe"], time.monotonic()
                 elif ev.kind == "result":
                     res = ev.data["result"]
-                    _finish(res, results, pending, on_result)
+                    finish(res)
                     current = None
                     if res["status"] == "fail":
-                        break  # the worker stops itself after a failure; a fresh one runs the rest
+                        break  # the worker stops itself after a failure; a fresh one runs the rest (or this one alone)
                 elif ev.kind == "done":
                     break
                 elif ev.kind == "timeout":
@@ -205,11 +222,10 @@ def run_probes(python: str, env: dict[str, str], probes: list[str], make_config,
                 elif ev.kind == "exit":
                     if current is not None:
                         err = worker.stderr_summary()
-                        _finish({"name": current, "status": "fail", "kind": "crash", "seconds": round(time.monotonic() - started, 2),
-                                 "message": f"the interpreter crashed: {describe_exit(ev.data.get('returncode'))}"
-                                            + (f"; stderr: {err}" if err else ""),
-                                 "details": {"returncode": ev.data.get("returncode"), "stderr_tail": list(worker.stderr_tail)[-10:]}},
-                                results, pending, on_result)
+                        finish({"name": current, "status": "fail", "kind": "crash", "seconds": round(time.monotonic() - started, 2),
+                                "message": f"the interpreter crashed: {describe_exit(ev.data.get('returncode'))}"
+                                           + (f"; stderr: {err}" if err else ""),
+                                "details": {"returncode": ev.data.get("returncode"), "stderr_tail": list(worker.stderr_tail)[-10:]}})
                     else:
                         # exited between probes without a result for the rest of its batch
                         left = [p for p in batch if p not in results]
@@ -222,6 +238,24 @@ def run_probes(python: str, env: dict[str, str], probes: list[str], make_config,
         finally:
             worker.kill()
     return info or {}, [results[p] for p in probes if p in results]
+
+
+_OUTCOME = {"pass": "passed", "warn": "passed with a warning", "skip": "was skipped"}
+
+
+def _confirmed(alone: dict, shared: tuple[dict, str] | None) -> dict:
+    """The result of a probe that failed after `shared[1]` in a shared worker and then ran alone."""
+    if shared is None:
+        return alone
+    first, before = shared
+    if alone["status"] == "fail":
+        return {**alone, "message": f"{alone['message']} (after {before} in a shared interpreter, and again alone in a fresh one)",
+                "details": {**alone.get("details", {}), "shared_run": first}}
+    return {**alone, "status": "warn", "kind": "neighbour",
+            "message": f"failed after {before} in a shared interpreter ({first['kind']}: {first['message']}), "
+                       f"then {_OUTCOME.get(alone['status'], alone['status'])} alone in a fresh one: "
+                       f"{before} left the process in a state that broke it",
+            "details": {**alone.get("details", {}), "shared_run": first, "after": before}}
 
 
 def _finish(res: dict, results: dict, pending: list, on_result) -> None:

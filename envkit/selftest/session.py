@@ -80,11 +80,12 @@ def run_selftest(python: str | None = None, device: DeviceType = "auto", profile
     if device not in DEVICES:
         raise EnvkitError(f"unknown device {device!r}", fix="use auto, mps, cuda or cpu")
     if isolate is None:
-        # The full run gives every probe its own interpreter: no probe can inherit another's
-        # broken device state. --quick shares one worker while probes pass (a crash, hang or
-        # failure still kills it and the rest run in a fresh one): importing torch once
-        # instead of 13 times is what makes it take seconds.
-        isolate = not quick
+        # One worker shared while probes pass: a crash, hang or failure still ends it and the rest
+        # run in a fresh one, and a probe that failed after others runs again alone before it is
+        # reported (runner.py), so no failure is blamed on the wrong probe. A fresh interpreter for
+        # every probe (the full run's default until now) imported torch 13 times: 23 s of a 24 s
+        # self-test on the 2-core CPU box. --isolate still asks for it.
+        isolate = False
     names = list(probes or PROBES)
     unknown = [n for n in names if n not in PROBES]
     if unknown:

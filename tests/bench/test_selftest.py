@@ -97,6 +97,40 @@ def test_injected_crash_hang_and_wrong_numbers_fail_only_those(project):
     assert "[ok]   sdpa" in text and "the device is NOT ready" in text and "-> " in text
 
 
+def test_a_probe_broken_by_the_probe_before_it_is_run_again_alone_and_named_a_neighbours_fault(project):
+    """The shared worker (the default, full run or --quick): layernorm fails only after another probe
+    ran in its interpreter. It runs again alone and passes there: a warning naming softmax (the probe
+    before it), not a failure of the device, and the self-test exits 0."""
+    seen = []
+    env = {**CLEAN, "ENVKIT_SELFTEST_INJECT": "layernorm=raise-shared"}
+    report = run_selftest(device="cpu", profile="cpu", quick=True, env=env, on_probe=seen.append,
+                          probes=["device", "softmax", "layernorm", "conv2d"])
+    by = {p.name: p for p in report.probes}
+    assert not report.isolate and report.ok and report.exit_code == 0
+    ln = by["layernorm"]
+    assert (ln.status, ln.kind) == ("warn", "neighbour"), ln
+    assert ln.message.startswith("failed after softmax in a shared interpreter (exception: RuntimeError: injected error in layernorm)")
+    assert "then passed alone in a fresh one" in ln.message and ln.error is not None and ln.error <= ln.tolerance
+    assert ln.details["after"] == "softmax" and ln.details["shared_run"]["status"] == "fail"
+    assert ln.fix and "works for this probe alone" in ln.fix and "after softmax" in ln.fix
+    assert by["conv2d"].status == "pass" and [p.name for p in seen] == ["device", "softmax", "layernorm", "conv2d"]  # once each
+
+
+def test_a_probe_that_fails_again_alone_is_the_devices_failure(project):
+    """The same probe broken in every interpreter: run again alone, it fails there too, and that is
+    what is reported (the shared run kept in its details)."""
+    env = {**CLEAN, "ENVKIT_SELFTEST_INJECT": "layernorm=raise"}
+    report = run_selftest(device="cpu", profile="cpu", quick=True, env=env, probes=["device", "softmax", "layernorm", "conv2d"])
+    by = {p.name: p for p in report.probes}
+    assert not report.ok and report.exit_code == 1
+    ln = by["layernorm"]
+    assert (ln.status, ln.kind) == ("fail", "exception") and ln.details["traceback"]
+    assert ln.message == ("RuntimeError: injected error in layernorm (after softmax in a shared interpreter, "
+                          "and again alone in a fresh one)")
+    assert ln.details["shared_run"]["message"] == "RuntimeError: injected error in layernorm"
+    assert by["conv2d"].status == "pass"
+
+
 def test_isolate_gives_every_probe_its_own_interpreter_and_catches_a_segfault(project):
     env = {**CLEAN, "ENVKIT_SELFTEST_INJECT": "sdpa=segv,device=raise"}
     report = run_selftest(device="cpu", profile="cpu", quick=True, env=env, isolate=True,
@@ -137,6 +171,7 @@ def test_compile_probe_passes_on_cpu_without_quick(project):
     report = run_selftest(device="cpu", profile="cpu", quick=False, env=CLEAN, probes=["compile"])
     (p,) = report.probes
     assert p.status == "pass", p  # a C++ compiler is here: Inductor must work and match eager
+    assert report.isolate is False  # the full run shares one worker too (a failure after others runs again alone)
     assert p.error is not None and p.error <= p.tolerance
 
 
