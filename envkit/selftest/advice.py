@@ -30,6 +30,14 @@ def _wrong_numbers(device: DeviceType) -> tuple[str, str]:
             f"{DOCTOR} (checks `torch` and `openmp`), then reinstall torch (`envkit setup`)")
 
 
+def _neighbour(result: dict, device: DeviceType) -> tuple[str, str]:
+    """A probe that failed after another in one process and passed alone (runner.py's second run)."""
+    before = result.get("details", {}).get("after", "the probe before it")
+    return (f"the device works for this probe alone; after {before} in the same process it failed, which a "
+            "training that does both may meet: upgrade torch (`envkit setup`), and report it with "
+            "`envkit selftest --json` (both runs are in its details)"), _device_check(device)
+
+
 def advise(result: dict, device: DeviceType) -> tuple[str | None, str | None]:
     """(fix, check) for a non-passing probe result; (None, None) for a pass or a plain skip."""
     status, kind, name = result.get("status"), result.get("kind") or "", result.get("name")
@@ -43,10 +51,7 @@ def advise(result: dict, device: DeviceType) -> tuple[str | None, str | None]:
     if name == "torch":
         return f"{DOCTOR} (check `torch`); `envkit setup` installs a working torch", "torch"
     if kind == "neighbour":
-        before = result.get("details", {}).get("after", "the probe before it")
-        return (f"the device works for this probe alone; after {before} in the same process it failed, which a "
-                "training that does both may meet: upgrade torch (`envkit setup`), and report it with "
-                "`envkit selftest --json` (both runs are in its details)"), _device_check(device)
+        return _neighbour(result, device)
     if name == "compile":
         if kind == "no-compiler":
             return ("torch.compile needs a C/C++ compiler: `xcode-select --install` on macOS, build-essential on Linux; "

@@ -152,26 +152,12 @@ def run_probes(python: str, env: dict[str, str], probes: list[str], make_config,
     make_config(info) -> the config dict sent to workers (everything but "probes"); it may raise
     (e.g. an unavailable device) before any probe runs. on_info(info) and on_result(result) are
     called as things happen."""
-    pending = list(probes)
-    results: dict[str, dict] = {}
+    tally = _Tally(probes, on_result)
     info: dict | None = None
     config: dict | None = None
-    shared_try: dict[str, tuple[dict, str]] = {}  # probe -> (its failure in a shared worker, the probe before it), while it runs alone
-    while pending:
-        batch = pending[:1] if isolate or shared_try else list(pending)
-        before: str | None = None  # the last probe this worker finished
-
-        def finish(res: dict) -> bool:
-            """Record `res`, or hold it back to run its probe alone first; True when held back."""
-            nonlocal before
-            name = res["name"]
-            if res["status"] == "fail" and res.get("kind") != "timeout" and before is not None and name not in shared_try:
-                shared_try[name] = (res, before)
-                return True
-            _finish(_confirmed(res, shared_try.pop(name, None)), results, pending, on_result)
-            before = name
-            return False
-
+    while tally.pending:
+        batch = tally.pending[:1] if isolate or tally.shared_try else list(tally.pending)
+        tally.before = None
         worker = Worker(python, env)
         try:
             ev = worker.next_event(timeout_for("startup", scale, timeouts))
@@ -181,7 +167,7 @@ def run_probes(python: str, env: dict[str, str], probes: list[str], make_config,
                        else describe_exit(ev.data.get("returncode")))
                 err = worker.stderr_summary()
                 return info or {"torch_error": f"the interpreter {why}" + (f": {err}" if err else ""), "startup_crash": True}, \
-                    [results[p] for p in probes if p in results]
+                    tally.in_order(probes)
             if info is None:
                 info = ev.data
                 if on_info:
@@ -192,52 +178,78 @@ def run_probes(python: str, env: dict[str, str], probes: list[str], make_config,
                 config = make_config(info)
             assert config is not None  # made from the first worker's info
             worker.send({**config, "probes": batch})
-            current: str | None = None
-            started = 0.0
-            while True:
-                limit = timeout_for(current, scale, timeouts) - (time.monotonic() - started) if current else timeout_for("startup", scale, timeouts)
-                ev = worker.next_event(limit)
-                if ev.kind == "start":
-                    current, started = ev.data["probe"], time.monotonic()
-                elif ev.kind == "result":
-                    res = ev.data["result"]
-                    finish(res)
-                    current = None
-                    if res["status"] == "fail":
-                        break  # the worker stops itself after a failure; a fresh one runs the rest (or this one alone)
-                elif ev.kind == "done":
-                    break
-                elif ev.kind == "timeout":
-                    if current is None:  # stuck between probes: treat the next pending one as hung
-                        current = next((p for p in batch if p not in results), None)
-                        if current is None:
-                            break
-                    limit_s = timeout_for(current, scale, timeouts)
-                    worker.kill()
-                    status = TIMEOUT_STATUS.get(current, "fail")
-                    _finish({"name": current, "status": status, "kind": "timeout", "seconds": round(limit_s, 2),
-                             "message": f"no result within {limit_s:.0f} s: the probe hung (process killed)"
-                             + (" or is too slow here" if status == "warn" else "")}, results, pending, on_result)
-                    break
-                elif ev.kind == "exit":
-                    if current is not None:
-                        err = worker.stderr_summary()
-                        finish({"name": current, "status": "fail", "kind": "crash", "seconds": round(time.monotonic() - started, 2),
-                                "message": f"the interpreter crashed: {describe_exit(ev.data.get('returncode'))}"
-                                           + (f"; stderr: {err}" if err else ""),
-                                "details": {"returncode": ev.data.get("returncode"), "stderr_tail": list(worker.stderr_tail)[-10:]}})
-                    else:
-                        # exited between probes without a result for the rest of its batch
-                        left = [p for p in batch if p not in results]
-                        if left:
-                            err = worker.stderr_summary()
-                            _finish({"name": left[0], "status": "fail", "kind": "crash", "seconds": 0.0,
-                                     "message": f"the interpreter exited before this probe ({describe_exit(ev.data.get('returncode'))})"
-                                     + (f"; stderr: {err}" if err else "")}, results, pending, on_result)
-                    break
+            _drive(worker, batch, tally, scale, timeouts)
         finally:
             worker.kill()
-    return info or {}, [results[p] for p in probes if p in results]
+    return info or {}, tally.in_order(probes)
+
+
+class _Tally:
+    """The results so far, in the order they end; a probe that failed after others in a shared
+    worker is held back (shared_try) while it runs again alone."""
+
+    def __init__(self, probes: list[str], on_result) -> None:
+        self.pending = list(probes)
+        self.results: dict[str, dict] = {}
+        self.shared_try: dict[str, tuple[dict, str]] = {}  # probe -> (its failure in a shared worker, the probe before it)
+        self.before: str | None = None  # the last probe the current worker finished
+        self.on_result = on_result
+
+    def record(self, res: dict) -> None:
+        name = res["name"]
+        if res["status"] == "fail" and res.get("kind") != "timeout" and self.before is not None and name not in self.shared_try:
+            self.shared_try[name] = (res, self.before)
+            return
+        _finish(_confirmed(res, self.shared_try.pop(name, None)), self.results, self.pending, self.on_result)
+        self.before = name
+
+    def in_order(self, probes: list[str]) -> list[dict]:
+        return [self.results[p] for p in probes if p in self.results]
+
+
+def _drive(worker: Worker, batch: list[str], tally: _Tally, scale: float, timeouts: dict[str, float] | None) -> None:
+    """Read one worker's events until its batch is done, it fails, hangs or dies."""
+    current: str | None = None
+    started = 0.0
+    while True:
+        limit = timeout_for(current, scale, timeouts) - (time.monotonic() - started) if current else timeout_for("startup", scale, timeouts)
+        ev = worker.next_event(limit)
+        if ev.kind == "start":
+            current, started = ev.data["probe"], time.monotonic()
+        elif ev.kind == "result":
+            res = ev.data["result"]
+            tally.record(res)
+            current = None
+            if res["status"] == "fail":
+                return  # the worker stops itself after a failure; a fresh one runs the rest (or this probe alone)
+        elif ev.kind == "done":
+            return
+        elif ev.kind == "timeout":
+            if current is None:  # stuck between probes: treat the next pending one as hung
+                current = next((p for p in batch if p not in tally.results), None)
+                if current is None:
+                    return
+            limit_s = timeout_for(current, scale, timeouts)
+            worker.kill()
+            status = TIMEOUT_STATUS.get(current, "fail")
+            tally.record({"name": current, "status": status, "kind": "timeout", "seconds": round(limit_s, 2),
+                          "message": f"no result within {limit_s:.0f} s: the probe hung (process killed)"
+                          + (" or is too slow here" if status == "warn" else "")})
+            return
+        elif ev.kind == "exit":
+            err = worker.stderr_summary()
+            if current is not None:
+                tally.record({"name": current, "status": "fail", "kind": "crash", "seconds": round(time.monotonic() - started, 2),
+                              "message": f"the interpreter crashed: {describe_exit(ev.data.get('returncode'))}"
+                                         + (f"; stderr: {err}" if err else ""),
+                              "details": {"returncode": ev.data.get("returncode"), "stderr_tail": list(worker.stderr_tail)[-10:]}})
+            else:  # exited between probes without a result for the rest of its batch
+                left = [p for p in batch if p not in tally.results]
+                if left:
+                    tally.record({"name": left[0], "status": "fail", "kind": "crash", "seconds": 0.0,
+                                  "message": f"the interpreter exited before this probe ({describe_exit(ev.data.get('returncode'))})"
+                                  + (f"; stderr: {err}" if err else "")})
+            return
 
 
 _OUTCOME = {"pass": "passed", "warn": "passed with a warning", "skip": "was skipped"}
