@@ -260,6 +260,9 @@ def _confirmed(alone: dict, shared: tuple[dict, str] | None) -> dict:
     if shared is None:
         return alone
     first, before = shared
+    if alone.get("kind") == "timeout":  # it hung alone (a warning for compile): that is what is reported
+        return {**alone, "message": f"{alone['message']}, run alone after it failed after {before} in a shared interpreter "
+                                    f"({first['kind']}: {first['message']})", "details": {**alone.get("details", {}), "shared_run": first}}
     if alone["status"] == "fail":
         return {**alone, "message": f"{alone['message']} (after {before} in a shared interpreter, and again alone in a fresh one)",
                 "details": {**alone.get("details", {}), "shared_run": first}}

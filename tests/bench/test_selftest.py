@@ -131,6 +131,19 @@ def test_a_probe_that_fails_again_alone_is_the_devices_failure(project):
     assert by["conv2d"].status == "pass"
 
 
+def test_a_probe_that_failed_shared_and_then_hangs_alone_is_reported_as_the_hang():
+    """The second run's outcome is what is reported: a hang alone (a warning for compile) keeps its
+    status and says what the shared run saw, rather than calling a timeout a pass."""
+    from envkit.selftest.runner import _confirmed
+
+    hang = {"name": "compile", "status": "warn", "kind": "timeout", "message": "no result within 420 s: the probe hung"}
+    first = {"name": "compile", "status": "fail", "kind": "exception", "message": "RuntimeError: x"}
+    got = _confirmed(hang, (first, "dataloader"))
+    assert (got["status"], got["kind"]) == ("warn", "timeout") and got["details"]["shared_run"] == first
+    assert got["message"] == ("no result within 420 s: the probe hung, run alone after it failed after dataloader in a "
+                              "shared interpreter (exception: RuntimeError: x)")
+
+
 def test_isolate_gives_every_probe_its_own_interpreter_and_catches_a_segfault(project):
     env = {**CLEAN, "ENVKIT_SELFTEST_INJECT": "sdpa=segv,device=raise"}
     report = run_selftest(device="cpu", profile="cpu", quick=True, env=env, isolate=True,
