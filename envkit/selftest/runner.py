@@ -166,6 +166,8 @@ def run_probes(python: str, env: dict[str, str], probes: list[str], make_config,
                 why = (f"did not start within {timeout_for('startup', scale, timeouts):.0f} s" if ev.kind == "timeout"
                        else describe_exit(ev.data.get("returncode")))
                 err = worker.stderr_summary()
+                if info is not None:  # a later worker: the probes it was to run fail, none is left out of the report
+                    tally.give_up(f"no fresh interpreter started for it ({why}" + (f": {err}" if err else "") + ")")
                 return info or {"torch_error": f"the interpreter {why}" + (f": {err}" if err else ""), "startup_crash": True}, \
                     tally.in_order(probes)
             if info is None:
@@ -202,6 +204,15 @@ class _Tally:
             return
         _finish(_confirmed(res, self.shared_try.pop(name, None)), self.results, self.pending, self.on_result)
         self.before = name
+
+    def give_up(self, why: str) -> None:
+        """Every pending probe failed: no interpreter started to run it (a held-back one keeps its shared failure)."""
+        for name in list(self.pending):
+            held = self.shared_try.pop(name, None)
+            res = ({**held[0], "message": f"{held[0]['message']} (after {held[1]} in a shared interpreter; running it "
+                    f"again alone: {why})"} if held else
+                   {"name": name, "status": "fail", "kind": "crash", "seconds": 0.0, "message": f"not run: {why}"})
+            _finish(res, self.results, self.pending, self.on_result)
 
     def in_order(self, probes: list[str]) -> list[dict]:
         return [self.results[p] for p in probes if p in self.results]

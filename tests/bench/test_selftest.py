@@ -144,6 +144,20 @@ def test_a_probe_that_failed_shared_and_then_hangs_alone_is_reported_as_the_hang
                               "shared interpreter (exception: RuntimeError: x)")
 
 
+def test_a_later_interpreter_that_does_not_start_fails_its_probes_rather_than_leaving_them_out(project, tmp_path):
+    """The first worker starts; every later one exits at once (an interpreter that stopped working
+    mid-run). The probes they were to run are failures in the report, which is not ok."""
+    count, wrapper = tmp_path / "starts", tmp_path / "python"
+    wrapper.write_text(f"#!/bin/sh\necho x >> {count}\n[ $(wc -l < {count}) -gt 1 ] && exit 3\nexec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    report = run_selftest(python=str(wrapper), device="cpu", profile="cpu", quick=True, env=CLEAN, isolate=True,
+                          probes=["device", "softmax", "layernorm"])
+    by = {p.name: p for p in report.probes}
+    assert by["device"].status == "pass" and not report.ok and report.exit_code == 1
+    for name in ("softmax", "layernorm"):
+        assert by[name].status == "fail" and by[name].message == "not run: no fresh interpreter started for it (exit code 3)", by[name]
+
+
 def test_isolate_gives_every_probe_its_own_interpreter_and_catches_a_segfault(project):
     env = {**CLEAN, "ENVKIT_SELFTEST_INJECT": "sdpa=segv,device=raise"}
     report = run_selftest(device="cpu", profile="cpu", quick=True, env=env, isolate=True,
