@@ -80,7 +80,7 @@ class TorchBytecode:
     """torch's modules and their bytecode, as the examined interpreter sees them (interp_probe.py)."""
 
     folder: str  # the torch package's folder
-    compiled: bool  # its modules have bytecode (pip writes it when it installs; uv with --compile-bytecode)
+    compiled: bool  # its modules have bytecode (envkit setup's verification writes it; pip's own install does)
     dont_write_bytecode: bool  # PYTHONDONTWRITEBYTECODE (or -B): Python writes no bytecode on an import
     writable: bool  # this user may write the bytecode folders
 

@@ -130,13 +130,20 @@ def _set(venv: Path) -> dict:
 @pytest.mark.slow
 def test_real_torch_setup_lock_and_rebuild(tmp_path):
     """The real CPU wheel of torch 2.13.0 (pip finds it through its configuration: find-links on
-    this disk; the CPU index elsewhere), verified and locked whole."""
-    # PIP_COMPILE=0: pip's byte-compiling of torch's 2,000+ modules (20 s of CPU an install on the 2-core box) is pip's
-    # work, not what this tests. Not PIP_NO_COMPILE=1: pip reads that as --no-compile's destination, `compile`, set to
-    # true, so it compiles (pip/_internal/cli/parser.py, _update_defaults)
-    env = {"ENVKIT_CACHE_DIR": str(tmp_path / "cache"), "PIP_COMPILE": "0"}
+    this disk; the CPU index elsewhere), verified and locked whole. Bytecode is written for what
+    `import torch` loads, not for all of torch (pip's byte-compiling of every module was two thirds of
+    the install's CPU), where Python itself writes none too (PYTHONDONTWRITEBYTECODE, as this
+    project's machines set it)."""
+    env = {"ENVKIT_CACHE_DIR": str(tmp_path / "cache"), "PYTHONDONTWRITEBYTECODE": "1"}
     r = envkit("setup", "--yes", "--no-selftest", "--torch", "2.13.0", cwd=tmp_path, env=env, timeout=1500)  # ~150 s under a loaded suite: 10x
     assert r.returncode == 0, r.stdout + r.stderr
+    assert "-m pip install --no-compile --report" in r.stderr
+    (site,) = (tmp_path / ".envkit/venv/lib").glob("python3*/site-packages")
+    tag = sys.implementation.cache_tag
+    assert (site / "torch" / "__pycache__" / f"__init__.{tag}.pyc").is_file()  # imported: compiled once, here
+    assert (site / "torch" / "nn" / "modules" / "__pycache__" / f"module.{tag}.pyc").is_file()
+    assert (site / "torch" / "testing" / "_internal" / "common_utils.py").is_file()  # torch's test harness: no training imports it
+    assert not (site / "torch" / "testing" / "_internal" / "__pycache__" / f"common_utils.{tag}.pyc").exists()
     first = _set(tmp_path / ".envkit/venv")
     assert first["torch"] == "2.13.0+cpu" and first.get("numpy"), first  # numpy beside torch by default
     assert "Warning" not in r.stdout + r.stderr  # envkit's own checks add no warning noise

@@ -60,7 +60,7 @@ def world(tmp_path_factory, index):
     pip.conf, no find-links), envkit's cache is the module's own."""
     root = tmp_path_factory.mktemp("world")
     env = {"PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": None, "PIP_INDEX_URL": f"{index.base}/pypi/simple",
-           "PIP_EXTRA_INDEX_URL": f"{index.base}/whl/cpu", "PIP_COMPILE": "0", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+           "PIP_EXTRA_INDEX_URL": f"{index.base}/whl/cpu", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
            "ENVKIT_CACHE_DIR": str(root / "cache"), "ENVKIT_HOME": str(root / "no-managed-env")}
     return root, env
 

@@ -164,6 +164,11 @@ try:
         out["problems"].append("a CUDA build (%s) was installed on a machine without a GPU" % torch.version.cuda)
 except Exception as exc:
     out["problems"].append("import torch failed: %s: %s" % (type(exc).__name__, str(exc).splitlines()[0] if str(exc) else ""))
+if device == "cuda" and not out["problems"]:
+    try:  # their bytecode, written by this import (torch.compile is on by default on CUDA): not a check
+        import torch._dynamo, torch._inductor.compile_fx
+    except Exception:
+        pass
 out["ok"] = not out["problems"]
 print("ENVKIT_VERIFY " + json.dumps(out))
 """
@@ -171,10 +176,13 @@ print("ENVKIT_VERIFY " + json.dumps(out))
 
 def verify(python: str, versions: dict[str, str], device: VerifyDevice, timeout: float = 300) -> dict:
     """Run inside the target: the installed versions are the planned ones, torch imports, the device
-    works, and on CUDA every GPU's architecture is among the build's kernels (or PTX it can JIT)."""
+    works, and on CUDA every GPU's architecture is among the build's kernels (or PTX it can JIT). Its
+    imports write the bytecode of the modules they load, PYTHONDONTWRITEBYTECODE or not: the installers
+    wrote none (plan.py, BYTECODE), and without it every process compiles torch's sources again."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     try:
         proc = subprocess.run([python, "-c", _VERIFY, json.dumps(versions), device], capture_output=True, text=True,
-                              timeout=timeout)
+                              timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return {"ok": False, "problems": [f"verification hung for more than {timeout:g} s"]}
     for line in proc.stdout.splitlines():

@@ -69,6 +69,13 @@ class InstallPlan:
         return spec
 
 
+# BYTECODE: the installers write no bytecode for the 5,200 modules of torch and its dependencies (pip's
+# byte-compiling took 18 of the 27 s of `pip install torch` on a 2-core box); the verification that
+# follows every install imports torch and writes it for the 800 modules that import loads, and
+# where the machine compiles by default (CUDA) for torch.compile's too (execute.verify). A module
+# imported later (torch.distributed, onnx, ...) is compiled once, at its first import.
+
+
 def requirements(versions: dict[str, str], wheels: dict[str, str] | None = None) -> list[str]:
     """`torch==2.13.0+cpu` pins (the full version with its local label, so that no other build can
     win), or the cached wheel file for a nightly."""
@@ -98,15 +105,13 @@ def install_command(installer: Installer, python: str, versions: dict[str, str],
     reqs = requirements(versions, wheels)
     if installer == "uv":
         # uv has no --report (the lock takes the hashes from the index entries the resolver pinned)
-        # and no --pre: `--prerelease allow` admits nightlies and release candidates. --compile-bytecode:
-        # uv writes no bytecode by default, and where Python writes none either (PYTHONDONTWRITEBYTECODE,
-        # a read-only venv) every process compiles torch's sources again (doctor's bytecode check); pip
-        # compiles when it installs.
-        cmd = [_uv(), "pip", "install", "--python", python, "--compile-bytecode"] + index_args(index_url)
+        # and no --pre: `--prerelease allow` admits nightlies and release candidates. No bytecode, as
+        # with pip below (BYTECODE).
+        cmd = [_uv(), "pip", "install", "--python", python] + index_args(index_url)
         if channel != "stable":
             cmd += ["--prerelease", "allow"]
         return cmd + reqs
-    cmd = [python, "-m", "pip", "install"]
+    cmd = [python, "-m", "pip", "install", "--no-compile"]  # BYTECODE
     if report:
         cmd += ["--report", report]
     cmd += index_args(index_url)
