@@ -274,13 +274,15 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         end, seen = time.monotonic() + timeout, None
         while time.monotonic() < end:
             j = self.job(job_id)
-            # Released once the nodes are idle again, and 2 s after the requeue: slurmd revokes the first
-            # attempt's credential at the requeue and compares times in whole seconds, so a second attempt
-            # launched within the same second is killed ("Killing non-startable batch JobId=N: Job
-            # credential revoked" in slurmctld.log), which Slurm's own two-minute BeginTime never meets.
+            # Released once no process of the first attempt is left (other jobs may keep the node
+            # busy), and 2 s after the requeue: slurmd revokes the first attempt's credential at the
+            # requeue and compares times in whole seconds, so a second attempt launched within the same
+            # second is killed ("Killing non-startable batch JobId=N: Job credential revoked" in
+            # slurmctld.log), which Slurm's own two-minute BeginTime never meets.
             if int(j.get("Restarts", 0)) >= restarts and j.get("JobState") == "PENDING":
                 seen = seen or time.monotonic()
-                if time.monotonic() - seen >= 2.0 and self._nodes_idle():
+                # an array task's processes carry its own JobId (SLURM_JOB_ID), not "ARRAY_TASK"
+                if time.monotonic() - seen >= 2.0 and not self.job_pids(j.get("JobId", job_id)):
                     self.scontrol("update", f"JobId={job_id}", "StartTime=now")
                     return
             if j.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED"):
