@@ -124,16 +124,21 @@ def check_bytecode(facts: Facts) -> Check:
     if code is None:
         why = "torch is not installed (see the torch check)" if not facts.torch.version else "not recorded in this snapshot"
         return Check("bytecode", SKIP, why, group="Environment")
-    if code.compiled:
+    # `envkit setup` writes the bytecode of what `import torch` loads, and of torch.compile's modules only
+    # where training compiles by default (CUDA): install/act/plan.py, BYTECODE
+    compile_missing = code.compile_compiled is False
+    if code.compiled and not compile_missing:
         return Check("bytecode", PASS, "torch's modules are byte-compiled", group="Environment")
     if code.python_writes:
-        return Check("bytecode", PASS, "torch's modules are not byte-compiled yet: the first import writes it (once)",
-                     group="Environment")
+        message = ("torch's modules are byte-compiled; torch.compile's get theirs at its first use (once)" if code.compiled
+                   else "torch's modules are not byte-compiled yet: the first import writes it (once)")
+        return Check("bytecode", PASS, message, group="Environment")
     why = "PYTHONDONTWRITEBYTECODE is set" if code.dont_write_bytecode else f"{code.folder} is not writable for this user"
     python = facts.python.executable or "python"
     site = str(PurePath(code.folder).parent)  # torch.compile imports sympy, triton, jinja2... from there too
-    return Check("bytecode", WARN,
-                 f"torch's modules have no bytecode and Python writes none ({why}): every process compiles torch's "
-                 f"sources again ({_WITHOUT_BYTECODE})",
-                 f"{_sh(python)} -m compileall -q -j 0 {_sh(site)}"
+    message = (f"torch's modules are byte-compiled, torch.compile's are not and Python writes none ({why}): every process "
+               f"that compiles compiles their sources again ({_WITHOUT_BYTECODE})" if code.compiled
+               else f"torch's modules have no bytecode and Python writes none ({why}): every process compiles torch's "
+               f"sources again ({_WITHOUT_BYTECODE})")
+    return Check("bytecode", WARN, message, f"{_sh(python)} -m compileall -q -j 0 {_sh(site)}"
                  + ("" if code.writable else " (as the folder's owner)"), "Environment")

@@ -46,7 +46,8 @@ class Diagnosis:
             "packages": f.packages,
             "torch_bytecode": None if f.torch_bytecode is None else {
                 "folder": f.torch_bytecode.folder, "compiled": f.torch_bytecode.compiled,
-                "dont_write_bytecode": f.torch_bytecode.dont_write_bytecode, "writable": f.torch_bytecode.writable},
+                "dont_write_bytecode": f.torch_bytecode.dont_write_bytecode, "writable": f.torch_bytecode.writable,
+                "compile_compiled": f.torch_bytecode.compile_compiled},
             "env": f.env,
             "runtime": f.runtime,
             "source": f.source,

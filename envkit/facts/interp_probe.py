@@ -77,12 +77,18 @@ def _torch_bytecode():
     if spec is None or not spec.origin or not spec.origin.endswith(".py"):
         return None
     folder = os.path.dirname(spec.origin)
-    # pip compiles every module or none: the package, a module torch imports, one torch.compile imports
-    sources = [os.path.join(folder, *p) for p in (("__init__.py",), ("nn", "modules", "module.py"), ("_dynamo", "__init__.py"))]
-    caches = [importlib.util.cache_from_source(p) for p in sources if os.path.isfile(p)]
-    return {"folder": folder, "compiled": all(os.path.isfile(c) for c in caches),
+
+    def caches(*paths):
+        sources = [os.path.join(folder, *p) for p in paths]
+        return [importlib.util.cache_from_source(p) for p in sources if os.path.isfile(p)]
+
+    # pip compiles every module or none; envkit setup's verification writes what `import torch` loads
+    # (the package, a module it imports), and torch.compile's on a CUDA machine only
+    imported, compiling = caches(("__init__.py",), ("nn", "modules", "module.py")), caches(("_dynamo", "__init__.py"))
+    return {"folder": folder, "compiled": all(os.path.isfile(c) for c in imported),
+            "compile_compiled": all(os.path.isfile(c) for c in compiling) if compiling else None,
             "dont_write_bytecode": bool(sys.flags.dont_write_bytecode),
-            "writable": all(_writable(os.path.dirname(c)) for c in caches)}
+            "writable": all(_writable(os.path.dirname(c)) for c in imported + compiling)}
 
 
 def probe(names):

@@ -80,9 +80,10 @@ class TorchBytecode:
     """torch's modules and their bytecode, as the examined interpreter sees them (interp_probe.py)."""
 
     folder: str  # the torch package's folder
-    compiled: bool  # its modules have bytecode (envkit setup's verification writes it; pip's own install does)
+    compiled: bool  # the modules `import torch` loads have bytecode (envkit setup's verification writes it; pip's own install does)
     dont_write_bytecode: bool  # PYTHONDONTWRITEBYTECODE (or -B): Python writes no bytecode on an import
     writable: bool  # this user may write the bytecode folders
+    compile_compiled: bool | None = None  # torch.compile's modules too (None: not recorded, or no torch._dynamo)
 
     @classmethod
     def from_probe(cls, raw) -> TorchBytecode | None:
@@ -92,7 +93,8 @@ class TorchBytecode:
         compiled, dont_write, writable = (raw.get(k) for k in ("compiled", "dont_write_bytecode", "writable"))
         if not (isinstance(compiled, bool) and isinstance(dont_write, bool) and isinstance(writable, bool)):
             return None
-        return cls(raw["folder"], compiled, dont_write, writable)
+        dynamo = raw.get("compile_compiled")
+        return cls(raw["folder"], compiled, dont_write, writable, dynamo if isinstance(dynamo, bool) else None)
 
     @property
     def python_writes(self) -> bool:

@@ -45,12 +45,35 @@ def test_no_bytecode_and_none_written_warns_and_its_fix_makes_it_pass(python_wit
     assert check["status"] == "warn", check
     assert "no bytecode and Python writes none (PYTHONDONTWRITEBYTECODE is set)" in check["message"]
     assert "14.0 s against 6.9 s" in check["message"]
-    assert facts == {"folder": facts["folder"], "compiled": False, "dont_write_bytecode": True, "writable": True}
+    assert facts == {"folder": facts["folder"], "compiled": False, "dont_write_bytecode": True, "writable": True,
+                     "compile_compiled": False}
     assert check["fix"] == f"{python_with_a_torch} -m compileall -q -j 0 {Path(facts['folder']).parent}"  # site-packages
     fixed = subprocess.run(["bash", "-c", check["fix"]], capture_output=True, text=True)
     assert fixed.returncode == 0, fixed.stderr
     check, facts = bytecode_check(python_with_a_torch, PYTHONDONTWRITEBYTECODE="1")
     assert (check["status"], check["message"], facts["compiled"]) == ("pass", "torch's modules are byte-compiled", True)
+
+
+def test_bytecode_for_what_import_torch_loads_and_none_for_torch_compile_is_said_as_such(python_with_a_torch):
+    """What `envkit setup` leaves on a machine that does not compile by default (its verification's
+    import writes the bytecode of what `import torch` loads): torch is byte-compiled; torch.compile's
+    modules are not, which matters only where Python writes none."""
+    import py_compile
+
+    _, facts = bytecode_check(python_with_a_torch, PYTHONDONTWRITEBYTECODE="1")
+    for name in ("__init__.py", "nn/modules/module.py"):
+        py_compile.compile(str(Path(facts["folder"]) / name), doraise=True)
+    check, facts = bytecode_check(python_with_a_torch, PYTHONDONTWRITEBYTECODE=None)
+    assert (facts["compiled"], facts["compile_compiled"]) == (True, False)
+    assert (check["status"], check["message"]) == ("pass", "torch's modules are byte-compiled; torch.compile's get theirs at "
+                                                           "its first use (once)")
+    check, _ = bytecode_check(python_with_a_torch, PYTHONDONTWRITEBYTECODE="1")
+    assert check["status"] == "warn", check
+    assert check["message"].startswith("torch's modules are byte-compiled, torch.compile's are not and Python writes none "
+                                       "(PYTHONDONTWRITEBYTECODE is set): every process that compiles compiles their sources again")
+    assert subprocess.run(["bash", "-c", check["fix"]], capture_output=True).returncode == 0
+    check, facts = bytecode_check(python_with_a_torch, PYTHONDONTWRITEBYTECODE="1")
+    assert (check["status"], check["message"], facts["compile_compiled"]) == ("pass", "torch's modules are byte-compiled", True)
 
 
 def test_no_bytecode_where_python_writes_it_passes_and_says_the_first_import_will(python_with_a_torch):
