@@ -37,6 +37,10 @@ SMALL = ["--profile", "cpu", "--set", "device.type=cpu", "--set", f"training.max
          "--set", "dataset.num_samples=2000", "--set", "model.hidden=32", "--set", "eval.every_steps=0",
          "--set", "checkpoint.every_steps=10", "--set", "logging.every_steps=1", "--set", "logging.progress=none"]
 JOB_TIMEOUT = 400
+# Each step sleeps this long in the scenarios that signal a job mid-run: 40 steps leave seconds between
+# the step a test waits for and the end, for the signal to travel (scancel, slurmd, the batch step, the
+# ranks) while the other scenarios' jobs load the machine.
+PACED = "sleep=0.2"
 
 
 @pytest.fixture(scope="module")
@@ -299,7 +303,7 @@ def usr1_warning(cluster: SlurmCluster, job: str) -> None:
 @scenario
 def a_signalled_job_checkpoints_requeues_and_resumes_exactly(cluster: SlurmCluster, tmp_path: Path):
     job, run_dir = submit(cluster, tmp_path, "--nodes", "1", "--nproc-per-node", "2",
-                          env=env_for(cluster, ENVKIT_TRAIN_INJECT="sleep=0.15"))
+                          env=env_for(cluster, ENVKIT_TRAIN_INJECT=PACED))
     wait_step(run_dir, 6)
     usr1_warning(cluster, job)
     cluster.release_requeued(job)
@@ -333,7 +337,7 @@ def wait_gone(cluster: SlurmCluster, job: str, timeout: float = 120) -> dict:
 @scenario
 def scancel_ends_the_run_with_its_checkpoint_and_no_requeue(cluster: SlurmCluster, tmp_path: Path):
     job, run_dir = submit(cluster, tmp_path, "--nodes", "1", "--nproc-per-node", "1",
-                          env=env_for(cluster, ENVKIT_TRAIN_INJECT="sleep=0.15"))
+                          env=env_for(cluster, ENVKIT_TRAIN_INJECT=PACED))
     wait_step(run_dir, 4)
     subprocess.run(["scancel", job], env=cluster.env, check=True)
     return job, run_dir, tmp_path, wait_gone(cluster, job)
@@ -359,7 +363,7 @@ def a_task_requeued_by_slurm_is_left_to_slurm(cluster: SlurmCluster, tmp_path: P
     cfg.write_text(Path(TEMPLATE).read_text() + "\nsweep:\n  grid:\n    experiment.seed: [0]\n")
     small = [a for a in SMALL if a != "--profile" and a != "cpu"]
     r = envkit("sweep", str(cfg), "--profile", "cpu", *small, "--slurm", "--json", cwd=tmp_path,
-               env=env_for(cluster, ENVKIT_TRAIN_INJECT="sleep=0.15"))
+               env=env_for(cluster, ENVKIT_TRAIN_INJECT=PACED))
     assert r.returncode == 0, r.stderr
     sub = json.loads(r.stdout)
     task, run_dir = f"{sub['job_id']}_0", Path(sub["runs"][0])
@@ -384,7 +388,7 @@ def test_a_task_requeued_by_slurm_is_left_to_slurm(seen):
 @scenario
 def stop_asks_the_job_to_checkpoint_and_does_not_requeue(cluster: SlurmCluster, tmp_path: Path):
     job, run_dir = submit(cluster, tmp_path, "--nodes", "1", "--nproc-per-node", "2",
-                          env=env_for(cluster, ENVKIT_TRAIN_INJECT="sleep=0.15"))
+                          env=env_for(cluster, ENVKIT_TRAIN_INJECT=PACED))
     wait_step(run_dir, 4)
     r = envkit("stop", str(run_dir), "--grace", "120", cwd=tmp_path, env=env_for(cluster))
     return r, run_dir, cluster.wait_job(job, timeout=60)
