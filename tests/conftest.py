@@ -177,10 +177,10 @@ SLOW_FILES = frozenset({
 # wall times, summed per file): `-n auto --dist loadfile` hands whole files to workers in collection
 # order, so a long file collected last (train/ sorts last) would run alone at the end while the other
 # workers idle. Longest first is the classic makespan heuristic; the rest keep their order. One
-# exception: the Slurm file, longest but waiting on its jobs most of the time, goes first with the two
-# torchrun files after it, whose two processes keep both cores busy while it waits; paired with a
-# one-process training (the gpt quick test, before the README tour trained it), the first two and a
-# half minutes of the suite left a quarter of the machine idle.
+# exception: the Slurm file goes first with the two torchrun files after it. It waited on its jobs one
+# at a time (126 s of a worker, mostly idle) and the torchruns' two processes kept both cores busy
+# meanwhile; its scenarios now run at once (63-66 s, tests/launch/test_slurm.py), and the first two
+# minutes leave the machine 1-6% idle (benchmarks/RESULTS.md, tenth session).
 LONGEST_FIRST = (
     "launch/test_slurm.py", "train/test_fsdp.py", "train/test_processes.py", "docs/test_readme_tour.py",
     "runfolder/test_reproduce.py", "bench/test_bench_tune.py", "docs/test_docs_examples.py",
