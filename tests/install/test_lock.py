@@ -165,3 +165,19 @@ def test_real_torch_setup_lock_and_rebuild(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     drift = json.loads(r.stdout)["drift"]
     assert (drift["changed"], drift["lines"]) == (False, []), drift
+
+
+def test_a_lock_with_torch_leaves_bytecode_to_the_verification_and_one_without_torch_to_pip():
+    """`setup --lock` and `reproduce` install a lock with pip: with torch, `--no-compile` (the verification
+    that follows writes the bytecode of what `import torch` loads; pip's compiling all of torch was two thirds
+    of the install); without torch nothing is verified after pip, so pip compiles as it always does."""
+    from envkit.install.lock.install import install_command
+
+    def pick(name):
+        return SimpleNamespace(name=name, version="1.0", sha256="a" * 64, has_file=True, cached=False)
+
+    lock = SimpleNamespace(index_urls=[])
+    with_torch, _ = install_command("/v/bin/python", SimpleNamespace(picks=[pick("numpy"), pick("torch")]), lock)
+    without, _ = install_command("/v/bin/python", SimpleNamespace(picks=[pick("numpy")]), lock)
+    assert with_torch == ["/v/bin/python", "-m", "pip", "install", "--no-compile", "--no-deps", "--require-hashes", "--no-index"]
+    assert without == ["/v/bin/python", "-m", "pip", "install", "--no-deps", "--require-hashes", "--no-index"]

@@ -49,8 +49,10 @@ def install_command(venv_python: str, sel, lock: LockFile) -> tuple[list[str], b
     Packages pinned by version only are found on the lock's indexes (pip's own sources when it
     names none); without them pip reads no index at all."""
     hashed = all(p.sha256 for p in sel.picks)
-    # --no-compile: the verification after the install writes the bytecode torch's import needs (act/plan.py, BYTECODE)
-    cmd = [venv_python, "-m", "pip", "install", "--no-compile", "--no-deps"] + (["--require-hashes"] if hashed else [])
+    # --no-compile where torch is installed: the verification after the install writes the bytecode its
+    # import needs (act/plan.py, BYTECODE); a lock without torch is verified by pip alone, which compiles
+    no_compile = ["--no-compile"] if any(p.name == "torch" for p in sel.picks) else []
+    cmd = [venv_python, "-m", "pip", "install", *no_compile, "--no-deps"] + (["--require-hashes"] if hashed else [])
     if all(p.has_file for p in sel.picks):
         return cmd + ["--no-index"], hashed
     for url in lock.index_urls:
