@@ -2,7 +2,7 @@
 # The closing check of the first-minute work at one commit, on one GPU: doctor, the GPU tests (every
 # file's `-m gpu` tests; the two-GPU ones skip on one), then time to the first step, cold and warm,
 # against the plain compiled loop, GPT-2 small (batch 16) and ResNet-18 on CIFAR-10 (batch 128).
-# PART=tests or PART=first-step runs one half. Results: benchmarks/RESULTS.md.
+# PART=tests or PART=first-step runs one half; PART=multi, on a host of two or more GPUs, the two-GPU tests alone. Results: benchmarks/RESULTS.md.
 # Run from the repository root: bash benchmarks/device/call30.sh OUTDIR
 . benchmarks/device/common.sh "$@"
 [ "${PART:-tests}" = tests ] && {
@@ -15,5 +15,9 @@
   timeout 280 $PY benchmarks/bench_time_to_first_step.py --steps 60 > "$OUT/first_gpt.log" 2>&1; echo "gpt rc=$?"
   timeout 280 $PY benchmarks/bench_time_to_first_step.py --steps 60 --cifar > "$OUT/first_cifar.log" 2>&1; echo "cifar rc=$?"
   cat "$OUT/first_gpt.log" "$OUT/first_cifar.log" | grep -v "^\s*$" | tail -40
+}
+[ "${PART:-}" = multi ] && {
+  timeout 480 $PY -m pytest -q -p no:cacheprovider -m gpu tests/train/test_multi_gpu.py > "$OUT/multi_gpu_tests.log" 2>&1
+  echo "two-GPU tests rc=$?"; tail -6 "$OUT/multi_gpu_tests.log"
 }
 echo "done $(date -u)" | tee -a "$OUT/env.log"
