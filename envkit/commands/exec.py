@@ -14,6 +14,7 @@ from envkit.exec import start as steps
 from envkit.exec.request import ExecRequest
 from envkit.plan import RunRequest, make_plan
 from envkit.runfolder import names
+from envkit.runfolder.seal import seal_results
 from envkit.slurm.options import check as check_slurm
 from envkit.slurm.options import pop_request, slurm_options
 from envkit.exec.supervise import Supervisor
@@ -118,6 +119,7 @@ def _supervise(launched: list[str], env: dict, run_dir: Path, req: ExecRequest, 
     summary = rundir.read_json(run_dir / names.SUMMARY)
     rc = steps.interrupted_exit_code(rc, summary)
     steps.recorded(recording)
+    seal_results(run_dir)  # the results under the record's seal, while the folder is still this process's
     if req.as_json:
         print_json({"run_dir": str(run_dir), **summary})
     else:

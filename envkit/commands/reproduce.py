@@ -9,7 +9,7 @@ import click
 
 from envkit.console import print_json
 from envkit.reproduce.session import reproduce as run
-from envkit.reproduce.check import check
+from envkit.reproduce.report import check
 from envkit.reproduce.venv import python_of
 
 

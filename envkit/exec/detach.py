@@ -26,6 +26,8 @@ from envkit.runfolder.applog import open_append
 from envkit.runfolder.names import OWNER_LOCK
 from envkit.runfolder.owner import owner_lock_state, read_owner
 from envkit.train.watching.liveness import notice_killed, pid_alive as alive
+from envkit.record.files import being_written
+from envkit.runfolder.seal import seal_results
 
 STARTED_TIMEOUT = 30.0
 
@@ -151,7 +153,12 @@ def main(argv: list[str]) -> int:
     command = argv[argv.index("--") + 1:]
     options = read_json(run_dir / names.CONFIG).get("options") or {}
     opts = Options.from_record(options, echo=False)
-    return Supervisor(command, dict(os.environ), run_dir, opts).run()
+    rc = Supervisor(command, dict(os.environ), run_dir, opts).run()
+    deadline = time.monotonic() + 120  # the foreground envkit finishes the record; then the results join its seal
+    while being_written(run_dir) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    seal_results(run_dir)
+    return rc
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from envkit.paths_check import check_inside, check_name
 from envkit.redact import is_secret, recorded_env, redact, redact_argv
 from envkit.runfolder import names
 from envkit.runfolder.links import refuse_links
+from envkit.runfolder.bounded import read_json_lenient
 
 _PYTHONS = re.compile(r"^(python[\d.]*|pypy[\d.]*|torchrun|accelerate|uv|deepspeed)$")
 
@@ -72,11 +73,8 @@ def write_json(path: Path, data: dict) -> None:
 
 
 def read_json(path: Path) -> dict:
-    try:
-        data = json.loads(Path(path).read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
+    """The JSON object in `path`, or {} (read bounded: runfolder/bounded.py)."""
+    return read_json_lenient(Path(path)) or {}
 
 
 def write_start_files(run_dir: Path, *, command: list[str], launched: list[str], env, child_env: dict, managed, versions: dict,

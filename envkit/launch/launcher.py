@@ -29,6 +29,7 @@ from envkit.runfolder import names
 from envkit.redact import recorded_env, redact_argv, redact
 from envkit.train.run.stopping import exit_code  # the trainer's own rule, shared with its process
 from envkit.runfolder.owner import owner_lock_state, take_owner_lock
+from envkit.runfolder.seal import seal_results
 from envkit.train.watching.liveness import notice_killed
 
 if TYPE_CHECKING:
@@ -74,12 +75,13 @@ class DiskFullAtStart(EnvkitError):
     exit_code = 1
 
 
-def write_run_files(p: Plan, run_dir: Path, child_env: dict) -> None:
-    """config.json, config.yaml, environment.json; a full disk is one line (disk_full), nothing lost."""
+def write_run_files(p: Plan, run_dir: Path, child_env: dict):
+    """config.json, config.yaml, environment.json; a full disk is one line (disk_full), nothing lost.
+    Returns the thread finishing the run's record (None: a resumed run's record is its start's)."""
     import errno
 
     try:
-        _write_run_files(p, run_dir, child_env)
+        return _write_run_files(p, run_dir, child_env)
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
@@ -99,7 +101,7 @@ def _inject_disk_full_at_start(path: Path) -> None:
         inject.fail_at_start(path)
 
 
-def _write_run_files(p: Plan, run_dir: Path, child_env: dict) -> None:
+def _write_run_files(p: Plan, run_dir: Path, child_env: dict):
     from envkit.checks.report import diagnose
 
     cfg = _config(p)
@@ -127,8 +129,8 @@ def _write_run_files(p: Plan, run_dir: Path, child_env: dict) -> None:
     atomic_write_text(run_dir / names.ENVIRONMENT, json.dumps(redact(env_doc), indent=2, default=str) + "\n")
     from envkit.record.start import write_run_record
 
-    write_run_record(run_dir, python=p.python, config=cfg, project=src, facts=p.facts,  # pylock.toml, code/, record.json
-                     processes={"world": p.request.world, "nodes": p.request.node_count})
+    return write_run_record(run_dir, python=p.python, config=cfg, project=src, facts=p.facts,  # pylock.toml, code/, record.json
+                            processes={"world": p.request.world, "nodes": p.request.node_count})
 
 
 
@@ -235,25 +237,36 @@ def start(p: Plan, *, stop_after: int | None, debug: bool, profile_steps: tuple[
     if run.batch_note:
         say(run.batch_note)
     p = decide_batch(p, say)
-    child_dir, owner = run.run_dir, None
+    child_dir, owner, recording = run.run_dir, None, None
     if nodes.node_rank == 0:
         if run.resuming:  # a folder whose owner died without a summary: say so in it before resuming
             if owner_lock_state(run.run_dir) == "free":
                 notice_killed(run.run_dir, "envkit run")  # nothing when its summary is the newest word
         owner = take_owner_lock(run.run_dir, "envkit run")  # one process trains in a run folder; released when it dies
-        write_run_files(p, run.run_dir, env)
+        recording = write_run_files(p, run.run_dir, env)
     else:
         child_dir = stage_for_node(p, run.run_dir, nodes.node_rank)
     cmd = child_command(p.python, child_dir, stop_after=stop_after, resume=p.request.resume, nproc=nproc, debug=debug,
                         nodes=nodes, profile_steps=profile_steps)
     say(f"{'resuming' if run.resuming else 'starting'} run {run.run_dir}")
     try:
-        return launch(cmd, env, owner, stdout=stdout)
+        rc = launch(cmd, env, owner, stdout=stdout)
+        if nodes.node_rank == 0:
+            sealed_when_ended(run.run_dir, recording)
+        return rc
     finally:
         if nodes.node_rank > 0:
             import shutil
 
             shutil.rmtree(child_dir, ignore_errors=True)
+
+
+def sealed_when_ended(run_dir: Path, recording) -> None:
+    """The record finished, then the seal made again over the run's results (runfolder/seal.py:
+    seal_results), while this process still owns the folder."""
+    if recording is not None:
+        recording.join()
+    seal_results(run_dir)
 
 
 def decide_batch(p: Plan, say) -> Plan:

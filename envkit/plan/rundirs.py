@@ -8,7 +8,6 @@ A folder is resumed only with the config it started with (its config.json's hash
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from envkit.config.config import Config, where_set
 from envkit.plan.model import Resume, RunState
 from envkit.paths_check import check_inside, check_name
 from envkit.runfolder.links import refuse_links
+from envkit.runfolder.bounded import read_json_lenient
 
 FINISHED = ("completed",)
 
@@ -55,11 +55,8 @@ def run_dir_inside(cfg: Config, run_dir: Path, where: str) -> Path:
 
 
 def read_json(path: Path) -> dict | None:
-    try:
-        data = json.loads(Path(path).read_text())
-        return data if isinstance(data, dict) else None
-    except (OSError, ValueError):
-        return None
+    """The JSON object in `path`, or None (read bounded: runfolder/bounded.py)."""
+    return read_json_lenient(Path(path))
 
 
 def choose_run_dir(cfg: Config, run_id: str | None, resume: Resume) -> tuple[Path, bool, str | None]:

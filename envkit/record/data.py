@@ -75,26 +75,71 @@ def _file_entry(path: Path, rel: str, st: os.stat_result, full: bool, cache: _Fu
     return e
 
 
+_KERNEL = ("/proc", "/sys", "/dev")  # files there are not data: reading one may block (/proc/kmsg) or never end (/dev/zero)
+
+
+def _kernel_file(p: Path) -> bool:
+    real = os.path.realpath(p)
+    return any(real == k or real.startswith(k + "/") for k in _KERNEL)
+
+
+def _listing(p: Path) -> tuple[list[str], bool]:
+    """(the relative paths of a folder's first FOLDER_MAX_FILES regular files, walked in name order
+    without following linked folders; whether there were more). The walk stops there: a data path
+    of `/usr` costs a bounded listing, not minutes."""
+    out: list[str] = []
+    stack = [p]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name, reverse=True)
+        except OSError:
+            continue
+        subs = []
+        for e in reversed(entries):
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    subs.append(Path(e.path))
+                elif e.is_file() and not _kernel_file(Path(e.path)):
+                    if len(out) >= FOLDER_MAX_FILES:
+                        return sorted(out), True
+                    out.append(str(Path(e.path).relative_to(p)))
+            except OSError:
+                continue
+        stack.extend(reversed(subs))
+    return sorted(out), False
+
+
 def fingerprint(path: str | Path, key: str = "dataset.path") -> dict:
-    """{key, path, kind: file|folder|missing, size, files: [...], digest} of one data path."""
+    """{key, path, kind: file|folder|missing|unreadable, size, files: [...], digest} of one data path.
+    Only regular files are read; a device, a FIFO or a kernel file (/proc, /sys, /dev) is
+    `unreadable` with the reason, never opened."""
     p = Path(path)
     out: dict = {"key": key, "path": str(p)}
     cache = _FullHashes()
     try:
+        if _kernel_file(p):
+            out.update(kind="unreadable", error="a device or kernel file (/proc, /sys, /dev), not data: not read")
+            return out
         if p.is_file():
             st = p.stat()
             e = _file_entry(p, p.name, st, st.st_size <= FULL_HASH_MAX, cache)
             out.update(kind="file", size=st.st_size, files=[e])
         elif p.is_dir():
-            names = sorted(str(f.relative_to(p)) for f in p.rglob("*") if f.is_file())
-            out.update(kind="folder", file_count=len(names), counted=min(len(names), FOLDER_MAX_FILES))
+            names, more = _listing(p)
+            out.update(kind="folder", file_count=len(names), counted=len(names))
+            if more:
+                out["more_files"] = True  # beyond the first FOLDER_MAX_FILES, not listed or hashed
             files, budget = [], FOLDER_FULL_BUDGET
-            for rel in names[:FOLDER_MAX_FILES]:
+            for rel in names:
                 st = (p / rel).stat()
                 full = st.st_size <= FULL_HASH_MAX and st.st_size <= budget
                 budget -= st.st_size if full else 0
                 files.append(_file_entry(p / rel, rel, st, full, cache))
             out.update(size=sum(f["size"] for f in files), files=files)
+        elif os.path.lexists(p) and p.exists():
+            out.update(kind="unreadable", error="not a regular file or folder (a FIFO, socket or device)")
+            return out
         else:
             out.update(kind="missing")
             return out

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
 
+from envkit.process_lock import same_process
 from envkit.runfolder import names
+from envkit.runfolder.bounded import read_json_lenient
 
 RECORD = names.RECORD  # code state, data identity, config, determinism (record/start.py)
 LOCK = names.LOCK  # the training interpreter's environment (record/envlock.py)
@@ -16,19 +18,39 @@ FORMAT = 1
 
 
 def read_json(path: Path) -> dict | None:
+    """The JSON object in `path`, or None (absent, not one, a link, a FIFO, too large: bounded.py)."""
+    return read_json_lenient(Path(path))
+
+
+def being_written(run_dir: Path) -> bool:
+    """Whether the run's record is still being written: PENDING is there and names a live process
+    (the one writing it: its PID and start time). A PENDING left by a process that died, or one that
+    names no process, is not waited on."""
+    pending = read_json(Path(run_dir) / PENDING)
+    if not pending or os.path.lexists(Path(run_dir) / RECORD):
+        return False
+    pid, started = pending.get("pid"), pending.get("start_time")
+    if started is None:  # an envkit before the start time was written: the PID alone
+        return isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 and _alive(pid)
+    return same_process(pid, started)
+
+
+def _alive(pid: int) -> bool:
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def read_record(run_dir: Path, wait: float = 0.0) -> dict | None:
-    """record.json; with `wait`, up to that many seconds for one still being written (PENDING)."""
+    """record.json; with `wait`, up to that many seconds for one still being written (being_written)."""
     import time
 
     deadline = time.monotonic() + wait
-    while not (Path(run_dir) / RECORD).is_file() and (Path(run_dir) / PENDING).is_file() and time.monotonic() < deadline:
+    while being_written(run_dir) and time.monotonic() < deadline:
         time.sleep(0.1)
     return read_json(Path(run_dir) / RECORD)
 

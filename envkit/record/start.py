@@ -23,6 +23,7 @@ from envkit.install.lock.machine import machine_device, platform_of
 from envkit.record import code, data, envlock, files
 from envkit.record.code import tracked
 from envkit.redact import redact, redact_argv
+from envkit.process_lock import process_start_time
 from envkit.runfolder.seal import seal
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -102,7 +103,7 @@ def write_run_record(run_dir: Path, *, python: str | None, config=None, command:
         return None
     project = Path(project or os.getcwd()).resolve()
     try:
-        atomic_write_text(run_dir / files.PENDING, json.dumps({"pid": os.getpid()}))
+        atomic_write_text(run_dir / files.PENDING, json.dumps({"pid": os.getpid(), "start_time": process_start_time(os.getpid())}))
         rec, errors = capture(run_dir, config=config, command=command, project=project, cwd=os.getcwd(), profile=profile)
         if processes is not None:
             rec["processes"] = dict(processes)

@@ -10,8 +10,10 @@ difference, not a stop."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from envkit.config.config import load_config
 from envkit.errors import EnvkitError
@@ -23,8 +25,10 @@ from envkit.record import files
 from envkit.record.code import code_state
 from envkit.record.data import differences, fingerprint
 from envkit.reproduce.builds import other_machine, this_machines_build
-from envkit.reproduce.consent import plan_lines, refuse_inside
+from envkit.runfolder import names
+from envkit.runfolder.bounded import RunFolderError
 from envkit.runfolder.folder import RunFolder
+from envkit.runfolder.records import RunRecord
 
 
 @dataclass
@@ -49,38 +53,63 @@ class CheckReport:
                 "config": self.config, "notes": self.notes, "same": not self.differences}
 
 
+_FIX_INSIDE = "a record names paths of the machine that made the run; this one points into the folder it came in"
+
+
 class CannotReproduce(EnvkitError):
     """An artifact of the run or its data is missing or changed: exit 2, one line saying what."""
 
 
-def load(run_dir: Path) -> tuple[dict, Path]:
-    """(record.json, pylock.toml's path), or one line naming what is missing (`open_run` reads it)."""
-    folder, rec, lock = open_run(run_dir)
-    return rec.to_json(), lock
+def _local_index(url: str) -> Path | None:
+    parts = urlsplit(url)
+    if parts.scheme in ("", "file"):
+        return Path(parts.path or url)
+    return None
 
 
-def open_run(run_dir: Path, wait: float = 120):
-    """(the RunFolder, its RunRecord, pylock.toml's path): every file read bounded and validated
-    (envkit/runfolder), a path the record names inside the folder itself refused, or one line
-    naming what is missing or wrong."""
+def refuse_inside(folder: RunFolder, rec: RunRecord, lock=None) -> None:
+    """One line, exit 2, where the record or lock names a path inside the run folder as something
+    to run, import, build or work in."""
+    named = [(names.RECORD, "python", rec.python), (names.RECORD, "cwd", rec.cwd)]
+    named += [(names.RECORD, f"code folder ({c.role})", c.folder) for top in rec.code for c in top.all()]
+    named += [(names.RECORD, f"environment.local[{i}].folder ({d.name})", d.folder) for i, d in enumerate(rec.local)]
+    if lock is not None:
+        named += [("pylock.toml", "index", str(_local_index(u))) for u in lock.index_urls if _local_index(u) is not None]
+        named += [("pylock.toml", f"packages ({p.name}) path", p.path) for p in lock.picks() if p.path]
+    for file, key, value in named:
+        if value and folder.contains(value):
+            raise RunFolderError(f"{key} is {value}, inside the run folder itself: envkit never runs, imports or builds "
+                                 "what a run folder carries", where=str(folder.file(file)), fix=_FIX_INSIDE)
+
+
+def open_run(run_dir: Path, wait: float = 120) -> RunFolder:
+    """The run folder's snapshot (runfolder/folder.py: every file read once, bounded), its record
+    validated, a path the record names inside the folder itself refused, or one line naming what is
+    missing or wrong. A record still being written by a live process is waited for (up to `wait`
+    seconds); a marker left by one that died is not."""
     import time
 
-    folder = RunFolder(run_dir)
-    folder.require_run()
     deadline = time.monotonic() + wait
-    while (not folder.file(files.RECORD).is_file() and folder.file(files.PENDING).is_file()
-           and time.monotonic() < deadline):  # an exec run's record may still be being written
+    while files.being_written(Path(run_dir)) and time.monotonic() < deadline:  # an exec run's record may still be being written
         time.sleep(0.1)
-    rec = folder.record
-    if rec is None:
-        raise CannotReproduce(f"the run has no {files.RECORD}: it was started by an envkit that did not record runs",
-                              where=str(folder.path), fix="start the run again with this envkit; its folder will hold the record")
-    lock = folder.file(files.LOCK)
-    if not lock.is_file() or lock.is_symlink():
-        raise CannotReproduce(f"the run has no {files.LOCK} ({'; '.join(rec.errors) or 'not written'})",
-                              where=str(folder.path), fix="the environment the run used cannot be rebuilt; start the run again")
-    refuse_inside(folder, rec, _lock_or_none(lock))
-    return folder, rec, lock
+    folder = RunFolder.take(Path(run_dir))
+    try:
+        rec = folder.record
+        if rec is None:
+            pending = files.PENDING in os.listdir(folder.path)
+            raise CannotReproduce(f"the run has no {files.RECORD}" + (
+                f": {files.PENDING} says one was being written, by a process that is gone (the run was killed as it started)"
+                if pending else ": it was started by an envkit that did not record runs"),
+                where=str(folder.path), fix="start the run again with this envkit; its folder will hold the record")
+        lock = folder.copy(files.LOCK)
+        if lock is None:
+            raise CannotReproduce(f"the run has no {files.LOCK} ({'; '.join(rec.errors) or 'not written'})",
+                                  where=str(folder.path), fix="the environment the run used cannot be rebuilt; start the run again")
+        refuse_inside(folder, rec, _lock_or_none(lock))
+    except BaseException:
+        folder.close()
+        raise
+    return folder
 
 
 def _lock_or_none(lock: Path):
@@ -169,7 +198,7 @@ def config_lines(rec: dict) -> list[str]:
     return out
 
 
-def record_lines(folder, record) -> list[str]:
+def record_lines(folder: RunFolder, record) -> list[str]:
     """config.json against record.json: a reproduction runs what the record says (the seal covers
     it), so a config.json that says otherwise was edited and is named."""
     out = []
@@ -184,35 +213,3 @@ def _text(value) -> str:
     import json
 
     return value if isinstance(value, str) else json.dumps(value)
-
-
-def check(run_dir: Path, python: str | None = None) -> CheckReport:
-    """Every difference between the run's record and this environment (`python`: the interpreter to
-    hold against the lock; default the one the run trained with, where it still exists)."""
-    folder, record, lock = open_run(run_dir)
-    rec = record.to_json()
-    report = CheckReport()
-    if python is None:
-        python = record.python
-        if python and not folder.trust.trusted:
-            # a received or edited folder: the interpreter it names is not run, even to list its packages
-            report.notes.append(f"the interpreter the run names ({python}) is not run: the folder is not one this machine "
-                                f"wrote unchanged ({folder.trust.why}); give --venv DIR to compare a venv of yours")
-            python = None
-    if python and Path(python).exists():
-        report.python = python
-        report.environment = environment_lines(lock, python, rec, report.notes)
-    elif python:
-        report.notes.append(f"the interpreter the run used ({python}) is gone: give --venv DIR to check another")
-    report.config = record_lines(folder, record)
-    if not folder.trust.trusted:
-        report.notes.append(f"the folder is not one this machine wrote unchanged ({folder.trust.why}): reproducing it asks "
-                            "first; it would run " + "; ".join(plan_lines(folder, record, _lock_or_none(lock))))
-    report.code = code_lines(rec, folder.path)
-    report.data = data_lines(rec)
-    report.config += config_lines(rec)
-    missing = (rec.get("environment") or {}).get("missing_hashes") or []
-    if missing:
-        report.notes.append(f"{len(missing)} packages were recorded without a wheel hash (offline or a private index when "
-                            f"the run started): {', '.join(missing)}; a rebuild installs them by version")
-    return report

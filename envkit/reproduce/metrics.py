@@ -9,7 +9,7 @@ import math
 import re
 from pathlib import Path
 
-from envkit.train.watching.run_files import read_metrics
+from envkit.runfolder.metrics import parse_rows, read_metrics
 
 # Keys that measure the machine or the clock, not the computation (metrics.jsonl of envkit run and exec).
 MACHINE = re.compile(r"(^dt|_ms$|_s$|seconds|per_second|per_sec|_pct$|_mb$|_gb$|mfu|util|wait|time|tflops|power|temp|"
@@ -17,9 +17,18 @@ MACHINE = re.compile(r"(^dt|_ms$|_s$|seconds|per_second|per_sec|_pct$|_mb$|_gb$|
 
 
 def read_rows(run_dir: Path) -> dict[int, dict[str, float]]:
-    """step -> {metric: value}, the rows of one step merged (training and evaluation)."""
+    """step -> {metric: value} of a reproduction's own folder (made by this process)."""
+    return _merged(read_metrics(Path(run_dir)))
+
+
+def rows_of(data: bytes) -> dict[int, dict[str, float]]:
+    """step -> {metric: value} of metrics.jsonl's bytes (a snapshot's), the rows of one step merged."""
+    return _merged(parse_rows(data))
+
+
+def _merged(rows: list[dict]) -> dict[int, dict[str, float]]:
     out: dict[int, dict[str, float]] = {}
-    for row in read_metrics(Path(run_dir)):  # a resumed run's superseded rows left out
+    for row in rows:  # a resumed run's superseded rows left out
         step = row.get("step") if isinstance(row, dict) else None
         if not isinstance(step, int) or isinstance(step, bool):
             continue

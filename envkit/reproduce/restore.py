@@ -24,8 +24,8 @@ from pathlib import Path
 from envkit.process_lock import process_start_time, same_process
 from envkit.record.code import code_state, git, refuse_inside_run
 from envkit.reproduce.check import CannotReproduce
-from envkit.runfolder import names
 from envkit.runfolder.archive import extract
+from envkit.runfolder.shown import shown, shown_list
 
 TEMP_PREFIX = "envkit-reproduce-"
 OWNER = "owner.json"
@@ -176,86 +176,76 @@ class Restored:
         return out
 
 
-def _unchanged(state: dict) -> bool:
+def unchanged(state: dict) -> bool:
+    """Whether the user's tree is in the state the run recorded (then its code is used where it is)."""
     folder = Path(state["folder"]) / (state.get("relative") or ".")
-    now = code_state(folder, role=state["role"], out_dir=None, pathspec=state.get("pathspec")) if folder.exists() else None
+    now = code_state(folder, role=state["role"], out_dir=None, pathspec=state.get("pathspec")) if folder.is_dir() else None
     return now is not None and now["code_hash"] == state["code_hash"]
 
 
-def worktree(run_dir: Path, state: dict, out: Restored, dest: Path | None = None) -> Path:
-    """A temporary worktree of the recorded repository at the run's commit, patched, its submodules
-    checked out in it; its top folder. `dest`: where (a submodule's folder in its parent's worktree)."""
-    repo, role = Path(state["folder"]), state["role"]
+def worktree(folder, code, out: Restored) -> Path:
+    """A worktree of the recorded repository at the run's commit in the place the plan made for it
+    (reproduce/plan.py: CodePlan), the snapshot's copy of the patch applied, its untracked files
+    unpacked from the snapshot's copy of the archive, its submodules checked out in it."""
+    state = code.state
+    repo, role, tree = Path(state.folder), state.role, code.tree
     if not repo.is_dir():
-        raise CannotReproduce(f"the run's code ({role}) was in {repo}, which is gone", where=str(run_dir),
-                              fix=f"clone the repository there again (commit {state['commit']})")
-    if dest is None:
-        temp = temp_folder(role)
-        tree = temp / "tree"
-    else:
-        temp, tree = None, dest
-    if dest is not None and dest.is_dir() and not any(dest.iterdir()):
-        dest.rmdir()  # the empty folder git leaves for a submodule
-    proc = git(repo, "worktree", "add", "--detach", str(tree), state["commit"], timeout=600)
+        raise CannotReproduce(f"the run's code ({role}) was in {repo}, which is gone", where=str(folder.path),
+                              fix=f"clone the repository there again (commit {state.commit})")
+    if tree.is_dir() and not any(tree.iterdir()):
+        tree.rmdir()  # the empty folder git leaves for a submodule
+    proc = git(repo, "worktree", "add", "--detach", str(tree), str(state.commit), timeout=600)
     if proc is None or proc.returncode != 0:
-        if temp is not None:
-            shutil.rmtree(temp, ignore_errors=True)
         why = (proc.stderr.decode(errors="replace").strip().splitlines() or ["git failed"])[-1] if proc else "git is not installed"
-        raise CannotReproduce(f"cannot check out the run's commit {state['commit'][:12]} of {repo}: {why}", where=str(run_dir),
+        raise CannotReproduce(f"cannot check out the run's commit {str(state.commit)[:12]} of {repo}: {why}", where=str(folder.path),
                               fix="fetch that commit into the repository (git fetch), then reproduce again")
-    out._worktrees.append((repo, tree, temp))
-    if state.get("patch"):
-        patch = run_dir / state["patch"]
-        if not patch.is_file():
-            raise CannotReproduce(f"the run's patch {state['patch']} is missing", where=str(run_dir),
-                                  fix="the run folder is incomplete; its uncommitted changes cannot be put back")
-        applied = git(tree, "apply", "--binary", "--whitespace=nowarn", str(patch.resolve()))
+    out._worktrees.append((repo, tree, code.temp))
+    if state.patch:
+        patch = folder.copy(state.patch)  # the snapshot's bytes, which the plan listed
+        applied = git(tree, "apply", "--binary", "--whitespace=nowarn", str(patch)) if patch is not None else None
         if applied is None or applied.returncode != 0:
-            raise CannotReproduce(f"the run's patch does not apply to commit {state['commit'][:12]}: "
+            raise CannotReproduce(f"the run's patch does not apply to commit {str(state.commit)[:12]}: "
                                   + (applied.stderr.decode(errors="replace").strip()[:200] if applied else "git failed"),
-                                  where=str(patch), fix="the patch or the repository was changed; it cannot be put back")
-    if state.get("untracked_archive"):
-        extract(run_dir / state["untracked_archive"], tree)  # with the caps it was written with
-    for sub in state.get("submodules") or []:
-        if not isinstance(sub, dict) or not sub.get("commit") or not sub.get("path"):
-            continue
-        rel = Path(sub["path"])
-        if rel.is_absolute() or ".." in rel.parts:
-            raise CannotReproduce(f"the record names a submodule at {sub['path']!r}, which is not inside the tree",
-                                  where=str(run_dir / names.RECORD), fix="the run folder was changed; its code cannot be put back")
-        refuse_inside_run(sub["folder"], f"code folder (submodule {sub['path']})", run_dir)
-        worktree(run_dir, sub, out, dest=tree / rel)
+                                  where=str(folder.file(state.patch)), fix="the patch or the repository was changed; it cannot be put back")
+    if state.untracked_archive:
+        archive = folder.copy(state.untracked_archive)
+        if archive is None:
+            raise CannotReproduce("the run's untracked files' archive is missing", where=str(folder.path),
+                                  fix="the run folder is incomplete")
+        extract(archive, tree)  # with the caps it was written with, never through a link, never over a file
+    for sub in code.submodules:
+        refuse_inside_run(sub.state.folder, f"code folder (submodule {sub.state.path})", folder.path)
+        worktree(folder, sub, out)
     return tree
 
 
-def restore(run_dir: Path, rec: dict, say=print) -> Restored:
-    """Every recorded git tree put back: the project's, envkit's and each local distribution's
-    (`local-NAME`). A local distribution's that cannot be is named in `missing` (local.py goes on
-    without it); the project's or envkit's is exit 2. Whatever fails here, nothing is left behind."""
+def restore(plan, say=print) -> Restored:
+    """Every recorded tree put back where the plan placed it: the project's, envkit's and each local
+    distribution's (`local-NAME`). A local distribution's that cannot be is named in `missing`
+    (local.py goes on without it); the project's or envkit's is exit 2. Whatever fails here,
+    nothing is left behind."""
     out = Restored()
+    rec = plan.record.to_json()
     try:
-        states = [s for s in rec.get("code") or [] if isinstance(s, dict) and s.get("role") and s.get("commit") and s.get("folder")]
-        for state in states:
-            refuse_inside_run(state["folder"], f"code folder ({state['role']})", run_dir)
-        prune_leftovers([Path(s["folder"]) for s in states])
-        for state in states:
-            role = state["role"]
-            out.recorded[role] = state["folder"]
-            if _unchanged(state):
-                out.folders[role] = Path(state["folder"])
+        prune_leftovers([Path(c.state.folder) for c in plan.code])
+        for code in plan.code:
+            role = code.state.role
+            out.recorded[role] = code.state.folder
+            if code.in_place:
+                out.folders[role] = code.tree
                 continue
             try:
-                tree = worktree(run_dir, state, out)
+                tree = worktree(plan.folder, code, out)
             except CannotReproduce as exc:
                 if not role.startswith("local-"):
                     raise
                 out.missing[role] = exc.message
                 continue
             out.folders[role] = tree
-            subs = [s["path"] for s in state.get("submodules") or [] if isinstance(s, dict) and s.get("commit")]
-            say(f"code ({role}): {state['folder']} has moved on; the run's commit {state['commit'][:12]}"
-                + (" with its uncommitted changes" if state.get("dirty") else "")
-                + (f" and its submodules ({', '.join(subs)}) at their commits" if subs else "") + f" is checked out in {tree}")
+            subs = [s.state.path for s in code.submodules]
+            say(f"code ({role}): {shown(code.state.folder)} has moved on; the run's commit {str(code.state.commit)[:12]}"
+                + (" with its uncommitted changes" if code.state.dirty else "")
+                + (f" and its submodules ({shown_list(subs)}) at their commits" if subs else "") + f" is checked out in {tree}")
         out.link_data(rec)
         out.link_untracked(rec, say)
     except BaseException:

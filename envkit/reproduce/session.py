@@ -14,16 +14,19 @@ from typing import TYPE_CHECKING
 
 from envkit.facts import gather
 from envkit.fsutil import atomic_write_text
-from envkit.install.lock.read import read
 from envkit.record import files
 from envkit.reproduce import local, metrics, venv as venvs, verdict
 from envkit.reproduce.check import CannotReproduce, data_lines, open_run
 from envkit.reproduce.consent import ask
+from envkit.reproduce.rerun import next_dir, rerun
 from envkit.reproduce.elsewhere import adapt
+from envkit.reproduce.plan import Plan, make
 from envkit.reproduce.restore import restore
 from envkit.runfolder import names
+from envkit.runfolder.folder import RunFolder
 from envkit.runfolder.owner import owner_lock_state, read_owner
 from envkit.runfolder.records import RunStatus
+from envkit.runfolder.shown import shown_list
 
 if TYPE_CHECKING:
     from envkit.config.schema import DeviceType
@@ -31,29 +34,30 @@ if TYPE_CHECKING:
 EXIT = {"same": 0, "within tolerance": 0, "different": 1}
 
 
-def _read(path: Path) -> dict:
-    return files.read_json(path) or {}
+def _facts_of_new(run: Path) -> dict:
+    """The facts of a reproduction's own folder (this process made it)."""
+    return verdict.facts_of(files.read_json(run / names.SUMMARY) or {}, files.read_record(run) or {},
+                            files.read_json(run / names.ENVIRONMENT) or {})
 
 
-def _facts(run: Path) -> dict:
-    return verdict.facts_of(_read(run / names.SUMMARY), files.read_record(run) or {}, _read(run / names.ENVIRONMENT))
+def _facts_of_original(folder: RunFolder) -> dict:
+    """The original's facts, from its snapshot."""
+    return verdict.facts_of(folder.summary, folder.record.to_json() if folder.record else {}, folder.environment_doc)
 
 
-def _train(run_dir: Path, rec: dict, venv: Path, restored, steps: int | None, say, where: dict | None = None) -> Path:
-    from envkit.reproduce.rerun import next_dir, rerun
-
-    new_dir = next_dir(run_dir)
-    rc = rerun(run_dir, rec, new_dir, venv, restored, steps, say, **(where or {}))
+def _train(plan: Plan, steps: int | None, say, where: dict | None = None) -> Path:
+    new_dir = next_dir(plan.folder.path)
+    rc = rerun(plan, new_dir, steps, say, **(where or {}))
     if not (new_dir / names.METRICS).is_file():
         raise CannotReproduce(f"the reproduction wrote no metrics (exit code {rc}; its log: {new_dir / 'train.log'})",
                               where=str(new_dir), fix="read its train.log; `envkit reproduce --check` names what differs")
     return new_dir
 
 
-def steps_apply(run_dir: Path, rec: dict, steps: int | None, say) -> None:
+def steps_apply(plan: Plan, steps: int | None, say) -> None:
     """--steps of an exec run works through envkit.track (ENVKIT_STOP_AFTER_STEP): one line where
     the run's script logged no steps, so nothing can stop it at one."""
-    if steps is None or rec.get("kind") != "exec" or metrics.read_rows(run_dir):
+    if steps is None or plan.kind != "exec" or plan.steps_compared:
         return
     say(f"note: --steps {steps} cannot apply: the run's script logged no steps through envkit.track "
         "(its metrics.jsonl has none), so its command runs whole")
@@ -71,45 +75,47 @@ def stopped_at(new_dir: Path, rec: dict, steps: int | None, say) -> None:
 
 
 def record_outcome(run_dir: Path, entry: dict) -> None:
-    """Append to the original run's reproductions.json (written whole, atomically)."""
+    """Append to the original run's reproductions.json (read bounded, written whole and atomically:
+    a link planted at its name is replaced, never written through)."""
     path = Path(run_dir) / files.REPRODUCTIONS
     data = files.read_json(path) or {}
     data["reproductions"] = [*files.read_reproductions(run_dir), entry]
     atomic_write_text(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
-def _spread(run_dir, rec, new_dir, b: dict, cmp: dict, venv_dir, restored, steps, why: str, say,
+def _spread(plan: Plan, new_dir, b: dict, cmp: dict, steps, why: str, say,
             where: dict | None = None) -> tuple[dict | None, str | None, Path | None]:
     """(this device's run-to-run spread, where it came from, the second reproduction trained for it)."""
     if b.get("device") == "cpu":
         return {}, "0 on the CPU, where envkit's runs are bit-identical", None
-    key = verdict.spread_key(b, rec, cmp["steps"])
+    key = verdict.spread_key(b, plan.record.to_json(), cmp["steps"])
     spread = verdict.cached_spread(key)
     if spread is not None:
         return spread, "cached", None
     say("not held to identical (" + why + "): training a second reproduction to measure this device's run-to-run spread")
-    spread_dir = _train(run_dir, rec, venv_dir, restored, steps, say, where)
+    spread_dir = _train(plan, steps, say, where)
     spread = metrics.compare(metrics.read_rows(new_dir), metrics.read_rows(spread_dir), steps)["metrics"]
     verdict.keep_spread(key, spread)
     return spread, f"measured: {new_dir.name} against {spread_dir.name}", spread_dir
 
 
-def _judge(run_dir: Path, rec: dict, new_dir: Path, venv_dir: Path, restored, steps: int | None, tolerance: float | None,
+def _judge(plan: Plan, new_dir: Path, steps: int | None, tolerance: float | None,
            elsewhere, say, where: dict | None = None) -> dict:
-    """The comparison and its verdict, with what it was held to and why."""
-    a, b = _facts(run_dir), _facts(new_dir)
+    """The comparison and its verdict, with what it was held to and why (the original's side read
+    from the snapshot alone)."""
+    a, b = _facts_of_original(plan.folder), _facts_of_new(new_dir)
     required, why = verdict.identical_required(a, b)
     other_device = verdict.other_device_kind(a, b)
     if elsewhere is not None:
         required, why = False, f"recorded on another machine ({'; '.join(elsewhere.differences)}): other kernels"
     elif other_device is not None:
         required, why = False, f"trained on another kind of device ({other_device}): other kernels"
-    original = metrics.read_rows(run_dir)
+    original = metrics.rows_of(plan.folder.files.get(names.METRICS, b""))
     cmp = metrics.compare(original, metrics.read_rows(new_dir), steps)
     spread, spread_from, spread_dir = None, None, None
     identical = all(m["identical"] for m in cmp["metrics"].values())
     if not required and tolerance is None and not identical:
-        spread, spread_from, spread_dir = _spread(run_dir, rec, new_dir, b, cmp, venv_dir, restored, steps, why, say, where)
+        spread, spread_from, spread_dir = _spread(plan, new_dir, b, cmp, steps, why, say, where)
     bounds = None
     if (elsewhere is not None or other_device is not None) and tolerance is None:
         bounds = verdict.across_machines(cmp, original, spread)
@@ -125,9 +131,9 @@ def _judge(run_dir: Path, rec: dict, new_dir: Path, venv_dir: Path, restored, st
             "spread_run": spread_dir.name if spread_dir else None, "facts": {"original": a, "reproduction": b}}
 
 
-def _another_machine(lock: Path, facts, say):
+def _another_machine(plan: Plan, facts, say):
     """A run recorded on another kind of machine: the lock made for this one (elsewhere.py), said in one line."""
-    elsewhere = adapt(read(lock, require_torch=False), facts)
+    elsewhere = adapt(plan.lock, facts)
     if elsewhere is not None:
         say(elsewhere.line())
     return elsewhere
@@ -145,7 +151,7 @@ def refuse_running(folder) -> None:
 def refuse_unreproducible(folder, rec, say) -> None:
     """What cannot work, said before anything is built or trained: a run that logged no metrics has
     nothing to compare against."""
-    if not metrics.read_rows(folder.path):
+    if not metrics.rows_of(folder.files.get(names.METRICS, b"")):
         ended = "" if folder.status is RunStatus.UNKNOWN else f"; it ended {folder.status.value}"
         raise CannotReproduce(f"the run logged no metrics (its metrics.jsonl has no step{ended}), so a reproduction would "
                               "have nothing to compare against", where=str(folder.path / names.METRICS),
@@ -156,27 +162,42 @@ def refuse_unreproducible(folder, rec, say) -> None:
 
 def reproduce(run_dir: Path, *, venv: Path | None = None, steps: int | None = None, tolerance: float | None = None, device: DeviceType | None = None,
               say=print, yes: bool = False, interactive: bool | None = None) -> dict:
-    folder, record, lock = open_run(run_dir)
-    run_dir = folder.path
+    """The run folder read once (its snapshot), one plan made from it and shown where it is asked
+    about, then only that plan carried out."""
+    folder = open_run(run_dir)
+    try:
+        refuse_running(folder)
+        refuse_unreproducible(folder, folder.record, say)
+        record = folder.record
+        assert record is not None  # open_run refused a folder without one
+        changed = data_lines(record.to_json())
+        if changed:
+            raise CannotReproduce(f"the run's data changed: {changed[0]}" + (f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""),
+                                  where=str(folder.path), fix="put the data back as it was; `envkit reproduce --check` lists every change")
+        facts = gather(None, runtime=False, gpu_detail=False)
+        the_plan = make(folder, venv=venv, steps=steps, device=device, facts=facts)
+        try:
+            consent = ask(the_plan, yes=yes, say=say, interactive=interactive)
+            return _carry_out(the_plan, consent, facts, steps=steps, tolerance=tolerance, device=device, say=say)
+        finally:
+            the_plan.close()
+    finally:
+        folder.close()
+
+
+def _carry_out(plan: Plan, consent: str, facts, *, steps, tolerance, device, say) -> dict:
+    """The plan as shown: nothing is read from the run folder here (it only receives reproductions.json)."""
+    record, run_dir = plan.record, plan.folder.path
     rec = record.to_json()
-    refuse_running(folder)
-    refuse_unreproducible(folder, record, say)
-    changed = data_lines(rec)
-    if changed:
-        raise CannotReproduce(f"the run's data changed: {changed[0]}" + (f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""),
-                              where=str(run_dir), fix="put the data back as it was; `envkit reproduce --check` lists every change")
-    consent = ask(folder, record, read(lock, require_torch=False), yes=yes, say=say, interactive=interactive)
     missing = list(record.missing_hashes)
     if missing:
         say(f"note: {len(missing)} packages were recorded without a wheel hash (the index was unreachable or needed "
-            f"credentials when the run started): {', '.join(missing)}; the venv holds them at the recorded versions")
-    saved_profile = folder.config.get("profile")
-    profile = record.profile or (saved_profile if isinstance(saved_profile, str) else None)  # an exec record from before records named it
-    facts = gather(None, runtime=False, gpu_detail=False)
-    elsewhere = _another_machine(lock, facts, say)
-    venv_dir, built = venvs.prepare(elsewhere.lock if elsewhere else lock, rec, venv, profile, say, facts)
-    restored = restore(run_dir, rec, say=say)
-    steps_apply(run_dir, rec, steps, say)
+            f"credentials when the run started): {shown_list(missing)}; the venv holds them at the recorded versions")
+    elsewhere = _another_machine(plan, facts, say)
+    venv_dir, built = venvs.prepare(elsewhere.lock if elsewhere else plan.lock_path, rec, plan.venv, plan.venv_given,
+                                    plan.profile, say, facts)
+    restored = restore(plan, say=say)
+    steps_apply(plan, steps, say)
     local_installed: list[str] = []
     try:
         # Only a venv reproduce owns (built now, or its own in envkit's cache) gets the run's local
@@ -186,9 +207,9 @@ def reproduce(run_dir: Path, *, venv: Path | None = None, steps: int | None = No
         else:
             local.say_kept(rec, venv_dir, say)
         where = {"device": device, "elsewhere": elsewhere is not None}
-        new_dir = _train(run_dir, rec, venv_dir, restored, steps, say, where)
+        new_dir = _train(plan, steps, say, where)
         stopped_at(new_dir, rec, steps, say)
-        judged = _judge(run_dir, rec, new_dir, venv_dir, restored, steps, tolerance, elsewhere, say, where)
+        judged = _judge(plan, new_dir, steps, tolerance, elsewhere, say, where)
     finally:
         local.remove(venvs.python_of(venv_dir), local_installed)
         restored.close()

@@ -55,11 +55,11 @@ def python_of(venv: Path) -> str:
     return venv_python_of(Path(venv))
 
 
-def prepare(lock_path: Path, rec: dict, venv: Path | None, profile: str | None, say, facts=None) -> tuple[Path, bool]:
-    """(the venv, whether it was built now). `lock_path`: the run's lock, or the one elsewhere.py
-    made for this machine from it (a run recorded on another machine)."""
-    chosen = venv is not None
-    venv = Path(venv).resolve() if chosen else default_venv(lock_path)
+def prepare(lock_path: Path, rec: dict, venv: Path, chosen: bool, profile: str | None, say, facts=None) -> tuple[Path, bool]:
+    """(the venv, whether it was built now), in the place the plan named (`chosen`: the user's
+    --venv, never rebuilt). `lock_path`: the run's lock, or the one elsewhere.py made for this
+    machine from it (a run recorded on another machine)."""
+    venv = Path(venv).resolve()
     if Path(python_of(venv)).exists():
         drift = environment_lines(lock_path, python_of(venv), rec)
         if not drift:

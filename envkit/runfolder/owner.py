@@ -9,22 +9,33 @@ import errno
 import json
 import os
 import platform
+import stat
 import time
 from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.process_lock import process_start_time, same_process, write_lock_record
+from envkit.runfolder.bounded import read_json_lenient
 from envkit.runfolder.links import NOFOLLOW, link_error, make_run_folder
 from envkit.runfolder.names import OWNER_LOCK
 
 
 def read_owner(run_dir: Path) -> dict:
     """What RUN/.owner.lock says of the process that took it: pid, start_time, command, host, since."""
+    return read_json_lenient(Path(run_dir) / OWNER_LOCK, max_bytes=64 << 10) or {}
+
+
+def _open_lock(run_dir: Path) -> int | None:
+    """A descriptor of RUN/.owner.lock to flock, or None: absent, a link, or not a regular file (a
+    FIFO planted there is opened without blocking and refused, never waited on)."""
     try:
-        data = json.loads((Path(run_dir) / OWNER_LOCK).read_text() or "{}")
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
+        fd = os.open(Path(run_dir) / OWNER_LOCK, os.O_RDONLY | NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
 
 
 def owner_lock_state(run_dir: Path) -> str | None:
@@ -33,9 +44,8 @@ def owner_lock_state(run_dir: Path) -> str | None:
     owned, or written by an envkit before the lock). A non-blocking flock: the kernel's answer, not a PID."""
     import fcntl  # POSIX only: imported where a lock is taken
 
-    try:
-        fd = os.open(Path(run_dir) / OWNER_LOCK, os.O_RDONLY | NOFOLLOW)
-    except OSError:
+    fd = _open_lock(run_dir)
+    if fd is None:
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -52,9 +62,8 @@ def owner_lock_if_free(run_dir: Path):
     False at once: whoever notices a dead owner writes its summary without racing a new owner."""
     import fcntl  # POSIX only: imported where a lock is taken
 
-    try:
-        fd = os.open(Path(run_dir) / OWNER_LOCK, os.O_RDONLY | NOFOLLOW)
-    except OSError:
+    fd = _open_lock(run_dir)
+    if fd is None:
         yield False
         return
     try:

@@ -9,6 +9,7 @@ the run, never an instruction: the consumers decide (reproduce/trust.py) what of
 from __future__ import annotations
 
 import enum
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,8 +135,11 @@ class CodeState:
         path = r.text("path")
         if path is not None and (Path(path).is_absolute() or ".." in Path(path).parts):
             r.fail("path", f"is {path!r}, not a folder inside the parent's tree")
+        folder = r.text("folder", required=True)
+        if not os.path.isabs(folder):  # git would run wherever reproduce starts (a received bundle's own .git)
+            r.fail("folder", f"is {folder[:80]!r}, not an absolute path of the machine that made the run")
         return cls(path=path, submodules=tuple(CodeState.from_reader(c) for _, c in r.objects("submodules")),
-                   role=r.text("role", required=True, pattern=_ROLE), folder=r.text("folder", required=True),
+                   role=r.text("role", required=True, pattern=_ROLE), folder=folder,
                    relative=relative, commit=r.text("commit", pattern=_COMMIT), code_hash=r.text("code_hash"),
                    dirty=bool(r.get("dirty", (bool,), False)), patch=r.text("patch", pattern=_REL_IN_CODE),
                    untracked_archive=r.text("untracked_archive", pattern=_REL_IN_CODE), untracked=tuple(untracked),
@@ -214,6 +218,10 @@ class RunRecord:
         command = r.strings("command")
         if kind == "exec" and not command:
             r.fail("command", "is missing: an exec run's record names its command")
+        for key in ("python", "cwd"):
+            value = r.text(key)
+            if value is not None and not os.path.isabs(value):
+                r.fail(key, f"is {value[:80]!r}, not an absolute path of the machine that made the run")
         return cls(kind=kind, python=r.text("python"), cwd=r.text("cwd"), command=tuple(command),
                    profile=r.text("profile") or cfg.text("profile"),
                    code=tuple(CodeState.from_reader(c) for _, c in r.objects("code")),

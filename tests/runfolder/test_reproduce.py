@@ -176,6 +176,11 @@ def test_a_run_that_came_out_different_is_named_with_metric_and_step(world, firs
     temp = tmp_path / "tmp"
     temp.mkdir()
     r = envkit("reproduce", str(copy), "--venv", str(fresh_venv), env={**env, "TMPDIR": str(temp)}, timeout=600)
+    # the results are sealed with the record when the run ends: an edited metrics.jsonl is someone
+    # else's data, shown and asked about (no terminal here: exit 2, nothing trained)
+    assert r.returncode == 2 and "metrics.jsonl changed after the run" in r.stdout, r.stdout + r.stderr[-2000:]
+    assert not (copy.parent / "orig-repro1").exists()
+    r = envkit("reproduce", str(copy), "--venv", str(fresh_venv), "--yes", env={**env, "TMPDIR": str(temp)}, timeout=600)
     assert r.returncode == 1, r.stdout + r.stderr[-2000:]
     assert (copy.parent / "orig-repro1" / "metrics.jsonl").is_file() and sorted(p.name for p in copy.parent.parent.iterdir()) == ["unpacked"]
     assert list(temp.glob("envkit-reproduce-*")) == []
@@ -547,18 +552,28 @@ def test_check_names_an_added_package_an_edited_config_and_changed_data(world, t
     assert r.returncode == 2 and r.stdout == "" and "the run's data changed" in r.stderr, r.stderr
 
 
-def test_thread_counts_from_a_received_run_folder_are_applied_only_when_they_are_counts(tmp_path):
+def test_thread_counts_from_a_received_run_folder_are_applied_only_when_they_are_counts(tmp_path, monkeypatch):
     """reproduce trains with the run's recorded OMP_NUM_THREADS and friends; a run folder may come from
     someone else, so a value that is not a count is named and left out, never put in the environment."""
-    from envkit.reproduce.rerun import _same_threads
+    from envkit.reproduce.plan import make
+    from envkit.runfolder.folder import RunFolder
 
-    (tmp_path / "environment.json").write_text(json.dumps({"environ": {
+    run = tmp_path / "runs" / "exp" / "orig"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    (run / "record.json").write_text(json.dumps({"kind": "exec", "command": ["python", "t.py"], "cwd": str(tmp_path),
+                                                 "code": [], "data": []}))
+    (run / "pylock.toml").write_text('lock-version = "1.0"\ncreated-by = "test"\npackages = []\n')
+    (run / "environment.json").write_text(json.dumps({"environ": {
         "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "$(touch pwned)", "OPENBLAS_NUM_THREADS": "0", "HOME": "/elsewhere",
         "NUMEXPR_NUM_THREADS": "999999"}}))
-    env, said = {"OMP_NUM_THREADS": "8", "HOME": "/home/me"}, []
-    _same_threads(tmp_path, env, said.append)
+    monkeypatch.setenv("OMP_NUM_THREADS", "8")
+    folder = RunFolder.take(run)
+    plan = make(folder, venv=None, steps=None, device=None)
+    plan.close()
+    folder.close()
     cores = str(os.cpu_count())  # never more threads than this machine has cores
-    assert env == {"OMP_NUM_THREADS": "1", "HOME": "/home/me", "NUMEXPR_NUM_THREADS": cores}
-    assert said[0].startswith("note: not applied, not a thread count: MKL_NUM_THREADS='$(touch pwned)', OPENBLAS_NUM_THREADS='0'")
-    assert said[1] == f"note: capped at this machine's {cores} cores: NUMEXPR_NUM_THREADS=999999"
-    assert said[2] == f"threads as the run had them (its environment.json): OMP_NUM_THREADS=1, NUMEXPR_NUM_THREADS={cores}"
+    assert {k: v for k, v in plan.env.items() if k.endswith("_THREADS")} == {"OMP_NUM_THREADS": "1", "NUMEXPR_NUM_THREADS": cores}
+    assert "HOME" not in plan.env
+    assert plan.threads_notes == ["not applied, not a thread count: MKL_NUM_THREADS", "not applied, not a thread count: OPENBLAS_NUM_THREADS",
+                                  f"NUMEXPR_NUM_THREADS=999999 capped at this machine's {cores} cores"]

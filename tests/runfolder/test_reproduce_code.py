@@ -56,12 +56,41 @@ def _run_folder(tmp: Path, name: str = "exp") -> Path:
     run = tmp / "runs" / name / "orig"
     (run / "code").mkdir(parents=True)
     (run / "config.json").write_text("{}")
+    (run / "pylock.toml").write_text('lock-version = "1.0"\ncreated-by = "test"\npackages = []\n')
     return run
+
+
+class _Restoring:
+    """restore() as reproduce calls it: the folder's snapshot, its plan, the code put back where the
+    plan placed it; `close` removes the worktrees, the placed folders and the snapshot."""
+
+    def __init__(self, run: Path, say):
+        from envkit.reproduce.plan import make
+        from envkit.runfolder.folder import RunFolder
+
+        self.folder = RunFolder.take(run)
+        try:
+            self.plan = make(self.folder, venv=None, steps=None, device=None)
+        except BaseException:
+            self.folder.close()
+            raise
+        try:
+            self.restored = restore(self.plan, say=say)
+        except BaseException:
+            self.plan.close()
+            self.folder.close()
+            raise
+        self.folders = self.restored.folders
+
+    def close(self) -> None:
+        self.restored.close()
+        self.plan.close()
+        self.folder.close()
 
 
 def _record(run: Path, folder: Path, cwd: Path | None = None) -> dict:
     state = code_state(folder, role="project", out_dir=run / "code", exclude=[run.parent.parent])
-    rec = {"kind": "exec", "cwd": str(cwd or folder), "code": [state], "data": []}
+    rec = {"kind": "exec", "cwd": str(cwd or folder), "code": [state], "data": [], "command": ["python", "train.py"]}
     (run / "record.json").write_text(json.dumps(rec))
     return rec
 
@@ -72,11 +101,11 @@ def test_git_runs_no_hook_and_no_fsmonitor_while_recording_and_restoring(tmp_pat
     _armed(repo, marker)
     (repo / "train.py").write_text("print(2)\n")
     run = _run_folder(repo)
-    rec = _record(run, repo)
+    _record(run, repo)
     _git(repo, "commit", "-qam", "two", "--no-verify")  # the tree moves on: restore checks out a worktree
     marker.unlink(missing_ok=True)  # the commit above is the user's own git, hooks and all
     said = []
-    restored = restore(run, rec, say=said.append)
+    restored = _Restoring(run, say=said.append)
     try:
         tree = restored.folders["project"]
         assert tree != repo and (tree / "train.py").read_text() == "print(2)\n", said
@@ -108,22 +137,22 @@ def test_a_code_folder_or_working_directory_inside_the_run_folder_is_never_used(
     shipped = _repo(run / "code" / "repo", {"train.py": "print('shipped')\n"})
     _armed(shipped, marker)
     marker.unlink(missing_ok=True)
-    rec = {"kind": "exec", "cwd": str(shipped), "data": [],
+    rec = {"kind": "exec", "cwd": str(shipped), "data": [], "command": ["python", "train.py"],
            "code": [{"role": "project", "folder": str(shipped), "relative": ".", "commit": "0" * 40, "code_hash": "x"}]}
     (run / "record.json").write_text(json.dumps(rec))
-    with pytest.raises(InsideRunFolder) as exc:
-        restore(run, rec, say=lambda _: None)
-    assert isinstance(exc.value, EnvkitError) and exc.value.exit_code == 2
+    with pytest.raises(EnvkitError) as exc:
+        _Restoring(run, say=lambda _: None)
+    assert exc.value.exit_code == 2
     line = exc.value.one_line()
-    assert "\n" not in line and f"lies inside the run folder {run}" in line and "(fix: " in line
+    assert "\n" not in line and "inside the run folder itself" in line and str(shipped) in line and "(fix: " in line
     with pytest.raises(InsideRunFolder):  # the one git helper refuses it, whoever asks
         code_state(shipped, role="project", out_dir=None)
     assert not marker.exists()
     # the recorded working directory inside the run folder: the same
-    from envkit.reproduce.rerun import _cwd
-
-    with pytest.raises(InsideRunFolder):
-        _cwd(restore(run, {"code": [], "data": []}, say=lambda _: None), str(run / "profiles-here"), run)
+    (run / "record.json").write_text(json.dumps({"kind": "exec", "cwd": str(run / "profiles-here"), "data": [], "code": [],
+                                                 "command": ["python", "train.py"]}))
+    with pytest.raises(EnvkitError, match="inside the run folder"):
+        _Restoring(run, say=lambda _: None)
 
 
 @pytest.fixture
@@ -148,18 +177,19 @@ def _moved_on(tmp: Path) -> tuple[Path, Path, dict]:
 def test_a_failure_inside_the_restore_leaves_no_worktree_and_no_temporary_folder(tmp_path, own_tmp):
     repo, run, rec = _moved_on(tmp_path)
     (run / "code" / "project.patch").write_text("diff --git a/train.py b/train.py\nthis is not a patch\n")
-    with pytest.raises(CannotReproduce, match="does not apply"):
-        restore(run, rec, say=lambda _: None)
+    with pytest.raises(CannotReproduce, match="is not one git applies"):
+        _Restoring(run, say=lambda _: None)
     assert len(_git(repo, "worktree", "list").splitlines()) == 1
     assert list(own_tmp.iterdir()) == []
 
 
 KILLED = """\
-import json, os, sys, time
+import sys, time
 from pathlib import Path
+from envkit.reproduce.plan import make
 from envkit.reproduce.restore import restore
-run = Path(sys.argv[1])
-restored = restore(run, json.loads((run / "record.json").read_text()), say=lambda _: None)
+from envkit.runfolder.folder import RunFolder
+restored = restore(make(RunFolder.take(Path(sys.argv[1])), venv=None, steps=None, device=None), say=lambda _: None)
 print(restored.folders["project"], flush=True)
 time.sleep(600)
 """
@@ -175,7 +205,7 @@ def test_a_killed_reproductions_worktree_and_folders_are_removed_by_the_next_one
         proc.kill()
         proc.wait()
     assert left.is_dir() and len(_git(repo, "worktree", "list").splitlines()) == 2  # what a kill -9 leaves
-    restored = restore(run, rec, say=lambda _: None)
+    restored = _Restoring(run, say=lambda _: None)
     try:
         assert not left.exists() and len(_git(repo, "worktree", "list").splitlines()) == 2  # its own, not the dead one's
     finally:
@@ -212,11 +242,22 @@ def test_a_run_started_from_inside_a_run_folder_records_the_tree_that_holds_it(t
 def test_a_run_folder_under_a_name_envkit_run_cannot_train_beside_is_one_line_naming_where_to_move_it(tmp_path):
     from envkit.reproduce.rerun import run_config
 
+    from envkit.reproduce.plan import make
+    from envkit.runfolder.folder import RunFolder
+
     run = tmp_path / "from bob" / "orig"
     run.mkdir(parents=True)
     (run / "config.json").write_text(json.dumps({"values": {"experiment": {"name": "tiny"}}}))
-    with pytest.raises(CannotReproduce) as exc:
-        run_config(run, run.parent / "orig-repro1")
+    (run / "record.json").write_text(json.dumps({"kind": "run", "code": [], "data": []}))
+    (run / "pylock.toml").write_text('lock-version = "1.0"\ncreated-by = "test"\npackages = []\n')
+    folder = RunFolder.take(run)
+    plan = make(folder, venv=None, steps=None, device=None)
+    try:
+        with pytest.raises(CannotReproduce) as exc:
+            run_config(plan, run.parent / "orig-repro1")
+    finally:
+        plan.close()
+        folder.close()
     assert "'from bob'" in exc.value.message and "runs/tiny/orig/" in exc.value.fix
 
 
@@ -241,7 +282,7 @@ def test_a_large_untracked_file_is_linked_into_the_worktree_and_one_that_is_gone
     _git(repo, "commit", "-qam", "two")
     (repo / "vocab.bin").unlink()
     said = []
-    restored = restore(run, rec, say=said.append)
+    restored = _Restoring(run, say=said.append)
     try:
         tree = restored.folders["project"]
         assert (tree / "tokens.bin").resolve() == (repo / "tokens.bin").resolve()

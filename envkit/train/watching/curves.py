@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from envkit.errors import EnvkitError
+from envkit.fsutil import atomic_writer
 from envkit.runfolder import names
 from envkit.train.watching.run_files import read_metrics
 
@@ -52,7 +53,7 @@ def draw_curves(d: Path, out: Path) -> Path:
     if ax2 is not None:
         ax2.set_xlabel("step" if not dev else "")
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
+    _save(fig, out)
     plt.close(fig)
     return out
 
@@ -118,6 +119,13 @@ def draw_runs(runs: list[tuple[Path, str]], out: Path, title: str = "sweep") -> 
         ax_loss.legend(loc="best")
     ax_val.set_xlabel("step"), ax_val.set_ylabel("validation " + ("accuracy" if val_key == "accuracy" else "loss"))
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
+    _save(fig, out)
     plt.close(fig)
     return out
+
+
+def _save(fig, out: Path) -> None:
+    """The PNG written whole and renamed into place: a link planted at its name (a run folder from
+    someone else) is replaced, never written through."""
+    with atomic_writer(Path(out)) as fh:
+        fig.savefig(fh, dpi=100, format="png")

@@ -5,50 +5,21 @@ names. Whether the run still runs is `liveness`; its status for `runs` and `moni
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.runfolder import names
+from envkit.runfolder.bounded import read_json_lenient
+from envkit.runfolder.metrics import REWOUND, read_metrics
 
-# The key of the marker row a run writes to metrics.jsonl when it goes on from an earlier step.
-REWOUND = "rewound_to_step"
+__all__ = ["REWOUND", "find_runs", "read_json", "read_metrics", "resolve_run", "started_at"]
+
 
 
 def read_json(path: Path) -> dict | None:
-    """A JSON object file's contents; None when it is missing, unreadable, half written or not an object."""
-    try:
-        data = json.loads(path.read_text())
-        return data if isinstance(data, dict) else None
-    except (OSError, ValueError):
-        return None
-
-
-def read_metrics(run_dir: Path) -> list[dict]:
-    """The rows of metrics.jsonl as the run stands: where a marker row says the run went on from an
-    earlier step (a resume from a checkpoint, a NaN rollback), the rows logged after that step
-    before it are dropped, so that each step has the values of the attempt that counts."""
-    rows: list = []
-    try:
-        with open(Path(run_dir) / names.METRICS, encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    continue  # a line being written
-                back = row.get(REWOUND) if isinstance(row, dict) else None
-                if isinstance(back, int) and not isinstance(back, bool):
-                    rows = [r for r in rows if not _after(r, back)]
-                    continue
-                rows.append(row)
-    except OSError:
-        pass
-    return rows
-
-
-def _after(row, step: int) -> bool:
-    at = row.get("step") if isinstance(row, dict) else None
-    return isinstance(at, (int, float)) and not isinstance(at, bool) and at > step
+    """A JSON object file's contents; None when it is missing, half written, not an object, or not a
+    regular file (a link, a FIFO: read through the one bounded reader, never blocking)."""
+    return read_json_lenient(path)
 
 
 def find_runs(root: Path) -> list[Path]:

@@ -1,0 +1,51 @@
+"""Text from a run folder, made safe to put on a terminal: a command, a folder name or a package's
+URL that someone else wrote may hold a carriage return, ANSI escape sequences or Unicode's bidi
+controls that redraw the screen, so that the user reads one command and approves another. Every
+such character is shown as an escape (`\\r`, `\\x1b`, `\\u202e`), never interpreted; a long value is
+cut with the count of what was left out; a list is shown with its full count."""
+
+from __future__ import annotations
+
+import unicodedata
+
+VALUE_MAX = 240  # characters of one value on the screen
+LIST_MAX = 12  # items of one list
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
+
+
+def _escaped(ch: str) -> str:
+    if ch in _NAMED:
+        return _NAMED[ch]
+    # Cc: C0 and C1 controls (ESC, BEL, CSI, DEL); Cf: format characters (bidi overrides, zero-width
+    # joiners); Zl/Zp: line and paragraph separators; Cs/Co/Cn: surrogates, private use, unassigned
+    if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"):
+        code = ord(ch)
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+    return ch
+
+
+def shown(value, limit: int = VALUE_MAX) -> str:
+    """`value` as text with every control and format character escaped, cut to `limit` characters
+    (plus a note of how many more there were)."""
+    text = value if isinstance(value, str) else str(value)
+    out = "".join(_escaped(ch) for ch in text[: limit * 2])
+    extra = max(0, len(text) - limit * 2)
+    if len(out) > limit:
+        extra += len(out) - limit
+        out = out[:limit]
+    return out + (f"... ({extra:,} more characters)" if extra else "")
+
+
+def shown_list(values, limit: int = LIST_MAX, each: int = 120) -> str:
+    """`a, b, c ... and N more (M in all)`: every item escaped, the count never hidden."""
+    items = list(values)
+    head = ", ".join(shown(v, each) for v in items[:limit])
+    return head + (f" ... and {len(items) - limit:,} more ({len(items):,} in all)" if len(items) > limit else "")
+
+
+def shown_argv(argv) -> str:
+    """A command as a shell would read it (shlex quoting), each argument escaped."""
+    import shlex
+
+    return " ".join(shown(shlex.quote(a), 400) for a in argv)
