@@ -60,6 +60,20 @@ class _Reader:
             self.fail(key, "holds a NUL character")
         return value
 
+    def path(self, key: str, *, required: bool = False, absolute: bool = True) -> str | None:
+        """A path of the machine that made the run: absolute (where `absolute`), within the limits
+        every filesystem has (a component of at most 255 bytes, 4096 in all), no NUL. A received
+        folder cannot name a path that makes the first look at it fail."""
+        value = self.text(key, required=required)
+        if value is None:
+            return None
+        if absolute and not os.path.isabs(value):
+            self.fail(key, f"is {value[:80]!r}, not an absolute path of the machine that made the run")
+        raw = os.fsencode(value)
+        if len(raw) > 4096 or any(len(part) > 255 for part in raw.split(b"/")):
+            self.fail(key, f"is {value[:80]!r}..., longer than any filesystem's path")
+        return value
+
     def strings(self, key: str) -> list[str]:
         value = self.get(key, (list,), [])
         for i, item in enumerate(value):
@@ -132,12 +146,11 @@ class CodeState:
         if Path(relative).is_absolute() or ".." in Path(relative).parts:
             r.fail("relative", f"is {relative!r}, not a folder inside the tree")
         untracked = [p.text("path", required=True) for _, p in r.objects("untracked")]
-        path = r.text("path")
+        path = r.path("path", absolute=False)
         if path is not None and (Path(path).is_absolute() or ".." in Path(path).parts):
             r.fail("path", f"is {path!r}, not a folder inside the parent's tree")
-        folder = r.text("folder", required=True)
-        if not os.path.isabs(folder):  # git would run wherever reproduce starts (a received bundle's own .git)
-            r.fail("folder", f"is {folder[:80]!r}, not an absolute path of the machine that made the run")
+        folder = r.path("folder", required=True)  # absolute: git would run wherever reproduce starts (a bundle's own .git)
+        assert folder is not None
         return cls(path=path, submodules=tuple(CodeState.from_reader(c) for _, c in r.objects("submodules")),
                    role=r.text("role", required=True, pattern=_ROLE), folder=folder,
                    relative=relative, commit=r.text("commit", pattern=_COMMIT), code_hash=r.text("code_hash"),
@@ -165,7 +178,7 @@ class LocalDist:
     @classmethod
     def from_reader(cls, r: _Reader) -> LocalDist:
         return cls(name=r.text("name", required=True, pattern=re.compile(r"^[A-Za-z0-9._-]{1,200}$")),
-                   version=r.text("version"), folder=r.text("folder"), editable=bool(r.get("editable", (bool,), False)))
+                   version=r.text("version"), folder=r.path("folder"), editable=bool(r.get("editable", (bool,), False)))
 
     def to_json(self) -> dict:
         return {"name": self.name, "version": self.version, "folder": self.folder, "editable": self.editable}
@@ -212,17 +225,13 @@ class RunRecord:
         data_entries = []
         for _, d in r.objects("data"):
             d.text("key", required=True)
-            d.text("path", required=True)
+            d.path("path", required=True, absolute=False)
             d.text("kind")
             data_entries.append(dict(d.data))
         command = r.strings("command")
         if kind == "exec" and not command:
             r.fail("command", "is missing: an exec run's record names its command")
-        for key in ("python", "cwd"):
-            value = r.text(key)
-            if value is not None and not os.path.isabs(value):
-                r.fail(key, f"is {value[:80]!r}, not an absolute path of the machine that made the run")
-        return cls(kind=kind, python=r.text("python"), cwd=r.text("cwd"), command=tuple(command),
+        return cls(kind=kind, python=r.path("python"), cwd=r.path("cwd"), command=tuple(command),
                    profile=r.text("profile") or cfg.text("profile"),
                    code=tuple(CodeState.from_reader(c) for _, c in r.objects("code")),
                    local=tuple(LocalDist.from_reader(d) for _, d in env.objects("local")),

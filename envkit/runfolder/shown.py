@@ -6,30 +6,16 @@ cut with the count of what was left out; a list is shown with its full count."""
 
 from __future__ import annotations
 
-import unicodedata
+from envkit.errors import escaped
 
 VALUE_MAX = 240  # characters of one value on the screen
 LIST_MAX = 12  # items of one list
-
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
-
-
-def _escaped(ch: str) -> str:
-    if ch in _NAMED:
-        return _NAMED[ch]
-    # Cc: C0 and C1 controls (ESC, BEL, CSI, DEL); Cf: format characters (bidi overrides, zero-width
-    # joiners); Zl/Zp: line and paragraph separators; Cs/Co/Cn: surrogates, private use, unassigned
-    if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"):
-        code = ord(ch)
-        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
-    return ch
-
 
 def shown(value, limit: int = VALUE_MAX) -> str:
     """`value` as text with every control and format character escaped, cut to `limit` characters
     (plus a note of how many more there were)."""
     text = value if isinstance(value, str) else str(value)
-    out = "".join(_escaped(ch) for ch in text[: limit * 2])
+    out = escaped(text[: limit * 2].replace("\\", "\\\\"))
     extra = max(0, len(text) - limit * 2)
     if len(out) > limit:
         extra += len(out) - limit
