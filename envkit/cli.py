@@ -35,6 +35,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tune": ("envkit.commands.tune:tune", "Measure settings within a time budget and write the winner as this machine's profile."),
 }
 
+# Options people reach for that are config values: the line says where each lives (click's own
+# suggestion, by spelling, would send `--max-steps` to `--profile-steps`).
+CONFIG_OPTIONS = {
+    "--max-steps": "The run's length is a config value: --set training.max_steps=N; --stop-after N stops a run early "
+                   "at step N (checkpointed, run again to resume).",
+    "--steps": "The run's length is a config value: --set training.max_steps=N; --stop-after N stops a run early.",
+    "--lr": "The learning rate is a config value: --set training.lr=3e-4.",
+    "--batch-size": "The batch size is a config value: --set training.batch_size=32 (or auto).",
+    "--epochs": "The run's length is a config value: --set training.max_steps=N or training.epochs=N.",
+    "--device": "The device is a config value: --set device.type=cuda (or cpu, mps, auto).",
+    "--seed": "The seed is a config value: --set experiment.seed=N.",
+}
+
 # Run by envkit's own sbatch script inside a Slurm job; not listed by `envkit --help`.
 HIDDEN: dict[str, str] = {
     "slurm-batch": "envkit.commands.slurm_job:slurm_batch",
@@ -55,6 +68,17 @@ class LazyGroup(click.Group):
             return None
         module, _, attr = (COMMANDS[name][0] if name in COMMANDS else HIDDEN[name]).partition(":")
         return getattr(importlib.import_module(module), attr)
+
+    def resolve_command(self, ctx, args):
+        """An unknown command names the nearest ones (`envkit exce` -> exec), as click does for options."""
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            import difflib
+
+            near = difflib.get_close_matches(name, list(COMMANDS), n=3, cutoff=0.6)
+            ctx.fail(f"No such command {name!r}." + (f" Did you mean {' or '.join(repr(n) for n in near)}?" if near else "")
+                     + " (`envkit --help` lists them)")
+        return super().resolve_command(ctx, args)
 
     def format_commands(self, ctx, formatter):
         rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
@@ -115,6 +139,8 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("envkit: aborted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
+        if isinstance(exc, click.NoSuchOption) and exc.option_name in CONFIG_OPTIONS:
+            exc = click.UsageError(f"No such option: {exc.option_name}. {CONFIG_OPTIONS[exc.option_name]}", ctx=exc.ctx)
         exc.show()
         sys.exit(2 if exc.exit_code == 2 else exc.exit_code)
     except KeyboardInterrupt:

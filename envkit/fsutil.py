@@ -55,3 +55,19 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int | None = None) -> None
 
 def atomic_write_text(path: Path, text: str, mode: int | None = None) -> None:
     atomic_write_bytes(path, text.encode("utf-8"), mode)
+
+
+IGNORE_ALL = "# written by envkit: nothing in this folder belongs in git\n*\n"
+
+
+def ignore_all(folder: Path) -> None:
+    """A `.gitignore` of `*` in a folder envkit made (its managed environment, a runs folder), as venv
+    tools write one: `git add -A` in the project never commits a venv or run outputs. One already
+    there is the user's and is kept."""
+    try:
+        fd = os.open(Path(folder) / ".gitignore", os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    except OSError:
+        return  # there already (kept), or the folder is not writable: nothing to protect
+    with os.fdopen(fd, "w") as fh:
+        fh.write(IGNORE_ALL)
+

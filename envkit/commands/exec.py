@@ -11,7 +11,7 @@ import click
 from envkit.console import print_json
 from envkit.exec import environment, rundir, detach
 from envkit.exec import start as steps
-from envkit.exec.request import ExecRequest
+from envkit.exec.request import ExecRequest, metrics_pattern
 from envkit.plan import RunRequest, make_plan
 from envkit.runfolder import names
 from envkit.runfolder.seal import seal_results
@@ -34,6 +34,9 @@ from envkit.train.watching.run_files import resolve_run
               help="No output and no envkit.track metric for this long (15m, 90s): record as stalled, stop (and restart if allowed).")
 @click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True,
               help="Seconds between SIGINT and SIGTERM when envkit stops the command.")
+@click.option("--metrics-pattern", metavar="REGEX",
+              help="Record printed metrics with this regex (named groups: the metrics; `step`: the step) instead of "
+                   "the default reading of `step N: loss X` lines; 'off' records none.")
 @click.option("--no-caffeinate", is_flag=True, help="macOS: let the machine sleep during the run (default: caffeinate -i -s).")
 @click.option("--no-check", is_flag=True, help="Skip the check that the managed env's torch is still the build setup installed.")
 @click.option("--nproc-per-node", type=click.IntRange(min=1), default=1, show_default=True, help="Processes via torchrun (DDP).")
@@ -75,6 +78,7 @@ def exec_(**options):
     if req.name is not None:
         rundir.check_run_name(req.name)  # before anything is resolved or made
     req.stall_seconds()  # a bad --stall-timeout is refused before anything is resolved or made
+    metrics_pattern(req.metrics_pattern)  # and a bad --metrics-pattern
     managed, profile, xenv, resolved = steps.resolve_environment(req.profile_name, argv)
     versions = steps.interpreter_versions(resolved, managed, req.no_check)
     if req.nproc_per_node > 1 and xenv.won.get("OMP_NUM_THREADS", {}).get("by") != "user":

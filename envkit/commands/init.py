@@ -70,6 +70,14 @@ def init(path, template, list_, force):
         return
     if Path(path).suffix == "" and path in names and template == DEFAULT_TEMPLATE:  # `envkit init cifar10`
         template, path = path, "train.yaml"
+    elif Path(path).suffix not in (".yaml", ".yml"):  # `envkit init mlp` would write the gpt template into a file named mlp
+        import difflib
+
+        near = [n for n in names if n.startswith(path)] or difflib.get_close_matches(path, names, n=3)
+        raise EnvkitError(f"{path!r} is neither a template nor a .yaml or .py path" + (
+            f" (did you mean {' or '.join(repr(n) for n in near[:3])}?)" if near else ""), where="PATH",
+            fix=f"`envkit init {near[0] if near else 'gpt_quick_test'}` writes that template to train.yaml, "
+                "`envkit init my.yaml --template NAME` to my.yaml; `envkit init --list` lists them")
     name = template[:-5] if template.endswith(".yaml") else template
     if name not in names:
         import difflib

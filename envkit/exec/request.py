@@ -30,6 +30,19 @@ def parse_duration(text: str | None, where: str) -> float | None:
     return float(m.group(1)) * _UNITS[m.group(2)]
 
 
+def metrics_pattern(text: str | None) -> str | None:
+    """--metrics-pattern checked before anything starts: a regex that compiles (one line naming it,
+    exit 2, where it does not); "off" kept as is; None: the default reading of printed lines."""
+    if text is None or text == "off":
+        return text
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise EnvkitError(f"not a regular expression: {exc}", where="--metrics-pattern",
+                          fix="a Python regex with named groups, e.g. 'it (?P<step>\\d+) loss (?P<loss>[\\d.]+)'; 'off' records none") from None
+    return text
+
+
 @dataclass(frozen=True, kw_only=True)
 class ExecRequest:
     """`envkit exec`'s options, one field per option (commands/exec.py's click parameters, by name)."""
@@ -43,6 +56,7 @@ class ExecRequest:
     restart_delay: float = 10.0
     stall_timeout: str | None = None  # as typed ("15m"): passed on as is to a Slurm job's own exec
     grace: float = 30.0
+    metrics_pattern: str | None = None  # --metrics-pattern: a regex of the user's, or "off"
     no_caffeinate: bool = False
     no_check: bool = False
     nproc_per_node: int = 1
@@ -68,17 +82,19 @@ class ExecRequest:
     def supervise(self) -> Options:
         """How the supervisor watches the command."""
         return Options(restarts=self.restarts, restart_delay=self.restart_delay, stall_timeout=self.stall_seconds(),
-                       grace=self.grace, caffeinate=not self.no_caffeinate)
+                       grace=self.grace, caffeinate=not self.no_caffeinate, metrics_pattern=metrics_pattern(self.metrics_pattern))
 
     def recorded(self, nnodes: int, node_rank: int) -> dict:
         """config.json's "options": the supervisor's (a detached one reads them back: Options.from_record)
         and the process layout."""
         o = self.supervise()
         return {"restarts": o.restarts, "restart_delay": o.restart_delay, "stall_timeout": o.stall_timeout, "grace": o.grace,
-                "caffeinate": o.caffeinate, "nproc_per_node": self.nproc_per_node, "nnodes": nnodes, "node_rank": node_rank}
+                "caffeinate": o.caffeinate, "metrics_pattern": o.metrics_pattern, "nproc_per_node": self.nproc_per_node,
+                "nnodes": nnodes, "node_rank": node_rank}
 
     def slurm_options(self) -> list[str]:
         """The options a Slurm job's own `envkit exec` is started with."""
         return [*(["--profile", self.profile_name] if self.profile_name else []), "--restart-on-failure", str(self.restarts),
                 "--restart-delay", str(self.restart_delay), *(["--stall-timeout", self.stall_timeout] if self.stall_timeout else []),
-                "--grace", str(self.grace), *(["--no-check"] if self.no_check else [])]
+                "--grace", str(self.grace), *(["--no-check"] if self.no_check else []),
+                *(["--metrics-pattern", self.metrics_pattern] if self.metrics_pattern else [])]

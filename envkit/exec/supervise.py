@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envkit.exec.heartbeat import Heartbeat
+from envkit.exec.scalars import PrintedMetrics
 from envkit.exec.rundir import read_json, write_json
 from envkit.launch.spawn import die_with_parent
 from envkit.process_lock import process_start_time
@@ -50,6 +51,7 @@ class Options:
     caffeinate: bool = True
     heartbeat_seconds: float = 3.0
     echo: bool = True  # show the output live (off for --detach: only train.log)
+    metrics_pattern: str | None = None  # printed metrics (scalars.py): a user's regex, "off", or None for the default reading
 
     @classmethod
     def from_record(cls, options: dict, **overrides) -> Options:
@@ -62,7 +64,9 @@ class Options:
         stall = options.get("stall_timeout")
         return cls(restarts=number("restarts", cls.restarts, int), restart_delay=number("restart_delay", cls.restart_delay),
                    stall_timeout=float(stall) if isinstance(stall, (int, float)) and not isinstance(stall, bool) else None,
-                   grace=number("grace", cls.grace), caffeinate=options.get("caffeinate") is not False, **overrides)
+                   grace=number("grace", cls.grace), caffeinate=options.get("caffeinate") is not False,
+                   metrics_pattern=options["metrics_pattern"] if isinstance(options.get("metrics_pattern"), str) else None,
+                   **overrides)
 
 
 def caffeinate_command(pid: int, system: str, enabled: bool = True) -> list[str] | None:
@@ -78,6 +82,9 @@ def restart_delay(attempt: int, base: float) -> float:
     return min(MAX_DELAY, base * 2 ** (attempt - 1))
 
 
+STALLED_EXIT = 124  # envkit exec's exit code for a command stopped as stalled (docs/exec.md)
+
+
 def exit_code(returncode: int) -> int:
     """A shell's exit code: killed by signal N -> 128 + N."""
     return 128 - returncode if returncode < 0 else returncode
@@ -90,6 +97,7 @@ class Supervisor:
         self.proc: subprocess.Popen | None = None
         self.interrupted: int | None = None  # the signal the user sent
         self.fallbacks = FallbackCounter()
+        self.printed = PrintedMetrics(self.run_dir, opts.metrics_pattern)  # metrics from `step N: loss X` lines
         self.last_lines: deque[str] = deque(maxlen=LAST_LINES)
         self._log_lock = threading.Lock()
         self._log = os.fdopen(open_append(self.run_dir / "train.log"), "ab", buffering=0)  # never through a symlink
@@ -127,11 +135,14 @@ class Supervisor:
         # told to stop (Ctrl-C, SIGTERM, `envkit stop`, Slurm's SIGUSR1 to save and stop): not finished, even on exit 0
         status = ("completed" if rc == 0 and not self.interrupted else "interrupted" if self.interrupted
                   else "stalled" if attempts and attempts[-1]["how"] == "stalled" else "failed")
+        self.printed.close()
         self._write_summary(status, rc, started, attempts)
         self._log.close()
         self._stop_guard()
         self.owner.close()
-        return rc
+        # a stall is stopped with SIGINT, so the command's own code is a Ctrl-C's (130): envkit exits
+        # 124 instead (what `timeout` exits with), so a script tells a hang from a user's stop
+        return STALLED_EXIT if status == "stalled" else rc
 
     def _start_guard(self) -> None:
         """envkit/exec/guard.py in a session of its own, reading a pipe only this process writes."""
@@ -236,6 +247,7 @@ class Supervisor:
                 line = raw.decode("utf-8", "replace").rstrip("\r")
                 self.last_lines.append(line)
                 self.fallbacks.feed(line)
+                self.printed.feed(line)
         if partial:
             self.last_lines.append(partial.decode("utf-8", "replace"))
             self.fallbacks.feed(partial.decode("utf-8", "replace"))

@@ -125,10 +125,25 @@ def _judge(plan: Plan, new_dir: Path, steps: int | None, tolerance: float | None
     outcome, tol = verdict.decide(cmp, required, tolerance, spread, bounds)
     if cmp["missing_steps"] and steps is None:
         outcome, why = "different", f"the reproduction logged no step {cmp['missing_steps'][0]} (it stopped early)"
-    return {"outcome": outcome, "identical_required": required, "why": why, "steps_compared": cmp["steps"],
+    printed = _printed_precision(plan.folder)
+    if printed:
+        why += ("; compared as the script printed them (" + ", ".join(f"{k} to {v} decimals" for k, v in sorted(printed.items()))
+                + "): a difference below that is not seen")
+    return {"outcome": outcome, "identical_required": required, "why": why, "steps_compared": cmp["steps"], "printed": printed,
             "missing_steps": cmp["missing_steps"][:20], "metrics": cmp["metrics"], "tolerance": tol,
             "tolerance_from": "--tolerance" if tolerance is not None else spread_from,
             "spread_run": spread_dir.name if spread_dir else None, "facts": {"original": a, "reproduction": b}}
+
+
+def _printed_precision(folder: RunFolder) -> dict[str, int]:
+    """metric -> the fewest decimals the script printed it with, for metrics read from its output (exec/scalars.py)."""
+    out: dict[str, int] = {}
+    for row in folder.metric_rows:
+        if row.get("source") == "printed" and isinstance(row.get("printed"), dict):
+            for k, v in row["printed"].items():
+                if isinstance(v, int) and not isinstance(v, bool):
+                    out[str(k)] = min(v, out.get(str(k), v))
+    return out
 
 
 def _another_machine(plan: Plan, facts, say):
@@ -155,8 +170,9 @@ def refuse_unreproducible(folder, rec, say) -> None:
         ended = "" if folder.status is RunStatus.UNKNOWN else f"; it ended {folder.status.value}"
         raise CannotReproduce(f"the run logged no metrics (its metrics.jsonl has no step{ended}), so a reproduction would "
                               "have nothing to compare against", where=str(folder.path / names.METRICS),
-                              fix="log them from the script with `from envkit import track; track.log(step, loss=...)`, "
-                                  "run it again, then reproduce that run" if rec.kind == "exec"
+                              fix="print them as most scripts do (`step 10: loss 2.31`, or give `envkit exec --metrics-pattern "
+                                  "REGEX`), or log them with `from envkit import track; track.log(step, loss=...)`; run it again, "
+                                  "then reproduce that run" if rec.kind == "exec"
                               else "the run stopped before its first logged step; run it again")
 
 

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from envkit.errors import EnvkitError
+from envkit.fsutil import ignore_all
 from envkit.runfolder import names
 
 # What envkit writes in a run folder. A symlink planted at one of these names would have envkit append
@@ -41,10 +42,14 @@ def make_run_folder(run_dir: Path) -> Path:
     """mkdir -p of a run folder, a folder that cannot be made (read-only, no permission, full) as one
     EnvkitError naming it, then refuse_links."""
     run_dir = Path(run_dir)
+    runs_root = run_dir.parent.parent  # runs/ of runs/<experiment>/<run>
+    new_root = not runs_root.exists()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise EnvkitError(f"cannot make the run folder: {exc.strerror or exc} ({exc.filename or run_dir})", where=str(run_dir),
                           fix="set experiment.output_dir (or --runs-dir) to a folder you can write") from None
+    if new_root:
+        ignore_all(runs_root)  # made by this first run: its outputs never go into the project's git
     refuse_links(run_dir)
     return run_dir

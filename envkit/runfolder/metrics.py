@@ -35,6 +35,8 @@ def parse_rows(data: bytes) -> list[dict]:
             rows = [r for r in rows if not _after(r, back)]
             continue
         rows.append(row)
+    if any(r.get("source") == "printed" for r in rows) and any(r.get("source") != "printed" and "step" in r for r in rows):
+        rows = [r for r in rows if r.get("source") != "printed"]  # the script logged through envkit.track: those win
     return rows
 
 

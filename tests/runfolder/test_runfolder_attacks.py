@@ -308,9 +308,8 @@ def test_a_metrics_file_that_is_huge_a_device_or_a_fifo_is_one_line_in_every_com
     assert r.returncode == 2 and "metrics.jsonl" in _one_error_line(r)
     r = envkit("reproduce", str(run), "--check", env=env, timeout=30)
     assert "metrics.jsonl" in _one_error_line(r) and r.returncode == 2
-    for args in (["runs", str(run.parent.parent)], ["monitor", str(run), "--once"], ["plot", str(run)]):
-        r = envkit(*args, env=env, timeout=30)
-        assert "Traceback" not in r.stderr and r.returncode in (0, 1, 2), (args, r.stderr[-2000:])
+    r = envkit("runs", str(run.parent.parent), env=env, timeout=30)  # `monitor` and `plot`: test_runfolder_fuzz.py
+    assert "Traceback" not in r.stderr and r.returncode == 0 and run.name in r.stdout, r.stderr[-2000:]
 
 
 @pytest.mark.parametrize("name", [".owner.lock", "summary.json", "heartbeat.json", "reproductions.json"])
@@ -319,23 +318,21 @@ def test_a_fifo_planted_at_any_name_hangs_no_command(copy, name):
     _edit(run / "record.json", lambda d: d.update(note="edited"))  # asked about, so `reproduce` stops at the question
     (run / name).unlink(missing_ok=True)
     os.mkfifo(run / name)
-    for args in (["reproduce", str(run), "--check"], ["reproduce", str(run)], ["runs", str(run.parent.parent)],
-                 ["monitor", str(run), "--once"]):
-        r = envkit(*args, env=env, timeout=30)  # a hang is a TimeoutExpired here
-        assert "Traceback" not in r.stderr and r.returncode in (0, 1, 2), (args, r.stderr[-2000:])
-        if args[0] == "reproduce" and len(args) == 2:
-            said = "summary.json is not a regular file" if name == "summary.json" else "not reproduced"  # in the snapshot, or not read
-            assert r.returncode == 2 and said in _one_error_line(r)
+    # `runs`, `monitor` and `plot` on each of these: test_runfolder_fuzz.py, in one process
+    r = envkit("reproduce", str(run), "--check", env=env, timeout=30)  # a hang is a TimeoutExpired here
+    assert "Traceback" not in r.stderr and r.returncode in (0, 1, 2), r.stderr[-2000:]
+    r = envkit("reproduce", str(run), env=env, timeout=30)
+    said = "summary.json is not a regular file" if name == "summary.json" else "not reproduced"  # in the snapshot, or not read
+    assert r.returncode == 2 and said in _one_error_line(r)
 
 
-@pytest.mark.parametrize("data", ["/proc/kmsg", "/usr"])
-def test_a_data_path_of_a_kernel_file_or_a_huge_folder_is_bounded_before_the_question(copy, data):
+@pytest.mark.parametrize(("data", "said"), [("/proc/kmsg", "a device or kernel file"), ("/usr", "dataset.path /usr")])
+def test_a_data_path_of_a_kernel_file_or_a_huge_folder_is_bounded_before_the_question(copy, data, said):
     run, env = copy
     _edit(run / "record.json", lambda d: d.update(data=[{"key": "dataset.path", "path": data, "kind": "file"}]))
     r = envkit("reproduce", str(run), "--check", env=env, timeout=60)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
-    if data == "/proc/kmsg":
-        assert "a device or kernel file" in r.stdout, r.stdout
+    assert said in r.stdout, r.stdout
 
 
 def test_a_sparse_lock_is_refused_by_its_size_before_it_is_read(copy):

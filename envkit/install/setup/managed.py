@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envkit.fsutil import atomic_write_text
+from envkit.fsutil import atomic_write_text, ignore_all
 from envkit.redact import redact
 
 MANAGED_DIR = ".envkit"
@@ -82,6 +82,7 @@ def missing_line(python: str, start: Path | None = None) -> str:
 
 def write_state(root: Path, **values) -> Managed:
     root.mkdir(parents=True, exist_ok=True)
+    ignore_all(root)  # the venv, the env scripts and the lock's state never go into the project's git
     path = root / STATE_FILE
     state = {}
     if path.is_file():
