@@ -158,23 +158,23 @@ def _patch_archive(run: Path, rng: random.Random, marker: Path) -> str:
         return f"patch:{kind}:skipped"
     payload = f"open({str(marker)!r}, 'w').close()\n".encode()
     if kind == "plain-diff":
-        (code / "project.patch").write_text(f"--- a/train.py\n+++ b/train.py\n@@ -1 +1,2 @@\n from envkit import track\n+{payload.decode()}")
+        _put(code / "project.patch", f"--- a/train.py\n+++ b/train.py\n@@ -1 +1,2 @@\n from envkit import track\n+{payload.decode()}".encode())
     elif kind == "garbage-patch":
-        (code / "project.patch").write_bytes(bytes(rng.randrange(256) for _ in range(500)))
+        _put(code / "project.patch", bytes(rng.randrange(256) for _ in range(500)))
     elif kind == "link-patch":
-        (code / "project.patch").write_text("diff --git a/data b/data\nnew file mode 120000\n--- /dev/null\n+++ b/data\n@@ -0,0 +1 @@\n"
-                                            f"+{marker.parent}\n\\ No newline at end of file\n")
-        (code / "project-untracked.tar").write_bytes(_tar([("data/PWNED.py", payload)]))
+        _put(code / "project.patch", ("diff --git a/data b/data\nnew file mode 120000\n--- /dev/null\n+++ b/data\n@@ -0,0 +1 @@\n"
+                                      f"+{marker.parent}\n\\ No newline at end of file\n").encode())
+        _put(code / "project-untracked.tar", _tar([("data/PWNED.py", payload)]))
     elif kind == "tracked-member":
-        (code / "project-untracked.tar").write_bytes(_tar([("train.py", payload)]))
+        _put(code / "project-untracked.tar", _tar([("train.py", payload)]))
     elif kind == "unlisted-member":
-        (code / "project-untracked.tar").write_bytes(_tar([("notes.txt", b"x"), ("evil.py", payload)]))
+        _put(code / "project-untracked.tar", _tar([("notes.txt", b"x"), ("evil.py", payload)]))
     elif kind == "link-member":
         info = tarfile.TarInfo("data")
         info.type, info.linkname = tarfile.SYMTYPE, str(marker.parent)
-        (code / "project-untracked.tar").write_bytes(_tar([info, ("data/x.py", payload)]))
+        _put(code / "project-untracked.tar", _tar([info, ("data/x.py", payload)]))
     else:
-        (code / "project-untracked.tar").write_bytes(_tar([(str(marker), payload)]))
+        _put(code / "project-untracked.tar", _tar([(str(marker), payload)]))
 
     def point(d):
         if d.get("code"):
@@ -183,6 +183,17 @@ def _patch_archive(run: Path, rng: random.Random, marker: Path) -> str:
                 d["code"][0]["untracked"] = [{"path": "data/PWNED.py"}, {"path": "train.py"}, {"path": "evil.py"}, {"path": "data/x.py"}]
     _json_edit(run / "record.json", point)
     return f"patch:{kind}"
+
+
+def _put(path: Path, data: bytes) -> None:
+    """`data` at `path`, whatever an earlier mutation left there (a folder, a FIFO, a link)."""
+    import shutil
+
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        path.unlink()
+    path.write_bytes(data)
 
 
 def _marker_script(path: Path, marker: Path) -> Path:
@@ -242,7 +253,14 @@ MUTATIONS = [_replace_file, _wrong_type, _control_chars, _patch_archive, _runs_c
 
 def mutate(run: Path, rng: random.Random, marker: Path) -> list[str]:
     """1 to 3 mutations of the folder at `run` (a copy); their names."""
-    return [rng.choice(MUTATIONS)(run, rng, marker) for _ in range(rng.randint(1, 3))]
+    done = []
+    for _ in range(rng.randint(1, 3)):
+        fn = rng.choice(MUTATIONS)
+        try:
+            done.append(fn(run, rng, marker))
+        except OSError as exc:  # an earlier mutation left something this one cannot write through
+            done.append(f"{fn.__name__}:skipped ({exc.strerror})")
+    return done
 
 
 class _Timeout(Exception):
