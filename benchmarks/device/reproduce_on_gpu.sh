@@ -1,5 +1,5 @@
 #!/bin/bash
-# `envkit reproduce` through its snapshot and plan on a GPU host (#65): a deterministic GPT run on the
+# `envkit reproduce` through its snapshot and plan on a GPU host: a deterministic GPT run on the
 # GPU reproduced there (a folder this machine wrote: no question, held to identical), the same folder
 # with its results edited (shown and refused without a yes, exit 2), a CPU run reproduced on the GPU
 # (benchmarks/reproduce_cpu_run_on_gpu.sh), and the hostile-folder fuzzer on that host's Python.

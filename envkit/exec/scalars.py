@@ -150,8 +150,9 @@ class PrintedMetrics:
             try:
                 if self._fd is None:
                     self._fd = open_append(self.path)
-                    self._expected = os.fstat(self._fd).st_size
-                if os.fstat(self._fd).st_size != self._expected:  # the script logged a row of its own
+                    self._expected = 0  # only the script (envkit.track) writes here besides us: a row before ours is its
+                if os.fstat(self._fd).st_size != self._expected:  # the script logged a row of its own (its prints
+                    # may reach us after its rows: a pipe's buffer is flushed when it exits)
                     self.off = True
                     return
                 data = (json.dumps({**row, "time": round(time.time(), 3), "source": "printed"}) + "\n").encode()
