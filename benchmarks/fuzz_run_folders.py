@@ -14,7 +14,6 @@ import collections
 import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,32 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from hostile_folders import COMMANDS, check, mutate  # noqa: E402 - tests/ is put on the path above
-
-SCRIPT = "from envkit import track\nfor s in range(1, 4):\n    track.log(s, loss=1.0 / s)\n"
-
-
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(repo), "-c", "user.email=t@e", "-c", "user.name=t", *args], check=True, capture_output=True)
-
-
-def genuine(root: Path) -> Path:
-    repo = root / "proj"
-    repo.mkdir()
-    _git(repo, "init", "-q")
-    (repo / ".gitignore").write_text("runs/\n")
-    (repo / "train.py").write_text(SCRIPT)
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "one")
-    (repo / "notes.txt").write_text("untracked\n")
-    env = {**os.environ, "ENVKIT_CACHE_DIR": str(root / "cache"), "ENVKIT_HOME": str(root / "no-managed-env")}
-    subprocess.run([sys.executable, "-m", "envkit", "exec", "--name", "proj", "--", sys.executable, "train.py"], cwd=repo,
-                   env=env, check=True, capture_output=True, timeout=300)
-    (repo / "later.py").write_text("x = 1\n")
-    _git(repo, "add", "later.py")
-    _git(repo, "commit", "-qm", "two")
-    return next((repo / "runs" / "proj").iterdir())
-
+from hostile_folders import COMMANDS, check, genuine_run, mutate  # noqa: E402 - tests/ is put on the path above
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -59,7 +33,7 @@ def main() -> int:
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="envkit-fuzz-"))
     try:
-        run0 = genuine(root)
+        run0 = genuine_run(root, {"ENVKIT_CACHE_DIR": str(root / "cache"), "ENVKIT_HOME": str(root / "no-managed-env")})
         os.environ["ENVKIT_CACHE_DIR"] = str(root / "another-machines-cache")
         os.environ["ENVKIT_HOME"] = str(root / "no-managed-env")
         rng = random.Random(args.seed)

@@ -20,8 +20,11 @@ import contextlib
 import io
 import json
 import os
+import pty
 import random
 import signal
+import subprocess
+import sys
 import tarfile
 import tempfile
 import time
@@ -59,9 +62,10 @@ def _json_edit(path: Path, fn) -> bool:
     return True
 
 
-def _tar(members: list[tuple[str, bytes] | tarfile.TarInfo]) -> bytes:
+def tar_bytes(members: list[tuple[str, bytes] | tarfile.TarInfo], mode: str = "w") -> bytes:
+    """An archive of `members` ((name, bytes) or a TarInfo of a link or folder)."""
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
+    with tarfile.open(fileobj=buf, mode=mode) as tar:
         for m in members:
             if isinstance(m, tarfile.TarInfo):
                 tar.addfile(m)
@@ -164,17 +168,17 @@ def _patch_archive(run: Path, rng: random.Random, marker: Path) -> str:
     elif kind == "link-patch":
         _put(code / "project.patch", ("diff --git a/data b/data\nnew file mode 120000\n--- /dev/null\n+++ b/data\n@@ -0,0 +1 @@\n"
                                       f"+{marker.parent}\n\\ No newline at end of file\n").encode())
-        _put(code / "project-untracked.tar", _tar([("data/PWNED.py", payload)]))
+        _put(code / "project-untracked.tar", tar_bytes([("data/PWNED.py", payload)]))
     elif kind == "tracked-member":
-        _put(code / "project-untracked.tar", _tar([("train.py", payload)]))
+        _put(code / "project-untracked.tar", tar_bytes([("train.py", payload)]))
     elif kind == "unlisted-member":
-        _put(code / "project-untracked.tar", _tar([("notes.txt", b"x"), ("evil.py", payload)]))
+        _put(code / "project-untracked.tar", tar_bytes([("notes.txt", b"x"), ("evil.py", payload)]))
     elif kind == "link-member":
         info = tarfile.TarInfo("data")
         info.type, info.linkname = tarfile.SYMTYPE, str(marker.parent)
-        _put(code / "project-untracked.tar", _tar([info, ("data/x.py", payload)]))
+        _put(code / "project-untracked.tar", tar_bytes([info, ("data/x.py", payload)]))
     else:
-        _put(code / "project-untracked.tar", _tar([(str(marker), payload)]))
+        _put(code / "project-untracked.tar", tar_bytes([(str(marker), payload)]))
 
     def point(d):
         if d.get("code"):
@@ -338,3 +342,81 @@ def check(run: Path, marker: Path, timeout: float = 20.0, commands=COMMANDS) -> 
         if new:
             findings.append(f"written outside the run folder: {sorted(str(p) for p in new)[:3]}")
     return findings
+
+
+# ---------------------------------------------------------------- shared by the run-folder tests
+
+SCRIPT = "from envkit import track\nfor s in range(1, 4):\n    track.log(s, loss=1.0 / s)\n"
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.email=t@e", "-c", "user.name=t", *args], check=True,
+                          capture_output=True, text=True).stdout
+
+
+def genuine_run(root: Path, env: dict, moved_on: bool = True) -> Path:
+    """A real `envkit exec` run folder, sealed: a three-step script in a git repository under `root`,
+    an untracked file beside it (kept in the run folder's archive), and with `moved_on` the tree
+    committed on since (a reproduction then checks the run's commit out in a worktree)."""
+    repo = root / "proj"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / ".gitignore").write_text("runs/\n")
+    (repo / "train.py").write_text(SCRIPT)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "one")
+    (repo / "notes.txt").write_text("untracked, kept in the run folder's archive\n")
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("ENVKIT_", "PYTORCH_"))}
+    full |= {"ENVKIT_CONFIG_DIR": str(root / "config")} | env  # no tuned profile of the user's
+    r = subprocess.run([sys.executable, "-m", "envkit", "exec", "--name", "proj", "--", sys.executable, "train.py"], cwd=repo,
+                       env=full, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    run = next((repo / "runs" / "proj").iterdir())
+    if moved_on:
+        (repo / "later.py").write_text("x = 1\n")
+        git(repo, "add", "later.py")
+        git(repo, "commit", "-qm", "two")
+    return run
+
+
+def edit_json(path: Path, fn) -> None:
+    """`fn` applied to the JSON object in `path`, written back."""
+    data = json.loads(path.read_text())
+    fn(data)
+    path.write_text(json.dumps(data))
+
+
+def one_error_line(r) -> str:
+    """The last stderr line of a finished envkit, checked to be its one-line error (no traceback anywhere)."""
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith("envkit: error: "), r.stderr[-3000:]
+    return line
+
+
+def on_a_terminal(args: list[str], env: dict, at_question, answer: bytes = b"y\n", timeout: float = 300) -> tuple[int, str]:
+    """envkit ARGS on a pty: `at_question()` runs while the question waits, then `answer` is typed."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("ENVKIT_")} | env
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execve(sys.executable, [sys.executable, "-m", "envkit", *args], full)
+    seen, deadline = b"", time.monotonic() + 120
+    while b"[y/N]" not in seen and time.monotonic() < deadline:
+        try:
+            seen += os.read(fd, 4096)
+        except OSError:
+            break
+    assert b"[y/N]" in seen, seen.decode(errors="replace")[-3000:]
+    at_question()
+    os.write(fd, answer)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), seen.decode(errors="replace")

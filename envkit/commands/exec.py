@@ -3,6 +3,7 @@ folder, a heartbeat, restarts and a stall watchdog; `envkit stop RUN` ends a (de
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import click
 from envkit.console import print_json
 from envkit.exec import environment, rundir, detach
 from envkit.exec import start as steps
-from envkit.exec.request import ExecRequest, metrics_pattern
+from envkit.exec.request import ExecRequest, metrics_pattern, project_metrics_pattern
 from envkit.plan import RunRequest, make_plan
 from envkit.runfolder import names
 from envkit.runfolder.seal import seal_results
@@ -79,6 +80,8 @@ def exec_(**options):
         rundir.check_run_name(req.name)  # before anything is resolved or made
     req.stall_seconds()  # a bad --stall-timeout is refused before anything is resolved or made
     metrics_pattern(req.metrics_pattern)  # and a bad --metrics-pattern
+    if req.metrics_pattern is None:  # the project's own, from its pyproject.toml
+        req = dataclasses.replace(req, metrics_pattern=project_metrics_pattern(Path.cwd()))
     managed, profile, xenv, resolved = steps.resolve_environment(req.profile_name, argv)
     versions = steps.interpreter_versions(resolved, managed, req.no_check)
     if req.nproc_per_node > 1 and xenv.won.get("OMP_NUM_THREADS", {}).get("by") != "user":

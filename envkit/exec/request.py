@@ -9,6 +9,7 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.exec.supervise import Options
+from envkit.resources import load_toml
 
 # A command that starts with a Python interpreter: torchrun runs its script itself (no --no-python),
 # and its interpreter is the one whose torch the record names
@@ -30,7 +31,7 @@ def parse_duration(text: str | None, where: str) -> float | None:
     return float(m.group(1)) * _UNITS[m.group(2)]
 
 
-def metrics_pattern(text: str | None) -> str | None:
+def metrics_pattern(text: str | None, where: str = "--metrics-pattern") -> str | None:
     """--metrics-pattern checked before anything starts: a regex that compiles (one line naming it,
     exit 2, where it does not); "off" kept as is; None: the default reading of printed lines."""
     if text is None or text == "off":
@@ -38,9 +39,28 @@ def metrics_pattern(text: str | None) -> str | None:
     try:
         re.compile(text)
     except re.error as exc:
-        raise EnvkitError(f"not a regular expression: {exc}", where="--metrics-pattern",
+        raise EnvkitError(f"not a regular expression: {exc}", where=where,
                           fix="a Python regex with named groups, e.g. 'it (?P<step>\\d+) loss (?P<loss>[\\d.]+)'; 'off' records none") from None
     return text
+
+
+def project_metrics_pattern(start: Path) -> str | None:
+    """`metrics_pattern` under `[tool.envkit]` in the pyproject.toml of `start` or the nearest folder
+    above it that has one (the project's own way of printing, kept with the project), checked."""
+    for folder in (start, *start.parents):
+        path = folder / "pyproject.toml"
+        if path.is_file():
+            try:
+                value = load_toml(path).get("tool", {}).get("envkit", {}).get("metrics_pattern")
+            except Exception as exc:  # noqa: BLE001 - tomllib.TOMLDecodeError and friends: one line
+                raise EnvkitError(f"invalid TOML: {exc}", where=str(path)) from None
+            if value is not None and not isinstance(value, str):
+                raise EnvkitError("tool.envkit.metrics_pattern is not a string", where=str(path),
+                                  fix='metrics_pattern = "it (?P<step>\\d+) loss (?P<loss>[\\d.]+)"')
+            return metrics_pattern(value, where=f"{path}: tool.envkit.metrics_pattern")
+        if (folder / ".git").exists():
+            return None
+    return None
 
 
 @dataclass(frozen=True, kw_only=True)

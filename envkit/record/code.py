@@ -160,7 +160,10 @@ def code_state(folder: Path, *, role: str, out_dir: Path | None, pathspec: list[
     if top is None:
         return None
     spec = pathspec or []
-    commit = _out(git(top, "rev-parse", "HEAD"))
+    # the commit and its tree in one call: the tree is what a reproduction checks out when the commit
+    # itself is gone (amended, rebased, garbage-collected) but its content is still in the repository
+    commit, _, tree = (_out(git(top, "rev-parse", "HEAD", "HEAD^{tree}")) or "").partition("\n")
+    commit, tree = commit.strip() or None, tree.strip() or None
     branch = _out(git(top, "rev-parse", "--abbrev-ref", "HEAD"))
     remote = _out(git(top, "remote", "get-url", "origin"))
     # submodules are recorded each as a code state of its own (below): the patch leaves their pointers out
@@ -182,7 +185,7 @@ def code_state(folder: Path, *, role: str, out_dir: Path | None, pathspec: list[
             h.update(f"\nsubmodule {rel} {sub['code_hash']}".encode())
     state = {"role": role, "folder": str(top), "relative": str(Path(folder).resolve().relative_to(top.resolve()))
              if Path(folder).resolve().is_relative_to(top.resolve()) else ".",
-             "commit": commit, "branch": branch if branch != "HEAD" else None, "remote": strip_userinfo(remote) if remote else None,
+             "commit": commit, "tree": tree, "branch": branch if branch != "HEAD" else None, "remote": strip_userinfo(remote) if remote else None,
              "pathspec": spec, "dirty": bool(patch) or bool(files), "patch": None, "patch_sha256": None, "untracked": listed,
              "untracked_archive": None, "untracked_skipped": skipped[:LISTED_SKIPPED], "untracked_skipped_count": len(skipped),
              "submodules": subs, "code_hash": h.hexdigest()[:16]}

@@ -46,6 +46,8 @@ def plan_lines(plan: Plan) -> list[str]:
         out.append(f"the config's own code, imported and called: {shown_list(plan.imports)}")
     for c in (c for top in plan.code for c in top.all()):
         where = "used where it is (in the recorded state)" if c.in_place else f"checked out in {shown(c.tree)}"
+        if c.from_tree:
+            where += f" (the commit is gone from the repository; its tree {shown(str(c.state.tree)[:12])} is there)"
         line = f"code ({shown(c.state.role)}): {shown(c.state.folder)} at commit {str(c.state.commit)[:12]}, {where}"
         if c.patch_files:
             line += f"; the run's patch changes {len(c.patch_files)} file(s): {shown_list(c.patch_files)}"

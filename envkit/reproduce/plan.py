@@ -23,11 +23,11 @@ from urllib.parse import urlsplit
 from envkit.checks.gates import gates
 from envkit.errors import EnvkitError
 from envkit.install.lock.read import LockFile, read
-from envkit.record.code import GIT_ENV, refuse_inside_run
+from envkit.record.code import GIT_ENV, git, refuse_inside_run
 from envkit.reproduce.check import CannotReproduce, refuse_inside
 from envkit.reproduce.elsewhere import differences
 from envkit.reproduce.metrics import rows_of
-from envkit.reproduce.restore import temp_folder, unchanged
+from envkit.reproduce.restore import path_inside, temp_folder, unchanged
 from envkit.reproduce.venv import HOME, default_venv, python_of
 from envkit.runfolder.archive import checked_members
 from envkit.runfolder.bounded import RunFolderError
@@ -52,6 +52,7 @@ class CodePlan:
     patch_links: list[str] = field(default_factory=list)  # symbolic links the patch creates
     archive_files: list[str] = field(default_factory=list)  # as tarfile reads the archive
     submodules: list[CodePlan] = field(default_factory=list)
+    from_tree: bool = False  # the commit is gone from the repository, its tree is not: a commit of that tree is checked out
 
     def all(self) -> list[CodePlan]:
         return [self, *(s for sub in self.submodules for s in sub.all())]
@@ -92,14 +93,7 @@ class Plan:
 
     def inside(self, original: str | Path) -> Path | None:
         """Where a path inside a recorded tree lies during the reproduction; None outside them."""
-        p = Path(os.path.abspath(original))
-        for c in self.code:
-            base = Path(c.state.folder)
-            for b in dict.fromkeys((base, base.resolve())):
-                for cand in dict.fromkeys((p, p.resolve())):
-                    if cand.is_relative_to(b):
-                        return c.tree / cand.relative_to(b)
-        return None
+        return path_inside(original, {c.state.folder: c.tree for c in self.code})
 
     def argv_for(self, argv: list[str]) -> list[str]:
         """Each absolute path inside a recorded tree (`python /repo/train.py`, `--config=/repo/c.yaml`)
@@ -178,6 +172,7 @@ def _code(folder: RunFolder, state: CodeState, temps: list[Path], sub_tree: Path
         plan = CodePlan(state=state, in_place=False, tree=sub_tree, temp=None)
     if plan.in_place:
         return plan
+    plan.from_tree = commit_gone(state, folder)
     if state.patch:
         patch = folder.copy(state.patch)
         if patch is None:
@@ -194,6 +189,26 @@ def _code(folder: RunFolder, state: CodeState, temps: list[Path], sub_tree: Path
         if sub.commit and sub.path:
             plan.submodules.append(_code(folder, sub, temps, sub_tree=plan.tree / sub.path))
     return plan
+
+
+def commit_gone(state: CodeState, folder: RunFolder) -> bool:
+    """Whether the run's commit is gone from its repository while its tree is there (an amend, a
+    rebase, a gc: the content is the same, the commit not); a commit gone with its tree is one line,
+    exit 2, before anything is built, naming the commit and how to get it back."""
+    repo = Path(state.folder)
+    if not repo.is_dir() or _has(repo, f"{state.commit}^{{commit}}"):
+        return False  # a repository that is gone is named by restore, as before
+    if state.tree and _has(repo, f"{state.tree}^{{tree}}"):
+        return True
+    raise CannotReproduce(f"the run's commit {str(state.commit)[:12]} is not in {repo}"
+                          + (" and neither is its tree (the content changed, or the objects were pruned)" if state.tree else ""),
+                          where=str(folder.path),
+                          fix=f"fetch it (git -C {repo} fetch origin {state.commit}), or restore the branch that had it, then reproduce again")
+
+
+def _has(repo: Path, spec: str) -> bool:
+    proc = git(repo, "cat-file", "-e", spec)
+    return proc is not None and proc.returncode == 0
 
 
 def patch_contents(patch: Path, folder: RunFolder) -> tuple[list[str], list[str]]:

@@ -148,32 +148,24 @@ class Restored:
 
     def inside(self, original: str | Path) -> Path | None:
         """Where a path inside a recorded tree lies now (in its worktree when the tree was restored); None outside them."""
-        p = Path(os.path.abspath(original))
-        for cand in (p, p.resolve()):
-            for role, folder in self.folders.items():
-                base = Path(self.recorded[role])
-                for b in (base, base.resolve()):
-                    if cand.is_relative_to(b):
-                        return folder / cand.relative_to(b)
-        return None
+        return path_inside(original, {self.recorded[role]: folder for role, folder in self.folders.items()})
 
     def path_for(self, original: str | Path) -> Path:
         """Where a path of a recorded tree lies now (inside a worktree when the tree was restored)."""
         here = self.inside(original)
         return here if here is not None else Path(original).resolve()
 
-    def argv_for(self, argv: list[str]) -> list[str]:
-        """The command with each absolute path inside a recorded tree (`python /repo/train.py`,
-        `--config=/repo/c.yaml`) rewritten into its worktree: the run's copy runs, not today's file."""
-        out = []
-        for arg in argv:
-            head, eq, value = arg.partition("=") if arg.startswith("-") else ("", "", arg)
-            if os.path.isabs(value):
-                here = self.inside(value)
-                if here is not None:
-                    arg = f"{head}{eq}{here}"
-            out.append(arg)
-        return out
+
+def path_inside(original: str | Path, trees: dict[str, Path]) -> Path | None:
+    """Where `original`, a path inside one of the recorded trees (recorded folder -> where its code
+    lies now), lies now; None outside them. Links resolved or not, on either side."""
+    p = Path(os.path.abspath(original))
+    for cand in dict.fromkeys((p, p.resolve())):
+        for recorded, tree in trees.items():
+            for base in dict.fromkeys((Path(recorded), Path(recorded).resolve())):
+                if cand.is_relative_to(base):
+                    return tree / cand.relative_to(base)
+    return None
 
 
 def unchanged(state: dict) -> bool:
@@ -194,7 +186,7 @@ def worktree(folder, code, out: Restored) -> Path:
                               fix=f"clone the repository there again (commit {state.commit})")
     if tree.is_dir() and not any(tree.iterdir()):
         tree.rmdir()  # the empty folder git leaves for a submodule
-    proc = git(repo, "worktree", "add", "--detach", str(tree), str(state.commit), timeout=600)
+    proc = git(repo, "worktree", "add", "--detach", str(tree), _checkout_of(code), timeout=600)
     if proc is None or proc.returncode != 0:
         why = (proc.stderr.decode(errors="replace").strip().splitlines() or ["git failed"])[-1] if proc else "git is not installed"
         raise CannotReproduce(f"cannot check out the run's commit {str(state.commit)[:12]} of {repo}: {why}", where=str(folder.path),
@@ -217,6 +209,21 @@ def worktree(folder, code, out: Restored) -> Path:
         refuse_inside_run(sub.state.folder, f"code folder (submodule {sub.state.path})", folder.path)
         worktree(folder, sub, out)
     return tree
+
+
+def _checkout_of(code) -> str:
+    """The commit to check out: the run's, or where it is gone (plan.py: commit_gone), a commit made
+    now of the run's tree (the same content; a dangling object git prunes in time)."""
+    state = code.state
+    if not code.from_tree:
+        return str(state.commit)
+    made = git(Path(state.folder), "-c", "user.name=envkit", "-c", "user.email=envkit@localhost", "commit-tree", str(state.tree),
+               "-m", f"envkit reproduce: the tree of {state.commit}, a commit that is gone")
+    sha = made.stdout.decode().strip() if made is not None and made.returncode == 0 else ""
+    if not sha:
+        raise CannotReproduce(f"cannot make a commit of the run's tree {str(state.tree)[:12]} in {state.folder}",
+                              where=str(state.folder), fix=f"fetch the run's commit {state.commit}, then reproduce again")
+    return sha
 
 
 def restore(plan, say=print) -> Restored:
@@ -244,6 +251,7 @@ def restore(plan, say=print) -> Restored:
             out.folders[role] = tree
             subs = [s.state.path for s in code.submodules]
             say(f"code ({role}): {shown(code.state.folder)} has moved on; the run's commit {str(code.state.commit)[:12]}"
+                + (f" (gone from the repository: a commit of its tree {str(code.state.tree)[:12]})" if code.from_tree else "")
                 + (" with its uncommitted changes" if code.state.dirty else "")
                 + (f" and its submodules ({shown_list(subs)}) at their commits" if subs else "") + f" is checked out in {tree}")
         out.link_data(rec)

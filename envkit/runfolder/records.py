@@ -130,6 +130,7 @@ class CodeState:
     folder: str
     relative: str = "."
     commit: str | None = None
+    tree: str | None = None  # the commit's tree (git rev-parse HEAD^{tree}): checked out where the commit is gone
     code_hash: str | None = None
     dirty: bool = False
     patch: str | None = None  # code/<role>.patch, inside the run folder
@@ -153,7 +154,7 @@ class CodeState:
         assert folder is not None
         return cls(path=path, submodules=tuple(CodeState.from_reader(c) for _, c in r.objects("submodules")),
                    role=r.text("role", required=True, pattern=_ROLE), folder=folder,
-                   relative=relative, commit=r.text("commit", pattern=_COMMIT), code_hash=r.text("code_hash"),
+                   relative=relative, commit=r.text("commit", pattern=_COMMIT), tree=r.text("tree", pattern=_COMMIT), code_hash=r.text("code_hash"),
                    dirty=bool(r.get("dirty", (bool,), False)), patch=r.text("patch", pattern=_REL_IN_CODE),
                    untracked_archive=r.text("untracked_archive", pattern=_REL_IN_CODE), untracked=tuple(untracked),
                    pathspec=tuple(r.strings("pathspec")), raw=dict(r.data))

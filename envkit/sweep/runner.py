@@ -44,6 +44,7 @@ class SweepRun:
     start: RunState  # what its folder held when last looked at (completed: skipped)
     status: str | None = None  # once it ran, its own (summary.json's, else "exited N"); "in use" when another process trains it
     rc: int | None = None
+    recording: object = None  # the thread finishing its record (launcher.write_run_files), joined when it ends
 
     @property
     def shown(self) -> str:
@@ -121,6 +122,7 @@ def execute(runs: list[SweepRun], *, parallel: int = 1, gpus: int = 0, stop_afte
             for proc in [p for p in active if p.poll() is not None]:
                 r, slot, owner = active.pop(proc)
                 release_child(proc)
+                launcher.sealed_when_ended(r.run_dir, r.recording)  # the results under the seal, while the folder is ours
                 owner.close()  # the run folder is free again
                 r.rc = proc.returncode
                 r.status = (read_json(r.run_dir / names.SUMMARY) or {}).get("status") or f"exited {r.rc}"
@@ -176,7 +178,7 @@ def _start(r: SweepRun, slot: int, gpus: int, parallel: int, stop_after, debug: 
         # each of two runs made every step eight times slower on 2 cores. A value the user exported stays.
         env["OMP_NUM_THREADS"] = launcher.omp_threads_per_process(r.plan.profile.env if r.plan.profile else {}, env, parallel)
         where = f" ({env['OMP_NUM_THREADS']} CPU thread{'s' if env['OMP_NUM_THREADS'] != '1' else ''})"
-    launcher.write_run_files(r.plan, r.run_dir, env)
+    r.recording = launcher.write_run_files(r.plan, r.run_dir, env)
     cmd = child_command(r.plan.python, r.run_dir, stop_after=stop_after, resume="auto", nproc=1, debug=debug)
     say(f"{'resume' if r.start == 'resume' else 'start':<8}{r.combo.run_id} -> {r.run_dir}{where}")
     if parallel > 1:  # several at once: each run's console output goes to its folder, not interleaved here

@@ -76,7 +76,7 @@ def _ctrl_c_during_the_first_run(tmp_path) -> tuple[int, str]:
     return proc.returncode, out + err
 
 
-def test_sweep_interrupted_resumed_and_shown_again(tmp_path):
+def test_sweep_interrupted_resumed_and_shown_again(tmp_path, monkeypatch):
     write_cifar10(tmp_path / "data", per_file=60, test=100)  # 300 training images
     (tmp_path / "train.yaml").write_text(SWEEP_YAML)
     exp = tmp_path / "runs" / "sw"
@@ -107,6 +107,10 @@ def test_sweep_interrupted_resumed_and_shown_again(tmp_path):
         assert cfg["training"]["optimizer"] == rid.split("_")[0].split("-")[1]
         assert cfg["experiment"]["seed"] == int(rid[-1])
     assert all((exp / rid / "console.log").is_file() for rid in RUN_IDS)
+    from envkit.runfolder.seal import verify
+
+    monkeypatch.delenv("ENVKIT_CACHE_DIR", raising=False)  # the machine key the sweep's processes used (envkit() drops ENVKIT_*)
+    assert [verify(exp / rid).results for rid in RUN_IDS] == [True] * 4  # each run's results sealed as it ended
     table = second.stdout
     assert "mean ± std" in table and "optimizer=adamw" in table and "optimizer=lion" in table and "2/2" in table
 

@@ -138,3 +138,19 @@ def test_metrics_pattern_off_records_none_and_a_bad_one_is_one_line(project):
     assert not (run / "metrics.jsonl").exists()
     r = envkit("exec", "--metrics-pattern", "(unclosed", "--", sys.executable, "train.py", cwd=repo, env=env, timeout=120)
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("envkit: error: --metrics-pattern: not a regular")
+
+
+def test_a_projects_own_pattern_lives_in_its_pyproject(project):
+    repo, env = project
+    (repo / "pyproject.toml").write_text('[tool.envkit]\nmetrics_pattern = "it=(?P<step>\\\\d+) nll=(?P<nll>[\\\\d.]+)"\n')
+    (repo / "own.py").write_text("for i in (1, 2):\n    print(f'it={i} nll={3.0 / i:.3f}', flush=True)\n")
+    r = envkit("exec", "--name", "own", "--", sys.executable, "own.py", cwd=repo, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    run = next((repo / "runs" / "own").iterdir())
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["nll"], r["printed"]) for r in rows] == [(1, 3.0, {"nll": 3}), (2, 1.5, {"nll": 3})]
+    (repo / "pyproject.toml").write_text('[tool.envkit]\nmetrics_pattern = "(unclosed"\n')
+    r = envkit("exec", "--", sys.executable, "own.py", cwd=repo, env=env, timeout=120)
+    line = r.stderr.strip().splitlines()[-1]
+    assert r.returncode == 2 and "pyproject.toml: tool.envkit.metrics_pattern: not a regular expression" in line, line
+

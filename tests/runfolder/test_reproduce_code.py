@@ -292,3 +292,35 @@ def test_a_large_untracked_file_is_linked_into_the_worktree_and_one_that_is_gone
     finally:
         restored.close()
     assert (repo / "tokens.bin").read_bytes() == b"\0" * 64  # the user's file is where it was
+
+
+def test_a_commit_that_is_gone_is_checked_out_from_its_tree_and_one_gone_with_its_tree_is_named(tmp_path, own_tmp):
+    """`git commit --amend` and `git gc` after the run: the run's commit is gone, its tree (the same
+    content) is not, and the reproduction checks that tree out. Amended with other content, the tree
+    is gone too: one line naming the commit and how to get it, before anything is checked out."""
+    repo = _repo(tmp_path / "proj", {"train.py": "print(1)\n", ".gitignore": "runs/\n"})
+    run = _run_folder(repo)
+    rec = _record(run, repo)
+    assert rec["code"][0]["tree"] == _git(repo, "rev-parse", "HEAD^{tree}").strip()
+    _git(repo, "commit", "-q", "--amend", "-m", "one, reworded")
+    _git(repo, "reflog", "expire", "--expire=now", "--all")
+    _git(repo, "gc", "-q", "--prune=now")
+    assert subprocess.run(["git", "-C", str(repo), "cat-file", "-e", rec["code"][0]["commit"]]).returncode != 0  # gone
+    said = []
+    restored = _Restoring(run, say=said.append)
+    try:
+        tree = restored.folders["project"]
+        assert tree != repo and (tree / "train.py").read_text() == "print(1)\n"
+        assert any("gone from the repository: a commit of its tree" in s for s in said), said
+    finally:
+        restored.close()
+    (repo / "train.py").write_text("print(2)\n")
+    _git(repo, "commit", "-q", "--amend", "-am", "other content")
+    _git(repo, "reflog", "expire", "--expire=now", "--all")
+    _git(repo, "gc", "-q", "--prune=now")
+    with pytest.raises(CannotReproduce) as exc:
+        _Restoring(run, say=lambda _: None)
+    assert f"the run's commit {rec['code'][0]['commit'][:12]} is not in {repo} and neither is its tree" in exc.value.message
+    assert "git -C" in (exc.value.fix or "") and "fetch origin" in (exc.value.fix or "")
+    assert len(_git(repo, "worktree", "list").splitlines()) == 1 and list(own_tmp.iterdir()) == []
+

@@ -11,110 +11,35 @@ test edits a copy of its folder."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import pty
 import shutil
 import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
 
 import pytest
 from conftest import envkit
-
-SCRIPT = "from envkit import track\nfor s in range(1, 4):\n    track.log(s, loss=1.0 / s)\n"
-
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.email=t@e", "-c", "user.name=t", *args], check=True,
-                          capture_output=True, text=True).stdout
-
+from hostile_folders import SCRIPT, edit_json, genuine_run, git, on_a_terminal, one_error_line, tar_bytes
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
     root = tmp_path_factory.mktemp("attacks")
-    repo = root / "proj"
-    repo.mkdir()
-    _git(repo, "init", "-q")
-    (repo / ".gitignore").write_text("runs/\n")
-    (repo / "train.py").write_text(SCRIPT)
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "one")
-    (repo / "notes.txt").write_text("untracked, kept in the run folder's archive\n")
     env = {"ENVKIT_CACHE_DIR": str(root / "cache"), "ENVKIT_HOME": str(root / "no-managed-env")}
-    r = envkit("exec", "--name", "proj", "--", sys.executable, "train.py", cwd=repo, env=env, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    run = next((repo / "runs" / "proj").iterdir())
-    (repo / "later.py").write_text("x = 1\n")  # the tree moves on: a reproduction uses a worktree at the run's commit
-    _git(repo, "add", "later.py")
-    _git(repo, "commit", "-qm", "two")
-    return run, env, repo
+    return genuine_run(root, env), env
 
 
 @pytest.fixture
 def copy(made, tmp_path):
-    run, env, _ = made
+    run, env = made
     dest = tmp_path / "runs" / "proj" / run.name
     shutil.copytree(run, dest)
     return dest, env
 
 
-def _edit(path: Path, fn) -> None:
-    data = json.loads(path.read_text())
-    fn(data)
-    path.write_text(json.dumps(data))
-
-
-def _one_error_line(r: subprocess.CompletedProcess) -> str:
-    assert "Traceback" not in r.stderr, r.stderr[-3000:]
-    line = r.stderr.strip().splitlines()[-1]
-    assert line.startswith("envkit: error: "), r.stderr[-3000:]
-    return line
-
-
-def _tar(members: list[tuple[str, bytes]]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
 def _marker_code(marker: Path) -> str:
     return f"open({str(marker)!r}, 'w').close()\n"
-
-
-def _on_a_terminal(args: list[str], env: dict, at_question, answer: bytes = b"y\n", timeout: float = 300) -> tuple[int, str]:
-    """envkit ARGS on a pty: `at_question()` runs while the question waits, then `answer` is typed."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith("ENVKIT_")} | env
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execve(sys.executable, [sys.executable, "-m", "envkit", *args], full)
-    seen, deadline = b"", time.monotonic() + 120
-    while b"[y/N]" not in seen and time.monotonic() < deadline:
-        try:
-            seen += os.read(fd, 4096)
-        except OSError:
-            break
-    assert b"[y/N]" in seen, seen.decode(errors="replace")[-3000:]
-    at_question()
-    os.write(fd, answer)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        seen += chunk
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), seen.decode(errors="replace")
 
 
 # ---------------------------------------------------------------- 1. what runs is read once
@@ -126,14 +51,14 @@ def test_files_swapped_while_the_question_waits_change_nothing_that_runs(copy, t
     The answer is yes: the reproduction runs what the screen showed, from the snapshot, and is `same`."""
     run, env = copy
     marker = tmp_path / "PWNED"
-    _edit(run / "record.json", lambda d: d.update(note="edited: not this machine's unchanged folder any more"))
+    edit_json(run / "record.json", lambda d: d.update(note="edited: not this machine's unchanged folder any more"))
 
     def swap():
-        (run / "code" / "project-untracked.tar").write_bytes(_tar([("train.py", _marker_code(marker).encode())]))
+        (run / "code" / "project-untracked.tar").write_bytes(tar_bytes([("train.py", _marker_code(marker).encode())]))
         (run / "pylock.toml").write_text("this is = not [a lock\n")
-        _edit(run / "record.json", lambda d: d.update(command=["touch", str(marker)]))
+        edit_json(run / "record.json", lambda d: d.update(command=["touch", str(marker)]))
 
-    rc, text = _on_a_terminal(["reproduce", str(run), "--venv", sys.prefix], env, swap)
+    rc, text = on_a_terminal(["reproduce", str(run), "--venv", sys.prefix], env, swap)
     assert not marker.exists(), text[-3000:]
     assert rc == 0 and "same: " in text, text[-3000:]
     assert "untracked files added: notes.txt" in text  # the screen listed the archive the snapshot holds
@@ -145,28 +70,28 @@ def test_a_plain_unified_diff_is_listed_by_the_files_git_would_change(copy, tmp_
     (run / "code" / "project.patch").write_text(
         "--- a/train.py\n+++ b/train.py\n@@ -1,3 +1,4 @@\n" + "".join(f" {line}\n" for line in SCRIPT.splitlines())
         + f"+{_marker_code(marker)}")
-    _edit(run / "record.json", lambda d: d["code"][0].update(patch="code/project.patch", dirty=True))
+    edit_json(run / "record.json", lambda d: d["code"][0].update(patch="code/project.patch", dirty=True))
     r = envkit("reproduce", str(run), env=env, timeout=120)
     assert r.returncode == 2 and not marker.exists(), r.stderr[-2000:]
     assert "the run's patch changes 1 file(s): train.py" in r.stdout, r.stdout
-    assert "not reproduced" in _one_error_line(r)
+    assert "not reproduced" in one_error_line(r)
 
 
 def test_an_archive_member_named_like_a_tracked_file_is_refused_before_it_replaces_it(copy, tmp_path):
     run, env = copy
     marker = tmp_path / "PWNED"
-    (run / "code" / "project-untracked.tar").write_bytes(_tar([("notes.txt", b"fine\n"), ("train.py", _marker_code(marker).encode())]))
-    _edit(run / "record.json", lambda d: d["code"][0].update(untracked=[{"path": "notes.txt"}, {"path": "train.py"}]))
+    (run / "code" / "project-untracked.tar").write_bytes(tar_bytes([("notes.txt", b"fine\n"), ("train.py", _marker_code(marker).encode())]))
+    edit_json(run / "record.json", lambda d: d["code"][0].update(untracked=[{"path": "notes.txt"}, {"path": "train.py"}]))
     r = envkit("reproduce", str(run), "--yes", "--venv", sys.prefix, env=env, timeout=300)
-    assert "a file the run's tree already has" in _one_error_line(r), r.stderr[-2000:]
+    assert "a file the run's tree already has" in one_error_line(r), r.stderr[-2000:]
     assert r.returncode == 2 and not marker.exists()
 
 
 def test_an_archive_member_the_record_does_not_list_is_refused_before_the_question(copy):
     run, env = copy
-    (run / "code" / "project-untracked.tar").write_bytes(_tar([("notes.txt", b"fine\n"), ("extra.py", b"x = 1\n")]))
+    (run / "code" / "project-untracked.tar").write_bytes(tar_bytes([("notes.txt", b"fine\n"), ("extra.py", b"x = 1\n")]))
     r = envkit("reproduce", str(run), env=env, timeout=120)
-    assert r.returncode == 2 and "1 file(s) the record does not list ('extra.py' first)" in _one_error_line(r)
+    assert r.returncode == 2 and "1 file(s) the record does not list ('extra.py' first)" in one_error_line(r)
 
 
 def test_a_patch_that_makes_a_link_and_a_member_under_it_write_nothing_outside_the_worktree(copy, tmp_path):
@@ -176,13 +101,13 @@ def test_a_patch_that_makes_a_link_and_a_member_under_it_write_nothing_outside_t
     (run / "code" / "project.patch").write_text(
         f"diff --git a/data b/data\nnew file mode 120000\nindex 0000000..1111111\n--- /dev/null\n+++ b/data\n@@ -0,0 +1 @@\n"
         f"+{outside}\n\\ No newline at end of file\n")
-    (run / "code" / "project-untracked.tar").write_bytes(_tar([("notes.txt", b"fine\n"), ("data/planted.py", b"x = 1\n")]))
-    _edit(run / "record.json", lambda d: d["code"][0].update(patch="code/project.patch", dirty=True,
+    (run / "code" / "project-untracked.tar").write_bytes(tar_bytes([("notes.txt", b"fine\n"), ("data/planted.py", b"x = 1\n")]))
+    edit_json(run / "record.json", lambda d: d["code"][0].update(patch="code/project.patch", dirty=True,
                                                              untracked=[{"path": "notes.txt"}, {"path": "data/planted.py"}]))
     r = envkit("reproduce", str(run), env=env, timeout=120)
     assert r.returncode == 2 and "it makes symbolic links: data" in r.stdout, r.stdout + r.stderr[-2000:]
     r = envkit("reproduce", str(run), "--yes", "--venv", sys.prefix, env=env, timeout=300)
-    assert r.returncode == 2 and "which is a symbolic link in the tree" in _one_error_line(r), r.stderr[-2000:]
+    assert r.returncode == 2 and "which is a symbolic link in the tree" in one_error_line(r), r.stderr[-2000:]
     assert list(outside.iterdir()) == []
 
 
@@ -200,7 +125,7 @@ def test_a_run_record_without_a_working_directory_runs_nowhere_a_folder_could_sh
         d.update(kind="run", config={"declared": {"model": {"type": "no-such-model"}}, "origin": {"model.type": "train.yaml"}})
         d.pop("cwd", None)
         d.pop("command", None)
-    _edit(run / "record.json", as_run)
+    edit_json(run / "record.json", as_run)
     r = envkit("reproduce", str(run), env=env, timeout=120)
     assert r.returncode == 2 and "working directory: " in r.stdout and "envkit-reproduce-cwd-" in r.stdout, r.stdout
     r = envkit("reproduce", str(run), "--yes", "--venv", sys.prefix, env=env, timeout=300)
@@ -216,7 +141,7 @@ def test_the_imports_a_config_names_the_process_count_and_every_index_are_on_the
                  config={"declared": {"model": {"type": "os:system", "kwargs": {"command": f"touch {marker}"}}},
                          "origin": {"model.type": "train.yaml"}})
         d.pop("command", None)
-    _edit(run / "record.json", as_run)
+    edit_json(run / "record.json", as_run)
     text = (run / "pylock.toml").read_text()
     (run / "pylock.toml").write_text(text.replace("[tool.envkit]", '[tool.envkit]\nindexes = ["http://pkgs.example.invalid/simple"]', 1))
     r = envkit("reproduce", str(run), env=env, timeout=120)
@@ -229,12 +154,12 @@ def test_the_imports_a_config_names_the_process_count_and_every_index_are_on_the
 def test_check_in_a_received_bundle_whose_record_names_a_relative_folder_runs_no_git_there(copy, tmp_path):
     run, env = copy
     marker = tmp_path / "PWNED"
-    _git(run, "init", "-q")
-    _git(run, "config", "filter.evil.clean", f"touch {marker}; cat")
+    git(run, "init", "-q")
+    git(run, "config", "filter.evil.clean", f"touch {marker}; cat")
     (run / ".gitattributes").write_text("* filter=evil\n")
-    _edit(run / "record.json", lambda d: d["code"][0].update(folder="."))
+    edit_json(run / "record.json", lambda d: d["code"][0].update(folder="."))
     r = envkit("reproduce", ".", "--check", env=env, cwd=run, timeout=120)
-    line = _one_error_line(r)
+    line = one_error_line(r)
     assert r.returncode == 2 and "code[0].folder is '.', not an absolute path" in line, r.stderr[-2000:]
     assert not marker.exists()
 
@@ -257,7 +182,7 @@ def test_an_empty_or_short_key_is_never_used_to_trust_a_folder(copy, tmp_path, m
     verdict = seal.verify(run)
     assert not verdict.trusted and "holds no 32-byte key" in verdict.why
     r = envkit("reproduce", str(run), env={**env, "ENVKIT_CACHE_DIR": str(cache)}, timeout=120)
-    assert r.returncode == 2 and "not reproduced" in _one_error_line(r)
+    assert r.returncode == 2 and "not reproduced" in one_error_line(r)
     with pytest.raises(seal.KeyError_):  # nothing more is signed with it either
         seal.machine_key()
     key.unlink()
@@ -270,7 +195,7 @@ def test_the_results_a_verdict_reads_are_sealed_when_the_run_ends(copy, monkeypa
     run, env = copy
     monkeypatch.setenv("ENVKIT_CACHE_DIR", env["ENVKIT_CACHE_DIR"])
     assert verify(run).trusted and verify(run).results
-    _edit(run / "summary.json", lambda d: d.update(device="cuda"))  # would loosen the verdict to across devices
+    edit_json(run / "summary.json", lambda d: d.update(device="cuda"))  # would loosen the verdict to across devices
     assert not verify(run).trusted and "summary.json changed after the run" in verify(run).why
     r = envkit("reproduce", str(run), env=env, timeout=120)
     assert r.returncode == 2 and "summary.json changed after the run" in r.stdout
@@ -282,7 +207,7 @@ def test_the_results_a_verdict_reads_are_sealed_when_the_run_ends(copy, monkeypa
 
 def test_control_characters_in_the_command_and_folders_are_shown_escaped(copy):
     run, env = copy
-    _edit(run / "record.json", lambda d: d.update(command=["python", "-c", "open('x')\r\x1b[2Kpython train.py\u202e"]))
+    edit_json(run / "record.json", lambda d: d.update(command=["python", "-c", "open('x')\r\x1b[2Kpython train.py\u202e"]))
     r = envkit("reproduce", str(run), env=env, timeout=120)
     assert r.returncode == 2
     assert "\x1b" not in r.stdout and "\r" not in r.stdout and "\u202e" not in r.stdout
@@ -305,9 +230,9 @@ def test_a_metrics_file_that_is_huge_a_device_or_a_fifo_is_one_line_in_every_com
     else:
         os.mkfifo(path)
     r = envkit("reproduce", str(run), env=env, timeout=30)
-    assert r.returncode == 2 and "metrics.jsonl" in _one_error_line(r)
+    assert r.returncode == 2 and "metrics.jsonl" in one_error_line(r)
     r = envkit("reproduce", str(run), "--check", env=env, timeout=30)
-    assert "metrics.jsonl" in _one_error_line(r) and r.returncode == 2
+    assert "metrics.jsonl" in one_error_line(r) and r.returncode == 2
     r = envkit("runs", str(run.parent.parent), env=env, timeout=30)  # `monitor` and `plot`: test_runfolder_fuzz.py
     assert "Traceback" not in r.stderr and r.returncode == 0 and run.name in r.stdout, r.stderr[-2000:]
 
@@ -315,7 +240,7 @@ def test_a_metrics_file_that_is_huge_a_device_or_a_fifo_is_one_line_in_every_com
 @pytest.mark.parametrize("name", [".owner.lock", "summary.json", "heartbeat.json", "reproductions.json"])
 def test_a_fifo_planted_at_any_name_hangs_no_command(copy, name):
     run, env = copy
-    _edit(run / "record.json", lambda d: d.update(note="edited"))  # asked about, so `reproduce` stops at the question
+    edit_json(run / "record.json", lambda d: d.update(note="edited"))  # asked about, so `reproduce` stops at the question
     (run / name).unlink(missing_ok=True)
     os.mkfifo(run / name)
     # `runs`, `monitor` and `plot` on each of these: test_runfolder_fuzz.py, in one process
@@ -323,13 +248,13 @@ def test_a_fifo_planted_at_any_name_hangs_no_command(copy, name):
     assert "Traceback" not in r.stderr and r.returncode in (0, 1, 2), r.stderr[-2000:]
     r = envkit("reproduce", str(run), env=env, timeout=30)
     said = "summary.json is not a regular file" if name == "summary.json" else "not reproduced"  # in the snapshot, or not read
-    assert r.returncode == 2 and said in _one_error_line(r)
+    assert r.returncode == 2 and said in one_error_line(r)
 
 
 @pytest.mark.parametrize(("data", "said"), [("/proc/kmsg", "a device or kernel file"), ("/usr", "dataset.path /usr")])
 def test_a_data_path_of_a_kernel_file_or_a_huge_folder_is_bounded_before_the_question(copy, data, said):
     run, env = copy
-    _edit(run / "record.json", lambda d: d.update(data=[{"key": "dataset.path", "path": data, "kind": "file"}]))
+    edit_json(run / "record.json", lambda d: d.update(data=[{"key": "dataset.path", "path": data, "kind": "file"}]))
     r = envkit("reproduce", str(run), "--check", env=env, timeout=60)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert said in r.stdout, r.stdout
@@ -341,7 +266,7 @@ def test_a_sparse_lock_is_refused_by_its_size_before_it_is_read(copy):
     with open(run / "pylock.toml", "wb") as f:
         f.truncate(1 << 30)
     r = envkit("reproduce", str(run), env=env, timeout=30)
-    assert r.returncode == 2 and "pylock.toml is 1,073,741,824 bytes, over the" in _one_error_line(r)
+    assert r.returncode == 2 and "pylock.toml is 1,073,741,824 bytes, over the" in one_error_line(r)
 
 
 def test_plot_never_writes_through_a_link_in_the_run_folder(copy, tmp_path):
@@ -364,7 +289,7 @@ def test_a_pending_record_whose_writer_is_gone_is_not_waited_for(copy):
     t0 = time.monotonic()
     r = envkit("reproduce", str(run), env=env, timeout=60)
     assert time.monotonic() - t0 < 30  # not the 120 s wait for a live writer
-    assert r.returncode == 2 and "by a process that is gone" in _one_error_line(r)
+    assert r.returncode == 2 and "by a process that is gone" in one_error_line(r)
 
 
 def test_a_run_folder_given_through_a_link_is_refused_naming_the_folder(copy, tmp_path):
@@ -373,5 +298,5 @@ def test_a_run_folder_given_through_a_link_is_refused_naming_the_folder(copy, tm
     link.parent.mkdir()
     link.symlink_to(run, target_is_directory=True)
     r = envkit("reproduce", str(link), env=env, timeout=60)
-    assert r.returncode == 2 and "is a symbolic link to a run folder" in _one_error_line(r) and str(run) in _one_error_line(r)
+    assert r.returncode == 2 and "is a symbolic link to a run folder" in one_error_line(r) and str(run) in one_error_line(r)
     assert not list(link.parent.glob("*-repro*")) and not list(run.parent.glob("*-repro*"))

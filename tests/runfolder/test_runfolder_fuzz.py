@@ -14,43 +14,19 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import subprocess
-import sys
 import time
 
 import pytest
-from conftest import envkit
-from hostile_folders import check, mutate
+from hostile_folders import COMMANDS, check, genuine_run, mutate
 
 CASES = int(os.environ.get("ENVKIT_FUZZ_CASES", "80"))
 SEED = int(os.environ.get("ENVKIT_FUZZ_SEED", "20261207"))
-SCRIPT = "from envkit import track\nfor s in range(1, 4):\n    track.log(s, loss=1.0 / s)\n"
-
-
-def _git(repo, *args):
-    subprocess.run(["git", "-C", str(repo), "-c", "user.email=t@e", "-c", "user.name=t", *args], check=True, capture_output=True)
 
 
 @pytest.fixture(scope="module")
 def genuine(tmp_path_factory):
-    """A real exec run folder: a script in a git repository with an untracked file, the tree moved on."""
     root = tmp_path_factory.mktemp("fuzz")
-    repo = root / "proj"
-    repo.mkdir()
-    _git(repo, "init", "-q")
-    (repo / ".gitignore").write_text("runs/\n")
-    (repo / "train.py").write_text(SCRIPT)
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "one")
-    (repo / "notes.txt").write_text("untracked\n")
-    env = {"ENVKIT_CACHE_DIR": str(root / "cache"), "ENVKIT_HOME": str(root / "no-managed-env")}
-    r = envkit("exec", "--name", "proj", "--", sys.executable, "train.py", cwd=repo, env=env, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    run = next((repo / "runs" / "proj").iterdir())
-    (repo / "later.py").write_text("x = 1\n")
-    _git(repo, "add", "later.py")
-    _git(repo, "commit", "-qm", "two")
-    return run
+    return genuine_run(root, {"ENVKIT_CACHE_DIR": str(root / "cache"), "ENVKIT_HOME": str(root / "no-managed-env")})
 
 
 def test_hostile_run_folders_break_no_invariant(genuine, tmp_path, monkeypatch):
@@ -69,7 +45,7 @@ def test_hostile_run_folders_break_no_invariant(genuine, tmp_path, monkeypatch):
         shutil.copytree(genuine, run, symlinks=True)
         marker = case / "PWNED"
         done = mutate(run, rng, marker)
-        commands = None if i % 4 == 0 else [c for c in __import__("hostile_folders").COMMANDS if c[0] == "reproduce"]
+        commands = None if i % 4 == 0 else [c for c in COMMANDS if c[0] == "reproduce"]
         found = check(run, marker, **({} if commands is None else {"commands": commands}))
         findings += [f"case {i} ({', '.join(done)}): {f}" for f in found]
         shutil.rmtree(case, ignore_errors=True)

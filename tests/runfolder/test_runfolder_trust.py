@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import shutil
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from conftest import envkit
+from hostile_folders import edit_json, on_a_terminal, one_error_line, tar_bytes
 
 SCRIPT = "from envkit import track\nfor s in range(1, 4):\n    track.log(s, loss=1.0 / s)\n"
 
@@ -62,20 +62,6 @@ def copy(made, tmp_path):
     return dest, env
 
 
-def _edit(path: Path, fn) -> None:
-    data = json.loads(path.read_text())
-    fn(data)
-    path.write_text(json.dumps(data))
-
-
-def _one_error_line(r: subprocess.CompletedProcess) -> str:
-    """The last stderr line, checked to be envkit's one-line error (no traceback anywhere)."""
-    assert "Traceback" not in r.stderr, r.stderr[-3000:]
-    line = r.stderr.strip().splitlines()[-1]
-    assert line.startswith("envkit: error: "), r.stderr[-3000:]
-    return line
-
-
 def _marker_script(path: Path, marker: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"#!/bin/sh\ntouch {marker}\nexec {sys.executable} \"$@\"\n")
@@ -99,11 +85,11 @@ def test_a_folder_this_machine_wrote_verifies_and_an_edit_or_another_machines_ke
 def test_a_changed_command_is_shown_and_nothing_runs_without_a_yes(copy, tmp_path):
     run, env = copy
     marker = tmp_path / "PWNED"
-    _edit(run / "record.json", lambda d: d.update(command=["touch", str(marker)]))
+    edit_json(run / "record.json", lambda d: d.update(command=["touch", str(marker)]))
     r = envkit("reproduce", str(run), env=env, timeout=120)
     assert r.returncode == 2 and not marker.exists()
     assert "record.json changed after the run" in r.stdout and f"command: touch {marker}\n" in r.stdout
-    assert "not reproduced" in _one_error_line(r) and "--yes" in _one_error_line(r)
+    assert "not reproduced" in one_error_line(r) and "--yes" in one_error_line(r)
     # --json: the same refusal as a JSON object on stdout, nothing else there
     r = envkit("reproduce", str(run), "--json", env=env, timeout=120)
     out = json.loads(r.stdout)
@@ -116,7 +102,7 @@ def test_a_changed_command_is_shown_and_nothing_runs_without_a_yes(copy, tmp_pat
 
 def test_a_command_edited_in_config_json_alone_is_named_and_not_what_runs(copy):
     run, env = copy
-    _edit(run / "config.json", lambda d: d.update(command=["python", "other.py"]))
+    edit_json(run / "config.json", lambda d: d.update(command=["python", "other.py"]))
     r = envkit("reproduce", str(run), "--check", env=env, timeout=120)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "config.json's command 'python other.py' is not the run's (record.json: " in r.stdout
@@ -125,30 +111,10 @@ def test_a_command_edited_in_config_json_alone_is_named_and_not_what_runs(copy):
 def test_on_a_terminal_it_asks_and_a_no_runs_nothing(copy, tmp_path):
     run, env = copy
     marker = tmp_path / "PWNED"
-    _edit(run / "record.json", lambda d: d.update(command=["touch", str(marker)]))
-    full = {k: v for k, v in os.environ.items() if not k.startswith("ENVKIT_")} | env
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: envkit on a terminal
-        os.execve(sys.executable, [sys.executable, "-m", "envkit", "reproduce", str(run)], full)
-    seen, deadline = b"", time.monotonic() + 120
-    while b"[y/N]" not in seen and time.monotonic() < deadline:
-        try:
-            seen += os.read(fd, 4096)
-        except OSError:
-            break
-    os.write(fd, b"n\n")
-    while True:
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        seen += chunk
-    _, status = os.waitpid(pid, 0)
-    text = seen.decode(errors="replace")
+    edit_json(run / "record.json", lambda d: d.update(command=["touch", str(marker)]))
+    rc, text = on_a_terminal(["reproduce", str(run)], env, lambda: None, answer=b"n\n", timeout=120)
     assert "Run and build all of this?" in text and "you said no" in text, text[-2000:]
-    assert os.waitstatus_to_exitcode(status) == 2 and not marker.exists()
+    assert rc == 2 and not marker.exists()
 
 
 @pytest.mark.parametrize("planted", ["python", "project-repo", "envkit-code", "cwd", "index"])
@@ -157,7 +123,7 @@ def test_a_path_the_record_names_inside_the_run_folder_is_never_used(copy, tmp_p
     marker = tmp_path / "PWNED"
     if planted == "python":
         evil = _marker_script(run / "evil" / "bin" / "python", marker)
-        _edit(run / "record.json", lambda d: d.update(python=str(evil)))
+        edit_json(run / "record.json", lambda d: d.update(python=str(evil)))
     elif planted in ("project-repo", "envkit-code"):
         # a repository shipped in the folder, whose hooks and fsmonitor would run if git worked in it
         repo = run / "shipped"
@@ -166,18 +132,18 @@ def test_a_path_the_record_names_inside_the_run_folder_is_never_used(copy, tmp_p
         hook = _marker_script(repo / ".git" / "hooks" / "post-checkout", marker)
         _git(repo, "config", "core.fsmonitor", str(hook))
         role = "project" if planted == "project-repo" else "envkit"
-        _edit(run / "record.json", lambda d: [c.update(folder=str(repo)) for c in d["code"] if c["role"] == role])
+        edit_json(run / "record.json", lambda d: [c.update(folder=str(repo)) for c in d["code"] if c["role"] == role])
     elif planted == "cwd":
         (run / "profiles").mkdir()
         (run / "profiles" / "cpu.toml").write_text(f'[env]\nLD_PRELOAD = "{run}/evil.so"\n')
-        _edit(run / "record.json", lambda d: d.update(cwd=str(run)))
+        edit_json(run / "record.json", lambda d: d.update(cwd=str(run)))
     else:
         (run / "idx").mkdir()
         text = (run / "pylock.toml").read_text()
         (run / "pylock.toml").write_text(text.replace("[tool.envkit]", f'[tool.envkit]\nindexes = ["file://{run}/idx"]', 1))
     for args in (["--check"], ["--yes"]):
         r = envkit("reproduce", str(run), *args, env=env, timeout=120)
-        line = _one_error_line(r)
+        line = one_error_line(r)
         assert r.returncode == 2 and "inside the run folder itself" in line, (args, r.stderr[-2000:])
         assert not marker.exists()
 
@@ -186,7 +152,7 @@ def test_a_recorded_interpreter_elsewhere_is_not_run_by_check_for_a_folder_from_
     run, env = copy
     marker = tmp_path / "PWNED"
     evil = _marker_script(tmp_path / "downloads" / "bin" / "python", marker)
-    _edit(run / "record.json", lambda d: d.update(python=str(evil)))
+    edit_json(run / "record.json", lambda d: d.update(python=str(evil)))
     r = envkit("reproduce", str(run), "--check", env=env, timeout=120)
     assert r.returncode in (0, 1) and not marker.exists(), r.stderr
     assert f"the interpreter the run names ({evil}) is not run" in r.stdout
@@ -200,7 +166,7 @@ def test_a_lock_that_names_a_local_index_is_shown_and_refused_before_anything_is
     (run / "pylock.toml").write_text(text.replace("[tool.envkit]", f'[tool.envkit]\nindexes = ["{idx}"]', 1))
     r = envkit("reproduce", str(run), env=env, timeout=120)
     assert r.returncode == 2 and f"local package indexes: {idx}" in r.stdout, r.stdout + r.stderr[-2000:]
-    assert "not reproduced" in _one_error_line(r)
+    assert "not reproduced" in one_error_line(r)
     assert not list((Path(env["ENVKIT_CACHE_DIR"]) / "reproduce").glob("venv-*"))  # no venv was built
 
 
@@ -211,13 +177,13 @@ def test_a_malformed_record_is_one_line_naming_the_file_and_key_and_json_on_stdo
     if bad == "deep":
         path.write_text("[" * 100_000 + "]" * 100_000)
     elif bad == "wrong-type":
-        _edit(path, lambda d: d.update(code="x"))
+        edit_json(path, lambda d: d.update(code="x"))
     elif bad == "not-json":
         path.write_text("{not json")
     else:
-        _edit(path, lambda d: d["code"][0].update(role="../../etc"))
+        edit_json(path, lambda d: d["code"][0].update(role="../../etc"))
     r = envkit("reproduce", str(run), "--check", "--json", env=env, timeout=120)
-    line = _one_error_line(r)
+    line = one_error_line(r)
     assert r.returncode == 2 and "record.json" in line, r.stderr[-2000:]
     assert {"deep": "nests deeper", "wrong-type": "code is str", "not-json": "not valid JSON",
             "role": "code[0].role"}[bad] in line
@@ -233,14 +199,14 @@ def test_a_run_still_going_is_refused_with_its_pid(copy):
         r = envkit("reproduce", str(run), env=env, timeout=120)
     finally:
         held.close()
-    assert r.returncode == 2 and f"the run is still going (PID {os.getpid()}" in _one_error_line(r)
+    assert r.returncode == 2 and f"the run is still going (PID {os.getpid()}" in one_error_line(r)
 
 
 def test_a_run_that_logged_no_metrics_is_told_so_before_anything_is_built(copy):
     run, env = copy
     (run / "metrics.jsonl").write_text("")
     r = envkit("reproduce", str(run), "--yes", env=env, timeout=120)
-    line = _one_error_line(r)
+    line = one_error_line(r)
     assert r.returncode == 2 and "logged no metrics" in line and "track.log(step" in line
     assert "training again" not in r.stderr
 
@@ -249,16 +215,7 @@ def test_a_run_that_logged_no_metrics_is_told_so_before_anything_is_built(copy):
 
 
 def _tar(path: Path, members: list[tarfile.TarInfo | tuple[str, bytes]], mode: str = "w") -> Path:
-    import io
-
-    with tarfile.open(path, mode) as tar:
-        for m in members:
-            if isinstance(m, tarfile.TarInfo):
-                tar.addfile(m)
-            else:
-                info = tarfile.TarInfo(m[0])
-                info.size = len(m[1])
-                tar.addfile(info, io.BytesIO(m[1]))
+    path.write_bytes(tar_bytes(members, mode))
     return path
 
 
