@@ -151,8 +151,8 @@ def seal_results(run_dir: Path) -> None:
     names = sealed_names(run_dir)
     files = _read_all(run_dir, names) if names is not None else None
     seal_doc = _read_all(run_dir, [SEAL]) if (run_dir / SEAL).is_file() else None
-    if files is None or seal_doc is None or not verify_files({**files, SEAL: seal_doc[SEAL]}).trusted:
-        return
+    if files is None or seal_doc is None or not verify_files({**files, SEAL: seal_doc[SEAL]}, record_only=True).trusted:
+        return  # (a resumed run's results changed since the last seal, as they should: only its record must verify)
     seal(run_dir, results=True)
 
 
@@ -163,11 +163,11 @@ class Verdict:
     results: bool = False  # the seal covers summary.json and metrics.jsonl too (the run ended on its own)
 
 
-def verify_files(files: dict[str, bytes]) -> Verdict:
+def verify_files(files: dict[str, bytes], record_only: bool = False) -> Verdict:
     """Whether `files` (relative name -> bytes: the snapshot of a run folder, record.seal among them)
     are what this machine sealed: every file the seal lists is there with its digest, and every file
     a seal would cover (record.json, pylock.toml, code/...; summary.json and metrics.jsonl once the
-    seal lists results) is listed."""
+    seal lists results) is listed. `record_only`: the results are left out of the comparison."""
     raw = files.get(SEAL)
     if raw is None:
         return Verdict(False, "it has no record.seal (written elsewhere, or by an envkit that did not seal its records)")
@@ -184,6 +184,8 @@ def verify_files(files: dict[str, bytes]) -> Verdict:
     listed, mac = doc.get("files"), doc.get("mac")
     if not isinstance(listed, dict) or not isinstance(mac, str) or not hmac.compare_digest(_mac(key, listed), mac):
         return Verdict(False, "its record.seal was made with another key (written on another machine or account) or edited")
+    if record_only:
+        listed = {n: d for n, d in listed.items() if n not in RESULTS}
     with_results = any(n in listed for n in RESULTS)
     covered = {n: d for n, d in files.items()
                if n in SEALED or n.startswith(_CODE + "/") or (with_results and n in RESULTS)}
