@@ -50,7 +50,7 @@ def _json_edit(path: Path, fn) -> bool:
         return False
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (OSError, ValueError, RecursionError):  # an earlier mutation nested it 200,000 deep
         return False
     if not isinstance(data, dict):
         return False
