@@ -1,4 +1,6 @@
-"""Curves for your own script: `envkit.track.log(step=..., loss=..., **metrics)`.
+"""Curves for your own script: `envkit.track.log(step=..., loss=..., **metrics)`, and its settings:
+`envkit.track.config({"lr": 3e-4, "batch_size": 64})` (or `config(lr=3e-4, ...)`), which `envkit runs`
+shows as columns.
 
 Under `envkit exec` each call appends one JSON line to the run's metrics.jsonl (the folder comes
 from ENVKIT_RUN_DIR, which exec sets), so `envkit plot`, `envkit monitor` and the stall watchdog
@@ -38,6 +40,40 @@ def log(step: int | None = None, loss: float | None = None, **metrics) -> None:
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for the run
         _write(run_dir, n, loss, metrics)
     _stop_after(n)
+
+
+def config(settings: dict | None = None, **more) -> None:
+    """Record the run's settings (learning rate, batch size, ...) in $ENVKIT_RUN_DIR/settings.json,
+    merged with what earlier calls recorded; a no-op without it. `envkit runs` shows them as columns.
+    Values that are not numbers, strings or booleans are recorded as text."""
+    run_dir = os.environ.get(RUN_DIR_VAR)
+    if not run_dir or os.environ.get("RANK", "0") != "0":
+        return
+    path = os.path.join(run_dir, names.SETTINGS)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            known = json.load(fh)
+    except (OSError, ValueError):
+        known = {}
+    if not isinstance(known, dict):
+        known = {}
+    known.update({str(k): _setting(v) for k, v in {**(settings or {}), **more}.items()})
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:  # written whole, then renamed: a reader never sees half a file
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(known, fh, indent=1)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # the run folder went away: settings are never worth a crashed training run
+
+
+def _setting(value):
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return value
+    try:
+        return float(value)  # a numpy scalar
+    except (TypeError, ValueError):
+        return str(value)[:200]
 
 
 def _write(run_dir: str, step: int, loss, metrics: dict) -> None:

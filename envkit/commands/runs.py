@@ -37,6 +37,10 @@ def runs(root, as_json):
     rows = [(s["experiment"], s["run"], s["status"] or "?", _progress(s),
              _fmt(s.get("loss")), _fmt(s.get("best_val_loss")), _fmt(s.get("accuracy"), ".3f"),
              "-" if s.get("avg_device_util_pct") is None else f"{s['avg_device_util_pct']:.0f}%") for s in states]
+    keys = _setting_keys(states)
+    if keys:  # a script's own settings (envkit.track.config), a column each
+        header = (*header, *keys)
+        rows = [(*r, *(_setting((s.get("settings") or {}).get(k)) for k in keys)) for r, s in zip(rows, states)]
     if any(s.get("slurm") for s in states):  # the job id and Slurm's word on it, beside envkit's
         header = (*header, "slurm job")
         rows = [(*r, _job(s.get("slurm"))) for r, s in zip(rows, states)]
@@ -54,6 +58,26 @@ def runs(root, as_json):
         widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
         for r in (header, *rows):
             click.echo("  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip())
+
+
+SETTING_COLUMNS = 6
+
+
+def _setting_keys(states: list[dict]) -> list[str]:
+    """The settings shown as columns: those whose value differs between the runs listed first (what
+    tells them apart), then the rest, SETTING_COLUMNS at most."""
+    seen: dict[str, set] = {}
+    for s in states:
+        for k, v in (s.get("settings") or {}).items():
+            seen.setdefault(k, set()).add(repr(v))
+    varying = [k for k in seen if len(seen[k]) > 1 or len(states) == 1]
+    return (varying + [k for k in seen if k not in varying])[:SETTING_COLUMNS]
+
+
+def _setting(value) -> str:
+    if value is None:
+        return "-"
+    return format(value, ".4g") if isinstance(value, float) else str(value)[:24]
 
 
 def _job(slurm: dict | None) -> str:

@@ -9,6 +9,7 @@ ENVIRONMENT = "environment.json"  # where it ran (redacted)
 SUMMARY = "summary.json"  # how it ended
 HEARTBEAT = "heartbeat.json"  # how it goes, rewritten every few seconds
 METRICS = "metrics.jsonl"  # one row per logged step
+SETTINGS = "settings.json"  # what a script recorded of its own settings (envkit.track.config)
 TRAIN_LOG = "train.log"
 FAULTS = "faults.jsonl"
 CHECKPOINTS = "checkpoints"

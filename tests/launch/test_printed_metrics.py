@@ -154,3 +154,20 @@ def test_a_projects_own_pattern_lives_in_its_pyproject(project):
     line = r.stderr.strip().splitlines()[-1]
     assert r.returncode == 2 and "pyproject.toml: tool.envkit.metrics_pattern: not a regular expression" in line, line
 
+
+def test_a_scripts_own_settings_are_columns_of_runs(project):
+    repo, env = project
+    (repo / "cfg.py").write_text("import sys\nfrom envkit import track\n"
+                                 "track.config({'lr': float(sys.argv[1]), 'batch_size': 64})\ntrack.config(optimizer='adamw')\n"
+                                 "print('step 1: loss 2.5000', flush=True)\n")
+    for lr in ("0.001", "0.003"):
+        r = envkit("exec", "--name", "cfg", "--", sys.executable, "cfg.py", lr, cwd=repo, env=env, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+    r = envkit("runs", str(repo / "runs"), env=env, timeout=120)
+    header, *lines = r.stdout.splitlines()
+    assert header.split()[-3:] == ["lr", "batch_size", "optimizer"], r.stdout  # the one that differs first
+    assert sorted(line.split()[-3] for line in lines) == ["0.001", "0.003"] and all(line.split()[-2:] == ["64", "adamw"]
+                                                                                    for line in lines), r.stdout
+    r = envkit("runs", str(repo / "runs"), "--json", env=env, timeout=120)
+    assert sorted(s["settings"]["lr"] for s in json.loads(r.stdout)) == [0.001, 0.003]
+

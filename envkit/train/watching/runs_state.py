@@ -43,6 +43,9 @@ def run_state(run_dir: Path, now: float | None = None, noticed_by: str = "envkit
     if isinstance(beat.get("last_output_at"), (int, float)):  # exec runs: when the command last printed or logged
         out["quiet_seconds"] = now - max(beat["last_output_at"], beat.get("last_metric_at") or 0)
     rows = read_metrics(run_dir)
+    settings = read_json(run_dir / names.SETTINGS)  # envkit.track.config: a script's own settings
+    if settings:
+        out["settings"] = {str(k): v for k, v in list(settings.items())[:50] if isinstance(v, (int, float, str, bool))}
     if done := read_reproductions(run_dir):  # `envkit reproduce`: the newest outcome, and how many
         out["reproduced"] = {"outcome": done[-1].get("outcome"), "run": done[-1].get("run"), "count": len(done)}
     slurm = slurm_fields(run_dir)
