@@ -32,6 +32,11 @@ class Result:
     ok: bool
     found: str | None
     message: str
+    status: str = ""  # pass, warn or fail (doctor's word for a check); "" for a gate: ok or not
+
+    @property
+    def level(self) -> str:
+        return self.status or ("pass" if self.ok else "fail")
 
     def to_dict(self) -> dict:
         return {"requirement": self.requirement, "ok": self.ok, "found": self.found, "message": self.message}

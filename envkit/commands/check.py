@@ -9,7 +9,9 @@ import click
 
 from envkit.checks import run_checks
 from envkit.facts import gather
+from envkit.checks.annotations import annotation, line_of
 from envkit.checks.requirements import evaluate, parse_requirement, read_pyproject, Result
+from envkit.errors import EnvkitError
 from envkit.install.setup.managed import target_python
 
 
@@ -59,7 +61,11 @@ def check(requires, pyproject, as_json, fmt, replay, python, lock) -> None:
     if as_json:
         fmt = "json"
     texts = [(r, "--require") for r in requires] + [(r, pyproject) for r in read_pyproject(Path(pyproject))]
-    reqs = [parse_requirement(t, where) for t, where in texts]  # invalid input exits 2 before any probing
+    merged: dict[str, str] = {}
+    for t, where in texts:  # a gate given twice is judged (and annotated) once, at its line in a file where it has one
+        merged[t] = where if merged.get(t) in (None, "--require") else merged[t]
+    texts = list(merged.items())
+    reqs = _parsed(texts, fmt)  # invalid input exits 2 before any probing
 
     python = None if replay else target_python(python)
     facts = gather(replay, runtime=False, gpu_detail=False, python=python)
@@ -70,8 +76,8 @@ def check(requires, pyproject, as_json, fmt, replay, python, lock) -> None:
         installed = () if replay else _installed_names(None if lookup else python)
         results = [evaluate(r, facts, by_id, lookup, installed) for r in reqs]
     else:
-        results = [Result(c.id, c.status != "fail", c.status, c.message + (f" (fix: {c.fix})" if c.status == "fail" and c.fix else ""))
-                   for c in checks if c.status != "skip"]
+        results = [Result(c.id, c.status != "fail", c.status, c.message + (f" (fix: {c.fix})" if c.status != "pass" and c.fix else ""),
+                          status=c.status) for c in checks if c.status != "skip"]
     drift = None
     if lock:
         from envkit.install.lock.drift import drift_report
@@ -87,15 +93,18 @@ def check(requires, pyproject, as_json, fmt, replay, python, lock) -> None:
 
         print_json(out)
     else:
+        where = {t: w for t, w in texts}
         for r in results:
             if fmt == "github":
-                if not r.ok:
-                    click.echo(f"::error title=envkit check::{r.requirement}: {r.message}")
+                if r.level != "pass":
+                    file = where.get(r.requirement) if where.get(r.requirement) not in (None, "--require") else None
+                    click.echo(annotation(r.level, "envkit check", f"{r.requirement}: {r.message}", file,
+                                          line_of(file, r.requirement) if file else None))
             else:
-                click.echo(f"{'ok  ' if r.ok else 'FAIL'} {r.requirement}: {r.message}")
+                click.echo(f"{MARK[r.level]} {r.requirement}: {r.message}")
         if drift is not None:
             for line in drift.get("lines", []):
-                click.echo(f"::error title=envkit lock drift::{line}" if fmt == "github" else f"DRIFT {line}")
+                click.echo(annotation("fail", "envkit lock drift", line, lock) if fmt == "github" else f"DRIFT {line}")
             from envkit.install.lock.drift import project_line
 
             if fmt == "text" and project_line(drift):
@@ -103,6 +112,23 @@ def check(requires, pyproject, as_json, fmt, replay, python, lock) -> None:
         if fmt == "text":
             click.echo(verdict(results, drift, lock))
     sys.exit(0 if ok else 1)
+
+
+MARK = {"pass": "ok  ", "warn": "warn", "fail": "FAIL"}
+
+
+def _parsed(texts: list[tuple[str, str]], fmt: str) -> list:
+    """The gates parsed; an invalid one exits 2, and with --format github it is an annotation too
+    (pointing at its line in pyproject.toml), so the CI log shows it where people look."""
+    try:
+        return [parse_requirement(t, where) for t, where in texts]
+    except EnvkitError as exc:
+        if fmt == "github":
+            file = exc.where if exc.where not in (None, "--require") else None
+            bad = next((t for t, w in texts if w == exc.where and f"{t!r}" in exc.message), None)
+            click.echo(annotation("fail", "envkit check: invalid gate", exc.one_line().removeprefix("envkit: error: "), file,
+                                  line_of(file, bad) if file and bad else None))
+        raise
 
 
 def verdict(results: list, drift: dict | None, lock: str | None) -> str:

@@ -41,6 +41,28 @@ def test_github_annotations():
     assert len(lines) == 2 and all(line.startswith("::error title=envkit check::") for line in lines)
 
 
+def test_github_annotations_point_at_the_line_are_escaped_merged_and_say_warnings(tmp_path):
+    """A failed gate from pyproject.toml names its file and line; a value holding `%`, CR or LF stays
+    one annotation (GitHub's escaping); a gate given twice is annotated once; doctor's warnings are
+    ::warning (and `warn` in text, where they used to read `ok`); an invalid gate is an annotation too."""
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n\n[tool.envkit]\nrequire = [\n  "python>=3.10",\n'
+                                             '  "torch>=99",\n]\n')
+    r = envkit("check", "--replay", str(snapshot_path("intel_mac")), "--require", "torch>=99", "--format", "github", cwd=tmp_path)
+    lines = r.stdout.strip().splitlines()
+    assert r.returncode == 1 and lines == ["::error file=pyproject.toml,line=7,title=envkit check::torch>=99: torch 2.2.2 does "
+                                           "not satisfy >=99"], r.stdout
+    (tmp_path / "no-gates").mkdir()  # no gates: doctor's checks are judged
+    r = envkit("check", "--replay", str(snapshot_path("linux_rocm_mi350x")), "--format", "github", cwd=tmp_path / "no-gates")
+    assert any(line.startswith("::warning title=envkit check::rocm-xpu: ") for line in r.stdout.splitlines()), r.stdout
+    r = envkit("check", "--replay", str(snapshot_path("linux_rocm_mi350x")), cwd=tmp_path / "no-gates")
+    assert any(line.startswith("warn rocm-xpu: ") for line in r.stdout.splitlines()), r.stdout
+    (tmp_path / "pyproject.toml").write_text('[tool.envkit]\nrequire = ["X%0A::error::injected"]\n')
+    r = envkit("check", "--format", "github", cwd=tmp_path)
+    lines = r.stdout.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stdout
+    assert lines[0].startswith("::error file=pyproject.toml,line=2,title=envkit check%3A invalid gate::") and "X%250A" in lines[0]
+
+
 def test_nightly_satisfies_a_lower_bound():
     r = envkit("check", "--replay", str(snapshot_path("m4_pro_nightly")), "--require", "torch>=2.10")
     assert r.returncode == 0, r.stdout
