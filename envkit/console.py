@@ -29,3 +29,19 @@ def print_json(data) -> None:
 
 MARKS = {"pass": ("✓", "green"), "warn": ("!", "yellow"), "fail": ("✗", "red"), "skip": ("-", "dim")}
 PLAIN = {"pass": "[ok]  ", "warn": "[warn]", "fail": "[FAIL]", "skip": "[skip]"}
+
+
+def print_table(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """A table: rich on a terminal, aligned plain lines otherwise."""
+    if is_tty():
+        from rich.table import Table
+
+        t = Table(*header, title=title)
+        for row in rows:
+            t.add_row(*row)
+        console().print(t)
+    else:
+        print(title)
+        widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+        for row in (header, *rows):
+            print("  ".join(str(x).ljust(w) for x, w in zip(row, widths)).rstrip())

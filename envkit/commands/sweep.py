@@ -8,16 +8,24 @@ from pathlib import Path
 
 import click
 
-from envkit.console import console, is_tty, print_json
+from envkit.console import print_json, print_table
 from envkit.slurm.jobs import announce, sweep_job
 from envkit.slurm.options import check as check_slurm
 from envkit.slurm.options import pop_request, slurm_options
+from envkit.errors import EnvkitError
 from envkit.sweep import report, runner
+from envkit.sweep import script as command_sweep
 from envkit.sweep.request import SweepRequest
 
 
-@click.command()
-@click.argument("config", type=click.Path(dir_okay=False), required=False, default="train.yaml")
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[CONFIG | -- COMMAND...]")
+@click.option("--grid", "grids", multiple=True, metavar="KEY=V1,V2",
+              help="Sweep your own command: each {KEY} in it takes these values (repeatable; see below).")
+@click.option("--grid-file", type=click.Path(dir_okay=False), help="The grid of a command sweep as YAML: {key: [values]}.")
+@click.option("--name", help="A command sweep's folder: runs/NAME/<combination>/ (default: the script's name).")
+@click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False),
+              help="Where a command sweep's run folders go.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a value in every run (repeatable).")
 @click.option("--profile", "profile", help="Take defaults from this profile (default: the managed env's, else recommended).")
 @click.option("--parallel", type=click.IntRange(min=1), default=1, show_default=True,
@@ -51,10 +59,25 @@ def sweep(ctx, **options):
     all completed, 1 a run failed, stopped or was skipped, 2 bad config, 130 interrupted (Ctrl-C:
     the runs checkpoint, and the runs left are named).
 
+    \b
+    Your own script, over its arguments (each combination an `envkit exec` run):
+      envkit sweep --grid lr=1e-3,3e-3 --grid seed=1,2 -- python train.py --lr {lr} --seed {seed}
+
     With --slurm the combinations not yet completed are submitted as one Slurm array job (one task
     each, --parallel N at a time); `envkit sweep CONFIG --report-only` then shows the same table
     (without --report-only it would train the unfinished ones here)."""
     slurm = pop_request(options)
+    args, grids, grid_file, name, runs_dir = (options.pop(k) for k in ("args", "grids", "grid_file", "name", "runs_dir"))
+    if grids or grid_file:
+        if slurm is not None:
+            raise EnvkitError("--slurm is for train.yaml sweeps", where="--slurm",
+                              fix="submit a command sweep's runs one by one: envkit exec --slurm ... -- COMMAND")
+        command_sweep.sweep_command(list(args), grids, grid_file, name=name, runs_dir=runs_dir, **options)
+        return
+    if len(args) > 1:
+        raise EnvkitError(f"one config file, not {len(args)} arguments ({' '.join(args[:3])} ...)", where="envkit sweep",
+                          fix="to sweep your own command: envkit sweep --grid KEY=V1,V2 -- python train.py --key {KEY}")
+    options["config"] = args[0] if args else "train.yaml"
     req = SweepRequest(**options, parallel_given=ctx.get_parameter_source("parallel").name != "DEFAULT",
                        debug=bool((ctx.obj or {}).get("debug")))  # every other option is a field of the request, by its name
     pack = req.packing(on_slurm=slurm is not None)
@@ -100,18 +123,6 @@ def _report(runs, req: SweepRequest, say, interrupted: bool) -> None:
 
 
 def _table(results: list[dict], groups: list[dict]) -> None:
-    header, rows = report.table_rows(groups)
-    if is_tty():
-        from rich.table import Table
-
-        t = Table(*header, title="sweep: mean ± std across seeds (completed runs)")
-        for row in rows:
-            t.add_row(*row)
-        console().print(t)
-    else:
-        click.echo("sweep: mean ± std across seeds (completed runs)")
-        widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-        for row in (header, *rows):
-            click.echo("  ".join(str(x).ljust(w) for x, w in zip(row, widths)).rstrip())
+    print_table("sweep: mean ± std across seeds (completed runs)", *report.table_rows(groups))
     for r in report.unfinished(results):
         click.echo(f"not completed: {Path(r['run_dir']).name} ({r['status']})")

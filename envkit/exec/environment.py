@@ -12,6 +12,7 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.facts import gather
+from envkit.fsutil import atomic_write_text
 from envkit.track import RUN_DIR_VAR
 
 
@@ -74,7 +75,50 @@ def track_path() -> Path:
             (base / "envkit").symlink_to(pkg, target_is_directory=True)
         except FileExistsError:
             pass  # a concurrent exec made it
+    shim = base / "sitecustomize.py"
+    try:
+        current = shim.read_text()
+    except OSError:
+        current = None
+    if current != SITECUSTOMIZE:
+        atomic_write_text(shim, SITECUSTOMIZE)
     return base
+
+
+# Imported by the command's interpreter at start (site.py) from the folder above: the audit hook of
+# envkit/exec/opened.py installed, then the sitecustomize this one shadows (a distribution's own) run.
+SITECUSTOMIZE = """\
+# Written by envkit exec: records the files the command opens (envkit/exec/opened.py), then runs the
+# sitecustomize this file shadows. Nothing happens outside `envkit exec` (no ENVKIT_RUN_DIR).
+import os as _os
+import sys as _sys
+
+if _os.environ.get("ENVKIT_RUN_DIR") or _os.environ.get("ENVKIT_READ_ONLY"):
+    try:
+        from envkit.exec.opened import install as _install
+
+        _install()
+    except Exception as _exc:  # recording is never worth a command that does not start
+        print(f"envkit: not recording opened files: {_exc}", file=_sys.stderr)
+
+
+def _chain():
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    saved = list(_sys.path)
+    _sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != here]
+    mine = _sys.modules.pop("sitecustomize", None)
+    try:
+        import sitecustomize  # noqa: F401  (the next one on the path, if any)
+    except ImportError:
+        pass
+    finally:
+        _sys.path[:] = saved
+        if mine is not None:
+            _sys.modules["sitecustomize"] = mine
+
+
+_chain()
+"""
 
 
 # Python's options that take a value as the next argument (python --help): the script comes after them

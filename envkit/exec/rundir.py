@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.fsutil import atomic_write_text
+from envkit.fsutil import atomic_write_text, ignore_all
 from envkit.paths_check import check_inside, check_name
 from envkit.redact import is_secret, recorded_env, redact, redact_argv
 from envkit.runfolder import names
@@ -54,11 +54,14 @@ def check_run_name(name: str) -> str:
 def new_run_dir(root: Path, name: str) -> Path:
     """root/<name>/<timestamp>[-n], created here (exist_ok=False: two runs never share one)."""
     exp = check_inside(root, Path(root) / check_run_name(name), "--name")
+    new_root = not Path(root).exists()
     base = time.strftime("%Y%m%d-%H%M%S")
     for i in range(1, 1000):
         d = exp / (base if i == 1 else f"{base}-{i}")
         try:
             d.mkdir(parents=True)
+            if new_root:
+                ignore_all(Path(root))  # made by this first run: its outputs never go into the project's git
             return d
         except FileExistsError:
             continue

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envkit.exec.heartbeat import Heartbeat
+from envkit.exec.reads import DataReads
 from envkit.exec.scalars import PrintedMetrics
 from envkit.exec.rundir import read_json, write_json
 from envkit.launch.spawn import die_with_parent
@@ -109,6 +110,7 @@ class Supervisor:
         started = time.time()
         attempts: list[dict] = []
         self.owner = take_owner_lock(self.run_dir, "envkit exec")  # released by the kernel when we (and the command) end
+        reads = DataReads(self.run_dir).start()  # the data the command reads, fingerprinted as it goes
         self._start_guard()
         previous = {s: signal.signal(s, self._on_signal) for s in FORWARDED}
         self.beat.start()
@@ -136,6 +138,7 @@ class Supervisor:
         status = ("completed" if rc == 0 and not self.interrupted else "interrupted" if self.interrupted
                   else "stalled" if attempts and attempts[-1]["how"] == "stalled" else "failed")
         self.printed.close()
+        reads.close()
         self._write_summary(status, rc, started, attempts)
         self._log.close()
         self._stop_guard()

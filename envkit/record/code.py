@@ -74,13 +74,16 @@ def refuse_inside_run(folder: str | Path, what: str, run_dir: Path | None = None
                               "and nothing in it is run")
 
 
-def git(folder: Path, *args: str, timeout: float = 20) -> subprocess.CompletedProcess | None:
+def git(folder: Path, *args: str, timeout: float = 20, stdin: bytes | None = None) -> subprocess.CompletedProcess | None:
     """git ARGS in `folder` with hooks, fsmonitor and external programs off (GIT_SAFE); None when git
     cannot run. A folder inside a run folder is refused (InsideRunFolder, exit 2), whoever asks."""
     refuse_inside_run(folder, "code folder")
     env = {k: v for k, v in os.environ.items() if k not in _GIT_ENV_DROPPED}
     env.update(GIT_ENV)
     try:
+        if stdin is not None:
+            return subprocess.run(["git", *GIT_SAFE, "-C", str(folder), *args], check=False, capture_output=True, timeout=timeout,
+                                  env=env, input=stdin)
         return subprocess.run(["git", *GIT_SAFE, "-C", str(folder), *args], check=False, capture_output=True, timeout=timeout,
                               env=env, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError):
@@ -208,6 +211,15 @@ def submodules(top: Path, pathspec: list[str]) -> list[str]:
         meta, _, rel = entry.partition("\t")
         if meta.startswith("160000 ") and rel and (top / rel / ".git").exists():
             out.append(rel)
+    return out
+
+
+def envkit_folders(project: Path, runs_root: Path) -> list[Path]:
+    """envkit's own folders in a project, never part of its code state (record, --check and
+    reproduce alike): the runs folder and the managed environment (.envkit, or $ENVKIT_HOME)."""
+    out = [Path(runs_root), Path(project) / ".envkit"]
+    if os.environ.get("ENVKIT_HOME"):
+        out.append(Path(os.environ["ENVKIT_HOME"]))
     return out
 
 

@@ -110,10 +110,10 @@ def _listing(p: Path) -> tuple[list[str], bool]:
     return sorted(out), False
 
 
-def fingerprint(path: str | Path, key: str = "dataset.path") -> dict:
+def fingerprint(path: str | Path, key: str = "dataset.path", whole_max: int = FULL_HASH_MAX) -> dict:
     """{key, path, kind: file|folder|missing|unreadable, size, files: [...], digest} of one data path.
     Only regular files are read; a device, a FIFO or a kernel file (/proc, /sys, /dev) is
-    `unreadable` with the reason, never opened."""
+    `unreadable` with the reason, never opened. A file over `whole_max` bytes is sampled."""
     p = Path(path)
     out: dict = {"key": key, "path": str(p)}
     cache = _FullHashes()
@@ -123,7 +123,7 @@ def fingerprint(path: str | Path, key: str = "dataset.path") -> dict:
             return out
         if p.is_file():
             st = p.stat()
-            e = _file_entry(p, p.name, st, st.st_size <= FULL_HASH_MAX, cache)
+            e = _file_entry(p, p.name, st, st.st_size <= whole_max, cache)
             out.update(kind="file", size=st.st_size, files=[e])
         elif p.is_dir():
             names, more = _listing(p)
@@ -170,7 +170,8 @@ def _same(a: dict, b: dict) -> str | None:
 
 def differences(recorded: dict, now: dict) -> list[str]:
     """One line per difference between a recorded fingerprint and the current one."""
-    where = f"{recorded.get('key', 'data')} {recorded.get('path')}"
+    key = recorded.get("key", "data")
+    where = f"{recorded.get('path')} (read by the run)" if key == "opened" else f"{key} {recorded.get('path')}"
     if now.get("kind") in ("missing", "unreadable"):
         return [f"{where}: {now['kind']}" + (f" ({now['error']})" if now.get("error") else "")]
     if recorded.get("kind") != now.get("kind"):
@@ -184,7 +185,7 @@ def differences(recorded: dict, now: dict) -> list[str]:
     for name in sorted(set(old) & set(new)):
         why = _same(old[name], new[name])
         if why:
-            lines.append(f"{where}: {name}: {why}")
+            lines.append(f"{where}: {why}" if recorded.get("kind") == "file" else f"{where}: {name}: {why}")
     if not lines:  # only mtimes of whole-hashed files moved, or a change beyond the listed files
         if all(_same(old[n], new[n]) is None for n in old if n in new) and len(old) == len(new) and not recorded.get("files_listed"):
             return []

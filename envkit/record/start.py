@@ -139,10 +139,11 @@ def capture(run_dir: Path, *, config=None, command: list[str] | None = None, pro
     inside = code.run_folder_above(project)
     if inside is not None:  # started from inside a run folder (its config.yaml): the tree holding that run folder
         project = inside.parent
+    own = code.envkit_folders(project, runs_root)
     rec["code"] = [s for s in (
-        _guard(errors, "code state", code.code_state, project, role="project", out_dir=out_dir, exclude=[runs_root]),
+        _guard(errors, "code state", code.code_state, project, role="project", out_dir=out_dir, exclude=own),
         _guard(errors, "envkit's code state", code.code_state, Path(__file__).resolve().parents[1], role="envkit",
-               out_dir=out_dir, pathspec=["envkit"], exclude=[runs_root]),
+               out_dir=out_dir, pathspec=["envkit"], exclude=own),
     ) if s]
     if config is not None:
         rec["config"] = config_record(config)

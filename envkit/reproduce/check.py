@@ -23,6 +23,7 @@ from envkit.install.lock.read import read
 from envkit.profiles import load_profile
 from envkit.record import files
 from envkit.record.code import code_state
+from envkit.record.code import envkit_folders
 from envkit.record.data import differences, fingerprint
 from envkit.reproduce.builds import other_machine, this_machines_build
 from envkit.runfolder import names
@@ -142,10 +143,10 @@ def environment_lines(lock_path: Path, python: str, rec: dict, notes: list[str] 
 def code_lines(rec: dict, run_dir: Path | None = None) -> list[str]:
     """Each recorded git tree now against its recorded state; the runs folder is left out of its
     untracked files, as when the run was recorded (record/start.py)."""
-    exclude = [Path(run_dir).resolve().parent.parent] if run_dir is not None else []
     out = []
     for state in rec.get("code") or []:
         folder, role = Path(state.get("folder") or "."), state.get("role")
+        exclude = envkit_folders(folder, Path(run_dir).resolve().parent.parent) if run_dir is not None else []
         if not state.get("commit"):
             continue
         now = code_state(folder / (state.get("relative") or "."), role=role, out_dir=None, pathspec=state.get("pathspec"),
@@ -163,9 +164,10 @@ def code_lines(rec: dict, run_dir: Path | None = None) -> list[str]:
     return out
 
 
-def data_lines(rec: dict) -> list[str]:
+def data_lines(entries) -> list[str]:
+    """One line per data file changed or gone since the run (entries: RunFolder.data's fingerprints)."""
     out = []
-    for recorded in rec.get("data") or []:
+    for recorded in entries:
         out += [f"data: {line}" for line in differences(recorded, fingerprint(recorded["path"], recorded.get("key", "data")))]
     return out
 

@@ -34,6 +34,7 @@ from envkit.runfolder.bounded import RunFolderError
 from envkit.runfolder.folder import RunFolder
 from envkit.runfolder.records import MAX_PROCESSES, CodeState, RunRecord
 from envkit.runfolder.names import LOCK, METRICS, RECORD
+from envkit.exec.opened import READ_ONLY_VAR
 from envkit.track import STOP_VAR
 
 _IMPORT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")  # `package.module:factory`, as train/user_code.py imports it
@@ -53,6 +54,7 @@ class CodePlan:
     archive_files: list[str] = field(default_factory=list)  # as tarfile reads the archive
     submodules: list[CodePlan] = field(default_factory=list)
     from_tree: bool = False  # the commit is gone from the repository, its tree is not: a commit of that tree is checked out
+    moved: bool = True  # the user's tree is no longer in the recorded state (else it is checked out all the same: the run writes there)
 
     def all(self) -> list[CodePlan]:
         return [self, *(s for sub in self.submodules for s in sub.all())]
@@ -127,7 +129,7 @@ def make(folder: RunFolder, *, venv: Path | None, steps: int | None, device: str
         plan = Plan(folder=folder, record=record, lock=lock, lock_path=lock_path, kind=record.kind, command=[],
                     cwd=Path("/"), code=code, venv=Path(venv).resolve() if venv else default_venv(lock_path), venv_given=venv is not None,
                     env={}, processes=_processes(folder, record), profile=_profile(folder, record),
-                    imports=_imports(record.config.get("declared") or {}), data=[str(d.get("path")) for d in record.data],
+                    imports=_imports(record.config.get("declared") or {}), data=[str(d.get("path")) for d in folder.data],
                     steps_compared=len(_steps(folder)), verdict_facts=_verdict_facts(folder),
                     other_machine=_other_machine(lock, facts), temps=temps)
         plan.cwd = _cwd(plan, temps)
@@ -157,7 +159,8 @@ def _code(folder: RunFolder, state: CodeState, temps: list[Path], sub_tree: Path
     """Where one recorded tree's code will be, and what its patch and archive hold."""
     if not sub_tree:
         refuse_inside_run(state.folder, f"code folder ({state.role})", folder.path)
-    if sub_tree is None and unchanged(state.to_json()):
+    same = sub_tree is None and unchanged(state.to_json(), folder.path.parent.parent)
+    if same and state.role != "project":  # envkit's own code, a local package: imported, never written to
         plan = CodePlan(state=state, in_place=True, tree=Path(state.folder), temp=None)
     elif sub_tree is None:
         if not Path(state.folder).is_dir():
@@ -167,7 +170,7 @@ def _code(folder: RunFolder, state: CodeState, temps: list[Path], sub_tree: Path
                                   fix=f"clone the repository there again (commit {state.commit})")
         temp = temp_folder(state.role)
         temps.append(temp)
-        plan = CodePlan(state=state, in_place=False, tree=temp / "tree", temp=temp)
+        plan = CodePlan(state=state, in_place=False, tree=temp / "tree", temp=temp, moved=not same)
     else:
         plan = CodePlan(state=state, in_place=False, tree=sub_tree, temp=None)
     if plan.in_place:
@@ -334,6 +337,9 @@ def _env(plan: Plan, steps: int | None, device: str | None) -> dict[str, str]:
     envkit_tree = plan.folders.get("envkit")
     if envkit_tree is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(envkit_tree), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]])
+    read_only = _read_only(plan)
+    if read_only:
+        env[READ_ONLY_VAR] = os.pathsep.join(read_only)
     if plan.kind == "exec" and steps is not None:
         env[STOP_VAR] = str(steps)  # envkit.track.log ends the script once it logs step N
     if not plan.other_machine and device is None:
@@ -341,6 +347,14 @@ def _env(plan: Plan, steps: int | None, device: str | None) -> dict[str, str]:
         plan.threads = tuple(threads)
         env.update(threads)
     return env
+
+
+def _read_only(plan: Plan) -> list[str]:
+    """What the command may read but never open for writing (envkit/exec/opened.py): the user's
+    trees checked out elsewhere, and the data it read outside them, which it uses where it lies."""
+    trees = [c.state.folder for c in plan.code if not c.in_place]
+    outside = [d for d in plan.data if plan.inside(d) is None]
+    return list(dict.fromkeys([*trees, *outside]))
 
 
 def _threads(plan: Plan) -> dict[str, str]:

@@ -47,7 +47,7 @@ def _check(folder: RunFolder, python: str | None) -> CheckReport:
         report.notes.append(f"the folder is not one this machine wrote unchanged ({folder.trust.why}): reproducing it asks "
                             "first; it would run " + _would_run(folder))
     report.code = code_lines(rec, folder.path)
-    report.data = data_lines(rec)
+    report.data = data_lines(folder.data)
     report.config += config_lines(rec)
     missing = (rec.get("environment") or {}).get("missing_hashes") or []
     if missing:

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from envkit.process_lock import process_start_time, same_process
-from envkit.record.code import code_state, git, refuse_inside_run
+from envkit.record.code import code_state, envkit_folders, git, refuse_inside_run
 from envkit.reproduce.check import CannotReproduce
 from envkit.runfolder.archive import extract
 from envkit.runfolder.shown import shown, shown_list
@@ -88,10 +88,11 @@ class Restored:
             git(repo, "worktree", "prune")
         self._worktrees.clear()
 
-    def link_data(self, rec: dict) -> None:
+    def link_data(self, entries) -> None:
         """Data the run read from inside its tree that git does not hold (an ignored data/ folder) is
-        not in a worktree: linked there from where it is (its fingerprint was checked first)."""
-        for d in rec.get("data") or []:
+        not in a worktree: linked there from where it is (its fingerprint was checked first). The
+        command reads through the link and cannot write through it (ENVKIT_READ_ONLY, exec/opened.py)."""
+        for d in entries:
             original = Path(d["path"])
             here = self.path_for(original)
             if here != original.resolve() and not here.exists() and original.exists():
@@ -168,10 +169,12 @@ def path_inside(original: str | Path, trees: dict[str, Path]) -> Path | None:
     return None
 
 
-def unchanged(state: dict) -> bool:
-    """Whether the user's tree is in the state the run recorded (then its code is used where it is)."""
+def unchanged(state: dict, runs_root: Path | None = None) -> bool:
+    """Whether the user's tree is in the state the run recorded, envkit's own folders left out as
+    when it was recorded (then envkit's or a local package's code is used where it is)."""
     folder = Path(state["folder"]) / (state.get("relative") or ".")
-    now = code_state(folder, role=state["role"], out_dir=None, pathspec=state.get("pathspec")) if folder.is_dir() else None
+    exclude = envkit_folders(Path(state["folder"]), runs_root) if runs_root is not None else []
+    now = code_state(folder, role=state["role"], out_dir=None, pathspec=state.get("pathspec"), exclude=exclude) if folder.is_dir() else None
     return now is not None and now["code_hash"] == state["code_hash"]
 
 
@@ -250,11 +253,13 @@ def restore(plan, say=print) -> Restored:
                 continue
             out.folders[role] = tree
             subs = [s.state.path for s in code.submodules]
-            say(f"code ({role}): {shown(code.state.folder)} has moved on; the run's commit {str(code.state.commit)[:12]}"
+            say(f"code ({role}): " + (f"{shown(code.state.folder)} has moved on; " if code.moved else "")
+                + f"the run's commit {str(code.state.commit)[:12]}"
                 + (f" (gone from the repository: a commit of its tree {str(code.state.tree)[:12]})" if code.from_tree else "")
                 + (" with its uncommitted changes" if code.state.dirty else "")
-                + (f" and its submodules ({shown_list(subs)}) at their commits" if subs else "") + f" is checked out in {tree}")
-        out.link_data(rec)
+                + (f" and its submodules ({shown_list(subs)}) at their commits" if subs else "") + f" is checked out in {tree}"
+                + ("" if code.moved else ": the reproduction writes there, never into your tree"))
+        out.link_data(plan.folder.data)
         out.link_untracked(rec, say)
     except BaseException:
         out.close()

@@ -186,7 +186,7 @@ def reproduce(run_dir: Path, *, venv: Path | None = None, steps: int | None = No
         refuse_unreproducible(folder, folder.record, say)
         record = folder.record
         assert record is not None  # open_run refused a folder without one
-        changed = data_lines(record.to_json())
+        changed = data_lines(folder.data)
         if changed:
             raise CannotReproduce(f"the run's data changed: {changed[0]}" + (f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""),
                                   where=str(folder.path), fix="put the data back as it was; `envkit reproduce --check` lists every change")

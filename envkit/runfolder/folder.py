@@ -22,13 +22,13 @@ from envkit.runfolder import seal
 from envkit.runfolder.bounded import RunFolderError, parse_json, read_bytes
 from envkit.runfolder.metrics import parse_rows
 from envkit.runfolder.limits import UNTRACKED_COUNT_MAX, UNTRACKED_TOTAL_MAX
-from envkit.runfolder.names import CODE_DIR, CONFIG, ENVIRONMENT, LOCK, METRICS, RECORD, SEAL, SUMMARY
-from envkit.runfolder.records import EnvironmentRecord, RunRecord, RunStatus
+from envkit.runfolder.names import CODE_DIR, CONFIG, DATA, ENVIRONMENT, LOCK, METRICS, RECORD, SEAL, SUMMARY
+from envkit.runfolder.records import EnvironmentRecord, RunRecord, RunStatus, data_entries
 
 # What one snapshot holds at most. record.json of a large project is ~100 KiB, a lock of 500
 # packages with hashes ~300 KiB; metrics.jsonl of 100,000 logged steps ~30 MiB.
 TOP_FILES = {RECORD: 8 << 20, SEAL: 4 << 20, LOCK: 16 << 20, CONFIG: 8 << 20, SUMMARY: 8 << 20, ENVIRONMENT: 8 << 20,
-             METRICS: 64 << 20}
+             METRICS: 64 << 20, DATA: 16 << 20}
 CODE_TOTAL_MAX = 4 * UNTRACKED_TOTAL_MAX + (64 << 20)  # the archives (each capped when written) and the patches
 CODE_FILES_MAX = 4 * UNTRACKED_COUNT_MAX
 _FIX = "use the run folder as envkit wrote it"
@@ -96,6 +96,18 @@ class RunFolder:
     def record(self) -> RunRecord | None:
         data = self._json(RECORD)
         return None if data is None else RunRecord.from_json(data, str(self.file(RECORD)))
+
+    @functools.cached_property
+    def data_read(self) -> tuple[dict, ...]:
+        """The data an exec run's command opened (data.json, envkit/exec/reads.py), each a fingerprint."""
+        doc = self._json(DATA)
+        return () if doc is None else data_entries(doc, str(self.file(DATA)))
+
+    @property
+    def data(self) -> tuple[dict, ...]:
+        """Every fingerprint the run has: the data its config or command named (record.json) and what it opened."""
+        record = self.record
+        return (*(record.data if record is not None else ()), *self.data_read)
 
     @functools.cached_property
     def environment(self) -> EnvironmentRecord:

@@ -247,6 +247,18 @@ class RunRecord:
 MAX_PROCESSES = 65536
 
 
+def data_entries(doc: dict, file: str) -> tuple[dict, ...]:
+    """data.json's fingerprints (envkit/exec/reads.py), each with a str key, an absolute path and a kind."""
+    r = _Reader(doc, file)
+    out = []
+    for _, d in r.objects("files"):
+        d.text("key", required=True)
+        d.path("path", required=True)
+        d.text("kind")
+        out.append(dict(d.data))
+    return tuple(out)
+
+
 def _processes(r: _Reader) -> dict:
     """record.json's {"world", "nodes"}: counts a reproduction starts processes by, so each is held
     to a count envkit could have written (a crafted folder cannot ask for a million processes)."""

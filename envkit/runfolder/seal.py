@@ -27,7 +27,7 @@ from envkit.runfolder.bounded import RunFolderError, parse_json, read_bytes
 
 SEAL = "record.seal"
 SEALED = ("record.json", "pylock.toml")  # and every file under code/
-RESULTS = ("summary.json", "metrics.jsonl")  # added when the run ends (seal_results): what the verdict reads
+RESULTS = ("summary.json", "metrics.jsonl", "data.json")  # added when the run ends (seal_results): what the verdict and the data check read
 _CODE = "code"
 _MAX_FILES = 10_000
 KEY_BYTES = 32

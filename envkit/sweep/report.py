@@ -47,7 +47,7 @@ def run_result(run_dir: Path, overrides: dict, group: str, state: str) -> dict:
     }
 
 
-def _mean_std(values: list) -> tuple[float | None, float | None]:
+def mean_std(values: list) -> tuple[float | None, float | None]:
     xs = [v for v in values if v is not None]
     if not xs:
         return None, None
@@ -62,22 +62,22 @@ def groups(results: list[dict]) -> list[dict]:
     out = []
     for name, rs in order.items():
         done = [r for r in rs if r["status"] == "completed"]
-        acc, acc_sd = _mean_std([r["accuracy"] for r in done])
-        loss, loss_sd = _mean_std([r["best_val_loss"] for r in done])
-        rate, rate_sd = _mean_std([r["rate"] for r in done])
+        acc, acc_sd = mean_std([r["accuracy"] for r in done])
+        loss, loss_sd = mean_std([r["best_val_loss"] for r in done])
+        rate, rate_sd = mean_std([r["rate"] for r in done])
         out.append({"group": name, "runs": len(rs), "completed": len(done), "accuracy_mean": acc, "accuracy_std": acc_sd,
                     "best_val_loss_mean": loss, "best_val_loss_std": loss_sd, "rate_mean": rate, "rate_std": rate_sd,
                     "rate_unit": rs[0]["rate_unit"]})
     return out
 
 
-def _pm(mean, sd, fmt: str) -> str:
+def pm(mean, sd, fmt: str) -> str:
     return "-" if mean is None else f"{mean:{fmt}} ± {sd:{fmt}}"
 
 
 def table_rows(gs: list[dict]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
     unit = gs[0]["rate_unit"] if gs else "samples"
     header = ("group", "runs", "best val accuracy", "best val loss", f"{unit}/s")
-    rows = [(g["group"], f"{g['completed']}/{g['runs']}", _pm(g["accuracy_mean"], g["accuracy_std"], ".3f"),
-             _pm(g["best_val_loss_mean"], g["best_val_loss_std"], ".4f"), _pm(g["rate_mean"], g["rate_std"], ",.0f")) for g in gs]
+    rows = [(g["group"], f"{g['completed']}/{g['runs']}", pm(g["accuracy_mean"], g["accuracy_std"], ".3f"),
+             pm(g["best_val_loss_mean"], g["best_val_loss_std"], ".4f"), pm(g["rate_mean"], g["rate_std"], ",.0f")) for g in gs]
     return header, rows
