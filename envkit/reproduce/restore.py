@@ -88,16 +88,19 @@ class Restored:
             git(repo, "worktree", "prune")
         self._worktrees.clear()
 
-    def link_data(self, entries) -> None:
+    def link_data(self, entries) -> list[str]:
         """Data the run read from inside its tree that git does not hold (an ignored data/ folder) is
         not in a worktree: linked there from where it is (its fingerprint was checked first). The
         command reads through the link and cannot write through it (ENVKIT_READ_ONLY, exec/opened.py)."""
+        linked = []
         for d in entries:
             original = Path(d["path"])
             here = self.path_for(original)
             if here != original.resolve() and not here.exists() and original.exists():
                 here.parent.mkdir(parents=True, exist_ok=True)
                 here.symlink_to(original, target_is_directory=original.is_dir())
+                linked.append(str(original))
+        return linked
 
     def link_untracked(self, rec: dict, say) -> None:
         """The untracked files the run folder could not keep (too large, binary) linked into each
@@ -259,7 +262,11 @@ def restore(plan, say=print) -> Restored:
                 + (" with its uncommitted changes" if code.state.dirty else "")
                 + (f" and its submodules ({shown_list(subs)}) at their commits" if subs else "") + f" is checked out in {tree}"
                 + ("" if code.moved else ": the reproduction writes there, never into your tree"))
-        out.link_data(plan.folder.data)
+        data = plan.folder.data
+        linked = out.link_data(data)
+        if data:
+            say(f"data: {len(data)} path(s) the run named or read, unchanged since (fingerprints checked)"
+                + (f"; linked read-only into the worktree: {shown_list(linked)}" if linked else ""))
         out.link_untracked(rec, say)
     except BaseException:
         out.close()
