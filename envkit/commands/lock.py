@@ -23,15 +23,25 @@ from envkit.console import is_tty, print_json
                    "torch's per-build pages: ENVKIT_PYTORCH_INDEX (default https://download.pytorch.org/whl).")
 @click.option("--output", "-o", default="pylock.toml", show_default=True, metavar="FILE", help="pylock.toml or pylock.NAME.toml.")
 @click.option("--from", "from_lock", metavar="ENVKIT_LOCK", help="Convert an envkit.lock (one platform) instead of resolving.")
+@click.option("--extra", "extras", multiple=True, metavar="NAME", help="Lock this extra of the project too (repeatable).")
+@click.option("--group", "groups", multiple=True, metavar="NAME", help="Lock this PEP 735 dependency group too (repeatable).")
+@click.option("-r", "--requirements", "requirements", multiple=True, metavar="FILE", help="Lock a requirements file too (repeatable).")
+@click.option("--no-project", is_flag=True, help="Lock torch alone, not the project's [project] dependencies.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was locked as JSON.")
-def lock(targets, torch_req, with_, no_numpy, python, index_url, output, from_lock, as_json) -> None:
-    """Write one pylock.toml (PEP 751) with the same torch for every target machine."""
+def lock(targets, torch_req, with_, no_numpy, python, index_url, output, from_lock, extras, groups, requirements, no_project,
+         as_json) -> None:
+    """Write one pylock.toml (PEP 751) with the same torch for every target machine, and the project.
+
+    The project is the pyproject.toml in the lock's folder: its [project] dependencies, and the
+    extras, dependency groups and requirements files named here or in [tool.envkit.lock]
+    (extras, groups, requirements), resolved with torch for every target."""
 
     def say(text: str, err: bool = False) -> None:
         click.echo(strip_userinfo(text), err=err)
 
     res = run_lock(LockOptions(targets=list(targets), torch=torch_req, with_=with_, numpy=not no_numpy, python=python,
-                               index_url=index_url, output=output, from_lock=from_lock), say)
+                               index_url=index_url, output=output, from_lock=from_lock, extras=extras, groups=groups,
+                               requirements=requirements, no_project=no_project), say)
     if as_json:
         print_json({"path": str(res.path), "written": res.written, "targets": res.targets})
         return

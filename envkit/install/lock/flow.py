@@ -15,7 +15,7 @@ from envkit.install.choice.model import parse_request
 from envkit.install.index import pip_config
 from envkit.install.lock import grouping, resolve, torch_pick
 from envkit.install.lock.convert import convert
-from envkit.install.lock.project import read_project
+from envkit.install.lock.project import ask_of, project_requirements, read_project, torch_family_asks
 from envkit.install.lock.read import is_pylock, require_pylock
 from envkit.install.lock.targets import parse_target, this_target
 from envkit.install.lock.torch_pick import TORCH_FAMILY
@@ -32,6 +32,10 @@ class LockOptions:
     index_url: str | None = None
     output: str = "pylock.toml"
     from_lock: str | None = None
+    extras: tuple[str, ...] = ()  # the project's extras to lock with it
+    groups: tuple[str, ...] = ()  # its PEP 735 dependency groups
+    requirements: tuple[str, ...] = ()  # requirements files, relative to the lock's folder
+    no_project: bool = False  # leave out [project] dependencies
 
 
 @dataclass
@@ -91,24 +95,48 @@ def run_lock(opts: LockOptions, say) -> LockResult:
             raise EnvkitError(f"--target {t.asked} and --target {seen[t.name]} are the same target ({t.name})",
                               where="--target", fix="name each target once")
         seen[t.name] = t.asked
+    folder = out.absolute().parent
+    asked_project = ask_of(folder, opts.extras, opts.groups, opts.requirements, opts.no_project)
+    project_reqs, said = project_requirements(folder, asked_project)
+    project_reqs, family_asks = torch_family_asks(project_reqs, TORCH_FAMILY)
+    if project_reqs or family_asks:
+        say(f"locking the project with torch: {', '.join(said)} ({len(project_reqs) + len(family_asks)} requirements)", err=True)
     families, located = torch_pick.pick_torch(targets, request, python, channel, rest, companions, links,
                                               "--index-url" if opts.index_url else "pip's configured sources")
+    check_family_asks(families, family_asks, folder)
     for note in dict.fromkeys(loc.note for loc in located.values() if loc.note):
         say(f"note: {note}", err=True)
     extras: list[str] = [] if not opts.numpy else list(DEFAULT_EXTRAS)
     locks = []
     for t in targets:
         say(f"resolving {t.name}: torch {families[t]['torch'].version}", err=True)
-        locks.append(resolve.resolve_target(t, families[t], python, channel, rest, links, extras, located[t].index))
+        locks.append(resolve.resolve_target(t, families[t], python, channel, rest, links, extras, located[t].index,
+                                            project=project_reqs))
     for line in differing_versions(locks):
         say(f"note: {line}", err=True)
     doc = grouping.build_pylock(locks, python=python, request=request.text, channel=channel,
                                envkit_version=__version__, rest_indexes=rest, project=read_project(out.absolute().parent))
+    local = sorted({f for tl in locks for f in tl.local_only})
+    if local:
+        say(f"note: this lock installs only on this machine: {len(local)} wheel(s) come from a folder here that no index "
+            f"serves ({', '.join(local[:3])}{' ...' if len(local) > 3 else ''}); lock with --index-url of an index that has them", err=True)
     path = Path(opts.output)
     written = grouping.write(path, doc)
     return LockResult(path=path, written=written, targets={
         tl.target.name: {"torch": tl.torch, "group": doc["tool"]["envkit"]["targets"][tl.target.name].get("group"),
                          "packages": {n: p.version for n, p in sorted(tl.packages.items())}} for tl in locks})
+
+
+def check_family_asks(families: dict, asked: dict[str, str], folder: Path) -> None:
+    """The project's own requirement on torch (or torchvision, ...) holds for the build picked on every target."""
+    from packaging.specifiers import SpecifierSet
+
+    for target, family in families.items():
+        for name, spec in asked.items():
+            cand = family.get(name)
+            if cand is not None and spec and not SpecifierSet(spec).contains(cand.version, prereleases=True):
+                raise EnvkitError(f"the project asks for {name}{spec}, and {target.name} would get {name} {cand.version}",
+                                  where=str(folder / "pyproject.toml"), fix=f"lock with --torch matching {spec}, or change the project's requirement")
 
 
 def differing_versions(locks) -> list[str]:

@@ -33,6 +33,7 @@ class TargetLock:
     torch_index: str
     packages: dict[str, Locked] = field(default_factory=dict)
     how: str = ""
+    local_only: list[str] = field(default_factory=list)  # wheels only this machine has (file:// URLs no index serves)
 
     @property
     def torch(self) -> str:

@@ -108,7 +108,7 @@ def uv_binary() -> str:
 
 
 def uv_compile(requirements: list[str], target: Target, python: str, rest: list[str], find_links: list[str],
-               extra_index: str | None = None) -> list[Locked]:
+               extra_index: str | None = None, constraints: list[str] | None = None) -> list[Locked]:
     """`uv pip compile` for the target's platform; the packages it chose, each with the one wheel
     that fits the target best."""
     from packaging.pylock import Pylock
@@ -123,6 +123,10 @@ def uv_compile(requirements: list[str], target: Target, python: str, rest: list[
         cmd = [uv, "pip", "compile", str(req), "-o", str(out), "--format", "pylock.toml", "--no-header", "--no-config",
                "--no-build", "--python-version", python, "--python-platform", target.uv_platform, "--quiet"]
         cmd += _index_args(rest, find_links, extra_index)
+        if constraints:  # torch's family at the versions envkit picked, for a project's package that needs torch
+            pins = Path(tmp) / "constraints.txt"
+            pins.write_text("\n".join(constraints) + "\n")
+            cmd += ["-c", str(pins)]
         # uv's own settings (UV_INDEX_URL, UV_TORCH_BACKEND, ...) must not change what is resolved;
         # its cache and TLS settings stay
         env = {k: v for k, v in os.environ.items()
@@ -134,7 +138,7 @@ def uv_compile(requirements: list[str], target: Target, python: str, rest: list[
             raise EnvkitError(f"uv did not resolve {target.name} within 10 minutes", fix="check the index, or try again")
         if proc.returncode != 0:
             why = " ".join((proc.stderr.strip() or proc.stdout.strip() or f"exit code {proc.returncode}").split())
-            raise EnvkitError(f"{target.name}: uv cannot resolve the dependencies of torch ({', '.join(requirements)}): "
+            raise EnvkitError(f"{target.name}: uv cannot resolve the dependencies ({', '.join(requirements)}): "
                               f"{strip_userinfo(why)[:600]}", where="--target",
                               fix="point --index-url at an index that has them for this platform")
         lock = Pylock.from_dict(load_toml(out))
@@ -172,20 +176,36 @@ def _index_args(rest: list[str], find_links: list[str], extra_index: str | None)
     return args
 
 
-def _index_of(name: str, filename: str, indexes: list[str], cache: dict) -> str:
-    """The index whose page for `name` lists this file (uv's pylock names none)."""
-    if len(indexes) == 1:
-        return indexes[0]
+def _index_of(name: str, filename: str, indexes: list[str], cache: dict, must_look: bool = False) -> tuple[str, pages.Candidate | None]:
+    """(the index whose page for `name` lists this file (uv's pylock names none), that page's entry
+    for it). One index is taken as it is unless `must_look` (the wheel came from elsewhere)."""
+    if len(indexes) == 1 and not must_look:
+        return indexes[0], None
     for src in indexes:
         key = (src, name)
         if key not in cache:
             try:
-                cache[key] = {c.filename for c in pages.fetch(src, name)}
+                cache[key] = {c.filename: c for c in pages.fetch(src, name)}
             except EnvkitError:
-                cache[key] = set()
+                cache[key] = {}
         if filename in cache[key]:
-            return src
-    return indexes[0]
+            return src, cache[key][filename]
+    return indexes[0], None
+
+
+def portable(p: Locked, cand: pages.Candidate | None) -> bool:
+    """A wheel uv took from this machine (a file:// URL: pip's find-links, a local mirror) gets the URL
+    of the index that serves the same file (the same sha256), so the lock installs elsewhere; False
+    where no index does (the lock installs only here)."""
+    if not p.wheel.url.startswith("file://"):
+        return True
+    if cand is None or "://" not in cand.url or cand.url.startswith("file://"):
+        return False
+    if cand.sha256 and cand.sha256 != p.wheel.sha256:
+        return False  # another file of the same name: this machine's copy is not the index's
+    p.wheel.url = cand.url
+    p.wheel.size = p.wheel.size or cand.size
+    return True
 
 
 def index_url_of(source: str) -> str:
@@ -212,27 +232,36 @@ def size_of(url: str) -> int | None:
 # ---- one target, whole ---------------------------------------------------------------------------
 
 def resolve_target(target: Target, family: dict[str, pages.Candidate], python: str, channel: Channel, rest: list[str],
-                   find_links: list[str], extras: list[str], torch_index: str | None = None) -> TargetLock:
+                   find_links: list[str], extras: list[str], torch_index: str | None = None,
+                   project: list[str] | None = None) -> TargetLock:
     """`torch_index`: where torch_pick found the family (the build's page, or the source pip's
-    configuration gave when that page could not be reached)."""
+    configuration gave when that page could not be reached). `project`: the project's own
+    requirements (project.py), resolved with torch's, torch's family held at the picked builds."""
     env = target.marker_environment(python)
     reqs: list[str] = []
     for cand in family.values():
         reqs += applicable(wheel_requirements(cand), env)
-    reqs += list(extras)
+    reqs += list(extras) + list(project or [])
     reqs = list(dict.fromkeys(reqs))
     src = index_url_of(torch_index or torch_source(target, channel, rest))
     extra_index = build_index(target.build, channel) if target.device in ("rocm", "xpu") else None
+    constraints = None
+    if project:  # a project's package that requires torch resolves against the build picked, from its index
+        constraints = [f"{name}=={cand.version}" for name, cand in family.items()]
+        extra_index = extra_index or (src if src not in rest else None)
     out = TargetLock(target=target, torch_index=src)
     for name, cand in family.items():
         out.packages[name] = Locked(name=name, version=str(cand.version), index=src,
                                     wheel=Wheel(url=cand.url, sha256=cand.sha256 or local_sha256(cand.url) or "", size=cand.size,
                                                 filename=cand.filename))  # a folder's wheels: hashed on disk
     cache: dict = {}
-    for p in uv_compile(reqs, target, python, rest, find_links, extra_index):
+    for p in uv_compile(reqs, target, python, rest, find_links, extra_index, constraints):
         if p.name in out.packages:
             continue
-        p.index = _index_of(p.name, p.wheel.filename, rest + ([extra_index] if extra_index else []), cache)
+        p.index, cand = _index_of(p.name, p.wheel.filename, rest + ([extra_index] if extra_index else []), cache,
+                                  must_look=p.wheel.url.startswith("file://"))
+        if not portable(p, cand):
+            out.local_only.append(p.wheel.filename)
         out.packages[p.name] = p
     for p in out.packages.values():
         if p.wheel.size is None:
