@@ -25,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "exec": ("envkit.commands.exec:exec_", "Run your own training command in the managed env, with a run folder, heartbeat and restarts."),
     "stop": ("envkit.commands.exec:stop", "Stop a running run (`envkit run` or `exec`): SIGINT, then SIGTERM after a grace period."),
     "init": ("envkit.commands.init:init", "Write a ready train.yaml from a template."),
-    "sweep": ("envkit.commands.sweep:sweep", "Train every combination of a train.yaml's sweep.grid; a table per group."),
+    "sweep": ("envkit.commands.sweep:sweep", "Train every combination of a train.yaml's sweep.grid, or of your command's --grid; a table per group."),
     "reproduce": ("envkit.commands.reproduce:reproduce",
                   "Make a recorded run again in a fresh venv from its lock and compare the metrics step by step."),
     "runs": ("envkit.commands.runs:runs", "A table of training runs with status, steps and best val loss."),

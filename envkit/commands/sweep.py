@@ -45,7 +45,7 @@ from envkit.sweep.request import SweepRequest
 @slurm_options
 @click.pass_context
 def sweep(ctx, **options):
-    """Train every combination of CONFIG's sweep.grid and compare them.
+    """Train every combination of CONFIG's sweep.grid (or of your command's --grid) and compare them.
 
     \b
     sweep:

@@ -223,8 +223,14 @@ def _out(runner: Runner, argv: list[str], timeout: float = 10.0) -> str | None:
     return res.stdout if res is not None and res.ok else None
 
 
+def gib(n: int) -> str:
+    """Bytes in GiB (2**30), as the memory is counted: "64 GiB" for a Mac's 64, "23.5 GiB" for a box's 23.5."""
+    v = n / 2**30
+    return f"{v:.0f} GiB" if abs(v - round(v)) < 0.05 else f"{v:.1f} GiB"
+
+
 def machine_label(facts: Facts) -> str:
-    """One line a human recognises: "Apple M3 Max (12P+4E, 40-core GPU, 64 GB), macOS 14.5"."""
+    """One line a human recognises: "Apple M3 Max (12P+4E, 40-core GPU, 64 GiB), macOS 14.5"."""
     c = facts.chip
     parts = []
     if c.name:
@@ -240,11 +246,11 @@ def machine_label(facts: Facts) -> str:
     if c.gpu_cores:
         bits.append(f"{c.gpu_cores}-core GPU")
     if facts.memory_bytes:
-        bits.append(f"{facts.memory_bytes / 2**30:.0f} GB")
+        bits.append(gib(facts.memory_bytes))
     if bits:
         parts.append("(" + ", ".join(bits) + ")")
     for (name, memory, arch), count in gpu_groups(facts.gpus):
-        mem = f" {memory / 2**30:.0f} GB" if memory else ""
+        mem = f" {gib(memory)}" if memory else ""
         parts.append(f"+ {f'{count} x ' if count > 1 else ''}{name}{mem}" + (f" ({arch})" if arch and arch.startswith("gfx") else ""))
     os_name = f"{facts.os.name or facts.os.system} {facts.os.version or ''}".strip()
     return " ".join(parts) + (", " if parts else "") + os_name

@@ -108,10 +108,26 @@ def _platform_of(found, torch: str | None, device: str | None) -> dict:
             device = "cuda"
         else:  # a +cpu torch on a GPU box: the machine is still a CUDA one (reproduce and setup --lock compare machines)
             device = "cuda" if shutil.which("nvidia-smi") else "cpu"
-    d = {"system": system, "os": f"{system} {found.markers.get('platform_release', '')}".strip(), "arch": found.machine,
+    os_name, os_version = os_named(system)
+    d = {"system": system, "os": os_name, "os_version": os_version, "kernel": found.markers.get("platform_release"), "arch": found.machine,
          "python": found.version, "python_minor": ".".join(found.version.split(".")[:2]),
          "implementation": found.implementation.lower(), "device": device, "backend": backend}
     return {k: v for k, v in d.items() if v}
+
+
+def os_named(system: str) -> tuple[str, str | None]:
+    """(the OS's name, its version) as doctor names them (facts/collect.py: /etc/os-release's
+    PRETTY_NAME on Linux, macOS and its version on a Mac), so a run's lock, envkit.lock and doctor
+    say one name; the kernel's release is the lock's `kernel`."""
+    if system == "Linux":
+        try:
+            rel = _platform.freedesktop_os_release()
+            return rel.get("PRETTY_NAME") or rel.get("NAME") or system, rel.get("VERSION_ID")
+        except OSError:
+            return system, None
+    if system == "Darwin":
+        return "macOS", _platform.mac_ver()[0] or None
+    return system, None
 
 
 def build(python: str, key: str, *, device: str | None = None, profile: str | None = None) -> EnvLock:

@@ -197,7 +197,7 @@ def test_m5_family_known_and_profiles_cite_apple_figures():
     from envkit.facts import machine_label
 
     # an M5 Max's perflevel0/1 are 6 super + 12 performance cores, not efficiency cores
-    assert "(6S+12P, 40-core GPU, 128 GB)" in machine_label(diagnosis("m5_max_unknown").facts)
+    assert "(6S+12P, 40-core GPU, 128 GiB)" in machine_label(diagnosis("m5_max_unknown").facts)
     assert "(12P+4E, 40-core GPU" in machine_label(diagnosis("m4_max_tahoe").facts)
 
 

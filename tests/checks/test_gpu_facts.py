@@ -65,7 +65,7 @@ def test_mi300x_verdicts_speak_of_the_gpu(tmp_path):
     assert "torch.compile available on 4 x AMD Instinct MI300X (gfx942), ROCm" in c["compile"]["message"]
     assert c["cuda"]["status"] == "skip" and "AMD GPU under ROCm" in c["cuda"]["message"]
     out, rc = doctor(tmp_path, "linux_rocm_mi300x_x4")
-    assert rc == 0 and "+ 4 x AMD Instinct MI300X 192 GB (gfx942)" in out.splitlines()[0]
+    assert rc == 0 and "+ 4 x AMD Instinct MI300X 192 GiB (gfx942)" in out.splitlines()[0]
 
 
 def test_rocm_torch_devices_are_amd_gpus_not_nvidia_ones(tmp_path):

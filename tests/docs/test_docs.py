@@ -227,8 +227,8 @@ def test_every_line_of_the_readme_samples_is_a_kind_the_command_prints_now():
 
 
 def test_the_shape_matcher_tells_the_old_doctor_format_from_the_new():
-    old = ["envkit doctor  Apple M3 Max (12P+4E, 40-core GPU, 128 GB), macOS 14.5", "[✓] System", "    ✓ os: macOS 14.5 (23F79)"]
-    new = ["envkit doctor: AMD EPYC (2 cores, 24 GB), Debian GNU/Linux 12 (bookworm) 12", "[ok]   os: Debian GNU/Linux 12 (bookworm)"]
+    old = ["envkit doctor  Apple M3 Max (12P+4E, 40-core GPU, 128 GiB), macOS 14.5", "[✓] System", "    ✓ os: macOS 14.5 (23F79)"]
+    new = ["envkit doctor: AMD EPYC (2 cores, 23.5 GiB), Debian GNU/Linux 12 (bookworm) 12", "[ok]   os: Debian GNU/Linux 12 (bookworm)"]
     assert kinds("doctor", old) == [None, None, None]
     assert kinds("doctor", new) == ["header", "check os"]
     assert in_order(["header", "check os"], ["header", "check os", "check mps"])
