@@ -406,3 +406,23 @@ def test_the_sampler_thread_averages_utilization_and_keeps_the_peak_memory():
     assert s["device_samples"] >= 4
     assert s["avg_device_util_pct"] == 52.0  # (7 + 97) / 2, from the recordings' own numbers
     assert s["peak_device_mem_fraction"] == round(80123 / 81559, 4)  # the garbled recording still reads memory
+
+
+def test_a_live_run_shows_one_step_count_where_the_metrics_are_ahead_of_the_heartbeat(tmp_path):
+    """The heartbeat is written every few seconds, the metrics as the run logs them: the step and
+    loss come from the newest logged row, beside the best val loss read from the same rows."""
+    import time
+
+    from envkit.runfolder.owner import take_owner_lock
+    from envkit.train.watching.runs_state import run_state
+
+    d = fake_run(tmp_path)
+    (d / "summary.json").unlink()
+    (d / "heartbeat.json").write_text(json.dumps({"status": "running", "step": 30, "max_steps": 80, "loss": 2.4,
+                                                  "updated_at": time.time(), "pid": os.getpid()}))
+    lock = take_owner_lock(d, "test")  # the folder is owned: the run is live
+    try:
+        state = run_state(d)
+    finally:
+        lock.close()
+    assert (state["status"], state["step"], state["loss"], state["best_val_loss"]) == ("running", 80, 3.0 - 0.2 * 8, 1.5)

@@ -84,7 +84,23 @@ def run_state(run_dir: Path, now: float | None = None, noticed_by: str = "envkit
         if "val_loss" in row and (best is None or row["val_loss"] < best):
             best = row["val_loss"]
     out["best_val_loss"] = best
+    _newest_logged(out, rows)
     return out
+
+
+def _newest_logged(out: dict, rows: list[dict]) -> None:
+    """One step count for a live run: the heartbeat is written every few seconds, the metrics as the
+    run logs them, so where the metrics are ahead (a best val loss read at step 20 beside a heartbeat
+    of step 10), the step and loss are the newest logged row's."""
+    logged = [r for r in rows if isinstance(r.get("step"), int) and not isinstance(r.get("step"), bool)]
+    if not logged:
+        return
+    newest = max(logged, key=lambda r: r["step"])
+    if out.get("step") is None or (isinstance(out["step"], int) and newest["step"] > out["step"]):
+        out["step"] = newest["step"]
+        losses = [r for r in logged if r["step"] == newest["step"] and isinstance(r.get("loss", r.get("train_loss")), (int, float))]
+        if losses:
+            out["loss"] = losses[-1].get("loss", losses[-1].get("train_loss"))
 
 
 def _device_state(out: dict, run_dir: Path, rows: list[dict], beat: dict, summary: dict | None) -> None:
