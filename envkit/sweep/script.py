@@ -243,7 +243,13 @@ def sweep_command(command: list[str], grids: tuple[str, ...], grid_file: str | N
                   parallel: int, as_json: bool, plot: str | None, report_only: bool, max_runs: int, profile: str | None,
                   **unused) -> None:
     """The whole command sweep: checked, trained, reported; exit 0 all completed, 1 not, 130 interrupted."""
-    given = [k for k in ("overrides", "pack", "stop_after", "python") if unused.get(k)]
+    pack = unused.get("pack")
+    if pack is not None:  # --pack N is --parallel N; auto measures the trainer's step, which a command has not
+        if not str(pack).isdigit() or int(pack) < 1:
+            raise EnvkitError(f"--pack {pack} measures envkit's own trainer; a command sweep packs a number", where="--pack",
+                              fix="--pack N (or --parallel N): that many runs at once")
+        parallel = int(pack)
+    given = [k for k in ("overrides", "stop_after", "python") if unused.get(k)]
     if given:
         raise EnvkitError(f"--{given[0].replace('_', '-')} is for train.yaml sweeps", where="envkit sweep --grid",
                           fix="put the value into the command (or a --grid) instead")
