@@ -139,7 +139,8 @@ def project_requirements(folder: Path, ask: ProjectAsk) -> tuple[list[str], list
     folder = Path(folder)
     path = folder / "pyproject.toml"
     doc = load_toml(path) if path.is_file() else {}
-    project = doc.get("project") if isinstance(doc.get("project"), dict) else {}
+    found = doc.get("project")
+    project: dict = found if isinstance(found, dict) else {}
     out: list[tuple[str, str]] = []
     said: list[str] = []
     if not ask.no_project and project:
