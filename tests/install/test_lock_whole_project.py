@@ -129,3 +129,12 @@ def test_a_local_mirror_never_puts_a_file_url_in_the_lock(index, tmp_path):
     assert any(u.startswith(index.base) and "tqdm" in u for u in urls) and text.count("file://") == len([u for u in urls if "mirror_only" in u])
     assert "note: this lock installs only on this machine: 1 wheel(s) come from a folder here that no index serves " \
            "(mirror_only-1.0-py3-none-any.whl)" in r.stderr
+
+
+def test_a_build_no_source_has_offline_is_not_told_to_pick_one_of_none(index, tmp_path):
+    env = {**lock_env(index, tmp_path), "ENVKIT_PYTORCH_INDEX": "http://127.0.0.1:9/whl"}  # PyTorch's index unreachable
+    r = run("lock", "--target", "linux-x86_64-cu130", "--torch", "2.13.0", "--no-project", "--index-url", f"{index.base}/pypi/simple",
+            cwd=tmp_path, env=env)
+    line = r.stderr.strip().splitlines()[-1]
+    assert r.returncode == 2 and "(unreachable: " in line and "ask for one of those" not in line, line
+    assert line.endswith("(fix: reach PyTorch's index for that build (the network, or ENVKIT_PYTORCH_INDEX at a mirror of it), then lock again)")

@@ -152,8 +152,12 @@ def _explain_missing(fits, located, request, python) -> NoReturn:
     if not any(fits.values()):
         parts = [sources.not_found(_what(request, t), loc.tried, loc.unreachable, _versions(loc.fitting, request),
                                    fix="").message for t, loc in located.items()]
-        raise EnvkitError("; ".join(strip_userinfo(p) for p in parts), where="--torch",
-                          fix="ask for one of those with --torch, or point ENVKIT_PYTORCH_INDEX at an index that has it")
+        some = any(_versions(loc.fitting, request) for loc in located.values())
+        unreachable = any(loc.unreachable for loc in located.values())
+        fix = ("ask for one of those with --torch, or point ENVKIT_PYTORCH_INDEX at an index that has it" if some
+               else "reach PyTorch's index for that build (the network, or ENVKIT_PYTORCH_INDEX at a mirror of it), then lock again"
+               if unreachable else "point ENVKIT_PYTORCH_INDEX at an index that has that build, or lock a target whose build these sources have")
+        raise EnvkitError("; ".join(strip_userinfo(p) for p in parts), where="--torch", fix=fix)
     parts = []
     for t in [t for t, cands in fits.items() if not cands]:
         versions = sorted({c.version.public for c in located[t].fitting}, key=Version)
