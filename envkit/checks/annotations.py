@@ -39,3 +39,54 @@ def line_of(path: str | Path, text: str) -> int | None:
             if f"{quote}{text}{quote}" in ln:
                 return i
     return None
+
+
+def package_line(lock: str | Path, name: str) -> int | None:
+    """The line of a package's entry in a lock (`name = "tqdm"` under [[packages]]), 1-based."""
+    try:
+        lines = Path(lock).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    for i, ln in enumerate(lines, 1):
+        if ln.replace(" ", "") in (f'name="{name}"', f"name='{name}'"):
+            return i
+    return None
+
+
+def drift_annotations(drift: dict, lock: str) -> list[str]:
+    """One ::error per difference from the lock, at the package's entry in it where the lock has one."""
+    out = []
+    for name, v in (drift.get("changed_versions") or {}).items():
+        out.append(annotation("fail", "envkit lock drift", f"{name}: {v['lock']} in the lock, {v['installed']} installed", lock,
+                              package_line(lock, name)))
+    for name, version in (drift.get("removed") or {}).items():
+        out.append(annotation("fail", "envkit lock drift", f"{name} {version} is in the lock but not installed", lock,
+                              package_line(lock, name)))
+    for name, version in (drift.get("added") or {}).items():
+        out.append(annotation("fail", "envkit lock drift", f"{name} {version} is installed but not in the lock", lock))
+    return out
+
+
+def junit(results: list, drift: dict | None, lock: str | None) -> str:
+    """A JUnit XML report (every CI reads one): a test case per gate, one for the lock; a failed
+    gate or any drift is a <failure>, a warning is said in <system-out>."""
+    import xml.etree.ElementTree as ET
+
+    cases = []
+    for r in results:
+        case = ET.Element("testcase", classname="envkit.check", name=r.requirement)
+        if not r.ok:
+            ET.SubElement(case, "failure", message=r.message, type="gate").text = r.message
+        elif r.level == "warn":
+            ET.SubElement(case, "system-out").text = f"warning: {r.message}"
+        cases.append(case)
+    if drift is not None:
+        case = ET.Element("testcase", classname="envkit.check", name=f"lock {lock}")
+        if drift.get("changed"):
+            lines = drift.get("lines") or []
+            ET.SubElement(case, "failure", message=f"{len(lines)} difference(s) from {lock}", type="drift").text = "\n".join(lines)
+        cases.append(case)
+    failures = sum(1 for c in cases if c.find("failure") is not None)
+    suite = ET.Element("testsuite", name="envkit check", tests=str(len(cases)), failures=str(failures), errors="0", skipped="0")
+    suite.extend(cases)
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True)

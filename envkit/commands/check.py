@@ -9,7 +9,7 @@ import click
 
 from envkit.checks import run_checks
 from envkit.facts import gather
-from envkit.checks.annotations import annotation, line_of
+from envkit.checks.annotations import annotation, drift_annotations, junit, line_of
 from envkit.checks.requirements import evaluate, parse_requirement, read_pyproject, Result
 from envkit.errors import EnvkitError
 from envkit.install.setup.managed import target_python
@@ -47,8 +47,8 @@ def _package_version(name: str) -> str | None:
 @click.option("--pyproject", type=click.Path(dir_okay=False), default="pyproject.toml", show_default=True,
               help="Also read [tool.envkit] require = [...] from this file.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable result.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "github"]), default="text", show_default=True,
-              help="github prints ::error:: annotations for failed gates.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "github", "junit"]), default="text", show_default=True,
+              help="github: ::error/::warning annotations at the lines the gates and the lock come from; junit: a JUnit XML report.")
 @click.option("--replay", type=click.Path(dir_okay=False), help="Judge a recorded snapshot instead of this machine.")
 @click.option("--python", "python", help="Judge this interpreter's packages instead of envkit's own.")
 @click.option("--lock", "lock", type=click.Path(dir_okay=False), help="Report drift from an envkit.lock or a pylock.toml (exit 1 on any).")
@@ -85,7 +85,9 @@ def check(requires, pyproject, as_json, fmt, replay, python, lock) -> None:
         # an envkit.lock as a whole, a pylock.toml as this machine's part of it
         drift = drift_report(Path(lock), facts, say=lambda line: click.echo(line, err=True))
     ok = all(r.ok for r in results) and not (drift and drift.get("changed"))
-    if fmt == "json":
+    if fmt == "junit":
+        click.echo(junit(results, drift, lock))
+    elif fmt == "json":
         out = {"ok": ok, "results": [r.to_dict() for r in results]}
         if drift is not None:
             out["drift"] = drift
@@ -102,9 +104,9 @@ def check(requires, pyproject, as_json, fmt, replay, python, lock) -> None:
                                           line_of(file, r.requirement) if file else None))
             else:
                 click.echo(f"{MARK[r.level]} {r.requirement}: {r.message}")
-        if drift is not None:
-            for line in drift.get("lines", []):
-                click.echo(annotation("fail", "envkit lock drift", line, lock) if fmt == "github" else f"DRIFT {line}")
+        if drift is not None and lock is not None:
+            for line in drift_annotations(drift, lock) if fmt == "github" else [f"DRIFT {x}" for x in drift.get("lines", [])]:
+                click.echo(line)
             from envkit.install.lock.drift import project_line
 
             if fmt == "text" and project_line(drift):

@@ -104,3 +104,28 @@ def test_a_misspelt_package_gate_names_the_installed_one():
     assert r.returncode == 1
     assert "FAIL torhc>=2: torhc is not installed (did you mean 'torch'?) (fix: --require 'torch>=2')" in r.stdout
     assert "FAIL pyyalm>=5: pyyalm is not installed (did you mean 'pyyaml'?) (fix: --require 'pyyaml>=5')" in r.stdout
+
+
+def test_junit_report_has_a_case_per_gate_and_a_failure_for_each_that_did_not_hold():
+    import xml.etree.ElementTree as ET
+
+    r = envkit("check", "--replay", str(snapshot_path("intel_mac")), "--require", "torch>=99", "--require", "python>=3.8",
+               "--format", "junit")
+    suite = ET.fromstring(r.stdout)  # stdout holds the XML alone
+    assert r.returncode == 1 and (suite.get("tests"), suite.get("failures")) == ("2", "1")
+    failed = [c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None]
+    assert failed == ["torch>=99"]
+
+
+def test_drift_is_annotated_at_the_packages_entry_in_the_lock(tmp_path):
+    from envkit.checks.annotations import drift_annotations
+
+    lock = tmp_path / "pylock.toml"
+    lock.write_text('lock-version = "1.0"\n\n[[packages]]\nname = "numpy"\nversion = "2.2.6"\n\n'
+                    '[[packages]]\nname = "tqdm"\nversion = "4.67.1"\n')
+    drift = {"changed_versions": {"numpy": {"lock": "2.2.6", "installed": "2.1.0"}}, "removed": {"tqdm": "4.67.1"},
+             "added": {"rich": "15.0.0"}}
+    assert drift_annotations(drift, str(lock)) == [
+        f"::error file={lock},line=4,title=envkit lock drift::numpy: 2.2.6 in the lock, 2.1.0 installed",
+        f"::error file={lock},line=8,title=envkit lock drift::tqdm 4.67.1 is in the lock but not installed",
+        f"::error file={lock},title=envkit lock drift::rich 15.0.0 is installed but not in the lock"]
