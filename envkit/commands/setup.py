@@ -33,13 +33,14 @@ from envkit.selftest import run_selftest
 @click.option("--dry-run", is_flag=True, help="Show the plan and stop.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--lock", "lock_opt", metavar="FILE", help="Rebuild from this lock if it exists, else write the lock here (default envkit.lock).")
+@click.option("--sync", is_flag=True, help="With --lock: also remove what the lock does not name (your project's own packages stay).")
 @click.option("--no-selftest", is_flag=True, help="Skip the self-test at the end.")
 @click.option("--tune", "tune", default=None, metavar="BUDGET", is_flag=False, flag_value="5m",
               help="After the install, run `envkit tune` for BUDGET (default 5m) and use the tuned profile.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @click.option("--replay", metavar="SNAPSHOT", type=click.Path(dir_okay=False), help="Plan for a recorded machine (implies --dry-run).")
 def setup(profile_name, torch_req, with_, no_numpy, venv_opt, python_opt, installer, index_url, dry_run, yes, lock_opt,
-          no_selftest, tune, as_json, replay) -> None:
+          sync, no_selftest, tune, as_json, replay) -> None:
     """Install or upgrade PyTorch into a reproducible, containerless environment."""
     if tune:
         try:
@@ -49,7 +50,7 @@ def setup(profile_name, torch_req, with_, no_numpy, venv_opt, python_opt, instal
     opts = SetupOptions(profile=profile_name, torch=torch_req, with_=with_, numpy=not no_numpy, venv=venv_opt,
                         python=python_opt, installer=installer, index_url=index_url, dry_run=dry_run, yes=yes,
                         lock=lock_opt, selftest=not no_selftest, as_json=as_json, replay=replay,
-                        tune=tune)
+                        tune=tune, sync=sync)
     ui = CommandLineUI(as_json)
     installed = run_setup(opts, ui)
     if installed is None:

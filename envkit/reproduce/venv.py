@@ -90,5 +90,5 @@ def build(lock_path: Path, venv: Path, profile: str | None, say, facts=None) -> 
         say(f"{len(missing)} packages have no recorded hash (the run started offline or without the index's credentials): "
             f"{', '.join(missing)}; installed by version from pip's indexes")
     venv.parent.mkdir(parents=True, exist_ok=True)
-    install_from_lock(lock, facts, prof, venv, sys.executable, False, True, False, venv / HOME, _UI(say))
+    install_from_lock(lock, facts, prof, venv, sys.executable, False, True, False, venv / HOME, _UI(say), sync=True)
     (venv / OWNED).write_text(json.dumps({"built_by": "envkit reproduce", "lock": str(lock_path)}) + "\n")

@@ -8,6 +8,7 @@ and a wheel only the mirror has is said in one line."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -52,7 +53,7 @@ def index(tmp_path_factory):
     wheels = pylock_wheels(d)
     own = [build_wheel(d, name, version, "py3-none-any", requires=["torch>=2"] if name == "needs-torch" else None)
            for name, version in OWN.items()]
-    wheels["pypi"] = wheels["pypi"] + own + [build_wheel(d, "reqpkg", "1.1", "py3-none-any")]
+    wheels["pypi"] = wheels["pypi"] + own + [build_wheel(d, "reqpkg", "1.1", "py3-none-any"), build_wheel(d, "stray", "1.0", "py3-none-any")]
     with LocalIndex(wheels) as srv:
         yield srv
 
@@ -64,7 +65,7 @@ def _project(folder: Path) -> Path:
     return folder
 
 
-def test_the_project_its_extra_group_and_requirements_are_locked_with_torch_for_two_targets(index, tmp_path):
+def test_the_project_its_extra_group_and_requirements_are_locked_with_torch_for_two_targets(index, venv, tmp_path):
     proj = _project(tmp_path / "proj")
     r = run("lock", "--target", "linux-x86_64-cpu", "--target", "macos-arm64", "--torch", "2.13.0",
             "--index-url", f"{index.base}/pypi/simple", cwd=proj, env=lock_env(index, tmp_path))
@@ -79,18 +80,39 @@ def test_the_project_its_extra_group_and_requirements_are_locked_with_torch_for_
         assert "nvidia-cuda-runtime" not in got
     assert "file://" not in (proj / "pylock.toml").read_text()
 
-    uv = uv_binary()
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    linux = {name: v for name, (v, _w) in _target_select(lock, data, "linux-x86_64-cpu").items()}
+
+    # envkit setup --lock (pip, hashes enforced) and uv install the same set: the lock's for this machine
+    r = run("setup", "--lock", "pylock.toml", "--yes", "--no-selftest", "--venv", str(venv), cwd=proj,
+            env={"ENVKIT_CACHE_DIR": str(tmp_path / "cache")})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert _installed(venv) == linux
+    uv, other = uv_binary(), tmp_path / "uv-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(other)], check=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))} | {"UV_CACHE_DIR": str(tmp_path / "uvc")}
-    p = subprocess.run([uv, "pip", "install", "--python", str(venv / "bin/python"), "-r", "pylock.toml"], cwd=proj,
+    p = subprocess.run([uv, "pip", "install", "--python", str(other / "bin/python"), "-r", "pylock.toml"], cwd=proj,
                        capture_output=True, text=True, env=env)
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == 0 and _installed(other) == linux, p.stderr
+
+    # a package the lock does not name is kept, and said, unless --sync is asked for
+    subprocess.run([uv, "pip", "install", "--python", str(venv / "bin/python"), "--index-url", f"{index.base}/pypi/simple",
+                    "stray==1.0"], check=True, capture_output=True, env=env)
+    for sync, kept in (((), True), (("--sync",), False)):
+        r = run("setup", "--lock", "pylock.toml", "--yes", "--no-selftest", "--venv", str(venv), *sync, cwd=proj,
+                env={"ENVKIT_CACHE_DIR": str(tmp_path / "cache")})
+        assert r.returncode == 0 and ("stray" in _installed(venv)) == kept, r.stdout + r.stderr
     r = run("check", "--lock", "pylock.toml", "--python", str(venv / "bin/python"), "--json", cwd=proj)
     assert r.returncode == 0, r.stdout + r.stderr
     subprocess.run([uv, "pip", "uninstall", "--python", str(venv / "bin/python"), "tqdm"], check=True, capture_output=True, env=env)
     r = run("check", "--lock", "pylock.toml", "--python", str(venv / "bin/python"), cwd=proj)
     assert r.returncode == 1 and "tqdm 4.67.1 is in the lock but not installed" in r.stdout, r.stdout
+
+
+def _installed(venv: Path) -> dict[str, str]:
+    out = subprocess.run([str(venv / "bin/python"), "-I", "-c", "import json; from importlib import metadata as m; "
+                          "print(json.dumps({d.metadata['Name'].lower(): d.version for d in m.distributions()}))"],
+                         capture_output=True, text=True, check=True).stdout
+    return {k: v for k, v in json.loads(out).items() if k not in ("pip", "setuptools")}
 
 
 def test_a_name_the_project_does_not_have_is_one_line(index, tmp_path):

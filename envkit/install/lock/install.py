@@ -3,7 +3,8 @@
 part is taken (select.py). Every wheel is downloaded into envkit's cache and checked against the
 lock's size and sha256 before anything is installed (fetch.py); pip then installs those files
 with --no-deps (nothing is resolved anew) and --require-hashes, with rollback, and the step after
-removes what the lock does not hold and checks that the environment is exactly the lock."""
+checks that every locked package is installed at its version. What the lock does not name stays
+(and is named) unless --sync is given, which removes it (the project's own packages stay)."""
 
 from __future__ import annotations
 
@@ -89,8 +90,10 @@ def checked_folder(paths: list[Path], folder: Path) -> list[str]:
 
 
 def install_from_lock(lock: LockFile, facts, profile, venv: Path, base_python: str, dry_run: bool, yes: bool,
-                      as_json: bool, root: Path, ui, replay: bool = False) -> bool:
-    """Install this machine's part of the lock into the venv. True when the environment changed."""
+                      as_json: bool, root: Path, ui, replay: bool = False, sync: bool = False) -> bool:
+    """Install this machine's part of the lock into the venv. True when the environment changed.
+    `sync`: also remove what the lock does not name (what is installed for its project stays);
+    without it, those packages are kept and named."""
     venv_python = venv_python_of(venv)
     create = not Path(venv_python).exists()
     sel = selection_here(lock, facts, None if replay else (base_python if create else venv_python), replay)
@@ -99,12 +102,16 @@ def install_from_lock(lock: LockFile, facts, profile, venv: Path, base_python: s
         say(lock.note, err=True)
     have, project = ({}, None) if create or replay else installed(venv_python, lock)
     drift = compare(sel.versions, have, project)  # what is installed for the lock's project stays
-    extras = sorted(drift["added"])
+    kept = sorted(drift["added"]) if not sync else []
+    extras = sorted(drift["added"]) if sync else []
+    if kept:  # not the lock's, not removed without --sync: not a change either
+        drift = {**drift, "lines": [x for x in drift["lines"] if not x.endswith("is installed but not in the lock")],
+                 "changed": bool(drift["removed"] or drift["changed_versions"])}
     cmd, hashed = install_command(venv_python, sel, lock)
     plan = {"from_lock": str(lock.path), "target": sel.target, "group": sel.group, "venv": str(venv), "create_venv": create,
             "profile": profile.name, "versions": sel.versions, "packages": len(sel.picks), "hashes_enforced": hashed,
             "changes": drift["lines"], "nothing_to_do": not create and not drift["changed"],
-            "project": drift.get("project"),
+            "project": drift.get("project"), "kept": kept, "sync": sync,
             "wheels": [{"name": p.name, "url": strip_userinfo(p.url or p.path or ""), "size": p.size, "sha256": p.sha256}
                        for p in sel.picks if p.has_file],
             "commands": ([" ".join(venv_command("pip", base_python, str(venv)))] if create else [])
@@ -124,6 +131,9 @@ def install_from_lock(lock: LockFile, facts, profile, venv: Path, base_python: s
             say(f"  change: {line}")
         if project_line(drift):
             say(f"  keep: {project_line(drift)}")
+        if kept:
+            say(f"  keep: {len(kept)} package(s) the lock does not name: {', '.join(kept[:8])}{' ...' if len(kept) > 8 else ''} "
+                "(--sync removes them)")
         for c in plan["commands"]:
             say(f"  $ {c}")
     if plan["nothing_to_do"]:
@@ -141,22 +151,23 @@ def install_from_lock(lock: LockFile, facts, profile, venv: Path, base_python: s
         req_file.write_text(requirements(sel, paths, hashed))
         links = checked_folder(paths, Path(tmp) / "wheels") if hashed else []
         install_with_rollback(venv, venv_python, base_python, "pip", create, cmd + links + ["-r", str(req_file)], want, sel.device,
-                              say, after=leave_only_locked(venv_python, extras, sel.versions, lock), torch="torch" in sel.versions)
+                              say, after=leave_only_locked(venv_python, extras, sel.versions, lock, sync=sync), torch="torch" in sel.versions)
     _write_state(root, profile, venv, venv_python, lock, sel.versions.get("torch"), say)
     return True
 
 
-def leave_only_locked(venv_python: str, extras: list[str], locked: dict[str, str], lock: LockFile | None = None
-                      ) -> Callable[[], None]:
-    """The step after the install: remove what the lock does not hold (what is installed for the
-    lock's project stays), then check that the environment is exactly the lock; a difference fails
-    the install (rolled back)."""
+def leave_only_locked(venv_python: str, extras: list[str], locked: dict[str, str], lock: LockFile | None = None,
+                      sync: bool = True) -> Callable[[], None]:
+    """The step after the install: with `sync`, remove what the lock does not hold (what is
+    installed for the lock's project stays); then check that every locked package is installed at
+    its version (and, with `sync`, nothing else); a difference fails the install (rolled back)."""
     def after() -> None:
         if extras:
             execute.run_step([venv_python, "-m", "pip", "uninstall", "-y", *extras], "removing packages not in the lock")
         left = compare(locked, *installed(venv_python, lock))
-        if left["changed"]:
-            raise execute.StepFailed("the environment still differs from the lock: " + "; ".join(left["lines"]))
+        lines = left["lines"] if sync else [x for x in left["lines"] if not x.endswith("is installed but not in the lock")]
+        if lines:
+            raise execute.StepFailed("the environment still differs from the lock: " + "; ".join(lines))
 
     return after
 

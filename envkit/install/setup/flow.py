@@ -74,7 +74,7 @@ def run_setup(opts: SetupOptions, ui) -> Installed | None:
     installer = pick_installer(opts.installer, replay=bool(replay))
 
     if lock_in is not None:
-        if install_from_lock(lock_in, facts, profile, venv, base_python, dry_run, yes, as_json, root, ui, bool(replay)):
+        if install_from_lock(lock_in, facts, profile, venv, base_python, dry_run, yes, as_json, root, ui, bool(replay), sync=opts.sync):
             return Installed(venv_python_of(venv), profile, root)
         return None
 

@@ -34,6 +34,7 @@ class SetupOptions:
     dry_run: bool = False
     yes: bool = False
     lock: str | None = None
+    sync: bool = False  # --sync: a lock's install also removes what the lock does not name
     selftest: bool = True
     tune: str | None = None  # a budget ("5m"): run `envkit tune` after the install
     as_json: bool = False
