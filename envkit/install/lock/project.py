@@ -124,7 +124,7 @@ def _tool_lock(path: Path) -> dict:
         return {}
     try:
         table = ((load_toml(path).get("tool") or {}).get("envkit") or {}).get("lock") or {}
-    except Exception as exc:  # noqa: BLE001 (tomllib's and OSError: one line naming the file)
+    except Exception as exc:  # noqa: BLE001 - tomllib's errors and OSError: one line naming the file
         raise EnvkitError(f"cannot read it: {exc}", where=str(path), fix="fix the TOML") from None
     if not isinstance(table, dict):
         raise EnvkitError("tool.envkit.lock is not a table", where=str(path), fix='[tool.envkit.lock]\nextras = ["train"]')
