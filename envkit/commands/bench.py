@@ -14,7 +14,7 @@ from envkit.bench.progress import Progress
 from envkit.bench.render import plot_ladder, render_plain, render_rich
 from envkit.console import console, is_tty, print_json
 from envkit.tune.session import parse_budget
-from envkit.paths_check import check_writable
+from envkit.fsutil import check_writable
 
 
 @click.command()

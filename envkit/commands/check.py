@@ -85,6 +85,12 @@ def check(requires, pyproject, as_json, fmt, replay, python, lock) -> None:
         # an envkit.lock as a whole, a pylock.toml as this machine's part of it
         drift = drift_report(Path(lock), facts, say=lambda line: click.echo(line, err=True))
     ok = all(r.ok for r in results) and not (drift and drift.get("changed"))
+    _render(fmt, ok, results, drift, texts, lock)
+    sys.exit(0 if ok else 1)
+
+
+def _render(fmt: str, ok: bool, results: list, drift: dict | None, texts: list[tuple[str, str]], lock: str | None) -> None:
+    """The results as --format asks: junit, json, github annotations or text lines."""
     if fmt == "junit":
         click.echo(junit(results, drift, lock))
     elif fmt == "json":
@@ -113,7 +119,6 @@ def check(requires, pyproject, as_json, fmt, replay, python, lock) -> None:
                 click.echo(f"note: {project_line(drift)}")
         if fmt == "text":
             click.echo(verdict(results, drift, lock))
-    sys.exit(0 if ok else 1)
 
 
 MARK = {"pass": "ok  ", "warn": "warn", "fail": "FAIL"}

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
 from envkit.errors import EnvkitError
-from envkit.paths_check import check_name
+from envkit.fsutil import check_name
 
 AUTO = "auto"
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # torch.manual_seed, tensors and checkpoints hold 64-bit integers

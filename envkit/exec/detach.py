@@ -20,7 +20,7 @@ from typing import Callable
 from envkit.errors import EnvkitError
 from envkit.exec.rundir import read_json
 from envkit.exec.supervise import Options, Supervisor
-from envkit.process_lock import same_process
+from envkit.fsutil import same_process
 from envkit.runfolder import names
 from envkit.runfolder.applog import open_append
 from envkit.runfolder.names import OWNER_LOCK

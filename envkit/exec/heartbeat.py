@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from envkit.facts import device_parse as dp
 from envkit.facts.runner import LiveRunner
-from envkit.process_lock import process_start_time
+from envkit.fsutil import process_start_time
 from envkit.runfolder import names
 from envkit.train.watching.device_sampler import build_sample
 from envkit.train.watching.telemetry import write_json

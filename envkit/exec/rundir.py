@@ -13,8 +13,7 @@ import time
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.fsutil import atomic_write_text, ignore_all
-from envkit.paths_check import check_inside, check_name
+from envkit.fsutil import atomic_write_text, check_inside, check_name, ignore_all
 from envkit.redact import is_secret, recorded_env, redact, redact_argv
 from envkit.runfolder import names
 from envkit.runfolder.links import refuse_links

@@ -29,7 +29,7 @@ from envkit.exec.reads import DataReads
 from envkit.exec.scalars import PrintedMetrics
 from envkit.exec.rundir import read_json, write_json
 from envkit.launch.spawn import die_with_parent
-from envkit.process_lock import process_start_time
+from envkit.fsutil import process_start_time
 from envkit.redact import redact_argv, strip_userinfo
 from envkit.runfolder import names
 from envkit.runfolder.applog import open_append

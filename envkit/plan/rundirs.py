@@ -16,7 +16,7 @@ from envkit.errors import EnvkitError
 from envkit.runfolder import names
 from envkit.config.config import Config, where_set
 from envkit.plan.model import Resume, RunState
-from envkit.paths_check import check_inside, check_name
+from envkit.fsutil import check_inside, check_name
 from envkit.runfolder.links import refuse_links
 from envkit.runfolder.bounded import read_json_lenient
 

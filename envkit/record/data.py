@@ -18,8 +18,7 @@ import json
 import os
 from pathlib import Path
 
-from envkit.fsutil import atomic_write_text
-from envkit.hashing import sha256_file
+from envkit.fsutil import atomic_write_text, sha256_file
 from envkit.record.envstate import cache_root
 
 FULL_HASH_MAX = 64 << 20

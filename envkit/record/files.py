@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from envkit.process_lock import same_process
+from envkit.fsutil import same_process
 from envkit.runfolder import names
 from envkit.runfolder.bounded import read_json_lenient
 

@@ -18,12 +18,11 @@ import time
 from pathlib import Path
 
 from envkit import __version__
-from envkit.fsutil import atomic_write_text
+from envkit.fsutil import atomic_write_text, process_start_time
 from envkit.install.lock.machine import machine_device, platform_of
 from envkit.record import code, data, envlock, files
 from envkit.record.code import tracked
 from envkit.redact import redact, redact_argv
-from envkit.process_lock import process_start_time
 from envkit.runfolder.seal import seal
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)

@@ -21,7 +21,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from envkit.process_lock import process_start_time, same_process
+from envkit.fsutil import process_start_time, same_process
 from envkit.record.code import code_state, envkit_folders, git, refuse_inside_run
 from envkit.reproduce.check import CannotReproduce
 from envkit.runfolder.archive import extract

@@ -17,7 +17,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from envkit.process_lock import process_start_time
+from envkit.fsutil import process_start_time
 from envkit.runfolder import seal
 from envkit.runfolder.bounded import RunFolderError, parse_json, read_bytes
 from envkit.runfolder.metrics import parse_rows

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.process_lock import process_start_time, same_process, write_lock_record
+from envkit.fsutil import process_start_time, same_process, write_lock_record
 from envkit.runfolder.bounded import read_json_lenient
 from envkit.runfolder.links import NOFOLLOW, link_error, make_run_folder
 from envkit.runfolder.names import OWNER_LOCK

@@ -25,8 +25,7 @@ import yaml
 from envkit.console import print_json, print_table
 from envkit.errors import EnvkitError
 from envkit.exec.rundir import check_run_name, run_name
-from envkit.fsutil import ignore_all
-from envkit.paths_check import check_inside
+from envkit.fsutil import check_inside, ignore_all
 from envkit.plan.grid import MAX_RUNS
 from envkit.runfolder import names
 from envkit.runfolder.bounded import read_bytes, read_json_lenient

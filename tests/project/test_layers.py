@@ -2,7 +2,7 @@
 and no stage importing a later one. The pipeline is
     facts -> checks -> profiles -> install -> runfolder -> record -> config -> selftest | train -> plan -> launch
     -> exec | bench -> sweep | slurm | tune -> reproduce -> commands (cli)
-with the shared helpers (errors, redact, console, resources, fsutil, paths_check, process_lock, hashing)
+with the shared helpers (errors, redact, console, resources, fsutil)
 below every stage. config (train.yaml read and checked, no torch) sits below train and plan, which
 both read it. launch (the parent side of a run: the launcher, the child's command line, spawning,
 the batch probe's decision) sits above plan, whose `Plan` it takes, and above train, whose child it
@@ -24,7 +24,7 @@ STAGE_ORDER = {
     "base": 0, "facts": 1, "checks": 2, "profiles": 3, "install": 4, "runfolder": 4.4, "record": 4.5, "config": 4.7, "selftest": 5, "train": 5,
     "plan": 6, "launch": 6.5, "exec": 7, "bench": 7, "sweep": 8, "slurm": 8, "tune": 8, "reproduce": 8.5, "commands": 9, "cli": 10,
 }
-BASE = {"errors", "redact", "console", "resources", "fsutil", "hashing", "paths_check", "process_lock", "__init__", "data", "track"}
+BASE = {"errors", "redact", "console", "resources", "fsutil", "__init__", "data", "track"}
 BASE_MODULES = {"envkit.runfolder.names"}  # the run folder's file names: spelt once, below every stage
 RUN_FOLDER_FILES = {"config.json", "environment.json", "summary.json", "heartbeat.json", "metrics.jsonl", "record.json",
                     "record.seal", "reproductions.json"}
@@ -244,3 +244,10 @@ def test_a_run_folders_file_names_are_spelt_in_one_module():
         spelt += [f"{path.relative_to(PACKAGE)}:{n.lineno} {n.value}" for n in ast.walk(tree)
                   if isinstance(n, ast.Constant) and n.value in RUN_FOLDER_FILES and id(n) not in docs]
     assert spelt == []
+
+
+def test_the_package_root_holds_at_most_seven_modules():
+    """Beside __init__ and __main__: the command table, the user's API (track) and the helpers below
+    every stage. A new one belongs in a package (or in one of these, when it is one of their jobs)."""
+    root = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__"))
+    assert len(root) <= 7, root

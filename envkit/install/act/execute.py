@@ -14,7 +14,7 @@ from envkit.checks import builds
 from envkit.checks.accel import gfx_problems
 from envkit.errors import EnvkitError
 from envkit.facts.model import TorchDevice
-from envkit.hashing import sha256_file
+from envkit.fsutil import sha256_file
 from envkit.install.index.pages import timeouts
 from envkit.redact import strip_userinfo
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.install.setup.options import venv_python_of
-from envkit.process_lock import LockHeld, hold_lock_file
+from envkit.fsutil import LockHeld, hold_lock_file
 
 
 def venv_lock_path(venv: Path) -> Path:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from envkit.hashing import sha256_file
+from envkit.fsutil import sha256_file
 from envkit.train.run.verified_file import CorruptCheckpoint, verified_bytes, write_verified
 
 SUFFIX = ".dcp"

@@ -13,8 +13,7 @@ import time
 from pathlib import Path
 from typing import TypeGuard
 
-from envkit.fsutil import atomic_write_text
-from envkit.process_lock import same_process
+from envkit.fsutil import atomic_write_text, same_process
 from envkit.runfolder import names
 from envkit.runfolder.owner import owner_lock_if_free, read_owner
 from envkit.train.watching.run_files import read_json, read_metrics

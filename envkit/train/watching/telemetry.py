@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING
 
 import errno
 
-from envkit.fsutil import atomic_write_text
-from envkit.process_lock import process_start_time
+from envkit.fsutil import atomic_write_text, process_start_time
 from envkit.redact import strip_userinfo
 from envkit.runfolder import names
 from envkit.runfolder.applog import append_line, cut_torn_line, open_append
