@@ -20,6 +20,7 @@ from envkit.slurm.options import check as check_slurm
 from envkit.slurm.options import pop_request, slurm_options
 from envkit.exec.supervise import Supervisor
 from envkit.train.watching.run_files import resolve_run
+from envkit.runfolder.bounded import read_json_lenient
 
 
 @click.command("exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -123,7 +124,7 @@ def _supervise(launched: list[str], env: dict, run_dir: Path, req: ExecRequest, 
     """The command in the foreground, to its end: summary.json (--json) and its exit code."""
     click.echo(f"envkit: run {run_dir} (profile {profile_name})", err=True)
     rc = Supervisor(launched, env, run_dir, req.supervise(), console=sys.stderr if req.as_json else None).run()  # --json: stdout holds the JSON alone
-    summary = rundir.read_json(run_dir / names.SUMMARY)
+    summary = read_json_lenient(run_dir / names.SUMMARY) or {}
     rc = steps.interrupted_exit_code(rc, summary)
     steps.recorded(recording)
     seal_results(run_dir)  # the results under the record's seal, while the folder is still this process's

@@ -16,7 +16,6 @@ from envkit.errors import EnvkitError
 from envkit.install.setup.managed import missing_line
 from envkit.plan import RunRequest, make_plan
 from envkit.plan.options import RunOptions
-from envkit.plan.rundirs import read_json
 from envkit.runfolder import names
 from envkit.selftest import render_report, run_selftest
 from envkit.slurm.jobs import announce, run_job
@@ -25,6 +24,7 @@ from envkit.slurm.options import pop_request, slurm_options
 from envkit.launch import launcher
 from envkit.train.watching.profiling import parse_profile_steps
 from envkit.train.watching.run_end import run_end
+from envkit.runfolder.bounded import read_json_lenient
 
 
 def _print_config(cfg, as_json: bool) -> None:
@@ -129,7 +129,7 @@ def _finish(p, rc: int, as_json: bool) -> None:
     """The run's end as the user sees it: summary.json (--json), and the exit code (0 done, 1 failed,
     2 bad input, 128 + the signal's number for a run a signal stopped)."""
     run_dir, node_rank = p.run.run_dir, p.nodes.node_rank
-    summary = read_json(run_dir / names.SUMMARY) if node_rank == 0 else None  # node 0 holds the run folder
+    summary = read_json_lenient(run_dir / names.SUMMARY) if node_rank == 0 else None  # node 0 holds the run folder
     if as_json and summary:
         print_json(summary)
     end = run_end(rc, summary, stopped=launcher.interrupted_exit_code(rc, summary), run_dir=run_dir, node_rank=node_rank)

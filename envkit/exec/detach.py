@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Callable
 
 from envkit.errors import EnvkitError
-from envkit.exec.rundir import read_json
 from envkit.exec.supervise import Options, Supervisor
 from envkit.fsutil import same_process
 from envkit.runfolder import names
@@ -28,6 +27,7 @@ from envkit.runfolder.owner import owner_lock_state, read_owner
 from envkit.train.watching.liveness import notice_killed, pid_alive as alive
 from envkit.record.files import being_written
 from envkit.runfolder.seal import seal_results
+from envkit.runfolder.bounded import read_json_lenient
 
 STARTED_TIMEOUT = 30.0
 
@@ -45,7 +45,7 @@ def wait_started(run_dir: Path, proc: subprocess.Popen, timeout: float = STARTED
     """The command's pid once the supervisor has started it."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        beat = read_json(Path(run_dir) / names.HEARTBEAT)
+        beat = (read_json_lenient(Path(run_dir) / names.HEARTBEAT) or {})
         if beat.get("child_pid"):
             return beat["child_pid"]
         if proc.poll() is not None:
@@ -120,8 +120,8 @@ def stop(run_dir: Path, grace: float, say=print) -> str:
     """SIGINT to the run (envkit's supervisor forwards it to the command's process group), SIGTERM
     after `grace` seconds, SIGKILL after as many again. Returns how it ended. Signals only a process
     checked to be the run's own (_target); else one line, exit 1, nothing sent."""
-    summary = read_json(run_dir / names.SUMMARY)
-    beat = read_json(run_dir / names.HEARTBEAT)
+    summary = (read_json_lenient(run_dir / names.SUMMARY) or {})
+    beat = (read_json_lenient(run_dir / names.HEARTBEAT) or {})
     if summary.get("status") and summary.get("updated_at", 0) >= beat.get("updated_at", 0) - 1:
         return f"already {summary['status']}"
     found = _target(run_dir, beat, say)
@@ -144,14 +144,14 @@ def stop(run_dir: Path, grace: float, say=print) -> str:
             break
     # the supervisor writes summary.json as it ends; give it a moment after its command
     _wait_gone(target, 5.0)
-    return read_json(run_dir / names.SUMMARY).get("status") or "stopped"
+    return (read_json_lenient(run_dir / names.SUMMARY) or {}).get("status") or "stopped"
 
 
 def main(argv: list[str]) -> int:
     """The detached supervisor: python -m envkit.exec.detach RUN_DIR -- COMMAND..."""
     run_dir = Path(argv[0])
     command = argv[argv.index("--") + 1:]
-    options = read_json(run_dir / names.CONFIG).get("options") or {}
+    options = (read_json_lenient(run_dir / names.CONFIG) or {}).get("options") or {}
     opts = Options.from_record(options, echo=False)
     rc = Supervisor(command, dict(os.environ), run_dir, opts).run()
     deadline = time.monotonic() + 120  # the foreground envkit finishes the record; then the results join its seal

@@ -17,7 +17,6 @@ from envkit.fsutil import atomic_write_text, check_inside, check_name, ignore_al
 from envkit.redact import is_secret, recorded_env, redact, redact_argv
 from envkit.runfolder import names
 from envkit.runfolder.links import refuse_links
-from envkit.runfolder.bounded import read_json_lenient
 
 _PYTHONS = re.compile(r"^(python[\d.]*|pypy[\d.]*|torchrun|accelerate|uv|deepspeed)$")
 
@@ -73,10 +72,6 @@ def new_run_dir(root: Path, name: str) -> Path:
 def write_json(path: Path, data: dict) -> None:
     atomic_write_text(path, json.dumps(redact(data), indent=2, default=str) + "\n")
 
-
-def read_json(path: Path) -> dict:
-    """The JSON object in `path`, or {} (read bounded: runfolder/bounded.py)."""
-    return read_json_lenient(Path(path)) or {}
 
 
 def write_start_files(run_dir: Path, *, command: list[str], launched: list[str], env, child_env: dict, managed, versions: dict,

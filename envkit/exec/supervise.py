@@ -27,7 +27,7 @@ from pathlib import Path
 from envkit.exec.heartbeat import Heartbeat
 from envkit.exec.reads import DataReads
 from envkit.exec.scalars import PrintedMetrics
-from envkit.exec.rundir import read_json, write_json
+from envkit.exec.rundir import write_json
 from envkit.launch.spawn import die_with_parent
 from envkit.fsutil import process_start_time
 from envkit.redact import redact_argv, strip_userinfo
@@ -36,6 +36,7 @@ from envkit.runfolder.applog import open_append
 from envkit.runfolder.owner import take_owner_lock
 from envkit.train.watching.cpu_fallback import FallbackCounter
 from envkit.train.watching.run_files import read_metrics
+from envkit.runfolder.bounded import read_json_lenient
 
 # SIGUSR1: Slurm's warning before a time limit (passed on by envkit's job): the command's to handle
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, *((signal.SIGUSR1,) if hasattr(signal, "SIGUSR1") else ()))
@@ -307,5 +308,5 @@ class Supervisor:
 
 def run_state_pids(run_dir: Path) -> tuple[int | None, int | None]:
     """(envkit's pid, the command's pid) from heartbeat.json."""
-    beat = read_json(Path(run_dir) / names.HEARTBEAT)
+    beat = read_json_lenient(Path(run_dir) / names.HEARTBEAT) or {}
     return beat.get("pid"), beat.get("child_pid")

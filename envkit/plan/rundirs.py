@@ -54,10 +54,6 @@ def run_dir_inside(cfg: Config, run_dir: Path, where: str) -> Path:
     return check_inside(experiment_dir(cfg), run_dir, where)
 
 
-def read_json(path: Path) -> dict | None:
-    """The JSON object in `path`, or None (read bounded: runfolder/bounded.py)."""
-    return read_json_lenient(Path(path))
-
 
 def choose_run_dir(cfg: Config, run_id: str | None, resume: Resume) -> tuple[Path, bool, str | None]:
     """(run folder, resuming?, note)."""
@@ -74,7 +70,7 @@ def choose_run_dir(cfg: Config, run_id: str | None, resume: Resume) -> tuple[Pat
         if d.exists() and (d / names.CONFIG).exists():
             if resume == "never":
                 raise EnvkitError(f"run folder {d} exists", where="--run-id", fix="choose another --run-id, or drop --resume never to continue it")
-            s = read_json(d / names.SUMMARY) or {}
+            s = read_json_lenient(d / names.SUMMARY) or {}
             if s.get("status") in FINISHED:
                 raise EnvkitError(f"run {run_id} already completed {s.get('steps')} steps", where=str(d),
                                   fix="choose another --run-id (or raise training.max_steps in a new run)")
@@ -83,10 +79,10 @@ def choose_run_dir(cfg: Config, run_id: str | None, resume: Resume) -> tuple[Pat
     if resume == "auto" and exp.is_dir():
         candidates = sorted((p for p in exp.iterdir() if (p / names.CONFIG).is_file()), key=lambda p: p.stat().st_mtime, reverse=True)
         for d in candidates:
-            s = read_json(d / names.SUMMARY) or {}
+            s = read_json_lenient(d / names.SUMMARY) or {}
             if s.get("status") in FINISHED:
                 continue
-            saved = read_json(d / names.CONFIG) or {}
+            saved = read_json_lenient(d / names.CONFIG) or {}
             if saved.get("config_hash") == h:
                 return d, True, f"resuming unfinished run {d.name} (same config; --resume never starts a new one)"
             return new_run(exp), False, f"not resuming {d.name}: its config differs (hash {saved.get('config_hash')} != {h})"
@@ -107,12 +103,12 @@ def run_state(cfg: Config, run_dir: Path) -> RunState:
     (nothing is overwritten)."""
     if not (run_dir / names.CONFIG).is_file():
         return "new"
-    saved = read_json(run_dir / names.CONFIG) or {}
+    saved = read_json_lenient(run_dir / names.CONFIG) or {}
     if saved.get("config_hash") != cfg.config_hash():
         raise EnvkitError(f"{run_dir} was started with a different config (hash {saved.get('config_hash')}, "
                           f"now {cfg.config_hash()})", where=str(run_dir),
                           fix="restore the config it ran with, set another experiment.name, or move that folder away")
-    summary = read_json(run_dir / names.SUMMARY) or {}
+    summary = read_json_lenient(run_dir / names.SUMMARY) or {}
     return "completed" if summary.get("status") in FINISHED else "resume"
 
 
@@ -134,7 +130,7 @@ def choose_for_run(cfg: Config, run_id: str | None, resume: Resume) -> tuple[Pat
 
 def check_resumable(cfg: Config, run_dir: Path) -> dict:
     """The config.json of a run folder about to be resumed, refused when it was another config."""
-    saved = read_json(run_dir / names.CONFIG) or {}
+    saved = read_json_lenient(run_dir / names.CONFIG) or {}
     if saved.get("config_hash") != cfg.config_hash():
         raise EnvkitError(f"run {run_dir.name} was started with a different config (hash {saved.get('config_hash')})",
                           where=str(run_dir), fix="restore that config, use another --run-id, or --resume never")

@@ -17,16 +17,12 @@ REPRODUCTIONS = names.REPRODUCTIONS  # each `envkit reproduce` of this run and i
 FORMAT = 1
 
 
-def read_json(path: Path) -> dict | None:
-    """The JSON object in `path`, or None (absent, not one, a link, a FIFO, too large: bounded.py)."""
-    return read_json_lenient(Path(path))
-
 
 def being_written(run_dir: Path) -> bool:
     """Whether the run's record is still being written: PENDING is there and names a live process
     (the one writing it: its PID and start time). A PENDING left by a process that died, or one that
     names no process, is not waited on."""
-    pending = read_json(Path(run_dir) / PENDING)
+    pending = read_json_lenient(Path(run_dir) / PENDING)
     if not pending or os.path.lexists(Path(run_dir) / RECORD):
         return False
     pid, started = pending.get("pid"), pending.get("start_time")
@@ -52,9 +48,9 @@ def read_record(run_dir: Path, wait: float = 0.0) -> dict | None:
     deadline = time.monotonic() + wait
     while being_written(run_dir) and time.monotonic() < deadline:
         time.sleep(0.1)
-    return read_json(Path(run_dir) / RECORD)
+    return read_json_lenient(Path(run_dir) / RECORD)
 
 
 def read_reproductions(run_dir: Path) -> list[dict]:
-    data = read_json(Path(run_dir) / REPRODUCTIONS) or {}
+    data = read_json_lenient(Path(run_dir) / REPRODUCTIONS) or {}
     return [r for r in data.get("reproductions") or [] if isinstance(r, dict)]

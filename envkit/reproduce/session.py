@@ -27,6 +27,7 @@ from envkit.runfolder.folder import RunFolder
 from envkit.runfolder.owner import owner_lock_state, read_owner
 from envkit.runfolder.records import RunStatus
 from envkit.runfolder.shown import shown_list
+from envkit.runfolder.bounded import read_json_lenient
 
 if TYPE_CHECKING:
     from envkit.config.schema import DeviceType
@@ -36,8 +37,8 @@ EXIT = {"same": 0, "within tolerance": 0, "different": 1}
 
 def _facts_of_new(run: Path) -> dict:
     """The facts of a reproduction's own folder (this process made it)."""
-    return verdict.facts_of(files.read_json(run / names.SUMMARY) or {}, files.read_record(run) or {},
-                            files.read_json(run / names.ENVIRONMENT) or {})
+    return verdict.facts_of(read_json_lenient(run / names.SUMMARY) or {}, files.read_record(run) or {},
+                            read_json_lenient(run / names.ENVIRONMENT) or {})
 
 
 def _facts_of_original(folder: RunFolder) -> dict:
@@ -78,7 +79,7 @@ def record_outcome(run_dir: Path, entry: dict) -> None:
     """Append to the original run's reproductions.json (read bounded, written whole and atomically:
     a link planted at its name is replaced, never written through)."""
     path = Path(run_dir) / files.REPRODUCTIONS
-    data = files.read_json(path) or {}
+    data = read_json_lenient(path) or {}
     data["reproductions"] = [*files.read_reproductions(run_dir), entry]
     atomic_write_text(path, json.dumps(data, indent=2, default=str) + "\n")
 

@@ -8,10 +8,10 @@ import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from envkit.plan.rundirs import read_json
 from envkit.runfolder import names
 from envkit.train.watching.curves import draw_runs
 from envkit.train.watching.run_files import read_metrics
+from envkit.runfolder.bounded import read_json_lenient
 
 if TYPE_CHECKING:
     from envkit.sweep.runner import SweepRun
@@ -32,7 +32,7 @@ def plot(results: list[dict], path: Path, config: str) -> Path:
 
 
 def run_result(run_dir: Path, overrides: dict, group: str, state: str) -> dict:
-    summary = read_json(run_dir / names.SUMMARY) or {}
+    summary = read_json_lenient(run_dir / names.SUMMARY) or {}
     evals = [r for r in read_metrics(run_dir) if "val_loss" in r] if run_dir.is_dir() else []
     accs = [r["accuracy"] for r in evals if r.get("accuracy") is not None]
     rate_key = "tokens_per_second" if summary.get("tokens_per_second") is not None else "samples_per_second"

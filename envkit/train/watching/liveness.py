@@ -16,7 +16,8 @@ from typing import TypeGuard
 from envkit.fsutil import atomic_write_text, same_process
 from envkit.runfolder import names
 from envkit.runfolder.owner import owner_lock_if_free, read_owner
-from envkit.train.watching.run_files import read_json, read_metrics
+from envkit.train.watching.run_files import read_metrics
+from envkit.runfolder.bounded import read_json_lenient
 
 
 def pid_alive(pid) -> bool | None:
@@ -63,14 +64,14 @@ def notice_killed(run_dir: Path, noticed_by: str) -> dict | None:
     with owner_lock_if_free(run_dir) as free:
         if not free:
             return None
-        beat = read_json(run_dir / names.HEARTBEAT) or {}
-        summary = read_json(run_dir / names.SUMMARY)
+        beat = read_json_lenient(run_dir / names.HEARTBEAT) or {}
+        summary = read_json_lenient(run_dir / names.SUMMARY)
         if summary_is_final(summary, beat):
             return summary  # written meanwhile by the run itself
         rows = [r for r in read_metrics(run_dir) if isinstance(r, dict)]
         steps = [r["step"] for r in rows if isinstance(r.get("step"), int) and "loss" in r]
         losses = [r["loss"] for r in rows if isinstance(r.get("loss"), (int, float))]
-        config = read_json(run_dir / names.CONFIG) or {}
+        config = read_json_lenient(run_dir / names.CONFIG) or {}
         owner = read_owner(run_dir)
         now = time.time()
         out = {"kind": config.get("kind", "train"), "status": "killed", "written_after_the_fact": True,

@@ -9,17 +9,11 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.runfolder import names
-from envkit.runfolder.bounded import read_json_lenient
 from envkit.runfolder.metrics import REWOUND, read_metrics
 
-__all__ = ["REWOUND", "find_runs", "read_json", "read_metrics", "resolve_run", "started_at"]
+__all__ = ["REWOUND", "find_runs", "read_metrics", "resolve_run", "started_at"]
 
 
-
-def read_json(path: Path) -> dict | None:
-    """A JSON object file's contents; None when it is missing, half written, not an object, or not a
-    regular file (a link, a FIFO: read through the one bounded reader, never blocking)."""
-    return read_json_lenient(path)
 
 
 def find_runs(root: Path) -> list[Path]:

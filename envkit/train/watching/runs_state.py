@@ -20,8 +20,9 @@ from envkit.runfolder import names
 from envkit.runfolder.owner import owner_lock_state
 from envkit.train.watching.diagnose import HintContext, diagnose
 from envkit.train.watching.liveness import notice_killed, owner_alive, pid_alive, summary_is_final
-from envkit.train.watching.run_files import read_json, read_metrics
+from envkit.train.watching.run_files import read_metrics
 from envkit.train.watching.slurm_state import ACTIVE, slurm_fields
+from envkit.runfolder.bounded import read_json_lenient
 
 STALL_SECONDS = 60.0
 # The device fields of a metrics row that monitor shows and --json reports under "latest".
@@ -33,8 +34,8 @@ DEVICE_KEYS = ("device_util_pct", "renderer_util_pct", "device_mem_used_mb", "de
 def run_state(run_dir: Path, now: float | None = None, noticed_by: str = "envkit runs") -> dict:
     """{status, step, max_steps, loss, best_val_loss, eta_seconds, age_seconds, ...} of one run."""
     now = now or time.time()
-    beat = read_json(run_dir / names.HEARTBEAT) or {}
-    summary = read_json(run_dir / names.SUMMARY)
+    beat = read_json_lenient(run_dir / names.HEARTBEAT) or {}
+    summary = read_json_lenient(run_dir / names.SUMMARY)
     out = {"run": run_dir.name, "experiment": run_dir.parent.name, "path": str(run_dir),
            "step": beat.get("step"), "max_steps": beat.get("max_steps"), "loss": beat.get("loss"),
            "eta_seconds": beat.get("eta_seconds"), "best_val_loss": None, "epochs": beat.get("epochs")}
@@ -43,7 +44,7 @@ def run_state(run_dir: Path, now: float | None = None, noticed_by: str = "envkit
     if isinstance(beat.get("last_output_at"), (int, float)):  # exec runs: when the command last printed or logged
         out["quiet_seconds"] = now - max(beat["last_output_at"], beat.get("last_metric_at") or 0)
     rows = read_metrics(run_dir)
-    settings = read_json(run_dir / names.SETTINGS)  # envkit.track.config: a script's own settings
+    settings = read_json_lenient(run_dir / names.SETTINGS)  # envkit.track.config: a script's own settings
     if settings:
         out["settings"] = {str(k): v for k, v in list(settings.items())[:50] if isinstance(v, (int, float, str, bool))}
     if done := read_reproductions(run_dir):  # `envkit reproduce`: the newest outcome, and how many
@@ -117,7 +118,7 @@ def _device_state(out: dict, run_dir: Path, rows: list[dict], beat: dict, summar
     if summary and "hints" in summary:
         out["hints"] = summary["hints"]
         return
-    doc = read_json(run_dir / names.CONFIG) or {}
+    doc = read_json_lenient(run_dir / names.CONFIG) or {}
     config = {s: {**kv, **{p.split(".", 1)[1]: v for p, v in (doc.get("derived") or {}).items() if p.split(".")[0] == s}}
               for s, kv in (doc.get("values") or {}).items() if isinstance(kv, dict)}  # the values the run used
     device = (summary or {}).get("device") or (beat.get("device") or {}).get("device") or "cpu"
