@@ -251,3 +251,16 @@ def test_the_package_root_holds_at_most_seven_modules():
     every stage. A new one belongs in a package (or in one of these, when it is one of their jobs)."""
     root = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__"))
     assert len(root) <= 7, root
+
+
+def test_run_folder_json_is_read_by_runfolders_one_reader():
+    """One bounded JSON reader (runfolder/bounded.py: read_json, and read_json_lenient for the files a
+    live run is still writing): no other module defines its own."""
+    own = []
+    for mod, path in module_files(PACKAGE).items():
+        if mod.startswith("envkit.runfolder"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.lstrip("_").startswith("read_json"):
+                own.append(f"{mod}.{node.name}")
+    assert own == []
