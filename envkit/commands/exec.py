@@ -19,7 +19,7 @@ from envkit.runfolder.seal import seal_results
 from envkit.slurm.options import check as check_slurm
 from envkit.slurm.options import pop_request, slurm_options
 from envkit.exec.supervise import Supervisor
-from envkit.train.watching.run_files import resolve_run
+from envkit.runfolder.find import resolve_run
 from envkit.runfolder.bounded import read_json_lenient
 
 

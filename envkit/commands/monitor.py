@@ -7,7 +7,7 @@ import time
 import click
 
 from envkit.console import print_json, is_tty
-from envkit.train.watching.run_files import read_metrics, resolve_run
+from envkit.runfolder.find import read_metrics, resolve_run
 from envkit.train.watching.telemetry import fmt_duration, fmt_rate
 
 QUIET_HINT_SECONDS = 120  # an exec run whose command printed nothing and logged no metric for this long

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from envkit.train.watching.curves import draw_curves
-from envkit.train.watching.run_files import resolve_run
+from envkit.runfolder.find import resolve_run
 
 
 @click.command()

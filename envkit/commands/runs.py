@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from envkit.console import print_json, console, is_tty
-from envkit.train.watching.run_files import find_runs
+from envkit.runfolder.find import find_runs
 
 
 def _fmt(x, spec=".4f"):

@@ -24,8 +24,8 @@ from envkit.runfolder import names
 from envkit.runfolder.applog import open_append
 from envkit.runfolder.names import OWNER_LOCK
 from envkit.runfolder.owner import owner_lock_state, read_owner
-from envkit.train.watching.liveness import notice_killed, pid_alive as alive
-from envkit.record.files import being_written
+from envkit.runfolder.liveness import notice_killed, pid_alive as alive
+from envkit.runfolder.record_files import being_written
 from envkit.runfolder.seal import seal_results
 from envkit.runfolder.bounded import read_json_lenient
 

@@ -35,7 +35,7 @@ from envkit.runfolder import names
 from envkit.runfolder.applog import open_append
 from envkit.runfolder.owner import take_owner_lock
 from envkit.train.watching.cpu_fallback import FallbackCounter
-from envkit.train.watching.run_files import read_metrics
+from envkit.runfolder.find import read_metrics
 from envkit.runfolder.bounded import read_json_lenient
 
 # SIGUSR1: Slurm's warning before a time limit (passed on by envkit's job): the command's to handle

@@ -30,7 +30,7 @@ from envkit.redact import recorded_env, redact_argv, redact
 from envkit.train.run.stopping import exit_code  # the trainer's own rule, shared with its process
 from envkit.runfolder.owner import owner_lock_state, take_owner_lock
 from envkit.runfolder.seal import seal_results
-from envkit.train.watching.liveness import notice_killed
+from envkit.runfolder.liveness import notice_killed
 
 if TYPE_CHECKING:
     from envkit.profiles.resolve import Profile

@@ -20,7 +20,8 @@ from pathlib import Path
 from envkit import __version__
 from envkit.fsutil import atomic_write_text, process_start_time
 from envkit.install.lock.machine import machine_device, platform_of
-from envkit.record import code, data, envlock, files
+from envkit.record import code, data, envlock
+from envkit.runfolder import record_files as files
 from envkit.record.code import tracked
 from envkit.redact import redact, redact_argv
 from envkit.runfolder.seal import seal

@@ -21,7 +21,7 @@ from envkit.install.act.interp import probe
 from envkit.install.lock.drift import compare
 from envkit.install.lock.read import read
 from envkit.profiles import load_profile
-from envkit.record import files
+from envkit.runfolder import record_files as files
 from envkit.record.code import code_state
 from envkit.record.code import envkit_folders
 from envkit.record.data import differences, fingerprint

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envkit.record import files
+from envkit.runfolder import record_files as files
 from envkit.reproduce.check import (CheckReport, code_lines, config_lines, data_lines, environment_lines, open_run,
                                     record_lines)
 from envkit.reproduce.consent import plan_lines

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from envkit.facts import gather
 from envkit.fsutil import atomic_write_text
-from envkit.record import files
+from envkit.runfolder import record_files as files
 from envkit.reproduce import local, metrics, venv as venvs, verdict
 from envkit.reproduce.check import CannotReproduce, data_lines, open_run
 from envkit.reproduce.consent import ask

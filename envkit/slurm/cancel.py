@@ -11,7 +11,7 @@ from pathlib import Path
 
 from envkit.fsutil import atomic_write_text
 from envkit.slurm.batch import STOP_FILE
-from envkit.train.watching.slurm_state import ACTIVE, job_of, job_state
+from envkit.runfolder.slurm_state import ACTIVE, job_of, job_state
 
 
 def _scancel(*args: str) -> str | None:

@@ -17,7 +17,7 @@ from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_text
 from envkit.slurm import script
 from envkit.slurm.options import SlurmRequest
-from envkit.train.watching.slurm_state import ACTIVE, job_of, job_state
+from envkit.runfolder.slurm_state import ACTIVE, job_of, job_state
 
 JobKind = Literal["run", "exec", "sweep"]  # what a job trains: one run, one exec, or a sweep's array
 

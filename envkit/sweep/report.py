@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from envkit.runfolder import names
 from envkit.train.watching.curves import draw_runs
-from envkit.train.watching.run_files import read_metrics
+from envkit.runfolder.find import read_metrics
 from envkit.runfolder.bounded import read_json_lenient
 
 if TYPE_CHECKING:

@@ -162,6 +162,6 @@ def test_the_readme_setup_leaves_check_green_and_real_drift_still_shows(index, v
                                               "stray 1.0 is installed but not in the lock"], drift
     r = envkit("check", "--lock", "envkit.lock", "--python", str(venv / "bin/python"), "--require", "python>=3.8", cwd=proj)
     assert r.stdout.splitlines()[-1] == "1/1 gates hold; 2 differences from envkit.lock (DRIFT above): FAILED", r.stdout
-    r = envkit("setup", "--venv", str(venv), "--lock", "envkit.lock", "--yes", "--no-selftest", cwd=proj)
+    r = envkit("setup", "--venv", str(venv), "--lock", "envkit.lock", "--sync", "--yes", "--no-selftest", cwd=proj)
     assert r.returncode == 0, r.stdout + r.stderr
     assert installed(venv) == {"proj": "1.0", "dep-a": "1.0", "dep-t": "1.0", "dep-t2": "1.0", "torch": "2.5.1+cpu"}

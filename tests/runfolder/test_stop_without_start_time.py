@@ -150,7 +150,7 @@ def test_stop_sends_sigint_to_the_trainer_of_a_running_envkit_run(tmp_path):
 def test_a_process_that_has_exited_but_is_not_yet_reaped_counts_as_gone():
     """`envkit stop` waits until the run's process is gone; one that has exited and waits for its
     parent to reap it (a zombie, which still answers kill(0)) is gone for that purpose."""
-    from envkit.train.watching.liveness import pid_alive
+    from envkit.runfolder.liveness import pid_alive
 
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     try:

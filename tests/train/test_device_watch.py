@@ -362,7 +362,7 @@ def test_rich_monitor_layout_shows_steps_device_panel_and_hints(tmp_path):
     from rich.console import Console
 
     from envkit.commands.monitor import _rich_view
-    from envkit.train.watching.run_files import read_metrics as _metrics
+    from envkit.runfolder.find import read_metrics as _metrics
     from envkit.train.watching.runs_state import run_state
 
     d = fake_run(tmp_path)

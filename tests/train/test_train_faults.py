@@ -256,7 +256,7 @@ def test_resume_from_a_named_checkpoint_and_resume_never(tmp_path, straight, sto
     assert summary(tmp_path)["status"] == "completed" and losses(tmp_path)[12] == straight[12]
     # steps 5 and 6, logged by the stopped attempt and again after the resume from step 4: plot,
     # monitor, sweep and reproduce read each step once, with the values of the attempt that counts
-    from envkit.train.watching.run_files import read_metrics
+    from envkit.runfolder.find import read_metrics
 
     rows = [r for r in read_metrics(folder(tmp_path)) if "loss" in r]
     assert [r["step"] for r in rows] == list(range(1, 13))

@@ -8,7 +8,7 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_writer
 from envkit.runfolder import names
-from envkit.train.watching.run_files import read_metrics
+from envkit.runfolder.find import read_metrics
 
 
 def draw_curves(d: Path, out: Path) -> Path:

@@ -15,13 +15,13 @@ import os
 import time
 from pathlib import Path
 
-from envkit.record.files import read_reproductions
+from envkit.runfolder.record_files import read_reproductions
 from envkit.runfolder import names
 from envkit.runfolder.owner import owner_lock_state
 from envkit.train.watching.diagnose import HintContext, diagnose
-from envkit.train.watching.liveness import notice_killed, owner_alive, pid_alive, summary_is_final
-from envkit.train.watching.run_files import read_metrics
-from envkit.train.watching.slurm_state import ACTIVE, slurm_fields
+from envkit.runfolder.liveness import notice_killed, owner_alive, pid_alive, summary_is_final
+from envkit.runfolder.find import read_metrics
+from envkit.runfolder.slurm_state import ACTIVE, slurm_fields
 from envkit.runfolder.bounded import read_json_lenient
 
 STALL_SECONDS = 60.0

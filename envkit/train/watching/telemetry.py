@@ -23,7 +23,7 @@ from envkit.fsutil import atomic_write_text, process_start_time
 from envkit.redact import strip_userinfo
 from envkit.runfolder import names
 from envkit.runfolder.applog import append_line, cut_torn_line, open_append
-from envkit.train.watching.run_files import REWOUND
+from envkit.runfolder.find import REWOUND
 
 if TYPE_CHECKING:
     from envkit.config.schema import ProgressDisplay

@@ -16,7 +16,7 @@ from typing import TypeGuard
 from envkit.fsutil import atomic_write_text, same_process
 from envkit.runfolder import names
 from envkit.runfolder.owner import owner_lock_if_free, read_owner
-from envkit.train.watching.run_files import read_metrics
+from envkit.runfolder.find import read_metrics
 from envkit.runfolder.bounded import read_json_lenient
 
 
