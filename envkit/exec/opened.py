@@ -23,6 +23,7 @@ READ_ONLY_VAR = "ENVKIT_READ_ONLY"  # os.pathsep-separated folders and files the
 OFF_VAR = "ENVKIT_RECORD_OPENED"  # "0": record nothing (docs/exec.md)
 OPENED = "opened.jsonl"  # runfolder/names.py spells it too (this module imports nothing of envkit's)
 MAX_PATHS = 5000
+DONE_MAX = 100_000  # paths remembered as read, so a second read costs a set lookup (bounded: a data set of millions of files)
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _SKIP_SUFFIXES = (".py", ".pyc", ".pyi", ".so", ".pyd", ".dylib", ".pth")
 
@@ -42,6 +43,7 @@ class _Recorder:
         self.run_dir = os.path.realpath(run_dir) if run_dir else "\0"  # the command writes its metrics there
         self.read_only = read_only
         self.seen: set[tuple[str, bool]] = set()
+        self.done: set[tuple[str, str]] = set()  # (path as given, the folder a relative one was given in) read before
         self.busy = threading.local()
         prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
                     os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
@@ -61,9 +63,12 @@ class _Recorder:
             path = os.fsdecode(path)
         if not isinstance(path, str) or path.endswith(_SKIP_SUFFIXES):
             return  # a file descriptor (open(fd)), or code
+        write = _writes(args[1], args[2] if len(args) > 2 else 0)
+        if not write and (path, os.getcwd() if not path.startswith(os.sep) else "") in self.done:
+            return  # read again (a data loader's 100th epoch): nothing new to say, at a set lookup's cost
         self.busy.on = True
         try:
-            self._seen(path, _writes(args[1], args[2] if len(args) > 2 else 0))
+            self._seen(path, write)
         finally:
             self.busy.on = False
 
@@ -74,6 +79,8 @@ class _Recorder:
             if (_inside(real, self.read_only) or _inside(full, self.read_only)) and not _inside(real, (self.run_dir,)):
                 raise PermissionError(13, "envkit reproduce: the user's own file is read-only in a reproduction "
                                           "(the run writes into its worktree, never into your tree)", path)
+        if not write and not self.read_only and len(self.done) < DONE_MAX:
+            self.done.add((path, os.getcwd() if not path.startswith(os.sep) else ""))
         if self.fd < 0 or (full, write) in self.seen or len(self.seen) >= MAX_PATHS:
             return
         if _inside(os.path.realpath(full), self.skipped):
