@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from envkit.config.config import Config
 from envkit.config.origin import Origin
+from envkit.config.kinds import AUTO
 
-AUTO = "auto"
 KEY = "training.batch_size"
 
 

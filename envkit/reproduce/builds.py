@@ -9,8 +9,8 @@ import re
 
 from envkit.facts import gather
 from envkit.install.lock.machine import machine_device, platform_differences, platform_of
+from envkit.install.lock.torch_pick import TORCH_FAMILY
 
-TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
 # What a torch build brings for its accelerator (CUDA's libraries, Triton, ROCm's and XPU's): it
 # belongs to the build, not to the run, so the recorded one goes and this build's comes.
 RUNTIME = re.compile(r"^(nvidia-.+|triton|pytorch-triton(-rocm|-xpu)?|cuda-bindings|cuda-pathfinder|cuda-toolkit|"

@@ -23,13 +23,13 @@ from envkit.install.lock.fetch import fetch_verified
 from envkit.install.lock.machine import machine_device, platform_differences, platform_of
 from envkit.install.lock.read import LockFile
 from envkit.install.lock.select import select_here, select_single
+from envkit.install.lock.torch_pick import TORCH_FAMILY
 from envkit.install.setup.managed import write_state
 from envkit.install.setup.options import venv_python_of
 from envkit.install.setup.venv_lock import hold_venv
 from envkit.profiles.envscripts import write_env_scripts
 from envkit.redact import strip_userinfo
 
-TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
 
 
 def selection_here(lock: LockFile, facts, python: str | None, replay: bool):
