@@ -13,6 +13,7 @@ from envkit.checks.verdict import Status
 from envkit.errors import NoBuildError
 from envkit.facts.model import Channel, Facts, GPUInfo, TorchDevice
 from envkit.resources import data_file, load_toml
+from envkit.facts.torch_build import TorchBuild
 
 
 @lru_cache(maxsize=1)
@@ -26,10 +27,13 @@ class Pick:
     HIP answers torch.cuda.*; "xpu" on Intel)."""
 
     device: TorchDevice
-    backend: str  # "rocm6.4", "xpu", or "cpu" when the GPU cannot be used
+    backend: TorchBuild  # rocm6.4, xpu, or cpu when the GPU cannot be used
     why: str
     notes: list[str] = field(default_factory=list)
     limit: str = ""  # a torch specifier ("<2.11") when only older releases hold this GPU
+
+    def __post_init__(self) -> None:
+        self.backend = TorchBuild(self.backend)  # the table's text becomes the value type here
 
 
 def _minor(version) -> tuple[int, int] | None:
@@ -73,7 +77,7 @@ def rocm_usable(facts: Facts) -> bool:
     if not facts.amd_gpus:
         return False
     try:
-        return pick(facts, None, "stable").backend.startswith("rocm")
+        return pick(facts, None, "stable").backend.kind == "rocm"
     except NoBuildError:
         return False
 
@@ -102,7 +106,8 @@ def pick(facts: Facts, line: str | None, channel: Channel) -> Pick:
 def _pick_rocm(gpu: GPUInfo, facts: Facts, line: str | None, channel: Channel) -> Pick:
     gfx = _base_gfx(gpu.arch)
     if gfx is None:
-        return Pick("cpu", "cpu", "PyTorch's CPU index: an AMD GPU was seen (lspci) but ROCm's rocminfo is missing, so its gfx target is unknown",
+        return Pick("cpu", TorchBuild("cpu"),
+                    "PyTorch's CPU index: an AMD GPU was seen (lspci) but ROCm's rocminfo is missing, so its gfx target is unknown",
                     [f"{gpu.name}: install ROCm (rocminfo) and run setup again to get a ROCm build"])
     key, builds = rocm_builds(line, channel)
     found = _holding(builds, gfx)
@@ -121,7 +126,7 @@ def _pick_rocm(gpu: GPUInfo, facts: Facts, line: str | None, channel: Channel) -
         holding = sorted((k for k in table()["rocm"]["release"] if k != "nightly" and _holding(rocm_builds(k)[1], gfx)), key=_order)
         if not holding:  # no release ever held it: the CPU build is the best there is
             first = min((k for k in table()["rocm"]["release"] if k != "nightly"), key=_order)
-            return Pick("cpu", "cpu", f"PyTorch's CPU index: no ROCm build of torch {first}+ holds {gpu.name} ({gfx})",
+            return Pick("cpu", TorchBuild("cpu"), f"PyTorch's CPU index: no ROCm build of torch {first}+ holds {gpu.name} ({gfx})",
                         [f"no ROCm build of torch holds {gfx} kernels ('HIP error: invalid device function'): the CPU build is installed"])
         raise NoBuildError(f"no ROCm build of torch {key} ({have}) holds kernels for {gfx}: it would fail with 'HIP error: invalid device function'",
                            fix=f"ask for --torch {holding[-1]} (its ROCm build lists {gfx}), or --torch stable")
@@ -134,7 +139,8 @@ def _pick_rocm(gpu: GPUInfo, facts: Facts, line: str | None, channel: Channel) -
     ver = table()["rocm"]["verified"]
     if key not in ver["lines"]:
         notes.append(f"the ROCm builds of torch {key} come from envkit's table, not read off the index: {ver['note']}")
-    return Pick("cuda", backend, f"PyTorch's {backend} index: the newest ROCm build of torch {key} that holds {gpu.name} ({gfx})", notes, limit)
+    return Pick("cuda", TorchBuild(backend), f"PyTorch's {backend} index: the newest ROCm build of torch {key} that holds {gpu.name} ({gfx})",
+                notes, limit)
 
 
 def _holding(builds: list[tuple[str, list[str], str]], gfx: str) -> tuple[str, str] | None:
@@ -148,7 +154,7 @@ def _pick_xpu(gpu: GPUInfo, line: str | None) -> Pick:
         raise NoBuildError(f"torch {line} has no Intel GPU (XPU) build: the first is {x['first']} ({x['source']})",
                            fix=f"ask for --torch {x['first']} or newer, or use a CPU build")
     if not xpu_supported(gpu):
-        return Pick("cpu", "cpu", f"PyTorch's CPU index: {gpu.name} is not a GPU PyTorch's XPU build supports",
+        return Pick("cpu", TorchBuild("cpu"), f"PyTorch's CPU index: {gpu.name} is not a GPU PyTorch's XPU build supports",
                     ["torch's XPU build wants Intel Arc (Alchemist) or newer, or a Data Center GPU Max/Flex, "
                      f"not {gpu.name}: the CPU build is installed"])
     return Pick("xpu", x["index_backend"], f"PyTorch's {x['index_backend']} index: the Intel GPU build ({gpu.name})",
@@ -189,7 +195,7 @@ def verdict(facts: Facts) -> tuple[Status, str, str | None, str | None]:
     if planned.backend == "cpu":
         # No build runs this GPU: a CPU build is the best there is (a warning, not a failure),
         # and a ROCm/XPU build installed anyway is a failure.
-        if (t.local or "").startswith("rocm") or t.local == "xpu":
+        if TorchBuild(t.local or "").kind in ("rocm", "xpu"):
             return ("fail", f"{what}: torch {t.version} cannot run on it: {planned.notes[0]}",
                     "`envkit setup --torch stable` installs the CPU build", None)
         fix = "train on the CPU (envkit setup installs the CPU build)" + (", or use a supported Intel GPU" if g.vendor == "intel" else "")
@@ -198,7 +204,7 @@ def verdict(facts: Facts) -> tuple[Status, str, str | None, str | None]:
         return "warn", f"{what}: torch is not installed; {plan}", setup, None
     local = t.local or ""
     if g.vendor == "amd":
-        if not local.startswith("rocm") and not rt.get("hip_version"):
+        if TorchBuild(local).kind != "rocm" and not rt.get("hip_version"):
             return "fail", f"{what}: torch {t.version} is not a ROCm build, so the GPU sits unused; {plan}", setup, None
         if rt.get("ok") and not rt.get("cuda_available"):
             return "fail", f"{what}: torch {t.version} cannot use the GPU (torch.cuda.is_available() is False under ROCm)", \

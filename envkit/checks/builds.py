@@ -13,6 +13,7 @@ from packaging.version import InvalidVersion, Version
 
 from envkit.checks.gates import min_driver_for_cuda, older_than
 from envkit.resources import data_file, load_toml
+from envkit.facts.torch_build import TorchBuild
 
 if TYPE_CHECKING:
     from envkit.facts.model import Channel
@@ -27,23 +28,21 @@ def table() -> dict:
 class Build:
     """One CUDA build of one release line (or of today's nightlies)."""
 
-    backend: str  # "cu126"
+    backend: TorchBuild  # cu126
     sm: tuple[str, ...]  # compute capabilities it holds kernels for: ("5.0", "6.0", ...)
     ptx: str | None  # PTX it carries for JIT on newer GPUs ("12.0"), or None
     source: str
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "backend", TorchBuild(self.backend))  # the table's text becomes the value type here
+
     @property
     def cuda(self) -> str | None:
-        return cuda_of(self.backend)
+        return self.backend.cuda
 
     def arch_text(self) -> str:
         return ", ".join(f"sm_{c.replace('.', '')}" for c in self.sm) + (f" (+PTX {self.ptx})" if self.ptx else "")
 
-
-def cuda_of(backend: str | None) -> str | None:
-    """"cu128" -> "12.8", "cu130" -> "13.0"; None for anything else."""
-    m = re.fullmatch(r"cu(\d+)(\d)", backend or "")
-    return f"{m.group(1)}.{m.group(2)}" if m else None
 
 
 def _v(text) -> Version | None:
@@ -83,7 +82,7 @@ def cuda_builds(row: dict) -> list[Build]:
     out = []
     for backend, set_name in row.get("cuda", {}).items():
         s = sets[set_name]
-        out.append(Build(backend=backend, sm=tuple(s["sm"]), ptx=s.get("ptx"), source=s["source"]))
+        out.append(Build(backend=TorchBuild(backend), sm=tuple(s["sm"]), ptx=s.get("ptx"), source=s["source"]))
     return sorted(out, key=lambda b: _v(b.cuda) or Version("0"))
 
 

@@ -85,7 +85,7 @@ def shipped_recommendation(facts: Facts) -> tuple[str, str | None]:
             planned = accel.pick(facts, None, "stable")
         except EnvkitError as exc:
             return "cpu", f"{accel.describe(facts)}: {exc.message}; using the cpu profile"
-        if planned.backend.startswith("rocm"):
+        if planned.backend.kind == "rocm":
             return "rocm", None
         if planned.backend == "xpu":
             return "xpu", None

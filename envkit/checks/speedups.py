@@ -8,6 +8,7 @@ from envkit.checks.device import best_device, cuda_is_rocm, device_gpus, device_
 from envkit.checks.gates import V, gates, known
 from envkit.checks.verdict import PASS, SKIP, WARN, Check
 from envkit.facts.model import Facts
+from envkit.facts.torch_build import TorchBuild
 
 
 def check_bf16(facts: Facts) -> Check:
@@ -61,7 +62,7 @@ def _not_the_gpu_build(facts: Facts) -> str | None:
     if best_device(facts) == "xpu":
         ok = (t.local or "") == "xpu" or rt.get("xpu_available")
         return None if ok else f"torch {t.version} is not the XPU build, so {device_label(facts)} sits unused (see rocm-xpu)"
-    ok = (t.local or "").startswith("rocm") or rt.get("hip_version")
+    ok = TorchBuild(t.local or "").kind == "rocm" or rt.get("hip_version")
     return None if ok else f"torch {t.version} is not a ROCm build, so {device_label(facts)} sits unused (see rocm-xpu)"
 
 

@@ -30,6 +30,7 @@ from envkit.install.lock.single import canon, doc
 from envkit.install.setup.managed import find_managed
 from envkit.record import hashes
 from envkit.record.envstate import cache_root, state_key
+from envkit.facts.torch_build import TorchBuild
 
 HEADER = ["pylock.toml of the interpreter that trained this run, written by envkit when the run started (PEP 751,",
           "one target). `envkit reproduce RUN_DIR` builds a fresh venv from it; `envkit setup --lock` installs it too.",
@@ -102,9 +103,9 @@ def _platform_of(found, torch: str | None, device: str | None) -> dict:
     if device is None:  # without doctor's facts (exec): the machine's accelerator, as setup's locks name it
         if system == "Darwin" and found.machine == "arm64":
             device = "mps"
-        elif backend and backend.startswith("rocm"):
+        elif backend and TorchBuild(backend).kind == "rocm":
             device = "rocm"
-        elif backend and backend.startswith("cu"):
+        elif backend and TorchBuild(backend).kind == "cuda":
             device = "cuda"
         else:  # a +cpu torch on a GPU box: the machine is still a CUDA one (reproduce and setup --lock compare machines)
             device = "cuda" if shutil.which("nvidia-smi") else "cpu"

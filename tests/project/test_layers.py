@@ -264,3 +264,25 @@ def test_run_folder_json_is_read_by_runfolders_one_reader():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.lstrip("_").startswith("read_json"):
                 own.append(f"{mod}.{node.name}")
     assert own == []
+
+
+def test_a_torch_build_is_a_torchbuild_not_a_bare_string():
+    """A dataclass field holding a torch build is typed TorchBuild (facts/torch_build.py): what a build
+    is, is asked of it (kind, cuda, rocm), never spelt as startswith("cu") again."""
+    bare = []
+    for mod, path in module_files(PACKAGE).items():
+        text = path.read_text()
+        bare += [f"{mod}: {line.strip()}" for line in text.splitlines() if line.strip().startswith("backend: str")]
+        bare += [f"{mod}: {line.strip()}" for line in text.splitlines()
+                 if ('startswith("cu")' in line or 'startswith("rocm")' in line) and not line.lstrip().startswith(("#", '"'))
+                 and mod != "envkit.facts.torch_build"]
+    assert bare == []
+
+
+def test_a_torch_build_says_what_it_is():
+    from envkit.facts.torch_build import TorchBuild
+
+    got = {t: (TorchBuild(t).kind, TorchBuild(t).cuda, TorchBuild(t).rocm) for t in ("cu128", "cu130", "rocm6.4", "xpu", "cpu", "pypi", "cuda")}
+    assert got == {"cu128": ("cuda", "12.8", None), "cu130": ("cuda", "13.0", None), "rocm6.4": ("rocm", None, "6.4"),
+                   "xpu": ("xpu", None, None), "cpu": ("cpu", None, None), "pypi": ("pypi", None, None), "cuda": ("other", None, None)}
+    assert TorchBuild.of_version("2.13.0+cu130") == "cu130" and TorchBuild.of_version("2.13.0") is None

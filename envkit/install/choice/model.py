@@ -13,6 +13,7 @@ from packaging.version import InvalidVersion, Version
 
 from envkit.checks import builds
 from envkit.errors import EnvkitError
+from envkit.facts.torch_build import TorchBuild
 
 if TYPE_CHECKING:
     from envkit.facts.model import Channel, TorchDevice
@@ -91,7 +92,7 @@ class Choice:
     """Where torch comes from for this machine and request."""
 
     device: TorchDevice
-    backend: str  # "cpu", "cu128", or "pypi" (macOS wheels with MPS)
+    backend: TorchBuild  # cpu, cu128, or pypi (macOS wheels with MPS)
     channel: Channel
     index_url: str
     index_why: str
@@ -99,6 +100,9 @@ class Choice:
     limit_why: list[str] = field(default_factory=list)
     local: str | None = None  # the local label every torch must carry ("cpu" on Linux x86_64 without GPU)
     notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.backend = TorchBuild(self.backend)  # the table's text becomes the value type here
 
     def to_dict(self) -> dict:
         return {"device": self.device, "backend": self.backend, "channel": self.channel, "index_url": self.index_url,
@@ -118,9 +122,6 @@ def index_for(backend: str, channel: Channel) -> str:
     base = os.environ.get("ENVKIT_PYTORCH_INDEX", "").rstrip("/") or d["base"]
     return "/".join(p for p in (base, sub, backend) if p)
 
-
-def cuda_of(backend: str) -> str | None:
-    return builds.cuda_of(backend)
 
 
 def spec_pins_minor(request: Request) -> Version | None:

@@ -11,6 +11,7 @@ from envkit.checks import gates
 from envkit.errors import EnvkitError
 from envkit.install.index import pages, sources
 from envkit.install.choice.model import Choice, Request, parse_request
+from envkit.facts.torch_build import TorchBuild
 
 
 class NoMatchingTorch(EnvkitError):
@@ -47,7 +48,7 @@ def select(cands: list[pages.Candidate], request: Request, choice: Choice, tags:
 def _build_label_fits(local: str | None, choice: Choice) -> bool:
     """On a CUDA machine a wheel labelled for another CUDA build (+cu132 where cu126 was chosen, on
     a mirror holding several) is not the build the driver and GPU were judged for."""
-    if choice.device != "cuda" or not local or not local.startswith("cu"):
+    if choice.device != "cuda" or not local or TorchBuild(local).kind != "cuda":
         return True
     return local == choice.backend
 

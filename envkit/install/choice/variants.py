@@ -17,6 +17,7 @@ from envkit.facts.model import Facts
 from envkit.install.choice import model
 from envkit.install.choice.cuda import cuda_choice
 from envkit.install.choice.model import Choice, Request, spec_pins_minor
+from envkit.facts.torch_build import TorchBuild
 
 if TYPE_CHECKING:
     from envkit.facts.model import Channel
@@ -73,7 +74,7 @@ def _macos(facts: Facts, request: Request, channel: Channel) -> Choice:
         if channel != "stable":
             raise EnvkitError(f"there are no {channel} builds of torch for Intel Macs: x86_64 macOS wheels stop at torch {g['max_torch']}",
                               fix=f"use --torch stable (torch {g['max_torch']}) or a Mac with Apple silicon")
-        return Choice(device="cpu", backend="pypi", channel="stable", index_url=model.index_for("pypi", "stable"),
+        return Choice(device="cpu", backend=TorchBuild("pypi"), channel="stable", index_url=model.index_for("pypi", "stable"),
                       index_why="PyPI: the macOS wheels", limit=SpecifierSet(f"<={g['max_torch']}"),
                       limit_why=[f"Intel Mac: x86_64 macOS wheels stop at torch {g['max_torch']} ({g['source']})"],
                       notes=[f"Intel Macs stop at torch {g['max_torch']}: no MPS, CPU only"])
@@ -82,10 +83,10 @@ def _macos(facts: Facts, request: Request, channel: Channel) -> Choice:
         raise EnvkitError(f"macOS {facts.os.version} is older than {floor_min}, the first macOS with MPS",
                           fix=f"update macOS to {floor_min} or newer")
     if channel == "stable":
-        choice = Choice(device="mps", backend="pypi", channel="stable", index_url=model.index_for("pypi", "stable"),
+        choice = Choice(device="mps", backend=TorchBuild("pypi"), channel="stable", index_url=model.index_for("pypi", "stable"),
                         index_why="PyPI: its macOS arm64 wheels are the MPS builds")
     else:
-        backend = data["arm64_nightly_backend"] if channel == "nightly" else data["arm64_test_backend"]
+        backend = TorchBuild(data["arm64_nightly_backend"] if channel == "nightly" else data["arm64_test_backend"])
         choice = Choice(device="mps", backend=backend, channel=channel, index_url=model.index_for(backend, channel),
                         index_why=f"PyTorch's {channel} index (macOS {channel} wheels live under /{backend})")
     if macos is not None:
@@ -104,7 +105,7 @@ def _macos(facts: Facts, request: Request, channel: Channel) -> Choice:
 def _cpu(facts: Facts, request: Request, channel: Channel) -> Choice:
     lin = model.variants_data()["linux"]
     local = lin["cpu_local_label"] if facts.os.system == "Linux" and (facts.python.machine or "") in lin["cpu_label_archs"] else None
-    choice = Choice(device="cpu", backend="cpu", channel=channel, index_url=model.index_for("cpu", channel),
+    choice = Choice(device="cpu", backend=TorchBuild("cpu"), channel=channel, index_url=model.index_for("cpu", channel),
                     index_why="PyTorch's CPU index: no NVIDIA GPU on this machine", local=local)
     if local:
         choice.notes.append(f"only +{local} builds are accepted: PyPI's Linux torch is a CUDA build (several GB) and this machine has no GPU")

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 from envkit.checks import gates
 from envkit.errors import EnvkitError
 from envkit.install.act.interp import computed_tags
-from envkit.install.choice.model import cuda_of, variants_data
+from envkit.install.choice.model import variants_data
 from envkit.install.choice.variants import choose
+from envkit.facts.torch_build import TorchBuild
 
 if TYPE_CHECKING:
     from envkit.facts.model import Channel
@@ -56,9 +57,8 @@ class Target:
     def device(self) -> str:
         if self.build == "mps":
             return "mps"
-        if self.build.startswith("cu"):
-            return "cuda"
-        return "rocm" if self.build.startswith("rocm") else self.build  # cpu, xpu
+        kind = TorchBuild(self.build).kind
+        return kind if kind in ("cuda", "rocm") else self.build  # cpu, xpu
 
     @property
     def local_label(self) -> str | None:
@@ -112,7 +112,7 @@ def parse_target(text: str) -> Target:
     m = _TARGET.fullmatch(t)
     if not m:
         raise EnvkitError(f"--target {text!r} is not a target envkit knows", where="--target", fix=TARGET_FIX)
-    if m["platform"] == "linux-aarch64" and (m["build"].startswith("rocm") or m["build"] == "xpu"):
+    if m["platform"] == "linux-aarch64" and TorchBuild(m["build"]).kind in ("rocm", "xpu"):
         raise EnvkitError(f"--target {text!r}: PyTorch publishes {m['build']} builds for Linux x86_64 only",
                           where="--target", fix=TARGET_FIX)
     return Target(m["platform"], m["build"], text)
@@ -151,5 +151,5 @@ def known_cuda_builds() -> list[str]:
 
 def min_driver(build: str) -> str | None:
     """The oldest NVIDIA Linux driver that runs a CUDA build (None for other builds)."""
-    cuda = cuda_of(build) if build.startswith("cu") else None
+    cuda = TorchBuild(build).cuda
     return gates.min_driver_for_cuda(cuda) if cuda else None
