@@ -21,6 +21,7 @@ from envkit.slurm.options import pop_request, slurm_options
 from envkit.exec.supervise import Supervisor
 from envkit.runfolder.find import resolve_run
 from envkit.runfolder.bounded import read_json_lenient
+from envkit.runfolder.create import folder_name, new_run_dir
 
 
 @click.command("exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -78,7 +79,7 @@ def exec_(**options):
                                  slurm_nodes=slurm.nodes if slurm is not None else None, detach=req.detach)).nodes
     argv = req.argv
     if req.name is not None:
-        rundir.check_run_name(req.name)  # before anything is resolved or made
+        folder_name(req.name, "--name", "run name")  # before anything is resolved or made
     req.stall_seconds()  # a bad --stall-timeout is refused before anything is resolved or made
     metrics_pattern(req.metrics_pattern)  # and a bad --metrics-pattern
     if req.metrics_pattern is None:  # the project's own, from its pyproject.toml
@@ -94,7 +95,7 @@ def exec_(**options):
     if slurm is not None:
         _submit(slurm, req, name, profile)
         return
-    run_dir = steps.given_run_dir(req.into, nodes.node_rank) if req.into is not None else rundir.new_run_dir(req.runs_dir, name)
+    run_dir = steps.given_run_dir(req.into, nodes.node_rank) if req.into is not None else new_run_dir(req.runs_dir, name)
     launched = argv
     if req.nproc_per_node > 1 or nodes.nnodes > 1:
         launched = steps.torchrun_argv(argv, req.nproc_per_node, nodes, steps.launcher_python(argv, resolved, managed), run_dir)
@@ -113,7 +114,7 @@ def _submit(slurm, req: ExecRequest, name: str, profile) -> None:
     from envkit.slurm.jobs import announce, exec_job, made_folders
 
     made = made_folders(req.runs_dir / name)  # before the run folder is made: which folders this submission creates
-    run_dir = rundir.new_run_dir(req.runs_dir, name)
+    run_dir = new_run_dir(req.runs_dir, name)
     # the profile's train.device: one of DeviceType (profiles/schema.py checks it as the profile loads); "" without one
     device = (getattr(profile, "train", None) or {}).get("device", "") if profile is not None else ""
     announce(exec_job(run_dir.resolve(), command=req.argv, options=req.slurm_options(), nproc=req.nproc_per_node, device=device,

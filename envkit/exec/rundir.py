@@ -12,8 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from envkit.errors import EnvkitError
-from envkit.fsutil import atomic_write_text, check_inside, check_name, ignore_all
+from envkit.fsutil import atomic_write_text
 from envkit.redact import is_secret, recorded_env, redact, redact_argv
 from envkit.runfolder import names
 from envkit.runfolder.links import refuse_links
@@ -39,34 +38,6 @@ def run_name(argv: list[str]) -> str:
 
 def _clean(name: str) -> str:
     return re.sub(r"[^\w.-]+", "-", name).strip("-.") or "exec"
-
-
-def check_run_name(name: str) -> str:
-    """--name: one folder name of letters, digits, '.', '_' and '-', never '.', '..' or empty."""
-    check_name(name, "--name", "run name")
-    if not re.fullmatch(r"[\w.-]+", name):
-        raise EnvkitError(f"run name {name!r} may hold letters, digits, '.', '_' and '-' only", where="--name")
-    return name
-
-
-def new_run_dir(root: Path, name: str) -> Path:
-    """root/<name>/<timestamp>[-n], created here (exist_ok=False: two runs never share one)."""
-    exp = check_inside(root, Path(root) / check_run_name(name), "--name")
-    new_root = not Path(root).exists()
-    base = time.strftime("%Y%m%d-%H%M%S")
-    for i in range(1, 1000):
-        d = exp / (base if i == 1 else f"{base}-{i}")
-        try:
-            d.mkdir(parents=True)
-            if new_root:
-                ignore_all(Path(root))  # made by this first run: its outputs never go into the project's git
-            return d
-        except FileExistsError:
-            continue
-        except OSError as exc:  # a read-only or full runs folder: one line, not a traceback
-            raise EnvkitError(f"cannot make the run folder: {exc.strerror or exc} ({exc.filename or d})", where="--runs-dir",
-                              fix="give a --runs-dir you can write") from None
-    raise EnvkitError("could not make a new run folder", where=str(exp))
 
 
 def write_json(path: Path, data: dict) -> None:

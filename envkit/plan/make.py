@@ -20,13 +20,13 @@ from envkit.plan.refusals import (
 )
 from envkit.plan.resolve import Resolved, combination_configs, resolve
 from envkit.plan.rundirs import (
-    check_run_id,
     choose_for_run,
     experiment_dir,
     place_combination,
 )
 from envkit.config.config import per_process_batch
 from envkit.plan.batch import is_auto, keep_resumed
+from envkit.runfolder.create import folder_name
 
 if TYPE_CHECKING:
     from envkit.config.config import Config
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 def make_plan(request: RunRequest) -> Plan:
     """The request checked and resolved: every refusal is raised here (EnvkitError, one line, exit 2)."""
     if request.run_id is not None:
-        check_run_id(request.run_id)  # before anything else is said or done
+        folder_name(request.run_id, "--run-id", "run id")  # before anything else is said or done
     nodes = Nodes()
     if request.purpose == "train":  # validate and --print-config start nothing: no nodes, no Slurm
         check_slurm_request(request)

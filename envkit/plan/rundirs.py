@@ -17,6 +17,7 @@ from envkit.runfolder import names
 from envkit.config.config import Config, where_set
 from envkit.plan.model import Resume, RunState
 from envkit.fsutil import check_inside, check_name
+from envkit.runfolder.create import folder_name
 from envkit.runfolder.links import refuse_links
 from envkit.runfolder.bounded import read_json_lenient
 
@@ -41,14 +42,6 @@ def experiment_dir(cfg: Config, base: Path | None = None) -> Path:
     return check_inside(root, root / name, where)
 
 
-def check_run_id(run_id: str) -> str:
-    """--run-id: one folder name of letters, digits, '.', '_' and '-', never '.' or '..'."""
-    check_name(run_id, "--run-id", "run id")
-    if not re.fullmatch(r"[\w.-]+", run_id):
-        raise EnvkitError(f"run id {run_id!r} may hold letters, digits, '.', '_' and '-' only", where="--run-id")
-    return run_id
-
-
 def run_dir_inside(cfg: Config, run_dir: Path, where: str) -> Path:
     """The chosen run folder, checked to be inside runs/<experiment>/ before anything is written."""
     return check_inside(experiment_dir(cfg), run_dir, where)
@@ -66,7 +59,7 @@ def choose_run_dir(cfg: Config, run_id: str | None, resume: Resume) -> tuple[Pat
                               fix="give a checkpoints/step_*.pt file or step_*.dcp folder, auto or never")
         return ck.parent.parent, True, f"resuming from {ck}"
     if run_id:
-        d = check_inside(exp, exp / check_run_id(run_id), "--run-id")
+        d = check_inside(exp, exp / folder_name(run_id, "--run-id", "run id"), "--run-id")
         if d.exists() and (d / names.CONFIG).exists():
             if resume == "never":
                 raise EnvkitError(f"run folder {d} exists", where="--run-id", fix="choose another --run-id, or drop --resume never to continue it")

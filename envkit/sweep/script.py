@@ -24,7 +24,8 @@ import yaml
 
 from envkit.console import print_json, print_table
 from envkit.errors import EnvkitError
-from envkit.exec.rundir import check_run_name, run_name
+from envkit.exec.rundir import run_name
+from envkit.runfolder.create import folder_name
 from envkit.fsutil import check_inside, ignore_all
 from envkit.plan.grid import MAX_RUNS
 from envkit.runfolder import names
@@ -253,7 +254,7 @@ def sweep_command(command: list[str], grids: tuple[str, ...], grid_file: str | N
         raise EnvkitError(f"--{given[0].replace('_', '-')} is for train.yaml sweeps", where="envkit sweep --grid",
                           fix="put the value into the command (or a --grid) instead")
     combos = combinations(parse_grid(grids, grid_file), command, max_runs)
-    runs = prepare(combos, Path(runs_dir), check_run_name(name or run_name(command)))
+    runs = prepare(combos, Path(runs_dir), folder_name(name or run_name(command), "--name", "run name"))
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if as_json else (lambda m: print(m, flush=True))
     exec_options = ["--profile", profile] if profile else []
     interrupted = False if report_only else train(runs, command, parallel=parallel, exec_options=exec_options, say=say)
