@@ -11,6 +11,7 @@ names runs without the user's consent.
     links.py     a run folder made, and no write through a symlink planted in it
     applog.py    append-only logs (metrics.jsonl, train.log, ...): whole lines, never through a link
     owner.py     one owner per run folder: the lock on RUN/.owner.lock and who holds it
+    create.py    a run folder's name checked and a new folder made (exec, run, sweeps)
     find.py      run folders found under a path, one named by a user resolved
     liveness.py  whether anything still runs in a folder; a killed run's summary written for it
     slurm_state.py  a run's Slurm job (RUN/slurm/job.json) and its state from squeue and friends
