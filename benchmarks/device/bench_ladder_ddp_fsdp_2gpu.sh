@@ -2,7 +2,7 @@
 # `envkit bench`'s ladder with its ddp and fsdp rungs on a 2-GPU host (GPU 0 for the single-GPU rungs, both for the
 # data-parallel ones, which come last); meanwhile on GPU 1, GPT-2 small's time to the first step (cold / warm / again /
 # plain loop) with torch's compile phase timers, done before the ladder reaches its 2-GPU rungs.
-# Results: benchmarks/RESULTS.md. Run from the repository root: bash benchmarks/device/call9.sh OUTDIR
+# Results: benchmarks/RESULTS.md. Run from the repository root: bash benchmarks/device/bench_ladder_ddp_fsdp_2gpu.sh OUTDIR
 . benchmarks/device/common.sh "$@"
 gpt2_bench_config 16777216
 CUDA_VISIBLE_DEVICES=1 timeout 300 $PY benchmarks/bench_time_to_first_step.py --steps 40 > "$OUT/first_gpt.log" 2>&1 &

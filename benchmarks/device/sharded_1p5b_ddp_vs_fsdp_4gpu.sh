@@ -2,7 +2,7 @@
 # Sharded training on a 4 x H100 host, one call: the 1.5B GPT (ddp against fsdp under envkit, and the plain
 # FSDP2 loop) on GPUs 0,1, beside the 6.7B GPT (auto, which shards it; ddp, which cannot hold it; the plain
 # FSDP2 loop) on GPUs 2,3; then GPT-2 small's plain FSDP2 loop on GPUs 0,1. Results: benchmarks/RESULTS.md.
-# Run from the repository root: bash benchmarks/device/call4.sh OUTDIR
+# Run from the repository root: bash benchmarks/device/sharded_1p5b_ddp_vs_fsdp_4gpu.sh OUTDIR
 . benchmarks/device/common.sh "$@"
 (
   export CUDA_VISIBLE_DEVICES=0,1

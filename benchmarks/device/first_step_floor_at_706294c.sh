@@ -1,7 +1,7 @@
 #!/bin/bash
 # Ran at 706294c (git checkout 706294c to run it again). The floor under a warm first step (bench_start_floors.py; call 18's run of it was cut by its time limit before it
 # printed), then every GPU test on one GPU (-m gpu: the trainer's, CUDA's start on a thread, data on the device, the device watch, the
-# device fault, bench's CUDA rungs, selftest on CUDA). Run from the repository root: bash benchmarks/device/call19.sh OUTDIR
+# device fault, bench's CUDA rungs, selftest on CUDA). Run from the repository root: bash benchmarks/device/first_step_floor_at_706294c.sh OUTDIR
 . benchmarks/device/common.sh "$@"
 export CUDA_VISIBLE_DEVICES=0
 timeout 170 $PY benchmarks/bench_start_floors.py --runs 2 2>&1 | tee "$OUT/floors.log"

@@ -3,7 +3,7 @@
 # (is rank 0 the straggler?), and with each block compiled on its own under DDP (the all-reduce hooks then fire block by
 # block inside an eager backward, no DDPOptimizer split graphs); the plain DDP loop in the same lease; then the 6.7B GPT
 # under ddp without compile, to its out-of-memory line and peak. Results: benchmarks/RESULTS.md.
-# Run from the repository root: bash benchmarks/device/call8.sh OUTDIR
+# Run from the repository root: bash benchmarks/device/ddp_scaling_2gpu.sh OUTDIR
 . benchmarks/device/common.sh "$@"
 timeout 330 $PY benchmarks/bench_ddp_scaling.py --nproc 1 2 --steps 80 --try logging.device_seconds=0 \
   --try training.compile_scope=blocks 2>&1 | grep -v "^ *noise" | tee "$OUT/scaling.log"

@@ -3,7 +3,7 @@
 # without them those runs repeat the plain configuration. Results: benchmarks/RESULTS.md (2026-11-27).
 # Determinism and DDP/FSDP figures on a 4 x H100 host, one call: determinism figures on GPU 0 (GPT-2 small) and GPU 1
 # (ResNet-18 CIFAR) while GPUs 2,3 try DDP hypotheses; then 1, 2 and 4 processes alone.
-# Run from the repository root: bash benchmarks/device/call1.sh OUTDIR
+# Run from the repository root: bash benchmarks/device/determinism_switches_4gpu_part1.sh OUTDIR
 set -o pipefail
 OUT=${1:-${OUT:-/tmp/out}}
 mkdir -p "$OUT"

@@ -1,7 +1,7 @@
 #!/bin/bash
 # The gpt quick test at 700 steps (was 1000) on CUDA: the GPU test that runs it (bf16, compile), then the template as
 # shipped at seeds 1337, 1, 2, 3 (precision auto: bf16; compile auto: on), each run's eval lines and summary.
-# Run from the repository root: bash benchmarks/device/call25.sh OUTDIR
+# Run from the repository root: bash benchmarks/device/gpt_quick_test_700_steps.sh OUTDIR
 . benchmarks/device/common.sh "$@"
 export CUDA_VISIBLE_DEVICES=0
 SITE=$($PY -c 'import torch, os; print(os.path.dirname(os.path.dirname(torch.__file__)))')

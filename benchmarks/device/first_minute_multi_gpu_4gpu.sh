@@ -3,7 +3,7 @@
 # (GPT-2 small, cold / warm / plain loop, then with training.compile_scope=blocks under compile_mode default); GPU 1: the
 # GPU test that a second run compiles nothing new, then ResNet-18 CIFAR's time to the first step; GPUs 2,3: the 6.7B GPT
 # (auto: sharded); then GPUs 0,1: `envkit bench`'s ladder with its ddp and fsdp rungs. Results: benchmarks/RESULTS.md.
-# Run from the repository root: bash benchmarks/device/call7.sh OUTDIR
+# Run from the repository root: bash benchmarks/device/first_minute_multi_gpu_4gpu.sh OUTDIR
 . benchmarks/device/common.sh "$@"
 (
   export CUDA_VISIBLE_DEVICES=0

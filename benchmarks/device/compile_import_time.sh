@@ -2,7 +2,7 @@
 # Where compile's imports spend 14 s on an H100 host (profile_compile_imports.py; 4.7 s on the 2-core CPU box), then
 # ResNet-18 on CIFAR-10's time to the first step (cold / warm / again, the plain loop cold and again), then `envkit
 # bench`'s ladder on GPT-2 small at batch 16 (its peak-memory column now counted from each rung's start).
-# Results: benchmarks/RESULTS.md. Run from the repository root: bash benchmarks/device/call21.sh OUTDIR
+# Results: benchmarks/RESULTS.md. Run from the repository root: bash benchmarks/device/compile_import_time.sh OUTDIR
 . benchmarks/device/common.sh "$@"
 export CUDA_VISIBLE_DEVICES=0
 python3 -c "import sys, os; print(sys.version, os.environ.get('PYTHONDONTWRITEBYTECODE'))" | tee -a "$OUT/env.log"

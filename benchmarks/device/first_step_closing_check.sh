@@ -3,7 +3,7 @@
 # file's `-m gpu` tests; the two-GPU ones skip on one), then time to the first step, cold and warm,
 # against the plain compiled loop, GPT-2 small (batch 16) and ResNet-18 on CIFAR-10 (batch 128).
 # PART=tests or PART=first-step runs one half; PART=multi, on a host of two or more GPUs, the two-GPU tests alone. Results: benchmarks/RESULTS.md.
-# Run from the repository root: bash benchmarks/device/call30.sh OUTDIR
+# Run from the repository root: bash benchmarks/device/first_step_closing_check.sh OUTDIR
 . benchmarks/device/common.sh "$@"
 [ "${PART:-tests}" = tests ] && {
   $PY -m envkit doctor > "$OUT/doctor.txt" 2>&1; echo "doctor rc=$?"; tail -4 "$OUT/doctor.txt"

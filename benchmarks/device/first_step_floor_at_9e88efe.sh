@@ -3,7 +3,7 @@
 # imports, and the driver started on a thread beside them), then GPT-2 small's time to the first step from the tree
 # before CUDA's start moved to a thread (.gpu/before: `git archive 5ed5e06`) and from this one, in the same lease, with
 # the plain loop's cold and second runs. Results: benchmarks/RESULTS.md. Run from the repository root:
-# bash benchmarks/device/call18.sh OUTDIR
+# bash benchmarks/device/first_step_floor_at_9e88efe.sh OUTDIR
 . benchmarks/device/common.sh "$@"
 export CUDA_VISIBLE_DEVICES=0
 nvidia-smi -q | grep -i -m2 "persistence\|product name" | tee -a "$OUT/env.log"

@@ -5,7 +5,7 @@
 #    modules. The floor (torch, torch.compile's modules, CUDA's start) before and after, twice each.
 # 2. The gpt quick test (templates/train/gpt_quick_test.yaml) at 1000 steps (as shipped until now) and 600, at
 #    seeds 1337, 1, 2, 3 on this GPU (bf16, compiled), eval every 100 steps: accuracy on the held-out sums.
-# QUICK_ONLY=1: part 2 alone. Results: benchmarks/RESULTS.md. Run from the repository root: bash benchmarks/device/call29.sh OUTDIR
+# QUICK_ONLY=1: part 2 alone. Results: benchmarks/RESULTS.md. Run from the repository root: bash benchmarks/device/setup_verification_without_bytecode.sh OUTDIR
 . benchmarks/device/common.sh "$@"
 SITE=$($PY -c 'import torch, os; print(os.path.dirname(os.path.dirname(torch.__file__)))')
 count() { find "$SITE/torch" -name '*.pyc' | wc -l; }

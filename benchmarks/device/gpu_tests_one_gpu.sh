@@ -1,7 +1,7 @@
 #!/bin/bash
 # Every GPU test on one GPU (-m gpu: the trainer's, data on the device, the device watch, the device fault, bench's CUDA
-# rungs, selftest on CUDA; call 19 ran 5 of them before its time limit), torch's bytecode written first (call22.sh says
-# why). Run from the repository root: bash benchmarks/device/call23.sh OUTDIR
+# rungs, selftest on CUDA; call 19 ran 5 of them before its time limit), torch's bytecode written first (first_step_without_bytecode.sh says
+# why). Run from the repository root: bash benchmarks/device/gpu_tests_one_gpu.sh OUTDIR
 . benchmarks/device/common.sh "$@"
 export CUDA_VISIBLE_DEVICES=0
 SITE=$($PY -c 'import torch, os; print(os.path.dirname(os.path.dirname(torch.__file__)))')

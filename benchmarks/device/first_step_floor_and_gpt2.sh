@@ -1,7 +1,7 @@
 #!/bin/bash
 # On one host: the floor under a warm first step (bench_start_floors.py), then GPT-2 small's time to the first step
 # (cold / warm / again, the plain loop cold and again). Results: benchmarks/RESULTS.md.
-# Run from the repository root: bash benchmarks/device/call20.sh OUTDIR
+# Run from the repository root: bash benchmarks/device/first_step_floor_and_gpt2.sh OUTDIR
 . benchmarks/device/common.sh "$@"
 export CUDA_VISIBLE_DEVICES=0
 timeout 150 $PY benchmarks/bench_start_floors.py --runs 2 2>&1 | tee "$OUT/floors.log"

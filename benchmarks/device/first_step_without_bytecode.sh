@@ -3,7 +3,7 @@
 # PYTHONDONTWRITEBYTECODE=1), so every process compiled torch's sources again (call 21: 8.5 s of `compile` in 15.3 s of
 # compile's imports). pip writes the bytecode when it installs (uv with --compile-bytecode, or on the first import): here
 # compileall writes it once, then on one host the floors, GPT-2 small's and ResNet-18 CIFAR's time to the first step.
-# Results: benchmarks/RESULTS.md. Run from the repository root: bash benchmarks/device/call22.sh OUTDIR
+# Results: benchmarks/RESULTS.md. Run from the repository root: bash benchmarks/device/first_step_without_bytecode.sh OUTDIR
 . benchmarks/device/common.sh "$@"
 export CUDA_VISIBLE_DEVICES=0
 SITE=$($PY -c 'import torch, os; print(os.path.dirname(os.path.dirname(torch.__file__)))')

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Data-parallel scaling as shipped, alone on a 4 x H100 host (1, 2 and 4 processes, GPT-2 small, batch 16 a GPU), then
 # `envkit bench`'s ddp and fsdp rungs on 2 GPUs. Results: benchmarks/RESULTS.md.
-# Run from the repository root: bash benchmarks/device/call6.sh OUTDIR
+# Run from the repository root: bash benchmarks/device/ddp_scaling_as_shipped_4gpu.sh OUTDIR
 . benchmarks/device/common.sh "$@"
 timeout 260 $PY benchmarks/bench_ddp_scaling.py --nproc 1 2 4 --steps 80 2>&1 | grep -v "^ *noise" | tee "$OUT/scaling.log"
 gpt2_bench_config 16777216

@@ -2,7 +2,7 @@
 # Several GPUs on a 4 x H100 host, one call: on GPUs 0,1 the multi-GPU tests (tests/train/test_multi_gpu.py), then GPT-2 small
 # deterministic under DDP (default, deterministic, deterministic again, `envkit reproduce`); on GPUs 2,3 the 6.7B GPT
 # (auto, which shards it) and the same under ddp (which cannot hold it), then the 1.5B GPT sharded at batch 16.
-# Results: benchmarks/RESULTS.md. Run from the repository root: bash benchmarks/device/call5.sh OUTDIR
+# Results: benchmarks/RESULTS.md. Run from the repository root: bash benchmarks/device/multi_gpu_tests_and_gpt2_4gpu.sh OUTDIR
 . benchmarks/device/common.sh "$@"
 # envkit reproduce restores the code from git: make this copy a repository of its own
 if [ ! -d .git ]; then git init -q && git add -A && git -c user.name=bench -c user.email=bench@localhost commit -qm "device copy"; fi

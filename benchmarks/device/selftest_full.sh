@@ -2,7 +2,7 @@
 # The full self-test on one H100, one shared worker (the default now: a probe that fails after others
 # runs again alone) against a fresh interpreter for every probe (--isolate, the full run's default
 # before), alternated twice, with the GPU tests of tests/bench/test_selftest.py.
-# Results: benchmarks/RESULTS.md. Run from the repository root: bash benchmarks/device/call28.sh OUTDIR
+# Results: benchmarks/RESULTS.md. Run from the repository root: bash benchmarks/device/selftest_full.sh OUTDIR
 . benchmarks/device/common.sh "$@"
 $PY -m compileall -q -j 0 "$($PY -c 'import torch, os; print(os.path.dirname(os.path.dirname(torch.__file__)))')" > /dev/null 2>&1
 $PY -m envkit selftest --device cuda > "$OUT/selftest_warmup.log" 2>&1  # Inductor's and Triton's caches filled once, for both ways

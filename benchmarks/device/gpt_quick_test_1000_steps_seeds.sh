@@ -1,6 +1,6 @@
 #!/bin/bash
-# The gpt quick test's previous schedule (1000 steps, warm-up 100) on CUDA at seeds 1337, 1, 2, 3, against call25.sh's
-# 700 steps (same lease). Run from the repository root: bash benchmarks/device/call26.sh OUTDIR [STEPS WARMUP]
+# The gpt quick test's previous schedule (1000 steps, warm-up 100) on CUDA at seeds 1337, 1, 2, 3, against gpt_quick_test_700_steps.sh's
+# 700 steps (same lease). Run from the repository root: bash benchmarks/device/gpt_quick_test_1000_steps_seeds.sh OUTDIR [STEPS WARMUP]
 . benchmarks/device/common.sh "$@"
 export CUDA_VISIBLE_DEVICES=0
 STEPS=${2:-1000}; WARM=${3:-100}

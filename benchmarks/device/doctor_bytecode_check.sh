@@ -1,7 +1,7 @@
 #!/bin/bash
 # doctor's bytecode check on the lent image as it comes (torch without bytecode, PYTHONDONTWRITEBYTECODE=1): the check,
 # its fix run exactly as printed, the check again; `import torch` timed before and after (3 fresh processes each).
-# Results: benchmarks/RESULTS.md. Run from the repository root: bash benchmarks/device/call24.sh OUTDIR
+# Results: benchmarks/RESULTS.md. Run from the repository root: bash benchmarks/device/doctor_bytecode_check.sh OUTDIR
 . benchmarks/device/common.sh "$@"
 export CUDA_VISIBLE_DEVICES=0
 t() { for i in 1 2 3; do /usr/bin/time -f "%e" $PY -c "import torch" 2>&1 | tail -1; done | sort -n | sed -n 2p; }
