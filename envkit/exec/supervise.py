@@ -140,6 +140,9 @@ class Supervisor:
                   else "stalled" if attempts and attempts[-1]["how"] == "stalled" else "failed")
         self.printed.close()
         reads.close()
+        if not (self.run_dir / names.OPENED).exists() and os.environ.get("ENVKIT_RECORD_OPENED") != "0":
+            self._note("the data the command read is not recorded: no Python process of it loaded envkit's open hook "
+                       "(python -I, -E or -S, another sitecustomize earlier on PYTHONPATH, or not Python)")
         self._write_summary(status, rc, started, attempts)
         self._log.close()
         self._stop_guard()
