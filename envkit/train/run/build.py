@@ -31,12 +31,12 @@ from envkit.train.data.prefetch import want_fetch_ahead
 from envkit.train.data.stream import BatchStream, batch_order
 from envkit.train.recovery.guards import TrainingStopped, resolve_device
 from envkit.train.recovery.injection import Injector
-from envkit.train.run import determinism, sharding
+from envkit.train.run import determinism, sharding, timing
 from envkit.train.run.checkpointer import Checkpointer
 from envkit.train.run.compile_cache import CompileCache, cache_key
 from envkit.train.run.distributed import GradientAllReduce, broadcast_from_first, ddp_reduce_for, init_distributed, wrap_ddp
 from envkit.train.run.evaluate import val_batches
-from envkit.train.run.models import build_model_for
+from envkit.train.run.models import build_model_for, use_flex_attention
 from envkit.train.run.optim import build_optimizer, steps_for_epochs
 from envkit.train.run.speed import (apply_sdpa_backend, apply_torch_settings, blocks_share_a_compile, compile_blocks,
                                     compile_kwargs, compile_mode_for, compile_scope_for, maybe_compile, want_compile)
@@ -93,23 +93,30 @@ def build_trainer(cfg: Config, run_dir: Path, tel: Telemetry, *, torch_settings:
     cfg = per_process_batch(cfg, world)
     place, cfg = _place(cfg, world, torch_settings, log)
     loss_sum = torch.zeros((), dtype=torch.float32, device=place.device)
+    timing.mark("device ready: CUDA's start, seeds, torch settings")
     data, cfg = _data(cfg, place, log)
+    timing.mark("data: the data sets, the batch order, validation batches")
     precision, autocast, scaler = _precision(cfg.training.precision, place.device_type, log)
     model = _model(cfg, data.bundle, place, precision, log)
+    timing.mark("model built and initialised on the device")
     optimizer = build_optimizer(model.raw, cfg.training, place.device_type, cfg.origin)
     checkpointer = Checkpointer.for_run(run_dir, cfg, parallel=model.parallel, rank=place.rank, world=world, model=model.raw,
                                         optimizer=optimizer, scaler=scaler, batch_size=data.batch_size, log=log, inject=inject)
     state = TrainState(micro_batch=data.batch_size, grad_accum=cfg.training.grad_accum)
     resumed_from = checkpointer.resume(resume, state) if resume != "never" else None
+    timing.mark("optimizer, checkpointer, resume")
     watch = RunWatch(run_dir, cfg.run_dict(), place.device_type, place.device, log, enabled=place.rank == 0, telemetry=tel,
                      local_devices=world)
+    timing.mark("device watch")
     compile_cache, loss_module, trained, compile_note, all_reduce = _training_module(cfg, place, data.bundle, model, precision, state, log)
+    timing.mark("torch.compile's wrapper")
     loader = cfg.dataloader
     batches = BatchStream(data.bundle, loader, micro_batch=state.micro_batch, position=state.batches, seed=cfg.experiment.seed,
                           rank=place.rank, world=world, device=place.device, pin_memory=data.pin_memory, on_device=data.on_device,
                           ahead=want_fetch_ahead(loader.fetch_ahead, place.device_type, loader.num_workers,
                                                  cfg.dataset.type in BUILTIN_DATASETS),
                           next_batch=watch.next_batch)
+    timing.mark("batch stream")
     trainer = Trainer(cfg=_with_decisions(cfg, place, data, model, precision), run_dir=run_dir, rank=place.rank, world=world, log=log,
                       device_type=place.device_type, device=place.device, device_name=place.device_name, data=data.bundle,
                       val_batches=data.val_batches, batches=batches, raw_model=model.raw, loss_module=loss_module, model=trained,
@@ -244,6 +251,16 @@ def _training_module(cfg: Config, place: Place, data: DataBundle, model: Model, 
                         world=place.world, parallel=model.parallel)
         compile_cache = CompileCache(key, training.compile_cache, log)
         compile_cache.load()
+        timing.mark("compile cache loaded (torch.compiler.load_cache_artifacts)")
+    if compiling == "on" and determinism.flex_attention_for(cfg, place.device_type):
+        try:
+            layers = use_flex_attention(model.raw, place.device)
+        except Exception as exc:  # noqa: BLE001 - a torch without FlexAttention: SDPA's deterministic kernel
+            log(f"training.deterministic: FlexAttention not available ({type(exc).__name__}: {str(exc)[:160]}); SDPA's attention")
+        else:
+            if layers:
+                log(f"training.deterministic: attention by FlexAttention in the compiled step ({layers} layers, "
+                    f"{determinism.FLEX_SWITCH}=flex: an experiment; its backward has no atomics)")
     if model.compile_scope == "blocks":
         loss_module: LossModule = BlockwiseLoss(model.raw, state.grad_accum)
         trained, note = compile_blocks(loss_module, compiling, log, model.compile_mode)

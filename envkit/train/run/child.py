@@ -24,6 +24,7 @@ from envkit.config.config import Config
 from envkit.train.watching.profiling import parse_profile_steps
 from envkit.train.run.batch_probe import probe
 from envkit.train.recovery.faults import switch_device
+from envkit.train.run import timing
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-steps", default=None, help="A:B (validated by envkit run)")
     parser.add_argument("--probe", default=None, help="write one probing step's memory to this JSON file")
     args = parser.parse_args(argv)
+    timing.child_started()  # ENVKIT_TIMING=1: where the time to the first step goes (train/run/timing.py)
 
     import warnings
 
@@ -46,7 +48,10 @@ def main(argv: list[str] | None = None) -> int:
         resolved = json.loads((run_dir / names.CONFIG).read_text())
         cfg = Config.from_resolved(resolved)
         environ_before_cuda(cfg)  # training.deterministic: cuBLAS and Inductor read these when they start
+        timing.mark("config read")
         from envkit.train.run.loop import train
+
+        timing.mark("the trainer's modules imported (torch)")
 
         if args.probe:
             Path(args.probe).write_text(json.dumps(probe(cfg, run_dir, resolved.get("torch_settings"))))

@@ -43,6 +43,7 @@ import torch
 
 from envkit.config.schema import CompileMode, CompileScoped, Parallel, TrainPrecision
 from envkit.install.act.execute import cache_dir
+from envkit.train.run.determinism import flex_attention_for
 from envkit.runfolder.seal import machine_key
 from envkit.fsutil import atomic_write_bytes
 
@@ -93,12 +94,18 @@ def key_parts(cfg, *, device_type: TrainDevice, device_name: str, data_info: dic
               scope: CompileScoped, world: int, parallel: Parallel) -> dict:
     """What the compiled graphs depend on, as the key's readable source."""
     device = device_name if device_type == "cuda" else f"{device_type} {platform.machine()}"
-    return {"torch": torch.__version__, "git": getattr(torch.version, "git_version", None),
-            "cuda": torch.version.cuda, "hip": getattr(torch.version, "hip", None), "device": device,
-            "python": sys.version.split()[0], "model": cfg.run_dict().get("model"),
-            "data": {k: v for k, v in sorted(data_info.items()) if isinstance(v, (int, float, str, bool, type(None)))},
-            "batch": micro_batch, "precision": precision, "mode": mode, "scope": scope,
-            "world": world, "parallel": parallel, "deterministic": cfg.training.deterministic}
+    parts = {"torch": torch.__version__, "git": getattr(torch.version, "git_version", None),
+             "cuda": torch.version.cuda, "hip": getattr(torch.version, "hip", None), "device": device,
+             "python": sys.version.split()[0], "model": cfg.run_dict().get("model"),
+             "data": {k: v for k, v in sorted(data_info.items()) if isinstance(v, (int, float, str, bool, type(None)))},
+             "batch": micro_batch, "precision": precision, "mode": mode, "scope": scope,
+             "world": world, "parallel": parallel, "deterministic": cfg.training.deterministic}
+    # the attention kernel is chosen when the graph is traced, so a blob of another choice is not this run's; named only
+    # where it is not SDPA's own choice, so the keys of the runs before it stay the same
+    attention = "flex" if flex_attention_for(cfg, device_type) else cfg.training.sdpa_backend
+    if attention not in (None, "auto"):
+        parts["attention"] = attention
+    return parts
 
 
 def cache_key(cfg, **shape) -> str:

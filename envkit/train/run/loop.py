@@ -26,7 +26,7 @@ from envkit.train.data.bad_files import UnreadableFile
 from envkit.train.recovery import faults, injection
 from envkit.train.recovery.guards import NanGuard, TrainingStopped
 from envkit.train.recovery.injection import Injector
-from envkit.train.run import recover
+from envkit.train.run import recover, timing
 from envkit.train.run.compile_cache import compile_counters
 from envkit.config.config import Config
 from envkit.train.run.evaluate import evaluate
@@ -76,6 +76,7 @@ def train(cfg: Config, run_dir: Path, *, stop_after: int | None = None, resume: 
                  stop_after=stop_after, on_step=on_step, split_oom=split_oom, elapsed_mark=time.perf_counter(), saved_step=state.step,
                  inject=inject)
     _say_start(tr, state, tel)
+    timing.mark("start lines, heartbeat")
     stop = (Stopper(tr.log if tr.master else (lambda m: None), tr.world, term_grace=cfg.checkpoint.sigterm_grace_seconds)
             if handle_signals else None)
     if stop is not None:  # a step given up (envkit's process gone, SIGTERM's grace over): summary.json says so
@@ -143,6 +144,8 @@ class _Loop:
                     stop.leave_step()
             if not self.warm:
                 self.first_step_done()
+            elif timing.ON and self.first_step is not None and state.step - self.first_step < timing.STEPS:
+                self.later_step_done()  # ENVKIT_TIMING: waited for, so its line says when it ended (CUDA graphs recorded)
             if state.trained is not None:  # None: resumed from a checkpoint that did not count it
                 state.trained += tr.per_step(state)  # samples or tokens, for the run's overall rate
             self.profiler.after_step(state.step)
@@ -172,10 +175,17 @@ class _Loop:
         self.warm = True
         if self.tr.device_type == "cuda":
             torch.cuda.synchronize(self.tr.device)
+        timing.mark("first step: the device waited for (the step's end)")
+        timing.first_step_ended()
         compiling = str(self.tr.compile_note).startswith("on")
         self.watch.first_step_done(compiling)
         self.tel.first_step_done(self.state.step)
         self.first_step = self.state.step
+
+    def later_step_done(self) -> None:
+        if self.tr.device_type == "cuda":
+            torch.cuda.synchronize(self.tr.device)
+        timing.mark(f"step {self.state.step}, waited for")
 
     def keep_compiled(self) -> None:
         """Everything a step runs is compiled by the first step's end (eval runs the eager model):
@@ -183,6 +193,7 @@ class _Loop:
         if self.tr.compile_cache is not None and self.tr.master:
             with self.tr.clock.pause():
                 self.tr.compile_cache.save()
+            timing.mark("compile cache written, if anything compiled (after the first step's line)")
 
     def stop_between(self, stop) -> TrainStatus:
         """A stop that came after the last step's check: the last completed step is checkpointed

@@ -14,6 +14,8 @@ from envkit.train.run.resnets import build_resnet
 from envkit.train.user_code import accepted_args, import_factory
 
 if TYPE_CHECKING:
+    from torch.nn.attention.flex_attention import BlockMask
+
     from envkit.facts.model import TrainDevice
 
 
@@ -28,13 +30,47 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(n_embd, n_embd, bias=bias)
         self.dropout = dropout
         self.resid_drop = nn.Dropout(dropout)
+        self.flex_mask: BlockMask | None = None  # a causal BlockMask where FlexAttention replaces SDPA in compiled steps (use_flex_attention)
 
     def forward(self, x):
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True)
+        mask = self.flex_mask
+        if mask is not None and torch.compiler.is_compiling() and mask.shape[-2] == T:
+            y = flex_attention()(q, k, v, block_mask=mask)
+        else:  # eager (eval, a run without compile), or another length: PyTorch's fused kernels
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True)
         return self.resid_drop(self.proj(y.transpose(1, 2).contiguous().view(B, T, C)))
+
+
+def flex_attention():
+    from torch.nn.attention.flex_attention import flex_attention as flex
+
+    return flex
+
+
+def use_flex_attention(model: nn.Module, device: torch.device) -> int:
+    """Causal FlexAttention in every attention layer of envkit's gpt, where the step is compiled (eager
+    code, eval included, keeps SDPA). Returns the layers switched. Its Triton backward computes dQ in one
+    pass over the keys and dK, dV in one over the queries, without atomics, where cuDNN's attention (SDPA's
+    choice on Hopper) is refused under use_deterministic_algorithms and FlashAttention-2's deterministic
+    backward took 0.43 ms a layer against cuDNN's 0.23 (benchmarks/RESULTS.md). A deterministic run's
+    experiment (determinism.flex_attention_for): its speed on the H100 is not measured yet."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    layers = [m for m in model.modules() if isinstance(m, CausalSelfAttention)]
+    if not layers or getattr(model, "block_size", None) is None or any(m.dropout for m in layers):
+        return 0  # flex_attention has no dropout
+
+    def causal(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+
+    T = int(model.block_size)  # pyright: ignore[reportArgumentType] - envkit's GPT's int attribute
+    mask = create_block_mask(causal, None, None, T, T, device=device)
+    for m in layers:
+        m.flex_mask = mask
+    return len(layers)
 
 
 class Block(nn.Module):

@@ -20,6 +20,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from envkit.train.run import timing
+
 
 class LossModule(nn.Module):
     """`LossModule(model, accum)(x, y)` -> the mean cross-entropy / accum.
@@ -93,6 +95,8 @@ def train_step(tr, state, lr: float) -> StepOut:
     tr.scaler.step(tr.optimizer)
     tr.scaler.update()
     tr.optimizer.zero_grad(set_to_none=True)
+    if timing.ON and timing.in_first_step:
+        timing.mark("first step: clipping, optimizer step")
     state.step += 1
     state.batches += state.grad_accum  # counted when used: a checkpoint's data position
     tr.clock.tick()
@@ -108,8 +112,13 @@ def forward_backward(tr, grad_accum: int) -> torch.Tensor:
             tr.model.require_backward_grad_sync = micro == grad_accum - 1
         with tr.autocast:
             loss = tr.model(x, y)  # cross-entropy / grad_accum
+        first = timing.ON and timing.in_first_step and micro == 0
+        if first:
+            timing.mark("first step: batch, forward (Dynamo's trace and guards, the forward graph loaded, its first run)")
         tr.batches.prefetch()  # the next batch is read and copied while the device runs this one
         tr.scaler.scale(loss).backward()
+        if first:
+            timing.mark("first step: backward (the backward graph loaded, its first run)")
         # a copy, not the output itself: under CUDA graphs the next replay overwrites the output
         total = loss.detach().clone() if total is None else total.add_(loss.detach())
     assert total is not None  # grad_accum >= 1 (the schema's minimum): one micro-batch at least
