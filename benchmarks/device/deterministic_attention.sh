@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 69: determinism within 5% on GPT-2 small. `envkit run` of GPT-2 small: the default run, the deterministic
+# Determinism within 5% on GPT-2 small. `envkit run` of GPT-2 small: the default run, the deterministic
 # run as shipped (SDPA: FlashAttention-2 where cuDNN is refused) and with FlexAttention (ENVKIT_DETERMINISTIC_ATTENTION=flex), each deterministic
 # one twice and compared at every logged step (bench_determinism_gpt2.py); then the attention kernels a deterministic
 # step can use, one layer timed and checked bit for bit (bench_det_attention.py; MICRO=0 leaves it out).

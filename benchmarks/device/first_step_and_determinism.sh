@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 69 in one lease, the parts in the order of what matters most, each with its own limit (what a part wrote
+# The first step's breakdown and deterministic attention in one lease, the parts in the order of what matters most, each with its own limit (what a part wrote
 # under OUTDIR comes back when it is cut): the first step's breakdown with the switches tried against it
 # (first_step_breakdown.sh without the floors and the AOT path, T_TTFS s), GPT-2 small's deterministic runs and
 # then the attention kernels in what is left of TOTAL s (deterministic_attention.sh), then torch's AOT path

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 69: where GPT-2 small's warm first step goes on one GPU, and what the switches tried against it do.
+# Where GPT-2 small's warm first step goes on one GPU, and what the switches tried against it do.
 # Torch's bytecode written first (the image ships none and sets PYTHONDONTWRITEBYTECODE: a pip install writes
 # it, so the figures a user meets are with it); then the start floors (python, import torch, CUDA's start,
 # compile's imports), `bench_time_to_first_step.py` with its breakdown (cold, warm and again REPEAT times,

@@ -94,7 +94,7 @@ def flex_attention_for(cfg, device_type: str) -> bool:
     deterministic backward in PyTorch and is refused under use_deterministic_algorithms, and what SDPA
     falls to, FlashAttention-2's deterministic backward, costs GPT-2 small most of its 8% (benchmarks/
     RESULTS.md, 2026-11-27); FlexAttention's Triton backward has no atomics, but its speed and its
-    sameness twice on the H100 are not measured yet (issue 69: benchmarks/bench_determinism_gpt2.py,
+    sameness twice on the H100 are not measured yet (benchmarks/bench_determinism_gpt2.py,
     benchmarks/bench_det_attention.py). A backend named in training.sdpa_backend keeps SDPA with it."""
     t = cfg.training
     return bool(os.environ.get(FLEX_SWITCH) == "flex" and t.deterministic and device_type == "cuda" and cfg.model.type == "gpt"
