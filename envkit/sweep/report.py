@@ -54,20 +54,27 @@ def mean_std(values: list) -> tuple[float | None, float | None]:
     return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
 
 
-def groups(results: list[dict]) -> list[dict]:
-    """One entry per group in the order groups first appear; std is the sample standard deviation."""
+def grouped(results: list[dict], metrics: tuple[str, ...]) -> list[dict]:
+    """One entry per group in the order groups first appear: its runs, how many completed, and each
+    metric's mean and sample standard deviation over the completed ones (`<metric>_mean`, `_std`)."""
     order: dict[str, list[dict]] = {}
     for r in results:
         order.setdefault(r["group"], []).append(r)
     out = []
     for name, rs in order.items():
         done = [r for r in rs if r["status"] == "completed"]
-        acc, acc_sd = mean_std([r["accuracy"] for r in done])
-        loss, loss_sd = mean_std([r["best_val_loss"] for r in done])
-        rate, rate_sd = mean_std([r["rate"] for r in done])
-        out.append({"group": name, "runs": len(rs), "completed": len(done), "accuracy_mean": acc, "accuracy_std": acc_sd,
-                    "best_val_loss_mean": loss, "best_val_loss_std": loss_sd, "rate_mean": rate, "rate_std": rate_sd,
-                    "rate_unit": rs[0]["rate_unit"]})
+        entry = {"group": name, "runs": len(rs), "completed": len(done)}
+        for m in metrics:
+            entry[f"{m}_mean"], entry[f"{m}_std"] = mean_std([r[m] for r in done])
+        out.append(entry)
+    return out
+
+
+def groups(results: list[dict]) -> list[dict]:
+    """A train.yaml sweep's groups: best validation accuracy, best validation loss, throughput."""
+    out = grouped(results, ("accuracy", "best_val_loss", "rate"))
+    for g in out:
+        g["rate_unit"] = next(r["rate_unit"] for r in results if r["group"] == g["group"])
     return out
 
 

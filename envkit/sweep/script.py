@@ -33,7 +33,7 @@ from envkit.runfolder.bounded import read_bytes, read_json_lenient
 from envkit.runfolder.shown import shown
 from envkit.runfolder.owner import owner_holder, owner_lock_state, read_owner
 from envkit.runfolder.metrics import parse_rows
-from envkit.sweep.report import mean_std, pm
+from envkit.sweep.report import grouped, pm
 from envkit.train.watching.curves import draw_runs
 
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -219,18 +219,8 @@ def result(r: ScriptRun) -> dict:
 
 
 def groups(results: list[dict]) -> list[dict]:
-    """One entry per group (the same values, seeds apart): the completed runs' mean and standard deviation."""
-    order: dict[str, list[dict]] = {}
-    for r in results:
-        order.setdefault(r["group"], []).append(r)
-    out = []
-    for name, rs in order.items():
-        done = [r for r in rs if r["status"] == "completed"]
-        loss, loss_sd = mean_std([r["final_loss"] for r in done])
-        val, val_sd = mean_std([r["best_val_loss"] for r in done])
-        out.append({"group": name, "runs": len(rs), "completed": len(done), "final_loss_mean": loss, "final_loss_std": loss_sd,
-                    "best_val_loss_mean": val, "best_val_loss_std": val_sd})
-    return out
+    """A command sweep's groups (the same values, seeds apart): final loss and best validation loss."""
+    return grouped(results, ("final_loss", "best_val_loss"))
 
 
 def table_rows(gs: list[dict]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
