@@ -58,6 +58,10 @@ def plan_lines(plan: Plan) -> list[str]:
         if c.state.role == "envkit":
             line += "; put first on PYTHONPATH as envkit itself"
         out.append(line)
+    if plan.data:
+        linked = [d for d in plan.data if plan.inside(d) is not None]
+        out.append(f"data checked before training: {shown_list(plan.data)}"
+                   + (f"; linked read-only into the worktree: {shown_list(linked)}" if linked else ""))
     lock = plan.lock
     picks = lock.picks()
     hosts = sorted({urlsplit(p.url).netloc for p in picks if p.url and urlsplit(p.url).scheme in ("http", "https")})

@@ -87,6 +87,14 @@ def test_an_unedited_project_is_recorded_reproduced_same_and_never_written_to(cl
     assert "the reproduction writes there, never into your tree" in r.stderr
     assert _git(repo, "status", "--porcelain") == "" and len(_git(repo, "worktree", "list").splitlines()) == 1
 
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "note": "edited"}))  # someone else's results now: asked first
+    r = envkit("reproduce", str(run), "--venv", sys.prefix, env=env, timeout=300)
+    shown = r.stdout + r.stderr  # the plan it would carry out, then the one-line refusal: no terminal, no --yes
+    assert r.returncode == 2 and f"data checked before training: {repo / 'data' / 'tiny' / 'meta.pkl'}, " in shown, shown
+    assert "linked read-only into the worktree:" in shown and len(list((repo / "runs" / "train").iterdir())) == 2
+    (run / "summary.json").write_text(json.dumps(summary))
+
     blob = bytearray((repo / "data" / "tiny" / "train.bin").read_bytes())
     blob[100] ^= 1
     (repo / "data" / "tiny" / "train.bin").write_bytes(bytes(blob))
