@@ -3,7 +3,7 @@ each), hashed in blocks, named and placed as a user's values allow, and locked b
 other processes can name.
 
 Modes: a file is created as open() creates it, 0666 less the umask (0644 under the usual 022), so
-the locks (pylock.toml, envkit.lock), env scripts, run folders and reports can be read by a CI
+the locks (pylock.toml, pylock.machine.toml), env scripts, run folders and reports can be read by a CI
 runner or a colleague; mkstemp's own 0600 is never left on them. None of envkit's files holds a
 secret (credentials are stripped or redacted before anything is written), so none is private; a
 file that ever must be passes mode=0o600."""

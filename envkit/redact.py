@@ -1,5 +1,5 @@
 """Secrets are never written: one rule for every writer (doctor snapshots and --json, run folders,
-envkit.lock, logs, error lines).
+pylock.machine.toml, logs, error lines).
 
 Three layers, each enough on its own for the common case:
 1. an allow-list: only the environment variables that matter to PyTorch are recorded
@@ -162,7 +162,7 @@ def recorded_env(environ: dict[str, str]) -> dict[str, str]:
 
 
 def safe_env(environ: dict[str, str]) -> dict[str, str]:
-    """For variables envkit itself sets (a profile's, written into envkit.lock): no allow-list,
+    """For variables envkit itself sets (a profile's, written into pylock.machine.toml): no allow-list,
     the name rule and the URL rule only."""
     return {k: strip_userinfo(str(v)) for k, v in environ.items() if not is_secret(k)}
 

@@ -51,7 +51,7 @@ def _package_version(name: str) -> str | None:
               help="github: ::error/::warning annotations at the lines the gates and the lock come from; junit: a JUnit XML report.")
 @click.option("--replay", type=click.Path(dir_okay=False), help="Judge a recorded snapshot instead of this machine.")
 @click.option("--python", "python", help="Judge this interpreter's packages instead of envkit's own.")
-@click.option("--lock", "lock", type=click.Path(dir_okay=False), help="Report drift from an envkit.lock or a pylock.toml (exit 1 on any).")
+@click.option("--lock", "lock", type=click.Path(dir_okay=False), help="Report drift from a lock: pylock.machine.toml, pylock.toml (exit 1 on any).")
 def check(requires, pyproject, as_json, fmt, replay, python, lock) -> None:
     """Exit 0 when every gate holds, 1 when one fails, 2 for an invalid gate.
 
@@ -82,7 +82,7 @@ def check(requires, pyproject, as_json, fmt, replay, python, lock) -> None:
     if lock:
         from envkit.install.lock.drift import drift_report
 
-        # an envkit.lock as a whole, a pylock.toml as this machine's part of it
+        # a machine lock as a whole, a pylock.toml as this machine's part of it
         drift = drift_report(Path(lock), facts, say=lambda line: click.echo(line, err=True))
     ok = all(r.ok for r in results) and not (drift and drift.get("changed"))
     _render(fmt, ok, results, drift, texts, lock)

@@ -22,7 +22,7 @@ from envkit.console import is_tty, print_json
               help="The index of everything but torch's builds (default: pip's configuration). "
                    "torch's per-build pages: ENVKIT_PYTORCH_INDEX (default https://download.pytorch.org/whl).")
 @click.option("--output", "-o", default="pylock.toml", show_default=True, metavar="FILE", help="pylock.toml or pylock.NAME.toml.")
-@click.option("--from", "from_lock", metavar="ENVKIT_LOCK", help="Convert an envkit.lock (one platform) instead of resolving.")
+@click.option("--from", "from_lock", metavar="MACHINE_LOCK", help="Convert a pylock.machine.toml (or envkit.lock): one platform, no resolving.")
 @click.option("--extra", "extras", multiple=True, metavar="NAME", help="Lock this extra of the project too (repeatable).")
 @click.option("--group", "groups", multiple=True, metavar="NAME", help="Lock this PEP 735 dependency group too (repeatable).")
 @click.option("-r", "--requirements", "requirements", multiple=True, metavar="FILE", help="Lock a requirements file too (repeatable).")

@@ -32,7 +32,7 @@ from envkit.selftest import run_selftest
               help="Read and install torch from this index (a mirror), or a folder of wheels. Also ENVKIT_INDEX_URL.")
 @click.option("--dry-run", is_flag=True, help="Show the plan and stop.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-@click.option("--lock", "lock_opt", metavar="FILE", help="Rebuild from this lock if it exists, else write the lock here (default envkit.lock).")
+@click.option("--lock", "lock_opt", metavar="FILE", help="Rebuild from this lock if it exists, else write it here (default pylock.machine.toml).")
 @click.option("--sync", is_flag=True, help="With --lock: also remove what the lock does not name (your project's own packages stay).")
 @click.option("--no-selftest", is_flag=True, help="Skip the self-test at the end.")
 @click.option("--tune", "tune", default=None, metavar="BUDGET", is_flag=False, flag_value="5m",

@@ -19,15 +19,15 @@ act/      plan, execute, roll back
 setup/    the `envkit setup` flow
   flow.py           facts -> profile -> build -> versions -> plan -> install -> outputs
   options.py        setup's inputs, checked before anything touches the disk
-  outputs.py        what setup leaves: envkit.lock, state, the resolved profile, env scripts
+  outputs.py        what setup leaves: pylock.machine.toml, state, the resolved profile, env scripts
   managed.py        the managed environment (.envkit/state.json) other commands find
-lock/     both lock formats, envkit.lock (one machine) and pylock.toml (many), PEP 751 both
+lock/     both lock formats, pylock.machine.toml (one machine) and pylock.toml (many), PEP 751 both
   model.py          the data: Wheel, Locked, TargetLock, Pick
   toml.py           the one TOML writer
-  read.py           the one reader (any name, any age)
+  read.py           the one reader (any name, any age: envkit.lock, the old name, too)
   old_format.py     envkit.lock as written before (lock_version = 1), read into today's shape
-  single.py         envkit.lock's shape: a pylock of the machine setup ran on
-  record.py         envkit.lock from a setup: the installed set and each wheel's URL and sha256
+  single.py         pylock.machine.toml's shape: a pylock of the machine setup ran on
+  record.py         pylock.machine.toml from a setup: the installed set and each wheel's URL and sha256
   index_hashes.py   sha256s from the index where the installer reports none (uv)
   machine.py        the machine a lock was made on, and how this one differs
   select.py         this machine's part of a lock
@@ -41,5 +41,5 @@ lock/     both lock formats, envkit.lock (one machine) and pylock.toml (many), P
   resolve.py        each target's closure: wheel metadata, uv for the rest
   grouping.py       the targets' closures as one pylock.toml (markers, dependency groups)
   flow.py           `envkit lock` as one function
-  convert.py        `envkit lock --from envkit.lock`
+  convert.py        `envkit lock --from pylock.machine.toml`
 """

@@ -3,7 +3,7 @@
 1. its `direct_url.json` (PEP 610): pip writes the file's URL and, when it was given one, its hash
    for a wheel installed from a URL or a file (`envkit setup --lock` installs that way);
 2. a lock that already names this version: the managed environment's (`envkit setup`) and an
-   envkit.lock or pylock.toml in the current folder;
+   pylock.machine.toml (or envkit.lock, its name before) or pylock.toml in the current folder;
 3. the package indexes the interpreter's pip is configured with (and the managed lock's), read by
    envkit's own index client (install/index/pages.py): the file of this version whose wheel tags are
    the installed distribution's own (its WHEEL file), with the sha256 the index publishes (a folder

@@ -1,4 +1,4 @@
-"""envkit.lock: format (a PEP 751 lock of one machine), secrets, drift, an envkit.lock in the old
+"""pylock.machine.toml: format (a PEP 751 lock of one machine), secrets, drift, an envkit.lock in the old
 format still read, and the real torch 2.13.0 (from this disk through pip's configuration)
 installed by `envkit setup`, locked, and rebuilt from the lock into a second venv."""
 
@@ -37,10 +37,13 @@ def _doc(**kw):
 
 
 def test_roundtrip_atomic_and_no_secrets(tmp_path):
-    path = tmp_path / "envkit.lock"
+    path = tmp_path / "pylock.machine.toml"
     assert record.write(path, _doc()) is True
     text = path.read_text()
     assert "HF_TOKEN" not in text and "MY_API_KEY" not in text and "secret" not in text
+    # the header names the file, and says where numpy (no wheel recorded) is kept and what pip and uv make of it
+    assert text.startswith("# pylock.machine.toml: written by `envkit setup`") and "`pip install -r pylock.machine.toml`" in text
+    assert "# 1 package(s) have no wheel recorded" in text and "under [tool.envkit] versions-only only" in text
     data = load_toml(path)  # PEP 751's shape, read without envkit
     assert data["lock-version"] == "1.0" and data["requires-python"] == "==3.11.*"
     assert data["environments"] == ["sys_platform == 'linux' and platform_machine == 'x86_64'"]
@@ -50,7 +53,7 @@ def test_roundtrip_atomic_and_no_secrets(tmp_path):
     back = read(path)
     assert back.versions == {"torch": "2.13.0+cpu", "numpy": "2.2.6"} and back.env == {"PYTORCH_X": "1"}
     assert record.write(path, back.data) is False  # same content: not rewritten
-    assert not list(tmp_path.glob(".envkit.lock.*"))
+    assert not list(tmp_path.glob(".pylock.machine.toml.*"))
 
 
 def test_corrupt_and_foreign_locks(tmp_path):
@@ -115,8 +118,8 @@ def test_an_old_envkit_lock_is_still_read_and_says_how_to_rewrite_it(venv, tmp_p
     removed = json.loads(r.stdout)["drift"]["removed"]
     assert removed == {re.sub(r"[-_.]+", "-", n).lower(): v for n, v in names}  # Jinja2 -> jinja2, typing_extensions -> typing-extensions
     assert r.stderr.splitlines() == [
-        "note: envkit.lock is in envkit's old lock format (lock_version = 1), read as before; `envkit setup` rewrites it "
-        "as a pylock of this one machine, `envkit lock --from envkit.lock` converts it to pylock.toml"]
+        "note: envkit.lock is in envkit's old lock format (lock_version = 1), read as before; `envkit setup` writes "
+        "pylock.machine.toml, a pylock of this one machine, `envkit lock --from envkit.lock` converts it to pylock.toml"]
 
 
 def _set(venv: Path) -> dict:
@@ -148,7 +151,7 @@ def test_real_torch_setup_lock_and_rebuild(tmp_path):
     assert first["torch"] == "2.13.0+cpu" and first.get("numpy"), first  # numpy beside torch by default
     assert "Warning" not in r.stdout + r.stderr  # envkit's own checks add no warning noise
     assert "envkit init train.yaml" in r.stdout  # no train.yaml here: the next step names init
-    lock = load_toml(tmp_path / "envkit.lock")
+    lock = load_toml(tmp_path / "pylock.machine.toml")
     versions = {p["name"]: p["version"] for p in lock["packages"]}
     assert versions["torch"] == "2.13.0+cpu" and lock["tool"]["envkit"]["platform"]["backend"] == "cpu"
     assert versions["numpy"] == first["numpy"]
@@ -161,7 +164,8 @@ def test_real_torch_setup_lock_and_rebuild(tmp_path):
 
     # The lock holds the real closure whole: checked against the venv it was written from, nothing drifts.
     # (Rebuilding a venv from a lock is test_setup.py's, with small wheels; a real torch from a lock, test_pylock_real.py's.)
-    r = envkit("check", "--lock", "envkit.lock", "--python", str(tmp_path / ".envkit/venv/bin/python"), "--json", cwd=tmp_path, env=env)
+    r = envkit("check", "--lock", "pylock.machine.toml", "--python", str(tmp_path / ".envkit/venv/bin/python"), "--json", cwd=tmp_path,
+               env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     drift = json.loads(r.stdout)["drift"]
     assert (drift["changed"], drift["lines"]) == (False, []), drift

@@ -93,13 +93,13 @@ def _pylock(srv, index: str) -> str:
 
 
 def _machine() -> str:
-    """This machine as an envkit.lock's platform table names it (from the interpreter, not envkit)."""
+    """This machine as a machine lock's platform table names it (from the interpreter, not envkit)."""
     return (f'system = "{platform.system()}"\narch = "{platform.machine()}"\n'
             f'python_minor = "{sys.version_info[0]}.{sys.version_info[1]}"\nbackend = "cpu"\n')
 
 
-def _envkit_lock(srv, index: str) -> str:
-    """envkit.lock as `envkit setup` writes it now: a pylock of one target, the machine, profile and
+def _machine_lock(srv, index: str) -> str:
+    """pylock.machine.toml as `envkit setup` writes it now: a pylock of one target, the machine, profile and
     source in [tool.envkit]; the index is the lock's source, not named per package."""
     w = srv.wheel
     return (f'lock-version = "1.0"\ncreated-by = "envkit"\n\n[[packages]]\nname = "torch"\nversion = "{TORCH}"\n'
@@ -117,7 +117,7 @@ def _old_envkit_lock(srv, index: str) -> str:
             f'url = "{srv.wheel_url(index)}"\n')
 
 
-FORMATS = {"pylock.toml": _pylock, "envkit.lock": _envkit_lock, "envkit.lock (old format)": _old_envkit_lock}
+FORMATS = {"pylock.toml": _pylock, "pylock.machine.toml": _machine_lock, "envkit.lock (old format)": _old_envkit_lock}
 
 # (the credential's URL, the path of the index the lock names, is the credential sent)
 CASES = {

@@ -126,10 +126,10 @@ def test_the_readme_setup_leaves_check_green_and_real_drift_still_shows(index, v
     # 2. pip install -e '.[test]'
     pip(venv, "--index-url", url, "-e", ".[test]", cwd=proj)
     assert installed(venv) == {"proj": "1.0", "dep-a": "1.0", "dep-t": "1.0", "dep-t2": "1.0", "torch": "2.5.1+cpu"}
-    r = envkit("lock", "--from", "envkit.lock", cwd=proj)
+    r = envkit("lock", "--from", "pylock.machine.toml", cwd=proj)
     assert r.returncode == 0, r.stderr
 
-    for lock in ("envkit.lock", "pylock.toml"):
+    for lock in ("pylock.machine.toml", "pylock.toml"):
         rc, drift = check(lock, venv, proj)
         assert (rc, drift["lines"]) == (0, []), drift
         assert drift["project"] == {"name": "proj", "extras": ["test"], "packages": {"dep-t": "1.0", "dep-t2": "1.0"}}
@@ -145,23 +145,23 @@ def test_the_readme_setup_leaves_check_green_and_real_drift_still_shows(index, v
     # its installed extras pulled in, are still outside the lock's scope; the last line says the verdict once
     outside = venv.parent / "outside"
     outside.mkdir()
-    text = (proj / "envkit.lock").read_text()
+    text = (proj / "pylock.machine.toml").read_text()
     start = text.index("[tool.envkit.project]")
     end = text.find("\n[", start + 1)
-    (outside / "envkit.lock").write_text(text[:start] + (text[end + 1:] if end != -1 else ""))
-    r = envkit("check", "--lock", "envkit.lock", "--python", str(venv / "bin/python"), "--require", "python>=3.8", cwd=outside)
+    (outside / "pylock.machine.toml").write_text(text[:start] + (text[end + 1:] if end != -1 else ""))
+    r = envkit("check", "--lock", "pylock.machine.toml", "--python", str(venv / "bin/python"), "--require", "python>=3.8", cwd=outside)
     assert r.returncode == 0 and "DRIFT" not in r.stdout, r.stdout
     assert "2 packages installed for the project proj[test] are not in the lock (not drift)" in r.stdout
-    assert r.stdout.splitlines()[-1] == "1/1 gates hold; the environment matches envkit.lock"
+    assert r.stdout.splitlines()[-1] == "1/1 gates hold; the environment matches pylock.machine.toml"
 
     # a real drift: a locked package upgraded behind the lock's back, and a package nothing asked for
     pip(venv, "--index-url", url, "-U", "dep-a", "stray", cwd=proj)
-    for lock in ("envkit.lock", "pylock.toml"):
+    for lock in ("pylock.machine.toml", "pylock.toml"):
         rc, drift = check(lock, venv, proj)
         assert rc == 1 and drift["lines"] == ["dep-a: 1.0 in the lock, 1.1 installed",
                                               "stray 1.0 is installed but not in the lock"], drift
-    r = envkit("check", "--lock", "envkit.lock", "--python", str(venv / "bin/python"), "--require", "python>=3.8", cwd=proj)
-    assert r.stdout.splitlines()[-1] == "1/1 gates hold; 2 differences from envkit.lock (DRIFT above): FAILED", r.stdout
-    r = envkit("setup", "--venv", str(venv), "--lock", "envkit.lock", "--sync", "--yes", "--no-selftest", cwd=proj)
+    r = envkit("check", "--lock", "pylock.machine.toml", "--python", str(venv / "bin/python"), "--require", "python>=3.8", cwd=proj)
+    assert r.stdout.splitlines()[-1] == "1/1 gates hold; 2 differences from pylock.machine.toml (DRIFT above): FAILED", r.stdout
+    r = envkit("setup", "--venv", str(venv), "--lock", "pylock.machine.toml", "--sync", "--yes", "--no-selftest", cwd=proj)
     assert r.returncode == 0, r.stdout + r.stderr
     assert installed(venv) == {"proj": "1.0", "dep-a": "1.0", "dep-t": "1.0", "dep-t2": "1.0", "torch": "2.5.1+cpu"}

@@ -1,9 +1,9 @@
-"""A lock runs nothing it does not name: every value envkit reads from a lock (envkit.lock in either
-format, pylock.toml) is checked before any installer sees it. A version that smuggles a line into
-pip's requirements file (`1.17.0\\n/path/to/a/project` made pip build that folder, running its
-build code; `\\n--extra-index-url http://...` sent pip to another index), a URL of another scheme,
-a hash that is no hash, a missing key: one line naming the file and the entry, exit 2, no venv
-made, nothing installed.
+"""A lock runs nothing it does not name: every value envkit reads from a lock (pylock.machine.toml,
+envkit.lock in either format, pylock.toml) is checked before any installer sees it. A version that
+smuggles a line into pip's requirements file (`1.17.0\\n/path/to/a/project` made pip build that
+folder, running its build code; `\\n--extra-index-url http://...` sent pip to another index), a URL
+of another scheme, a hash that is no hash, a missing key: one line naming the file and the entry,
+exit 2, no venv made, nothing installed.
 
 The end-to-end case installs from a real index on 127.0.0.1 (tests/localindex.py) into a real
 venv; the project the lock smuggles in builds with a PEP 517 backend of its own (no build
@@ -25,7 +25,7 @@ WHEEL_URL = "https://download.pytorch.org/whl/cpu/torch-2.6.0%2Bcpu-cp311-cp311-
 MACHINE = (f'system = "{platform.system()}"\narch = "{platform.machine()}"\n'
            f'python_minor = "{sys.version_info[0]}.{sys.version_info[1]}"\nbackend = "cpu"\n')
 
-# envkit.lock as `envkit setup` writes it (a pylock of this one machine); the third versions-only
+# pylock.machine.toml as `envkit setup` writes it (a pylock of this one machine); the third versions-only
 # entry is the one most cases break
 ENVKIT_LOCK = f'''lock-version = "1.0"
 created-by = "envkit"
@@ -151,7 +151,7 @@ CASES = {
 def test_a_bad_value_in_a_lock_stops_setup_before_anything_is_made(tmp_path, case):
     lock, line, replacement, entry, field = CASES[case]
     assert lock.count(line) == 1  # the case changes one place of a valid lock
-    name = "pylock.toml" if lock is PYLOCK else "envkit.lock"
+    name = "pylock.toml" if lock is PYLOCK else "envkit.lock" if lock is OLD_LOCK else "pylock.machine.toml"
     (tmp_path / name).write_text(lock.replace(line, replacement))
     venv = tmp_path / "venv"
     r = envkit("setup", "--lock", name, "--yes", "--no-selftest", "--installer", "pip", "--venv", str(venv), cwd=tmp_path,
@@ -168,7 +168,8 @@ def test_the_same_locks_unbroken_are_read(tmp_path):
     """The locks the cases break, as written: read whole (the cases fail by their one change)."""
     from envkit.install.lock.read import read
 
-    for name, text in (("envkit.lock", ENVKIT_LOCK), ("old/envkit.lock", OLD_LOCK), ("pylock.toml", PYLOCK)):
+    for name, text in (("pylock.machine.toml", ENVKIT_LOCK), ("envkit.lock", ENVKIT_LOCK), ("old/envkit.lock", OLD_LOCK),
+                       ("pylock.toml", PYLOCK)):
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text(text)
         assert read(tmp_path / name).versions["torch"] == "2.6.0+cpu"
@@ -194,7 +195,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 
 
 def test_a_lock_that_smuggles_a_project_into_pips_requirements_runs_nothing(server, venv, tmp_path):
-    """`envkit setup --lock` of an envkit.lock whose versions-only torch pin carries a second line,
+    """`envkit setup --lock` of a pylock.machine.toml whose versions-only torch pin carries a second line,
     the path of a local project: before, pip read it as a requirement of its own and built the
     project (its build code ran, here writing PWNED) before envkit rolled the install back."""
     evil = tmp_path / "evilpkg"
@@ -202,33 +203,33 @@ def test_a_lock_that_smuggles_a_project_into_pips_requirements_runs_nothing(serv
     (evil / "pyproject.toml").write_text('[build-system]\nrequires = []\nbuild-backend = "evil_backend"\nbackend-path = ["."]\n'
                                          '[project]\nname = "evilpkg"\nversion = "1"\n')
     (evil / "evil_backend.py").write_text(EVIL_BACKEND)
-    (tmp_path / "envkit.lock").write_text(
+    (tmp_path / "pylock.machine.toml").write_text(
         f'lock-version = "1.0"\ncreated-by = "envkit"\npackages = []\n\n[tool.envkit]\nenvkit = "0.1.0"\n\n'
         f'[[tool.envkit.versions-only]]\nname = "torch"\nversion = "2.6.0+cpu\\n{evil}"\n\n'  # TOML's \n: a newline
         f'[tool.envkit.platform]\n{MACHINE}\n[tool.envkit.profile]\nname = "cpu"\n\n'
         f'[tool.envkit.source]\ntorch = "2.6.0"\nindex_urls = ["{server.url("json")}"]\n')
     before = installed(venv)
-    r = envkit("setup", "--lock", "envkit.lock", "--yes", "--no-selftest", "--installer", "pip", "--venv", str(venv), cwd=tmp_path,
+    r = envkit("setup", "--lock", "pylock.machine.toml", "--yes", "--no-selftest", "--installer", "pip", "--venv", str(venv), cwd=tmp_path,
                env={"ENVKIT_CACHE_DIR": str(tmp_path / "cache")}, timeout=240)
     assert not (tmp_path / "PWNED").exists(), r.stdout + r.stderr
     assert r.returncode == 2, r.stdout + r.stderr
     assert r.stderr.strip().splitlines() == [(
-        f"envkit: error: envkit.lock: [[tool.envkit.versions-only]] entry 1 (torch): version '2.6.0+cpu\\n{evil}' is not a "
+        f"envkit: error: pylock.machine.toml: [[tool.envkit.versions-only]] entry 1 (torch): version '2.6.0+cpu\\n{evil}' is not a "
         "PEP 440 version (fix: a PEP 440 version, e.g. 1.26.4 or 2.13.0+cpu; write it again with `envkit setup` (without --lock), "
         "or restore it from version control; do not install a lock you do not trust)")]
     assert installed(venv) == before == {}
 
 
-@pytest.mark.parametrize("command", [["setup", "--lock", "envkit.lock", "--yes", "--venv", "venv"],
-                                     ["check", "--lock", "envkit.lock"], ["lock", "--from", "envkit.lock"]])
+@pytest.mark.parametrize("command", [["setup", "--lock", "pylock.machine.toml", "--yes", "--venv", "venv"],
+                                     ["check", "--lock", "pylock.machine.toml"], ["lock", "--from", "pylock.machine.toml"]])
 def test_every_command_that_reads_a_lock_gets_it_checked(tmp_path, command):
     """One reader checks, so each command refuses the same lock with the same line."""
     lock, line, replacement, entry, _ = CASES["a newline and a path in a version"]
-    (tmp_path / "envkit.lock").write_text(lock.replace(line, replacement))
+    (tmp_path / "pylock.machine.toml").write_text(lock.replace(line, replacement))
     r = envkit(*command, cwd=tmp_path, env={"ENVKIT_CACHE_DIR": str(tmp_path / "cache")}, timeout=120)
     assert (r.returncode, r.stdout) == (2, ""), r.stdout + r.stderr
-    assert r.stderr.splitlines() == [f"envkit: error: envkit.lock: {entry}: version '3.1.4\\n/tmp/evilpkg' is not a PEP 440 "
+    assert r.stderr.splitlines() == [f"envkit: error: pylock.machine.toml: {entry}: version '3.1.4\\n/tmp/evilpkg' is not a PEP 440 "
                                      "version (fix: a PEP 440 version, e.g. 1.26.4 or 2.13.0+cpu; write it again with `envkit "
                                      "setup` (without --lock), or restore it from version control; do not install a lock you do "
                                      "not trust)"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["envkit.lock"]  # no venv, no cache, no pylock.toml
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pylock.machine.toml"]  # no venv, no cache, no pylock.toml

@@ -256,21 +256,21 @@ def test_the_machine_picks_the_newest_build_its_driver_runs(four):
         assert needle in exc.value.one_line() and "it has macos-arm64, linux-x86_64-cpu" in exc.value.one_line()
 
 
-def test_an_envkit_lock_converts_to_a_pylock_with_the_same_versions(indexes, tmp_path):
-    """`envkit lock --from envkit.lock`: the wheels the lock recorded (URL and sha256), and for a
+def test_a_machine_lock_converts_to_a_pylock_with_the_same_versions(indexes, tmp_path):
+    """`envkit lock --from pylock.machine.toml`: the wheels the lock recorded (URL and sha256), and for a
     package it recorded without them, that exact version's wheel on the lock's index."""
     from envkit.install.lock import record, single
 
     cpu = next(p for p in indexes.wheels["cpu"] if "2.13.0" in p.name)
     served = f"{indexes.base}/files/{cpu.name.replace('+', '%2B')}"
-    record.write(tmp_path / "envkit.lock", single.doc(
+    record.write(tmp_path / "pylock.machine.toml", single.doc(
         platform={"system": "Linux", "arch": "x86_64", "python_minor": f"{sys.version_info[0]}.{sys.version_info[1]}",
                   "backend": "cpu", "device": "cpu"},
         profile={"name": "cpu"}, source={"torch": "2.13.0", "index_urls": [f"{indexes.base}/pypi/simple"]}, env={},
         entries=[{"name": "torch", "version": "2.13.0+cpu", "url": served,
                   "sha256": hashlib.sha256(cpu.read_bytes()).hexdigest()},
                  {"name": "typing_extensions", "version": "4.9.0"}], envkit_version="0.1.0"))
-    r = run("lock", "--from", "envkit.lock", cwd=tmp_path)
+    r = run("lock", "--from", "pylock.machine.toml", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     data = load_toml(tmp_path / "pylock.toml")
     pylock.Pylock.from_dict(data)
@@ -279,8 +279,8 @@ def test_an_envkit_lock_converts_to_a_pylock_with_the_same_versions(indexes, tmp
     r = run("setup", "--lock", "pylock.toml", "--dry-run", "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["versions"] == {"torch": "2.13.0+cpu", "typing-extensions": "4.9.0"}
-    (tmp_path / "envkit.lock").write_text((tmp_path / "envkit.lock").read_text().replace('"4.9.0"', '"4.0.1"'))
-    r = run("lock", "--from", "envkit.lock", "--index-url", f"{indexes.base}/pypi/simple", cwd=tmp_path)
+    (tmp_path / "pylock.machine.toml").write_text((tmp_path / "pylock.machine.toml").read_text().replace('"4.9.0"', '"4.0.1"'))
+    r = run("lock", "--from", "pylock.machine.toml", "--index-url", f"{indexes.base}/pypi/simple", cwd=tmp_path)
     assert r.returncode == 2 and (f"typing-extensions 4.0.1 is on none of: {indexes.base}/pypi/simple; they have "
                                   "typing-extensions 4.9.0, 4.12.2") in r.stderr
 
@@ -297,7 +297,7 @@ def test_a_requires_python_with_a_patch_level_holds_for_the_locked_interpreter(i
     (tmp_path / "wheels").mkdir()
     wheel = build_wheel(tmp_path / "wheels", "envkit-test-patchlevel", "1.0.0", "py3-none-any", requires_python=f">={full}")
     with LocalIndex({"pypi": [wheel]}) as srv:
-        record.write(tmp_path / "envkit.lock", single.doc(
+        record.write(tmp_path / "pylock.machine.toml", single.doc(
             platform={"system": "Linux", "arch": "x86_64", "python": full, "python_minor": full.rsplit(".", 1)[0],
                       "backend": "cpu", "device": "cpu"},
             profile={"name": "cpu"}, source={"torch": "2.13.0", "index_urls": [f"{srv.base}/pypi/simple"]}, env={},
@@ -305,7 +305,7 @@ def test_a_requires_python_with_a_patch_level_holds_for_the_locked_interpreter(i
                       "sha256": hashlib.sha256(cpu.read_bytes()).hexdigest()},
                      {"name": "envkit-test-patchlevel", "version": "1.0.0"}], envkit_version="0.1.0"))
         # --index-url: this index alone, never pip's configured sources (a public index)
-        r = run("lock", "--from", "envkit.lock", "--index-url", f"{srv.base}/pypi/simple", cwd=tmp_path)
+        r = run("lock", "--from", "pylock.machine.toml", "--index-url", f"{srv.base}/pypi/simple", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert {p["name"]: p["version"] for p in load_toml(tmp_path / "pylock.toml")["packages"]} == {"torch": "2.13.0+cpu",
                                                                                                   "envkit-test-patchlevel": "1.0.0"}

@@ -2,8 +2,9 @@
 pylock.toml`) and the real uv into fresh venvs, from a local index on 127.0.0.1 whose torch
 requires setuptools (as torch 2.13.0 does: `setuptools>=77.0.3`) and a package only Windows
 needs: each tool installs exactly the lock's versions, setuptools included, the Windows package
-left out. The lock comes either from `envkit lock` or from `envkit setup`'s envkit.lock through
-`envkit lock --from envkit.lock`. And the files meant for sharing are created as any other
+left out. The lock comes from `envkit lock`, from `envkit setup`'s pylock.machine.toml through
+`envkit lock --from pylock.machine.toml`, or is that pylock.machine.toml itself (PEP 751's name:
+pip and uv take it for a lock by its name). And the files meant for sharing are created as any other
 tool creates them: 0666 less the umask (0644 under the usual 022), not mkstemp's private 0600."""
 
 from __future__ import annotations
@@ -59,16 +60,18 @@ def envs(srv, tmp: Path) -> dict:
 
 
 def write_lock(how: str, srv, tmp: Path, umask: int = 0o022) -> Path:
-    """pylock.toml in `tmp`, written by `envkit lock` or converted from the envkit.lock of a setup."""
+    """The lock in `tmp`: pylock.toml written by `envkit lock` or converted from the pylock.machine.toml
+    of a setup, or that pylock.machine.toml itself."""
+    setup = ("setup", "--yes", "--no-selftest", "--installer", "pip", "--torch", "2.13.0", "--index-url", srv.url("json"),
+             "--venv", str(tmp / "setup-venv"))
     steps = {"envkit lock": [("lock", "--target", "linux-x86_64-cpu", "--torch", "2.13.0", "--index-url",
                               f"{srv.base}/pypi/simple")],
-             "envkit lock --from envkit.lock": [("setup", "--yes", "--no-selftest", "--installer", "pip", "--torch", "2.13.0",
-                                                 "--index-url", srv.url("json"), "--venv", str(tmp / "setup-venv")),
-                                                ("lock", "--from", "envkit.lock")]}[how]
+             "envkit lock --from pylock.machine.toml": [setup, ("lock", "--from", "pylock.machine.toml")],
+             "envkit setup": [setup]}[how]
     for args in steps:
         r = run(*args, cwd=tmp, env=envs(srv, tmp), umask=umask)
         assert r.returncode == 0, r.stdout + r.stderr
-    return tmp / "pylock.toml"
+    return tmp / ("pylock.machine.toml" if how == "envkit setup" else "pylock.toml")
 
 
 def versions_in(venv: Path) -> dict[str, str]:
@@ -101,7 +104,7 @@ def new_pip(tmp_path_factory):
 
 
 @on_linux_x86
-@pytest.mark.parametrize("how", ["envkit lock", "envkit lock --from envkit.lock"])
+@pytest.mark.parametrize("how", ["envkit lock", "envkit lock --from pylock.machine.toml", "envkit setup"])
 def test_pip_and_uv_install_the_lock_as_written(how, index, new_pip, tmp_path):
     lock = write_lock(how, index, tmp_path)
     data = load_toml(lock)
@@ -126,8 +129,8 @@ def test_pip_and_uv_install_the_lock_as_written(how, index, new_pip, tmp_path):
 
 @on_linux_x86
 @pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o027, 0o640)])
-@pytest.mark.parametrize("how", ["envkit lock", "envkit lock --from envkit.lock"])
+@pytest.mark.parametrize("how", ["envkit lock", "envkit lock --from pylock.machine.toml"])
 def test_lock_files_are_created_for_sharing_under_the_umask(how, umask, mode, index, tmp_path):
     lock = write_lock(how, index, tmp_path, umask=umask)
-    written = [lock] + ([tmp_path / "envkit.lock"] if how.endswith("envkit.lock") else [])
+    written = [lock] + ([tmp_path / "pylock.machine.toml"] if how.endswith("pylock.machine.toml") else [])
     assert {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in written} == {p.name: oct(mode) for p in written}

@@ -27,28 +27,28 @@ def test_install_rerun_and_failed_upgrade_rolled_back(server, venv, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "torch 2.6.0+cpu" in r.stdout and "torchvision 0.21.0+cpu" in r.stdout
     assert installed(venv) == {"torch": "2.6.0+cpu", "torchvision": "0.21.0+cpu"}
-    lock = (tmp_path / "envkit.lock").read_text()
+    lock = (tmp_path / "pylock.machine.toml").read_text()
     assert 'name = "torch"' in lock and 'version = "2.6.0+cpu"' in lock and "sha256 = " in lock
     state = json.loads((tmp_path / ".envkit/state.json").read_text())
     assert state["venv"] == str(venv) and state["torch"] == "2.6.0+cpu"
 
     # again: nothing to change, nothing rewritten
-    mtime = (tmp_path / "envkit.lock").stat().st_mtime_ns
+    mtime = (tmp_path / "pylock.machine.toml").stat().st_mtime_ns
     r = run_setup(tmp_path, "--venv", str(venv), "--index-url", server.url("json"), "--with", "torchvision")
     assert r.returncode == 0, r.stderr
     assert "nothing to change" in r.stdout + r.stderr and "installing" not in r.stderr
-    assert (tmp_path / "envkit.lock").stat().st_mtime_ns == mtime
+    assert (tmp_path / "pylock.machine.toml").stat().st_mtime_ns == mtime
 
     # a package installed by hand since: the next setup changes nothing in the venv, and says which lock
-    # entries it adds and why (not a bare "wrote envkit.lock")
+    # entries it adds and why (not a bare "wrote pylock.machine.toml")
     (tmp_path / "wheels").mkdir()
     subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
                     str(build_wheel(tmp_path / "wheels", "hand-made", "1.0", "py3-none-any"))], check=True, capture_output=True)
     r = run_setup(tmp_path, "--venv", str(venv), "--index-url", server.url("json"), "--with", "torchvision")
     assert r.returncode == 0 and "nothing to change" in r.stdout + r.stderr, r.stderr
-    assert "updated envkit.lock to what the venv holds now: 1 added: hand-made 1.0" in r.stderr
-    assert 'name = "hand-made"' in (tmp_path / "envkit.lock").read_text()
-    mtime = (tmp_path / "envkit.lock").stat().st_mtime_ns
+    assert "updated pylock.machine.toml to what the venv holds now: 1 added: hand-made 1.0" in r.stderr
+    assert 'name = "hand-made"' in (tmp_path / "pylock.machine.toml").read_text()
+    mtime = (tmp_path / "pylock.machine.toml").stat().st_mtime_ns
 
     # upgrade to a torch whose import raises: verification fails, the exact previous set comes back
     r = run_setup(tmp_path, "--venv", str(venv), "--index-url", server.url("broken"))
@@ -58,19 +58,19 @@ def test_install_rerun_and_failed_upgrade_rolled_back(server, venv, tmp_path):
     assert installed(venv) == {"torch": "2.6.0+cpu", "torchvision": "0.21.0+cpu", "hand-made": "1.0"}
     assert subprocess.run([str(venv / "bin/python"), "-c", "import torch; assert torch.__version__ == '2.6.0+cpu'"]).returncode == 0
     assert not (venv / ".envkit-rollback").exists()
-    assert (tmp_path / "envkit.lock").stat().st_mtime_ns == mtime
+    assert (tmp_path / "pylock.machine.toml").stat().st_mtime_ns == mtime
 
     # drift: envkit check --lock sees nothing, then a changed version
-    r = envkit("check", "--python", str(venv / "bin/python"), "--lock", "envkit.lock", "--json", "--pyproject", "none.toml", cwd=tmp_path)
+    r = envkit("check", "--python", str(venv / "bin/python"), "--lock", "pylock.machine.toml", "--json", "--pyproject", "none.toml", cwd=tmp_path)
     drift = json.loads(r.stdout)["drift"]
     assert drift["changed"] is False, drift
     subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--no-deps", "--index-url", server.url("json"),
                     "torch==2.5.1+cpu"], check=True, capture_output=True)
-    r = envkit("check", "--python", str(venv / "bin/python"), "--lock", "envkit.lock", "--pyproject", "none.toml", cwd=tmp_path)
+    r = envkit("check", "--python", str(venv / "bin/python"), "--lock", "pylock.machine.toml", "--pyproject", "none.toml", cwd=tmp_path)
     assert r.returncode == 1 and "DRIFT torch: 2.6.0+cpu in the lock, 2.5.1+cpu installed" in r.stdout
 
     # rebuild from the lock puts the locked set back (hashes enforced)
-    r = run_setup(tmp_path, "--venv", str(venv), "--lock", "envkit.lock", env={"ENVKIT_INDEX_URL": server.url("json")})
+    r = run_setup(tmp_path, "--venv", str(venv), "--lock", "pylock.machine.toml", env={"ENVKIT_INDEX_URL": server.url("json")})
     assert r.returncode == 0, r.stderr
     assert installed(venv) == {"torch": "2.6.0+cpu", "torchvision": "0.21.0+cpu", "hand-made": "1.0"}
 
@@ -87,12 +87,55 @@ def test_a_venv_rebuilt_from_its_lock_freezes_the_same(server, venv, tmp_path):
     r = run_setup(tmp_path, "--venv", str(venv), "--index-url", server.url("json"), "--with", "torchvision")
     assert r.returncode == 0, r.stderr
     second = tmp_path / "rebuilt"
-    r = run_setup(tmp_path, "--venv", str(second), "--lock", "envkit.lock")
+    r = run_setup(tmp_path, "--venv", str(second), "--lock", "pylock.machine.toml")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "sha256 enforced" in r.stdout  # still installed from the checked files, hashes required
     original, rebuilt = _freeze(venv), _freeze(second)
     assert "torch==2.6.0+cpu" in original and not any("@" in line for line in rebuilt), rebuilt
     assert rebuilt == original
+
+
+def test_the_lock_is_a_pylock_by_name_and_an_envkit_lock_of_before_still_installs(server, venv, tmp_path):
+    """setup writes its lock as pylock.machine.toml, PEP 751's name (pip and uv take a file for a lock
+    by its name; pylock.toml stays `envkit lock`'s), and packaging's Pylock accepts it. An envkit.lock
+    of before, in this format or the old one (lock_version = 1), still installs through `setup
+    --lock`; a setup beside one writes pylock.machine.toml from it and leaves it as it was."""
+    from envkit.resources import load_toml
+
+    pylock = pytest.importorskip("packaging.pylock")
+    r = run_setup(tmp_path, "--venv", str(venv), "--index-url", server.url("json"))
+    assert r.returncode == 0, r.stderr
+    lock = tmp_path / "pylock.machine.toml"
+    assert "wrote pylock.machine.toml" in r.stderr and not list(tmp_path.glob("*.lock"))
+    assert not (tmp_path / "pylock.toml").exists()
+    data = load_toml(lock)
+    pylock.Pylock.from_dict(data)
+    (torch,) = data["packages"]
+    assert (torch["name"], torch["version"]) == ("torch", "2.6.0+cpu")
+
+    old = tmp_path / "envkit.lock"
+    machine = data["tool"]["envkit"]["platform"]
+    wheel = torch["wheels"][0]
+    v1 = (f'lock_version = 1\nenvkit = "0.1.0"\n\n[platform]\nsystem = "{machine["system"]}"\narch = "{machine["arch"]}"\n'
+          f'python_minor = "{machine["python_minor"]}"\nbackend = "cpu"\n\n[profile]\nname = "cpu"\n\n[source]\ntorch = "stable"\n'
+          f'index_urls = []\n\n[env]\n\n[[package]]\nname = "torch"\nversion = "2.6.0+cpu"\n'
+          f'sha256 = "{wheel["hashes"]["sha256"]}"\nurl = "{wheel["url"]}"\n')
+    for what, text in (("this format", lock.read_text()), ("lock_version = 1", v1)):
+        old.write_text(text)
+        rebuilt = tmp_path / f"rebuilt-{len(what)}"
+        r = run_setup(tmp_path, "--venv", str(rebuilt), "--lock", "envkit.lock")
+        assert r.returncode == 0, (what, r.stdout + r.stderr)
+        assert installed(rebuilt) == {"torch": "2.6.0+cpu"}, what
+    assert "note: envkit.lock is in envkit's old lock format (lock_version = 1)" in r.stderr
+
+    # the first setup after the rename, beside the envkit.lock: pylock.machine.toml from it, envkit.lock untouched
+    lock.unlink()
+    before = old.read_bytes()
+    r = run_setup(tmp_path, "--venv", str(venv), "--index-url", server.url("json"))
+    assert r.returncode == 0, r.stderr
+    assert "wrote pylock.machine.toml, against envkit.lock: the same 1 versions" in r.stderr
+    assert "note: pylock.machine.toml is the lock's name now" in r.stderr
+    assert old.read_bytes() == before and load_toml(lock)["packages"] == data["packages"]
 
 
 def test_nightly_pinned_test_and_specifier_into_fresh_venvs(server, venv, tmp_path):
@@ -101,7 +144,7 @@ def test_nightly_pinned_test_and_specifier_into_fresh_venvs(server, venv, tmp_pa
     assert installed(venv) == {"torch": "2.8.0.dev20250101+cpu"}
     cached = list((tmp_path / "cache/wheels").glob("torch-2.8.0.dev20250101*.whl"))
     assert cached, "a nightly wheel is kept in envkit's cache"
-    assert f'cached = "{cached[0].name}"' in (tmp_path / "envkit.lock").read_text()
+    assert f'cached = "{cached[0].name}"' in (tmp_path / "pylock.machine.toml").read_text()
     for req, want in (("2.5.1", "2.5.1+cpu"), (">=2.5,<2.6", "2.5.1+cpu"), ("test", "2.7.0rc1+cpu")):
         r = run_setup(tmp_path, "--venv", str(venv), "--index-url", server.url("json"), "--torch", req, "--dry-run", "--json")
         plan = json.loads(r.stdout)
@@ -129,12 +172,12 @@ def test_folder_of_wheels_as_index_is_find_links(server, venv, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "-m pip install --no-compile --report" in r.stderr and f"--no-index --find-links {folder} " in r.stderr
     assert installed(venv) == {"torch": "2.6.0+cpu"}
-    lock = (tmp_path / "envkit.lock").read_text()
+    lock = (tmp_path / "pylock.machine.toml").read_text()
     assert f'index_urls = ["{folder}"]' in lock and "sha256 = " in lock and 'installer = "pip"' in lock
 
     subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--find-links", str(folder),
                     "torch==2.5.1+cpu"], check=True, capture_output=True)
-    r = run_setup(tmp_path, "--venv", str(venv), "--lock", "envkit.lock")
+    r = run_setup(tmp_path, "--venv", str(venv), "--lock", "pylock.machine.toml")
     assert r.returncode == 0, r.stdout + r.stderr
     # the locked files (from the folder), checked, then installed by pip reading no index at all
     assert "--require-hashes --no-index -r" in r.stdout and "sha256 enforced" in r.stdout
@@ -149,7 +192,7 @@ def test_index_problems_one_line_exit_2_nothing_created(server, tmp_path, how):
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert {"refused": "connection was refused", "garbage": "not a package index page", "slow": "did not answer within 0.5 s"}[how] in r.stderr
     assert time.monotonic() - t0 < 10
-    assert not (tmp_path / ".envkit").exists() and not (tmp_path / "envkit.lock").exists()
+    assert not (tmp_path / ".envkit").exists() and not (tmp_path / "pylock.machine.toml").exists()
 
 
 def test_nightly_offline_from_pytorch_says_so(tmp_path):
@@ -235,12 +278,12 @@ def test_index_password_never_printed_or_written(server, venv, tmp_path):
     assert installed(venv)["torch"] == "2.6.0+cpu"
     assert "PASSWORD9" not in r.stdout + r.stderr and "bob" not in r.stdout + r.stderr
     assert server.url("json") in r.stdout  # still names the index
-    written = [tmp_path / "envkit.lock", *(p for p in (tmp_path / ".envkit").rglob("*") if p.is_file())]
+    written = [tmp_path / "pylock.machine.toml", *(p for p in (tmp_path / ".envkit").rglob("*") if p.is_file())]
     for path in written:
         assert "PASSWORD9" not in path.read_text(errors="replace"), path
     # the lock names the bare index; rebuilding with the credentialed URL in PIP_INDEX_URL works
     second = tmp_path / "second"
-    r = run_setup(tmp_path, "--lock", "envkit.lock", "--venv", str(second), env={"PIP_INDEX_URL": url})
+    r = run_setup(tmp_path, "--lock", "pylock.machine.toml", "--venv", str(second), env={"PIP_INDEX_URL": url})
     assert r.returncode == 0, r.stderr
     assert "PASSWORD9" not in r.stdout + r.stderr
     assert installed(second)["torch"] == "2.6.0+cpu"

@@ -14,7 +14,7 @@ def test_profile_for_a_device_this_machine_lacks_is_refused(tmp_path):
     assert r.returncode == 2
     line = r.stderr.strip()
     assert len(line.splitlines()) == 1 and "profile m3-max trains on mps" in line and "doctor check 'mps'" in line
-    assert not (tmp_path / ".envkit").exists() and not (tmp_path / "envkit.lock").exists()
+    assert not (tmp_path / ".envkit").exists() and not (tmp_path / "pylock.machine.toml").exists()
     # planning for the machine that has it is fine
     r = envkit("setup", "--profile", "m3-max", "--replay", str(snapshot_path("m3_max_macos14")), "--dry-run", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -28,7 +28,7 @@ def test_dry_run_with_nothing_to_change_writes_nothing(tmp_path):
     with LocalIndex(wheels) as srv:
         r = envkit("setup", "--yes", "--no-selftest", "--venv", str(venv), "--index-url", srv.url("json"), cwd=tmp_path, env=env)
         assert r.returncode == 0, r.stderr
-        lock = tmp_path / "envkit.lock"
+        lock = tmp_path / "pylock.machine.toml"
         before = lock.read_bytes()
         lock.unlink()
         r = envkit("setup", "--dry-run", "--venv", str(venv), "--index-url", srv.url("json"), "--profile", "conservative",

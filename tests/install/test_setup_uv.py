@@ -50,7 +50,7 @@ def test_uv_install_rerun_rollback_and_lock_rebuilt_with_hashes(server, venv, tm
     assert installer_of(venv, "torch") == "uv"
 
     # the lock says uv made it; its hashes are the index's, which are those of the files served
-    lock = load_toml(tmp_path / "envkit.lock")
+    lock = load_toml(tmp_path / "pylock.machine.toml")
     assert lock["tool"]["envkit"]["source"]["installer"] == "uv"
     files = {w.name: w for w in server.wheels["good"]}
     want = {"torch": sha(files[f"torch-2.6.0+cpu-py3-none-{_plat()}.whl"]),
@@ -58,7 +58,7 @@ def test_uv_install_rerun_rollback_and_lock_rebuilt_with_hashes(server, venv, tm
     assert {p["name"]: p["wheels"][0]["hashes"]["sha256"] for p in lock["packages"]} == want
 
     # again: nothing to change
-    mtime = (tmp_path / "envkit.lock").stat().st_mtime_ns
+    mtime = (tmp_path / "pylock.machine.toml").stat().st_mtime_ns
     r = run_setup(tmp_path, "--installer", "uv", "--venv", str(venv), "--index-url", server.url("json"), "--with", "torchvision")
     assert r.returncode == 0 and "nothing to change" in r.stdout + r.stderr and "installing" not in r.stderr, r.stderr
 
@@ -70,12 +70,12 @@ def test_uv_install_rerun_rollback_and_lock_rebuilt_with_hashes(server, venv, tm
     assert installed(venv) == {"torch": "2.6.0+cpu", "torchvision": "0.21.0+cpu"}
     assert subprocess.run([str(venv / "bin/python"), "-c", "import torch; assert torch.__version__ == '2.6.0+cpu'"]).returncode == 0
     assert not (venv / ".envkit-rollback").exists()
-    assert (tmp_path / "envkit.lock").stat().st_mtime_ns == mtime
+    assert (tmp_path / "pylock.machine.toml").stat().st_mtime_ns == mtime
 
     # drift, then the lock puts the set back with --require-hashes: the uv-made hashes are right
     subprocess.run([UV, "pip", "install", "--python", str(venv / "bin/python"), "--index-url", server.url("json"),
                     "torch==2.5.1+cpu"], check=True, capture_output=True, env=_uv_env(tmp_path))
-    r = run_setup(tmp_path, "--venv", str(venv), "--lock", "envkit.lock")
+    r = run_setup(tmp_path, "--venv", str(venv), "--lock", "pylock.machine.toml")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "sha256 enforced" in r.stdout and "--require-hashes" in r.stdout
     assert installed(venv) == {"torch": "2.6.0+cpu", "torchvision": "0.21.0+cpu"}
@@ -89,7 +89,7 @@ def test_uv_nightly_pin_and_auto(server, venv, tmp_path):
     assert installed(venv) == {"torch": "2.8.0.dev20250101+cpu"} and installer_of(venv, "torch") == "uv"
     cached = list((tmp_path / "cache/wheels").glob("torch-2.8.0.dev20250101*.whl"))
     assert cached
-    lock = load_toml(tmp_path / "envkit.lock")
+    lock = load_toml(tmp_path / "pylock.machine.toml")
     (torch,) = [p for p in lock["packages"] if p["name"] == "torch"]
     assert torch["tool"]["envkit"]["cached"] == cached[0].name and torch["wheels"][0]["hashes"]["sha256"] == sha(cached[0])
     assert lock["tool"]["envkit"]["source"]["installer"] == "uv"
@@ -116,7 +116,7 @@ def test_uv_from_a_folder_of_wheels_into_a_new_venv(server, tmp_path):
     assert "--index-url" not in r.stderr.split("installing:", 1)[1].splitlines()[0]
     assert installed(venv) == {"torch": "2.6.0+cpu", "torchvision": "0.21.0+cpu", "envkit-testdep": "1.0"}
     assert (venv / "bin/pip").exists()  # the venv has pip (setup --lock rebuilds with it)
-    lock = load_toml(tmp_path / "envkit.lock")
+    lock = load_toml(tmp_path / "pylock.machine.toml")
     assert lock["tool"]["envkit"]["source"]["index_urls"] == [str(folder)]
     hashes = {p["name"]: p["wheels"][0]["hashes"]["sha256"] for p in lock["packages"]}
     assert hashes["envkit-testdep"] == sha(dep) and "versions-only" not in lock["tool"]["envkit"], hashes

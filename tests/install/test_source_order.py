@@ -114,8 +114,9 @@ def test_lock_falls_back_as_setup_does_and_a_missing_version_says_what_there_is(
 
 
 def test_lock_from_an_envkit_lock_finds_unrecorded_wheels_through_pip_sources(pylock_index, tmp_path):
-    """An envkit.lock written after setup fell back names no index (pip's sources were used); the
-    packages it recorded without a wheel are looked up where pip looks."""
+    """An envkit.lock (the machine lock's name before pylock.machine.toml, still read) written after
+    setup fell back names no index (pip's sources were used); the packages it recorded without a
+    wheel are looked up where pip looks."""
     from envkit.install.lock import record, single
 
     srv, folder = pylock_index

@@ -77,7 +77,7 @@ def test_runs_doctor_check_and_validate_json(trained, tmp_path):
 # ---- every other command that takes --json ---------------------------------------------------------
 
 def test_setup_json_is_json_alone_planning_installing_and_from_a_lock(server, venv, tmp_path):
-    """setup's plan is the one document: the installer's lines, "wrote envkit.lock", the self-test's
+    """setup's plan is the one document: the installer's lines, "wrote pylock.machine.toml", the self-test's
     report and the next step go to stderr; the same for --lock and for the lock and check commands."""
     common = ("--venv", str(venv), "--index-url", server.url("json"), "--installer", "pip")
     env = {"ENVKIT_CACHE_DIR": str(tmp_path / "cache")}
@@ -85,7 +85,7 @@ def test_setup_json_is_json_alone_planning_installing_and_from_a_lock(server, ve
     assert plan["versions"] == {"torch": "2.6.0+cpu"} and plan["create_venv"] is False
     res = envkit("setup", *common, "--yes", "--no-selftest", "--json", cwd=tmp_path, env=env, timeout=240)
     assert parse(res)["versions"] == {"torch": "2.6.0+cpu"}
-    assert "wrote envkit.lock" in res.stderr and "next: source .envkit/activate" in res.stderr
+    assert "wrote pylock.machine.toml" in res.stderr and "next: source .envkit/activate" in res.stderr
     # where the environment is, and how a project in another folder uses it (ENVKIT_HOME)
     home = (tmp_path / ".envkit").resolve()
     assert (f"environment: {home} (found by envkit run, exec and selftest in {home.parent} and the folders below it; "
@@ -100,12 +100,12 @@ def test_setup_json_is_json_alone_planning_installing_and_from_a_lock(server, ve
     res = envkit("setup", *common, "--torch", "2.5.1", "--yes", "--json", cwd=tmp_path, env=env, timeout=300)
     assert res.returncode == 1 and "the self-test failed" in res.stderr and "envkit selftest" in res.stderr
     assert json.loads(res.stdout)["versions"] == {"torch": "2.5.1+cpu"}
-    again = parse(envkit("setup", "--venv", str(venv), "--lock", "envkit.lock", "--dry-run", "--json", cwd=tmp_path, env=env))
+    again = parse(envkit("setup", "--venv", str(venv), "--lock", "pylock.machine.toml", "--dry-run", "--json", cwd=tmp_path, env=env))
     assert again["versions"]["torch"] == "2.5.1+cpu" and again["nothing_to_do"] is True
-    drift = parse(envkit("check", "--lock", "envkit.lock", "--python", str(venv / "bin/python"), "--require", "python>=3.8",
+    drift = parse(envkit("check", "--lock", "pylock.machine.toml", "--python", str(venv / "bin/python"), "--require", "python>=3.8",
                          "--json", cwd=tmp_path))["drift"]
     assert drift["changed"] is False
-    locked = parse(envkit("lock", "--from", "envkit.lock", "--json", cwd=tmp_path, env=env))
+    locked = parse(envkit("lock", "--from", "pylock.machine.toml", "--json", cwd=tmp_path, env=env))
     assert [t["torch"] for t in locked["targets"].values()] == ["2.5.1+cpu"] and (tmp_path / "pylock.toml").is_file()
 
 

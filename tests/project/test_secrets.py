@@ -116,7 +116,7 @@ def test_lock_holds_no_credentials(tmp_path):
                       entries=[{"name": "torch", "version": "2.13.0", "sha256": "0" * 64,
                                 "url": "https://bob:PASSWORD1@mirror.invalid/torch-2.13.0-py3-none-any.whl"}],
                       envkit_version="0.1.0")
-    path = tmp_path / "envkit.lock"
+    path = tmp_path / "pylock.machine.toml"
     record.write(path, lock)
     assert "https://mirror.invalid/torch-2.13.0-py3-none-any.whl" in path.read_text()  # the wheel is kept, its password not
     back = read(path)
@@ -193,10 +193,10 @@ def test_lock_and_state_strip_any_password(tmp_path):
                       entries=[{"name": "torch", "version": "2.13.0", "sha256": "0" * 64,
                                 "url": f"https://bob:{ODD['all']}@mirror.invalid/torch-2.13.0-py3-none-any.whl"}],
                       envkit_version="0.1.0")
-    record.write(tmp_path / "envkit.lock", lock)
-    assert read(tmp_path / "envkit.lock").index_urls == ["https://mirror.invalid/simple"]  # every password gone, one index left
+    record.write(tmp_path / "pylock.machine.toml", lock)
+    assert read(tmp_path / "pylock.machine.toml").index_urls == ["https://mirror.invalid/simple"]  # every password gone, one index left
     write_state(tmp_path / "env", index_url=urls[-1], index_urls=urls)
-    no_sekret(files=[tmp_path / "envkit.lock", *(tmp_path / "env").iterdir()])
+    no_sekret(files=[tmp_path / "pylock.machine.toml", *(tmp_path / "env").iterdir()])
 
 
 @pytest.mark.parametrize("key", ["quote", "space", "all"])

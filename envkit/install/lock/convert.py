@@ -1,9 +1,10 @@
-"""`envkit lock --from envkit.lock`: an envkit.lock (one machine, written by `envkit setup`; either
-format, read by read.py) as a pylock.toml with one target. The versions stay exactly as locked;
-each package's wheel is the one the lock recorded, or, where it recorded none, the wheel of that
-exact version that fits the platform on the first source that has it, in index/sources.py's
-order: the lock's own index, then --index-url, else pip's configured sources (said in one line).
-A version on none of them is one line naming them and the versions they have (exit 2)."""
+"""`envkit lock --from pylock.machine.toml`: a lock of one machine (written by `envkit setup`; an
+envkit.lock of before in either format too, read by read.py) as a pylock.toml with one target.
+The versions stay exactly as locked; each package's wheel is the one the lock recorded, or, where
+it recorded none, the wheel of that exact version that fits the platform on the first source that
+has it, in index/sources.py's order: the lock's own index, then --index-url, else pip's configured
+sources (said in one line). A version on none of them is one line naming them and the versions they
+have (exit 2)."""
 
 from __future__ import annotations
 
@@ -84,8 +85,8 @@ def convert(path: Path, output: Path, rest: tuple[list[str], list[str]], say, re
     lock = read(path)
     where = str(path)
     if not lock.single:
-        raise EnvkitError("is not an envkit.lock (a lock of one machine, written by `envkit setup`)", where=where,
-                          fix="pass the envkit.lock that `envkit setup` wrote")
+        raise EnvkitError("is not a lock of one machine (the pylock.machine.toml or envkit.lock `envkit setup` writes)",
+                          where=where, fix="pass the pylock.machine.toml that `envkit setup` wrote")
     if lock.note:
         say(lock.note, err=True)
     target, python, full = _target(lock, where)

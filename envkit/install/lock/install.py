@@ -1,6 +1,6 @@
-"""`envkit setup --lock FILE`: install a lock exactly, the same way for both formats. An envkit.lock
-(one machine) must have been made on a machine like this one; of a pylock.toml, this machine's
-part is taken (select.py). Every wheel is downloaded into envkit's cache and checked against the
+"""`envkit setup --lock FILE`: install a lock exactly, the same way for both formats. A lock of one
+machine (pylock.machine.toml, or an envkit.lock of before) must have been made on a machine like
+this one; of a pylock.toml, this machine's part is taken (select.py). Every wheel is downloaded into envkit's cache and checked against the
 lock's size and sha256 before anything is installed (fetch.py); pip then installs those files
 with --no-deps (nothing is resolved anew) and --require-hashes, with rollback, and the step after
 checks that every locked package is installed at its version. What the lock does not name stays

@@ -1,4 +1,4 @@
-"""The machine an envkit.lock was made on ([tool.envkit.platform]: OS, architecture, Python,
+"""The machine a pylock.machine.toml was made on ([tool.envkit.platform]: OS, architecture, Python,
 accelerator), and what would stop the lock from rebuilding on another one."""
 
 from __future__ import annotations

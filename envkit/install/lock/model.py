@@ -43,7 +43,7 @@ class TargetLock:
 @dataclass(frozen=True)
 class Pick:
     """One package to install from a lock: a wheel file to fetch and check (by URL or local path),
-    or, where the lock recorded no wheel (an envkit.lock of a venv envkit did not fill), a version
+    or, where the lock recorded no wheel (a machine lock of a venv envkit did not fill), a version
     that pip finds on the lock's indexes."""
 
     name: str

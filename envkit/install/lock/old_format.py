@@ -1,7 +1,8 @@
-"""envkit.lock as envkit wrote it before it became a pylock of one target (`lock_version = 1`:
-[platform], [profile], [source], [env], and a [[package]] per package with name, version and,
-where the installer reported them, sha256, url and cached). Such a file is still read: it is
-turned into the current shape in memory (single.py), and the reader says once how to rewrite it."""
+"""envkit.lock as envkit wrote it before it became a pylock of one target, now pylock.machine.toml
+(`lock_version = 1`: [platform], [profile], [source], [env], and a [[package]] per package with
+name, version and, where the installer reported them, sha256, url and cached). Such a file is still
+read: it is turned into the current shape in memory (single.py), and the reader says once how to
+rewrite it."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ FIX_CORRUPT = "write it again with `envkit setup` (without --lock), or restore i
 
 def note(path) -> str:
     return (f"note: {path} is in envkit's old lock format (lock_version = 1), read as before; `envkit setup` "
-            f"rewrites it as a pylock of this one machine, `envkit lock --from {path}` converts it to pylock.toml")
+            f"writes {single.NAME}, a pylock of this one machine, `envkit lock --from {path}` converts it to pylock.toml")
 
 
 def upgrade(data: dict, where: str) -> dict:

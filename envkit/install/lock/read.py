@@ -1,6 +1,7 @@
 """The one reader of envkit's locks, whatever their name or age: a pylock.toml of many targets
-(`envkit lock`, or uv, pdm, pip), an envkit.lock (a pylock of one target: `envkit setup`), or an
-envkit.lock in the old format (old_format.py), all read into one shape. Every value is checked
+(`envkit lock`, or uv, pdm, pip), a pylock.machine.toml (a pylock of one target: `envkit setup`; an
+envkit.lock, its name before, in the same shape or the old format of old_format.py), all read into
+one shape. Every value is checked
 first (validate.py): a lock is shared, and what it names reaches pip. Every problem is one line
 naming the file (and the entry)."""
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.install.lock import old_format, validate
+from envkit.install.lock import old_format, single, validate
 from envkit.install.lock.model import Pick, wheel_filename
 from envkit.resources import load_toml
 
@@ -21,6 +22,13 @@ FIX_PYLOCK = "write it again with `envkit lock`, or restore it from version cont
 def is_pylock(path: Path) -> bool:
     """PEP 751's file names: pylock.toml, pylock.NAME.toml."""
     return path.name == "pylock.toml" or bool(re.fullmatch(r"pylock\.[^.]+\.toml", path.name))
+
+
+def written_by_setup(path: Path) -> bool:
+    """A lock name `envkit setup` writes when the file is missing (--lock FILE): pylock.machine.toml,
+    or a name PEP 751 does not give a lock (envkit.lock, as before). Another pylock.NAME.toml is
+    `envkit lock`'s to write."""
+    return path.name == single.NAME or not is_pylock(path)
 
 
 def require_pylock(where: str) -> None:
@@ -51,7 +59,7 @@ def read_toml(path: Path, write_with: str, fix_corrupt: str) -> dict:
 @dataclass
 class LockFile:
     path: Path
-    data: dict  # the TOML, PEP 751's shape (an old envkit.lock turned into it)
+    data: dict  # the TOML, PEP 751's shape (an old-format envkit.lock turned into it)
     old_format: bool = False
 
     @property
@@ -65,7 +73,7 @@ class LockFile:
 
     @property
     def single(self) -> bool:
-        """A lock of the one machine `envkit setup` ran on (envkit.lock): it names that machine."""
+        """A lock of the one machine `envkit setup` ran on (pylock.machine.toml): it names that machine."""
         return isinstance(self.tool.get("platform"), dict)
 
     def _table(self, key: str) -> dict:
@@ -96,7 +104,7 @@ class LockFile:
 
     @property
     def index_urls(self) -> list[str]:
-        """The indexes the lock names: envkit.lock's source, pylock.toml's [tool.envkit] indexes."""
+        """The indexes the lock names: a machine lock's source, pylock.toml's [tool.envkit] indexes."""
         return list(dict.fromkeys(list(self.source.get("index_urls") or []) + list(self.tool.get("indexes") or [])))
 
     @property
@@ -136,9 +144,9 @@ def read(path: Path, *, require_torch: bool = True) -> LockFile:
     interpreter may have had no torch (a script that never imported it); `envkit setup` needs one."""
     path = Path(path)
     where = str(path)
-    pylock_name = is_pylock(path)
-    fix = FIX_PYLOCK if pylock_name else old_format.FIX_CORRUPT
-    data = read_toml(path, "envkit lock" if pylock_name else "envkit setup", fix)
+    by_setup = written_by_setup(path)  # which command writes it again, before the file is read
+    fix = old_format.FIX_CORRUPT if by_setup else FIX_PYLOCK
+    data = read_toml(path, "envkit setup" if by_setup else "envkit lock", fix)
     if "lock_version" in data:
         lock = LockFile(path, old_format.upgrade(data, where), old_format=True)  # its values checked there
     else:

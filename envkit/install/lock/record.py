@@ -1,4 +1,4 @@
-"""envkit.lock from an `envkit setup`: the packages the interpreter holds now, with the wheel (URL
+"""pylock.machine.toml from an `envkit setup`: the packages the interpreter holds now, with the wheel (URL
 and sha256) each came from where the installer reported it (pip's `install --report`, or the
 index's own entries for uv: index_hashes.py), or where the previous lock recorded it for the same
 version. Written as a pylock of this one machine (single.py) by the one TOML writer (toml.py)."""
@@ -17,7 +17,7 @@ from envkit.install.lock.read import LockFile
 
 def write(path: Path, doc: dict) -> bool:
     """Atomically; False (and nothing touched) when the file already says the same."""
-    return toml.write(path, doc, single.HEADER)
+    return toml.write(path, doc, single.header(path, doc))
 
 
 def profile_hash(resolved: dict) -> str:

@@ -1,6 +1,6 @@
 """This machine's part of a lock: which target (and so which dependency group) the machine is,
 then `packaging.pylock.Pylock.select` for the interpreter it installs into. Nothing is resolved:
-the lock says every file. A lock of one machine (envkit.lock) is that machine's set as a whole.
+the lock says every file. A lock of one machine (pylock.machine.toml) is that machine's set as a whole.
 
 A lock written by envkit says its targets in [tool.envkit.targets]; a lock written by another
 tool (uv, pdm) is selected with its default groups."""

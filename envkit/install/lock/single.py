@@ -1,4 +1,4 @@
-"""envkit.lock's shape: a PEP 751 lock of one target, the machine `envkit setup` ran on. The same
+"""pylock.machine.toml's shape: a PEP 751 lock of one target, the machine `envkit setup` ran on. The same
 TOML as pylock.toml (toml.py writes both), with the machine, the profile, the sources and the
 profile's environment in [tool.envkit] (installers other than envkit ignore tool tables):
 
@@ -16,21 +16,55 @@ profile's environment in [tool.envkit] (installers other than envkit ignore tool
                                  what is installed for it is not drift
 
 A package whose wheel the installer did not report (already in a venv envkit did not fill) is
-pinned by version in `versions-only` (PEP 751 requires a file for every package): envkit installs
-those from the lock's indexes. No URL in the lock holds credentials (envkit/redact.py)."""
+pinned by version in `versions-only` only: PEP 751 requires a file for every [[packages]] entry, and
+envkit invents no field for one without. envkit installs those from the lock's indexes; pip and uv
+read the rest of the file and leave them out (the header says so).
+
+The file is named as PEP 751 names locks (pylock.NAME.toml), so pip and uv read it as one;
+pylock.toml itself is `envkit lock`'s, the project's lock of many machines. Before, it was
+envkit.lock: a lock of that name is still read, and looked for after this one. No URL in the lock
+holds credentials (envkit/redact.py)."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from envkit.install.lock.model import wheel_filename
 from envkit.install.lock.targets import platform_of_machine
 from envkit.redact import redact, safe_env, strip_userinfo
 
-HEADER = ["envkit.lock: written by `envkit setup`, a PEP 751 lock of this one machine. Rebuild this environment with",
-          "  envkit setup --lock envkit.lock     (same platform only)",
-          "and check an environment against it with `envkit check --lock envkit.lock`."]
+NAME = "pylock.machine.toml"
+OLD_NAME = "envkit.lock"
 SYS_PLATFORM = {"Linux": "linux", "Darwin": "darwin", "Windows": "win32"}
+
+
+def default_path(folder: Path | None = None) -> Path | None:
+    """The lock of this machine in `folder` (the current one): pylock.machine.toml, else an
+    envkit.lock written before the rename; None without either."""
+    for name in (NAME, OLD_NAME):
+        path = (folder or Path()) / name
+        if path.is_file():
+            return path
+    return None
+
+
+def header(path: Path, doc: dict) -> list[str]:
+    """The comment lines above the lock: what wrote it, how it is used, and, where some packages
+    have no wheel, where they are and what pip and uv make of that."""
+    name = path.name
+    lines = [f"{name}: written by `envkit setup`, a PEP 751 lock of this one machine. Rebuild this environment with",
+             f"  envkit setup --lock {name}     (same platform only)",
+             f"and check an environment against it with `envkit check --lock {name}`."]
+    if name == NAME:  # pip and uv take a file for a lock by its name only (pylock.toml, pylock.NAME.toml)
+        lines.append(f"pip (26.1+) and uv install it too: `pip install -r {name}`, `uv pip install -r {name}`.")
+    only = ((doc.get("tool") or {}).get("envkit") or {}).get("versions-only") or []
+    if only:
+        lines += [f"{len(only)} package(s) have no wheel recorded (the installer reported none: already in the venv), and PEP 751",
+                  "needs a file for each [[packages]] entry: they are pinned by version under [tool.envkit] versions-only only.",
+                  "pip and uv leave them out (pip stops where a locked package requires one); `envkit setup --lock`",
+                  f"installs them from the lock's indexes, `envkit lock --from {name}` writes a pylock.toml with their wheels."]
+    return lines
 
 
 def canon(name: str) -> str:

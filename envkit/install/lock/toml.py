@@ -1,4 +1,4 @@
-"""The one TOML writer of envkit's locks. envkit.lock and pylock.toml have one shape, PEP 751's
+"""The one TOML writer of envkit's locks. pylock.machine.toml and pylock.toml have one shape, PEP 751's
 (https://peps.python.org/pep-0751/): top-level keys, then [[packages]] (a package's wheels one per
 line), then the [tool.*] tables. Written by hand for exactly this shape (the standard library
 reads TOML but does not write it); tomllib reads it back, and packaging.pylock validates it where
@@ -61,7 +61,7 @@ def dumps(doc: dict, header: list[str]) -> str:
 
 def validate(text: str, where: str) -> None:
     """packaging.pylock's own validation, where packaging has it (an envkit bug if it fails: say
-    so plainly). Without it (packaging < 26.1), envkit.lock is still written: its shape is fixed."""
+    so plainly). Without it (packaging < 26.1), pylock.machine.toml is still written: its shape is fixed."""
     try:
         from packaging.pylock import Pylock, PylockValidationError
     except ImportError:

@@ -5,7 +5,7 @@ A lock is shared between people and machines, and what it names reaches pip's re
 pip's command line, envkit's downloads and its wheel cache. Unchecked, a version written as
 `1.17.0\\n/path/to/dir` made pip build and install that folder (its setup.py ran), and
 `\\n--extra-index-url http://...` made pip read another index. So, in every format envkit reads
-(pylock.toml, envkit.lock, an envkit.lock of lock_version = 1):
+(pylock.toml, pylock.machine.toml or envkit.lock, an envkit.lock of lock_version = 1):
 
   names     PEP 508 project names (what PEP 503 normalizes), extras alike
   versions  PEP 440 (packaging.version.Version), without any whitespace

@@ -25,9 +25,10 @@ from envkit.install.act.apply import install_with_rollback, verify_device
 from envkit.install.choice import resolve
 from envkit.install.choice.model import parse_request
 from envkit.install.choice.variants import choose
+from envkit.install.lock import single
 from envkit.install.lock.index_hashes import index_hashes
 from envkit.install.lock.install import install_from_lock
-from envkit.install.lock.read import is_pylock, read
+from envkit.install.lock.read import read, written_by_setup
 from envkit.install.setup.options import (DEFAULT_EXTRAS, SetupOptions, index_override, parse_with, pick_installer,
                                           venv_path, venv_python_of)
 from envkit.install.setup.outputs import write_outputs
@@ -61,10 +62,10 @@ def run_setup(opts: SetupOptions, ui) -> Installed | None:
     dry_run, as_json, yes, replay, python_opt = opts.dry_run or bool(opts.replay), opts.as_json, opts.yes, opts.replay, opts.python
     no_numpy = not opts.numpy
     root = Path.cwd() / ".envkit"
-    lock_path = Path(opts.lock or "envkit.lock")
-    # --lock FILE installs FILE when it exists; a missing envkit.lock is written by this setup, a
-    # pylock.toml never is (`envkit lock` writes those)
-    lock_in = read(lock_path) if opts.lock and (lock_path.exists() or is_pylock(lock_path)) else None
+    lock_path = Path(opts.lock or single.NAME)
+    # --lock FILE installs FILE when it exists; a missing pylock.machine.toml (or envkit.lock) is
+    # written by this setup, a pylock.toml never is (`envkit lock` writes those)
+    lock_in = read(lock_path) if opts.lock and (lock_path.exists() or not written_by_setup(lock_path)) else None
     venv = venv_path(opts.venv, root)
     base_python = python_opt or sys.executable
     override = index_override(opts.index_url)
@@ -196,7 +197,7 @@ class _Profile:
 
 
 def load_setup_profile(name: str, facts, lock, say) -> _Profile:
-    """--profile, else the one an envkit.lock was made with, else the one recommended here."""
+    """--profile, else the one a machine lock was made with, else the one recommended here."""
     lock = lock if lock is not None and lock.single else None  # a pylock.toml names no profile of its own
     if lock is not None and name == "auto" and lock.profile.get("name"):
         name = lock.profile["name"]
