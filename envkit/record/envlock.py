@@ -1,5 +1,5 @@
 """The training interpreter's environment as a PEP 751 lock of one target (the shape of
-envkit.lock, install/lock/single.py, so `envkit setup --lock` and `envkit reproduce` install it):
+pylock.machine.toml, install/lock/single.py, so `envkit setup --lock` and `envkit reproduce` install it):
 every installed distribution with its version and, where it is known (record/hashes.py), the wheel's
 URL and sha256. Distributions installed from a local folder or in editable mode cannot be
 downloaded again: they are listed in [tool.envkit.record] `local`, with their folder (their code
@@ -24,7 +24,7 @@ from envkit import __version__
 from envkit.fsutil import atomic_write_text
 from envkit.install.act.interp import BOOTSTRAP, probe
 from envkit.install.index.pip_config import pip_sources
-from envkit.install.lock import toml
+from envkit.install.lock import single, toml
 from envkit.install.lock.record import required_bootstrap
 from envkit.install.lock.single import canon, doc
 from envkit.install.setup.managed import find_managed
@@ -94,7 +94,7 @@ def _indexes(python: str) -> list[str]:
 def _lock_paths() -> list[Path]:
     managed = find_managed()
     paths = [Path(managed.state["lock"])] if managed and managed.state.get("lock") else []
-    return paths + [p for p in (Path("envkit.lock"), Path("pylock.toml")) if p.is_file()]
+    return paths + [p for p in (Path(single.NAME), Path(single.OLD_NAME), Path("pylock.toml")) if p.is_file()]
 
 
 def _platform_of(found, torch: str | None, device: str | None) -> dict:
@@ -118,7 +118,7 @@ def _platform_of(found, torch: str | None, device: str | None) -> dict:
 
 def os_named(system: str) -> tuple[str, str | None]:
     """(the OS's name, its version) as doctor names them (facts/collect.py: /etc/os-release's
-    PRETTY_NAME on Linux, macOS and its version on a Mac), so a run's lock, envkit.lock and doctor
+    PRETTY_NAME on Linux, macOS and its version on a Mac), so a run's lock, pylock.machine.toml and doctor
     say one name; the kernel's release is the lock's `kernel`."""
     if system == "Linux":
         try:
