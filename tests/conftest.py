@@ -168,7 +168,7 @@ SLOW_FILES = frozenset({
     "install/test_accel_install.py", "launch/test_exec.py", "project/test_secrets.py", "train/test_train_templates.py",
     "runfolder/test_reproduce.py", "runfolder/test_record.py", "runfolder/test_runfolder_attacks.py",
     "runfolder/test_runfolder_fuzz.py", "launch/test_printed_metrics.py", "install/test_lock_whole_project.py",
-    "launch/test_own_project.py",
+    "launch/test_own_project.py", "checks/test_ci_docs.py",
     # a fresh clone's command 1 and tour, each docs page's examples, real torch locked and rebuilt
     "docs/test_readme_tour.py", "docs/test_docs_examples.py", "install/test_lock.py",
     # torch.compile on the CPU: Inductor's C++ kernels built with the system compiler
@@ -190,8 +190,8 @@ LONGEST_FIRST = (
     "project/test_packaging.py", "bench/test_selftest.py", "train/test_train_templates.py", "install/test_pylock_interop.py",
     "launch/test_exec.py", "runfolder/test_runfolder_attacks.py", "launch/test_printed_metrics.py",
     "bench/test_bench_parallel.py", "project/test_json_stdout.py", "bench/test_bench_failures.py",
-    "install/test_lock.py", "install/test_lock_whole_project.py", "runfolder/test_record.py", "runfolder/test_runfolder_trust.py",
-    "runfolder/test_owner_exec_sweep.py", "launch/test_own_project.py",
+    "install/test_lock.py", "install/test_lock_whole_project.py", "checks/test_ci_docs.py", "runfolder/test_record.py",
+    "runfolder/test_runfolder_trust.py", "runfolder/test_owner_exec_sweep.py", "launch/test_own_project.py",
     "install/test_pylock_real.py", "runfolder/test_run_owner.py", "bench/test_sweep.py", "bench/test_sweep_pack.py",
     "install/test_install_failures.py", "train/test_auto_batch.py", "train/test_train_tokens.py", "train/test_train_prefetch.py",
     "runfolder/test_runfolder_fuzz.py",
