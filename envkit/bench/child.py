@@ -25,6 +25,8 @@ from envkit.config.config import Config
 from envkit.train.recovery import faults
 from envkit.train.recovery.faults import asked_for, events
 from envkit.train.run.batch_probe import device_memory_mb, peak_mb
+from envkit.runfolder.bounded import read_bytes
+from envkit.runfolder.folder import RunFolder
 
 MARK = "@@envkit-bench "
 # PyTorch's own settings (profiles/base.toml): what the rungs before the profile rung run with
@@ -92,7 +94,7 @@ def measure(spec: dict) -> dict:
             last = min([int(spec["batch_size"])] + [e["micro_batch"] for e in faults.events(run_dir) if e.get("event") == "oom"])
             return {"status": "fail", "oom": True, "reason": _first_line(exc),
                     "did_not_fit": _splits(run_dir) + [{"micro_batch": last, "asked": faults.asked_for(exc)}]}
-        log = (run_dir / "train.log").read_text(errors="replace") if (run_dir / "train.log").exists() else ""
+        log = (read_bytes(RunFolder(run_dir).train_log, max_bytes=16 << 20, tail=True) or b"").decode(errors="replace")
         splits = _splits(run_dir)
     if spec.get("compile") and "torch.compile failed" in log:
         line = next(ln for ln in log.splitlines() if "torch.compile failed" in ln)

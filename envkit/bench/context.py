@@ -16,7 +16,7 @@ from envkit.facts import gather
 from envkit.install.setup.managed import find_managed
 from envkit.launch import auto_batch
 from envkit.launch.torchrun import child_entry
-from envkit.plan.batch import is_auto
+from envkit.config.batch_auto import is_auto
 from envkit.plan.resolve import absolutise_paths
 from envkit.profiles import load_profile
 from envkit.resources import shipped_dir

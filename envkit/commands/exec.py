@@ -14,14 +14,15 @@ from envkit.exec import environment, rundir, detach
 from envkit.exec import start as steps
 from envkit.exec.request import ExecRequest, metrics_pattern, project_metrics_pattern
 from envkit.plan import RunRequest, make_plan
-from envkit.runfolder import names
+from envkit.plan.options import node_options
 from envkit.runfolder.seal import seal_results
 from envkit.slurm.options import check as check_slurm
 from envkit.slurm.options import pop_request, slurm_options
 from envkit.exec.supervise import Supervisor
 from envkit.runfolder.find import resolve_run
-from envkit.runfolder.bounded import read_json_lenient
-from envkit.runfolder.create import folder_name, new_run_dir
+from envkit.runfolder.create import folder_name
+from envkit.runfolder.progress import Summary
+from envkit.runfolder.folder import RunFolder
 
 
 @click.command("exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -43,11 +44,7 @@ from envkit.runfolder.create import folder_name, new_run_dir
 @click.option("--no-caffeinate", is_flag=True, help="macOS: let the machine sleep during the run (default: caffeinate -i -s).")
 @click.option("--no-check", is_flag=True, help="Skip the check that the managed env's torch is still the build setup installed.")
 @click.option("--nproc-per-node", type=click.IntRange(min=1), default=1, show_default=True, help="Processes via torchrun (DDP).")
-@click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True, help="Machines taking part (torchrun rendezvous).")
-@click.option("--node-rank", type=click.IntRange(min=0), default=0, show_default=True, help="This machine's rank.")
-@click.option("--rdzv-endpoint", metavar="HOST:PORT", help="Rendezvous address, on node 0 (needed with --nnodes > 1).")
-@click.option("--rdzv-backend", default="static", show_default=True, help="torchrun's rendezvous backend.")
-@click.option("--rdzv-id", help="Rendezvous id shared by all nodes.")
+@node_options
 @click.option("--json", "as_json", is_flag=True, help="Print the run folder, pids and (in the foreground) summary.json as JSON.")
 @click.option("--run-dir", "into", hidden=True, type=click.Path(file_okay=False),
               help="Use this run folder (made by `exec --slurm` at submission) instead of a new one.")
@@ -74,9 +71,8 @@ def exec_(**options):
     req = ExecRequest(**options)  # every other option is a field of the request, by its parameter name
     if slurm is not None:
         check_slurm(slurm)
-    nodes = make_plan(RunRequest(None, nproc=req.nproc_per_node, nnodes=req.nnodes, node_rank=req.node_rank,
-                                 rdzv_endpoint=req.rdzv_endpoint, rdzv_backend=req.rdzv_backend, rdzv_id=req.rdzv_id,
-                                 slurm_nodes=slurm.nodes if slurm is not None else None, detach=req.detach)).nodes
+    nodes = make_plan(RunRequest(None, nproc=req.nproc_per_node, nodes=req.nodes, slurm_nodes=slurm.nodes if slurm is not None else None,
+                                 detach=req.detach)).nodes
     argv = req.argv
     if req.name is not None:
         folder_name(req.name, "--name", "run name")  # before anything is resolved or made
@@ -95,7 +91,7 @@ def exec_(**options):
     if slurm is not None:
         _submit(slurm, req, name, profile)
         return
-    run_dir = steps.given_run_dir(req.into, nodes.node_rank) if req.into is not None else new_run_dir(req.runs_dir, name)
+    run_dir = steps.given_run_dir(req.into, nodes.node_rank) if req.into is not None else RunFolder.create(req.runs_dir, name).path
     launched = argv
     if req.nproc_per_node > 1 or nodes.nnodes > 1:
         launched = steps.torchrun_argv(argv, req.nproc_per_node, nodes, steps.launcher_python(argv, resolved, managed), run_dir)
@@ -114,7 +110,7 @@ def _submit(slurm, req: ExecRequest, name: str, profile) -> None:
     from envkit.slurm.jobs import announce, exec_job, made_folders
 
     made = made_folders(req.runs_dir / name)  # before the run folder is made: which folders this submission creates
-    run_dir = new_run_dir(req.runs_dir, name)
+    run_dir = RunFolder.create(req.runs_dir, name).path
     # the profile's train.device: one of DeviceType (profiles/schema.py checks it as the profile loads); "" without one
     device = (getattr(profile, "train", None) or {}).get("device", "") if profile is not None else ""
     announce(exec_job(run_dir.resolve(), command=req.argv, options=req.slurm_options(), nproc=req.nproc_per_node, device=device,
@@ -125,14 +121,14 @@ def _supervise(launched: list[str], env: dict, run_dir: Path, req: ExecRequest, 
     """The command in the foreground, to its end: summary.json (--json) and its exit code."""
     click.echo(f"envkit: run {run_dir} (profile {profile_name})", err=True)
     rc = Supervisor(launched, env, run_dir, req.supervise(), console=sys.stderr if req.as_json else None).run()  # --json: stdout holds the JSON alone
-    summary = read_json_lenient(run_dir / names.SUMMARY) or {}
+    summary = RunFolder(run_dir).summary() or Summary()
     rc = steps.interrupted_exit_code(rc, summary)
     steps.recorded(recording)
     seal_results(run_dir)  # the results under the record's seal, while the folder is still this process's
     if req.as_json:
-        print_json({"run_dir": str(run_dir), **summary})
+        print_json({"run_dir": str(run_dir), **summary.to_json()})
     else:
-        click.echo(f"envkit: run {run_dir}: {summary.get('status')} (exit code {rc})", err=True)
+        click.echo(f"envkit: run {run_dir}: {summary.status} (exit code {rc})", err=True)
     sys.exit(rc)
 
 

@@ -15,8 +15,7 @@ from envkit.console import print_json
 from envkit.errors import EnvkitError
 from envkit.install.setup.managed import missing_line
 from envkit.plan import RunRequest, make_plan
-from envkit.plan.options import RunOptions
-from envkit.runfolder import names
+from envkit.plan.options import RunOptions, node_options
 from envkit.selftest import render_report, run_selftest
 from envkit.slurm.jobs import announce, run_job
 from envkit.slurm.options import check as check_slurm
@@ -24,7 +23,7 @@ from envkit.slurm.options import pop_request, slurm_options
 from envkit.launch import launcher
 from envkit.train.watching.profiling import parse_profile_steps
 from envkit.train.watching.run_end import run_end
-from envkit.runfolder.bounded import read_json_lenient
+from envkit.runfolder.folder import RunFolder
 
 
 def _print_config(cfg, as_json: bool) -> None:
@@ -80,12 +79,7 @@ def _warn(warnings) -> None:
 @click.option("--selftest", is_flag=True, help="Run the quick self-test on the device first.")
 @click.option("--nproc-per-node", type=click.IntRange(min=1), default=1, show_default=True, help="Processes (GPUs) via torchrun, DDP.")
 @click.option("--python", "python", help="Train with this interpreter (default: the managed env's, else this one).")
-@click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True, help="Machines taking part (torchrun rendezvous).")
-@click.option("--node-rank", type=click.IntRange(min=0), default=0, show_default=True, help="This machine's rank; node 0 writes the run folder.")
-@click.option("--rdzv-endpoint", metavar="HOST:PORT", help="Rendezvous address, on node 0 (needed with --nnodes > 1).")
-@click.option("--rdzv-backend", default="static", show_default=True,
-              help="torchrun's rendezvous backend (static keeps global rank 0 on node 0; c10d).")
-@click.option("--rdzv-id", help="Rendezvous id shared by all nodes (default: the run id).")
+@node_options
 @click.option("--profile-steps", "profile_steps", metavar="A:B",
               help="Record optimizer steps A to B with torch.profiler: a Chrome trace (profile_steps_A-B.json) in the run folder.")
 @slurm_options
@@ -129,9 +123,9 @@ def _finish(p, rc: int, as_json: bool) -> None:
     """The run's end as the user sees it: summary.json (--json), and the exit code (0 done, 1 failed,
     2 bad input, 128 + the signal's number for a run a signal stopped)."""
     run_dir, node_rank = p.run.run_dir, p.nodes.node_rank
-    summary = read_json_lenient(run_dir / names.SUMMARY) if node_rank == 0 else None  # node 0 holds the run folder
+    summary = RunFolder(run_dir).summary() if node_rank == 0 else None  # node 0 holds the run folder
     if as_json and summary:
-        print_json(summary)
+        print_json(summary.to_json())
     end = run_end(rc, summary, stopped=launcher.interrupted_exit_code(rc, summary), run_dir=run_dir, node_rank=node_rank)
     if end.line:
         click.echo(end.line, err=True)

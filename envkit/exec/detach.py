@@ -20,20 +20,22 @@ from typing import Callable
 from envkit.errors import EnvkitError
 from envkit.exec.supervise import Options, Supervisor
 from envkit.fsutil import same_process
-from envkit.runfolder import names
 from envkit.runfolder.applog import open_append
 from envkit.runfolder.names import OWNER_LOCK
 from envkit.runfolder.owner import owner_lock_state, read_owner
 from envkit.runfolder.liveness import notice_killed, pid_alive as alive
 from envkit.runfolder.record_files import being_written
 from envkit.runfolder.seal import seal_results
-from envkit.runfolder.bounded import read_json_lenient
+from envkit.runfolder.progress import Heartbeat, Summary
+from envkit.runfolder.records import RunStatus
+from envkit.runfolder.bounded import read_bytes
+from envkit.runfolder.folder import RunFolder
 
 STARTED_TIMEOUT = 30.0
 
 
 def spawn(run_dir: Path, launched: list[str], env: dict) -> subprocess.Popen:
-    log = os.fdopen(open_append(Path(run_dir) / "supervisor.log"), "ab")
+    log = os.fdopen(open_append(RunFolder(run_dir).supervisor_log), "ab")
     try:
         return subprocess.Popen([sys.executable, "-m", "envkit.exec.detach", str(run_dir), "--", *launched], env=env,
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, cwd=os.getcwd())
@@ -45,15 +47,16 @@ def wait_started(run_dir: Path, proc: subprocess.Popen, timeout: float = STARTED
     """The command's pid once the supervisor has started it."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        beat = (read_json_lenient(Path(run_dir) / names.HEARTBEAT) or {})
-        if beat.get("child_pid"):
-            return beat["child_pid"]
+        beat = RunFolder(run_dir).heartbeat()
+        if beat is not None and beat.child_pid:
+            return beat.child_pid
         if proc.poll() is not None:
-            tail = (Path(run_dir) / "supervisor.log").read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
-            raise EnvkitError(f"the detached run ended before its command started: {tail[0]}", where=str(Path(run_dir) / "supervisor.log"))
+            log = RunFolder(run_dir).supervisor_log
+            tail = (read_bytes(log, max_bytes=64 << 10, tail=True) or b"").decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+            raise EnvkitError(f"the detached run ended before its command started: {tail[0]}", where=str(log))
         time.sleep(0.05)
     raise EnvkitError(f"the detached run did not start its command within {timeout:g} s", where=str(run_dir),
-                      fix=f"see {Path(run_dir) / 'supervisor.log'}; `envkit stop {run_dir}` ends it")
+                      fix=f"see {RunFolder(run_dir).supervisor_log}; `envkit stop {run_dir}` ends it")
 
 
 def pid_alive(pid) -> bool:
@@ -75,21 +78,21 @@ class NothingSent(EnvkitError):
     exit_code = 1
 
 
-def _target(run_dir: Path, beat: dict, say=print) -> tuple[int, Callable[[int], None]] | None:
+def _target(run_dir: Path, beat: Heartbeat, say=print) -> tuple[int, Callable[[int], None]] | None:
     """(pid, how to signal it) of the run's own live process, checked to be the one envkit started:
     the PID with the start time heartbeat.json records (exec runs record their command's too), in a
     folder whose owner lock is not free (the kernel frees it when the run's processes die). None
     when no such process lives; NothingSent when one may, but cannot be told from a program that
     was given its PID since."""
     lock = owner_lock_state(run_dir)
-    supervisor, child = beat.get("pid"), beat.get("child_pid")
+    supervisor, child = beat.pid, beat.child_pid
     if lock == "free":
         return None  # nothing of envkit runs in the folder, whatever holds those PIDs now
-    if beat.get("pid_start") is None:  # an older run, or another tool's heartbeat: the PID alone proves nothing
+    if beat.pid_start is None:  # an older run, or another tool's heartbeat: the PID alone proves nothing
         return _lock_holder(run_dir, lock, supervisor, say)
-    if same_process(supervisor, beat["pid_start"]):
+    if same_process(supervisor, beat.pid_start):
         return supervisor, lambda s: os.kill(supervisor, s)
-    if same_process(child, beat.get("child_start")):  # envkit's process is gone (killed -9): signal the command's group directly
+    if same_process(child, beat.child_start):  # envkit's process is gone (killed -9): signal the command's group directly
         return child, lambda s: os.killpg(child, s)
     return None
 
@@ -120,15 +123,15 @@ def stop(run_dir: Path, grace: float, say=print) -> str:
     """SIGINT to the run (envkit's supervisor forwards it to the command's process group), SIGTERM
     after `grace` seconds, SIGKILL after as many again. Returns how it ended. Signals only a process
     checked to be the run's own (_target); else one line, exit 1, nothing sent."""
-    summary = (read_json_lenient(run_dir / names.SUMMARY) or {})
-    beat = (read_json_lenient(run_dir / names.HEARTBEAT) or {})
-    if summary.get("status") and summary.get("updated_at", 0) >= beat.get("updated_at", 0) - 1:
-        return f"already {summary['status']}"
+    folder = RunFolder(run_dir)
+    summary, beat = folder.summary(), folder.heartbeat() or Heartbeat()
+    if summary is not None and summary.status and summary.speaks_for(beat):
+        return f"already {summary.status}"
     found = _target(run_dir, beat, say)
     if found is None:
         if owner_lock_state(run_dir) == "free":
             notice_killed(run_dir, "envkit stop")
-        pids = [p for p in (beat.get("pid"), beat.get("child_pid")) if pid_alive(p)]
+        pids = [p for p in (beat.pid, beat.child_pid) if pid_alive(p)]
         if pids:
             raise NothingSent(f"the process that ran {run_dir} is gone; PID {pids[0]} is now another program: nothing sent",
                               fix="`envkit runs` shows its status")
@@ -144,14 +147,14 @@ def stop(run_dir: Path, grace: float, say=print) -> str:
             break
     # the supervisor writes summary.json as it ends; give it a moment after its command
     _wait_gone(target, 5.0)
-    return (read_json_lenient(run_dir / names.SUMMARY) or {}).get("status") or "stopped"
+    return (folder.summary() or Summary()).status or RunStatus.STOPPED.value
 
 
 def main(argv: list[str]) -> int:
     """The detached supervisor: python -m envkit.exec.detach RUN_DIR -- COMMAND..."""
     run_dir = Path(argv[0])
     command = argv[argv.index("--") + 1:]
-    options = (read_json_lenient(run_dir / names.CONFIG) or {}).get("options") or {}
+    options = RunFolder(run_dir).config().get("options") or {}
     opts = Options.from_record(options, echo=False)
     rc = Supervisor(command, dict(os.environ), run_dir, opts).run()
     deadline = time.monotonic() + 120  # the foreground envkit finishes the record; then the results join its seal

@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING
 from envkit.facts import device_parse as dp
 from envkit.facts.runner import LiveRunner
 from envkit.fsutil import process_start_time
-from envkit.runfolder import names
+from envkit.runfolder.folder import RunFolder
 from envkit.train.watching.device_sampler import build_sample
-from envkit.train.watching.telemetry import write_json
 
 if TYPE_CHECKING:
     from envkit.facts.model import TrainDevice
@@ -55,7 +54,7 @@ def group_usage(ps_text: str | None, pgid: int) -> tuple[float | None, float | N
     return (round(rss_kb / 1024, 1), round(cpu, 1)) if seen else (None, None)
 
 
-class Heartbeat:
+class HeartbeatWriter:
     """A daemon thread rewriting heartbeat.json every `interval` seconds while the command runs."""
 
     def __init__(self, run_dir: Path, *, interval: float = 3.0, runner=None):
@@ -72,7 +71,7 @@ class Heartbeat:
         self._thread: threading.Thread | None = None
         self.util: list[float] = []
 
-    def start(self) -> Heartbeat:
+    def start(self) -> HeartbeatWriter:
         self._thread = threading.Thread(target=self._run, name="envkit-exec-heartbeat", daemon=True)
         self._thread.start()
         return self
@@ -92,7 +91,7 @@ class Heartbeat:
 
     def read_new_metrics(self) -> None:
         """The rows envkit.track appended since the last look: the newest step and loss."""
-        path = self.run_dir / names.METRICS
+        path = RunFolder(self.run_dir).metrics_file
         try:
             with open(path, "rb") as fh:
                 fh.seek(self._metrics_offset)
@@ -137,7 +136,7 @@ class Heartbeat:
         self.fields.update(extra)
         self.read_new_metrics()
         device = self.sample()
-        write_json(self.run_dir / names.HEARTBEAT, {**self.fields, "updated_at": time.time(), "last_output_at": self.last_output_at,
+        RunFolder(self.run_dir).write_heartbeat({**self.fields, "updated_at": time.time(), "last_output_at": self.last_output_at,
                                                       "last_metric_at": self.last_metric_at, "device": device})
 
     def last_activity(self) -> float:

@@ -16,11 +16,10 @@ import os
 import threading
 from pathlib import Path
 
-from envkit.fsutil import atomic_write_text
 from envkit.record.code import git, toplevel
 from envkit.record.data import FULL_HASH_MAX, fingerprint
-from envkit.runfolder import names
 from envkit.runfolder.bounded import RunFolderError, read_bytes
+from envkit.runfolder.folder import RunFolder
 
 MAX_FILES = 1000
 WHOLE_BUDGET = 1 << 30
@@ -60,7 +59,7 @@ class DataReads:
         self._thread.join(timeout=300)
         self._take()  # what the last seconds added
         if self.read or self.files:
-            atomic_write_text(self.run_dir / names.DATA, json.dumps(self.document(), indent=1) + "\n")
+            RunFolder(self.run_dir).write_data(self.document())
 
     def document(self) -> dict:
         return {"files": [self.files[p] for p in self.read if p in self.files and p not in self.written],
@@ -73,7 +72,7 @@ class DataReads:
 
     def _take(self) -> None:
         try:
-            raw = read_bytes(self.run_dir / names.OPENED, max_bytes=_OPENED_MAX, what="opened files")
+            raw = read_bytes(RunFolder(self.run_dir).opened_file, max_bytes=_OPENED_MAX, what="opened files")
         except RunFolderError:  # a link or a FIFO planted there: nothing read
             return
         if raw is None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.exec.supervise import Options
+from envkit.plan.model import Nodes
 from envkit.resources import load_toml
 
 # A command that starts with a Python interpreter: torchrun runs its script itself (no --no-python),
@@ -80,11 +81,7 @@ class ExecRequest:
     no_caffeinate: bool = False
     no_check: bool = False
     nproc_per_node: int = 1
-    nnodes: int = 1
-    node_rank: int = 0
-    rdzv_endpoint: str | None = None
-    rdzv_backend: str = "static"
-    rdzv_id: str | None = None
+    nodes: Nodes = Nodes()  # as asked (plan/refusals.py checks it)
     as_json: bool = False
     into: Path | None = None  # --run-dir: the folder `exec --slurm` made at submission
 

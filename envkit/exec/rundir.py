@@ -5,16 +5,14 @@ heartbeat.json (from envkit's process) and summary.json."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
 import time
 from pathlib import Path
 
-from envkit.fsutil import atomic_write_text
-from envkit.redact import is_secret, recorded_env, redact, redact_argv
-from envkit.runfolder import names
+from envkit.redact import is_secret, recorded_env, redact_argv
+from envkit.runfolder.folder import RunFolder
 from envkit.runfolder.links import refuse_links
 
 _PYTHONS = re.compile(r"^(python[\d.]*|pypy[\d.]*|torchrun|accelerate|uv|deepspeed)$")
@@ -40,11 +38,6 @@ def _clean(name: str) -> str:
     return re.sub(r"[^\w.-]+", "-", name).strip("-.") or "exec"
 
 
-def write_json(path: Path, data: dict) -> None:
-    atomic_write_text(path, json.dumps(redact(data), indent=2, default=str) + "\n")
-
-
-
 def write_start_files(run_dir: Path, *, command: list[str], launched: list[str], env, child_env: dict, managed, versions: dict,
                       options: dict):
     """config.json (the command and options), environment.json (where it ran) and the run's code
@@ -52,10 +45,11 @@ def write_start_files(run_dir: Path, *, command: list[str], launched: list[str],
     which the caller joins before it returns (record.json is written then). A folder holding a
     symlink where envkit writes is refused first (runfolder.links.refuse_links)."""
     refuse_links(run_dir)
-    write_json(run_dir / names.CONFIG, {
+    folder = RunFolder(run_dir)
+    folder.write_config({
         "kind": "exec", "name": run_dir.parent.name, "command": redact_argv(command), "launched": redact_argv(launched), "cwd": os.getcwd(),
         "profile": env.profile, "options": options, "created_at": time.time()})
-    write_json(run_dir / names.ENVIRONMENT, {
+    folder.write_environment({
         "created_at": time.time(), "argv": redact_argv(sys.argv), "cwd": os.getcwd(), "command": redact_argv(command),
         "managed": str(managed.root) if managed else None, "venv": env.venv, "profile": env.profile,
         # which value each profile variable has and who set it; a user's secret-named variable shows no value

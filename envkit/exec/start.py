@@ -20,6 +20,8 @@ from envkit.install.act.interp import probe
 from envkit.install.setup.managed import find_managed, missing_line
 from envkit.launch.torchrun import torchrun_head
 from envkit.profiles import load_profile
+from envkit.runfolder.progress import Summary
+from envkit.runfolder.records import RunStatus
 
 
 def torchrun_argv(argv: list[str], nproc: int, nodes, python: str, run_dir: Path) -> list[str]:
@@ -81,12 +83,12 @@ def given_run_dir(run_dir: Path, node_rank: int) -> Path:
     return run_dir if node_rank == 0 else Path(tempfile.mkdtemp(prefix=f"envkit-exec-node{node_rank}-"))
 
 
-def interrupted_exit_code(rc: int, summary: dict) -> int:
+def interrupted_exit_code(rc: int, summary: Summary) -> int:
     """A command that a signal sent to envkit interrupted (Ctrl-C, SIGTERM, `envkit stop`) and that
     saved and exited 0 anyway is not finished: 128 + the signal's number (130 for Ctrl-C), as a shell
     reports it, so `envkit exec ... && next` stops there. Its own non-zero code is kept."""
     name = summary.get("signal")
-    if rc == 0 and summary.get("status") == "interrupted" and isinstance(number := getattr(signal, str(name), None), int):
+    if rc == 0 and summary.state is RunStatus.INTERRUPTED and isinstance(number := getattr(signal, str(name), None), int):
         return 128 + number
     return rc
 

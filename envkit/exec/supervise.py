@@ -24,19 +24,18 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from envkit.exec.heartbeat import Heartbeat
+from envkit.runfolder.progress import Heartbeat
 from envkit.exec.reads import DataReads
 from envkit.exec.scalars import PrintedMetrics
-from envkit.exec.rundir import write_json
 from envkit.launch.spawn import die_with_parent
 from envkit.fsutil import process_start_time
 from envkit.redact import redact_argv, strip_userinfo
-from envkit.runfolder import names
 from envkit.runfolder.applog import open_append
 from envkit.runfolder.owner import take_owner_lock
 from envkit.train.watching.cpu_fallback import FallbackCounter
 from envkit.runfolder.find import read_metrics
-from envkit.runfolder.bounded import read_json_lenient
+from envkit.exec.heartbeat import HeartbeatWriter
+from envkit.runfolder.folder import RunFolder
 
 # SIGUSR1: Slurm's warning before a time limit (passed on by envkit's job): the command's to handle
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, *((signal.SIGUSR1,) if hasattr(signal, "SIGUSR1") else ()))
@@ -102,9 +101,9 @@ class Supervisor:
         self.printed = PrintedMetrics(self.run_dir, opts.metrics_pattern)  # metrics from `step N: loss X` lines
         self.last_lines: deque[str] = deque(maxlen=LAST_LINES)
         self._log_lock = threading.Lock()
-        self._log = os.fdopen(open_append(self.run_dir / "train.log"), "ab", buffering=0)  # never through a symlink
+        self._log = os.fdopen(open_append(RunFolder(self.run_dir).train_log), "ab", buffering=0)  # never through a symlink
         self._wake = threading.Event()
-        self.beat = Heartbeat(self.run_dir, interval=opts.heartbeat_seconds)
+        self.beat = HeartbeatWriter(self.run_dir, interval=opts.heartbeat_seconds)
 
     # ---------------------------------------------------------------- the whole run
     def run(self) -> int:
@@ -140,7 +139,7 @@ class Supervisor:
                   else "stalled" if attempts and attempts[-1]["how"] == "stalled" else "failed")
         self.printed.close()
         reads.close()
-        if not (self.run_dir / names.OPENED).exists() and os.environ.get("ENVKIT_RECORD_OPENED") != "0":
+        if not RunFolder(self.run_dir).opened_file.exists() and os.environ.get("ENVKIT_RECORD_OPENED") != "0":
             self._note("the data the command read is not recorded: no Python process of it loaded envkit's open hook "
                        "(python -I, -E or -S, another sitecustomize earlier on PYTHONPATH, or not Python)")
         self._write_summary(status, rc, started, attempts)
@@ -192,7 +191,7 @@ class Supervisor:
         if summary["cpu_fallbacks"] and self.opts.echo:
             h = summary["hints"][-1]
             print(f"envkit: hint [cpu-fallback]: {h['message']}; try: {h['fix']}", file=sys.stderr, flush=True)
-        write_json(self.run_dir / names.SUMMARY, summary)
+        RunFolder(self.run_dir).write_summary(summary)
 
     # ---------------------------------------------------------------- one attempt
     def _attempt(self, n: int) -> tuple[int, str, dict | None]:
@@ -280,7 +279,7 @@ class Supervisor:
         else:
             stall["py_spy"] = None  # `pip install py-spy` records the Python stacks of a stalled run
         self._note(f"no output and no metric for {quiet:.0f} s: recorded as stalled, stopping the command")
-        write_json(self.run_dir / f"stall-{int(stall['at'])}.json", stall)
+        RunFolder(self.run_dir).write_stall(stall)
         return stall
 
     def _on_signal(self, signum, frame) -> None:
@@ -311,5 +310,5 @@ class Supervisor:
 
 def run_state_pids(run_dir: Path) -> tuple[int | None, int | None]:
     """(envkit's pid, the command's pid) from heartbeat.json."""
-    beat = read_json_lenient(Path(run_dir) / names.HEARTBEAT) or {}
-    return beat.get("pid"), beat.get("child_pid")
+    beat = RunFolder(run_dir).heartbeat() or Heartbeat()
+    return beat.pid, beat.child_pid

@@ -1,5 +1,5 @@
 """`training.batch_size: auto`, decided in envkit's process before the run starts (no torch here;
-whether a config asks for it, and a resumed run's number, are the plan's: plan/batch.py): probe one
+whether a config asks for it, and a resumed run's number, are config/batch_auto.py's): probe one
 training step at two small batches, each in its own trainer process (train/run/batch_probe.py), read the
 peak memory of each, and take the largest power of two whose extrapolated memory fits in
 `training.memory_fraction` of the device (and in what is free now), at most
@@ -26,9 +26,8 @@ from typing import TYPE_CHECKING
 from envkit.config.config import Config
 from envkit.config.origin import Origin
 from envkit.errors import EnvkitError
-from envkit.fsutil import atomic_write_text
-from envkit.plan.batch import KEY
-from envkit.runfolder import names
+from envkit.config.batch_auto import KEY
+from envkit.runfolder.folder import RunFolder
 
 if TYPE_CHECKING:
     from envkit.config.schema import DeviceType
@@ -150,7 +149,7 @@ def resolve(cfg: Config, *, python: str, env: dict, child_entry: Path, torch_set
             staged = cfg.derive(KEY, batch)
             resolved = (staged.derive("device.type", device) if device else staged).resolved()
             resolved["torch_settings"] = torch_settings
-            atomic_write_text(stage / names.CONFIG, json.dumps(resolved, default=str))
+            RunFolder(stage).write_config(resolved, redacted=False)
             out = stage / "probe.json"
             res = subprocess.run([python, "-u", str(child_entry), str(stage), "--probe", str(out)], env=env,
                                  capture_output=True, text=True)

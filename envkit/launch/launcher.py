@@ -6,7 +6,6 @@ several processes (torchrun.py). The parent passes signals on and reads how the 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -22,15 +21,17 @@ from envkit.fsutil import atomic_write_text
 from envkit.launch import auto_batch
 from envkit.launch.spawn import ask_to_checkpoint, release_child, spawn_child
 from envkit.launch.torchrun import child_command, child_entry
-from envkit.plan.batch import is_auto
+from envkit.config.batch_auto import is_auto
 from envkit.plan.model import Plan
 from envkit.record.code import InsideRunFolder, git
-from envkit.runfolder import names
-from envkit.redact import recorded_env, redact_argv, redact
+from envkit.redact import recorded_env, redact_argv
 from envkit.train.run.stopping import exit_code  # the trainer's own rule, shared with its process
 from envkit.runfolder.owner import owner_lock_state, take_owner_lock
 from envkit.runfolder.seal import seal_results
 from envkit.runfolder.liveness import notice_killed
+from envkit.runfolder.progress import Summary
+from envkit.runfolder.folder import RunFolder
+from envkit.runfolder.records import RunStatus
 
 if TYPE_CHECKING:
     from envkit.profiles.resolve import Profile
@@ -107,13 +108,14 @@ def _write_run_files(p: Plan, run_dir: Path, child_env: dict):
     cfg = _config(p)
     if p.facts is None:
         raise ValueError("a plan without the machine's facts (envkit exec's) has no run files")
+    folder = RunFolder(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    _inject_disk_full_at_start(run_dir / names.CONFIG)
-    (run_dir / "checkpoints").mkdir(exist_ok=True)
+    _inject_disk_full_at_start(folder.config_file)
+    folder.checkpoints.mkdir(exist_ok=True)
     resolved = cfg.resolved()
     resolved["torch_settings"] = _torch_settings(p.profile)
-    atomic_write_text(run_dir / names.CONFIG, json.dumps(resolved, indent=2, default=str) + "\n")
-    atomic_write_text(run_dir / "config.yaml", f"# resolved config (profile {cfg.profile or 'none'}); origins in config.json\n" + to_yaml(cfg))
+    folder.write_config(resolved, redacted=False)
+    atomic_write_text(folder.config_yaml, f"# resolved config (profile {cfg.profile or 'none'}); origins in config.json\n" + to_yaml(cfg))
     d = diagnose(p.facts).to_dict()
     src = Path(cfg.source).resolve().parent if cfg.source not in ("<defaults>",) else Path.cwd()
     env_doc = {
@@ -126,7 +128,7 @@ def _write_run_files(p: Plan, run_dir: Path, child_env: dict):
     }
 
     # argv, the profile's variables and doctor's facts may hold URLs too: none keeps its credentials
-    atomic_write_text(run_dir / names.ENVIRONMENT, json.dumps(redact(env_doc), indent=2, default=str) + "\n")
+    folder.write_environment(env_doc)
     from envkit.record.start import write_run_record
 
     return write_run_record(run_dir, python=p.python, config=cfg, project=src, facts=p.facts,  # pylock.toml, code/, record.json
@@ -146,9 +148,9 @@ def stage_for_node(p: Plan, run_dir: Path, node_rank: int) -> Path:
     stage = Path(tempfile.mkdtemp(prefix=f"envkit-node{node_rank}-"))
     resolved = _config(p).resolved()
     resolved["torch_settings"] = _torch_settings(p.profile)
-    atomic_write_text(stage / names.CONFIG, json.dumps(resolved, indent=2, default=str) + "\n")
-    if (run_dir / "checkpoints").is_dir():
-        (stage / "checkpoints").symlink_to(run_dir / "checkpoints", target_is_directory=True)
+    RunFolder(stage).write_config(resolved, redacted=False)
+    if RunFolder(run_dir).checkpoints.is_dir():
+        RunFolder(stage).checkpoints.symlink_to(RunFolder(run_dir).checkpoints, target_is_directory=True)
     return stage
 
 
@@ -212,13 +214,13 @@ def _terminate(proc: subprocess.Popen) -> None:
         pass
 
 
-def interrupted_exit_code(rc: int, summary: dict | None) -> int | None:
+def interrupted_exit_code(rc: int, summary: Summary | None) -> int | None:
     """The exit code of a run that was interrupted (summary.json says so): 128 + the signal's number,
     as a shell reports a process that signal ended (130 Ctrl-C, 143 SIGTERM), so `envkit run && next`
     does not go on as if it had finished. None for a run that was not interrupted."""
-    if rc == 130 and not (summary and summary.get("status") == "interrupted"):
+    if rc == 130 and not (summary and summary.state is RunStatus.INTERRUPTED):
         return 130  # aborted by a second Ctrl-C before its summary
-    if not summary or summary.get("status") != "interrupted":
+    if not summary or summary.state is not RunStatus.INTERRUPTED:
         return None
     return exit_code(summary.get("signal"))
 

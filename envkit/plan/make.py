@@ -25,7 +25,7 @@ from envkit.plan.rundirs import (
     place_combination,
 )
 from envkit.config.config import per_process_batch
-from envkit.plan.batch import is_auto, keep_resumed
+from envkit.config.batch_auto import is_auto, keep_resumed
 from envkit.runfolder.create import folder_name
 
 if TYPE_CHECKING:

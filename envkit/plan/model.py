@@ -31,15 +31,21 @@ def resume_option(text: str) -> Resume:
     return text if text == "auto" or text == "never" else CheckpointPath(text)
 
 
+# torchrun's rendezvous backends (torch/distributed/elastic/rendezvous): static keeps global rank
+# 0 on node 0 (rank = node_rank * nproc + local rank); the others let ranks be given as nodes join
+RdzvBackend = Literal["static", "c10d", "etcd", "etcd-v2"]
+
+
 @dataclass(frozen=True)
 class Nodes:
     """Several machines: passed through to torchrun's rendezvous (the engine PyTorch ships; its
-    command line is envkit/launch/torchrun.py's)."""
+    command line is envkit/launch/torchrun.py's). As asked (options.node_options) until
+    plan/refusals.py checks it and names the rendezvous."""
 
     nnodes: int = 1
     node_rank: int = 0
     rdzv_endpoint: str | None = None
-    rdzv_backend: str = "static"  # global rank = node_rank * nproc + local rank: rank 0 is on node 0
+    rdzv_backend: RdzvBackend = "static"
     rdzv_id: str | None = None
 
 
@@ -55,11 +61,7 @@ class RunRequest:
     python: str | None = None
     replay: str | None = None  # a doctor snapshot to hold the config against (`envkit validate --replay`)
     nproc: int = 1  # processes per node (--nproc-per-node)
-    nnodes: int = 1  # machines started by hand (--nnodes ... --rdzv-endpoint)
-    node_rank: int = 0
-    rdzv_endpoint: str | None = None
-    rdzv_backend: str = "static"
-    rdzv_id: str | None = None
+    nodes: Nodes = Nodes()  # machines started by hand (--nnodes ... --rdzv-endpoint), as asked
     slurm_nodes: int | None = None  # None: trains here; N: submitted with --slurm to N nodes
     detach: bool = False  # `envkit exec --detach`
     run_id: str | None = None
@@ -79,7 +81,7 @@ class RunRequest:
 
     @property
     def node_count(self) -> int:
-        return self.nnodes if self.slurm_nodes is None else self.slurm_nodes  # (self.here, spelt out: the type narrows)
+        return self.nodes.nnodes if self.slurm_nodes is None else self.slurm_nodes  # (self.here, spelt out: the type narrows)
 
     @property
     def world(self) -> int:

@@ -3,9 +3,35 @@ part the plan checks (`request()`, a RunRequest) and how the planned run is star
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import get_args
 
-from envkit.plan.model import Resume, RunRequest, resume_option
+import click
+
+from envkit.plan.model import Nodes, RdzvBackend, Resume, RunRequest, resume_option
+
+
+def node_options(fn):
+    """The options of machines started by hand (`envkit run` and `exec`), given to the command as one
+    `nodes` (a Nodes, as asked: plan/refusals.py checks it)."""
+
+    @functools.wraps(fn)
+    def with_nodes(*args, **kw):
+        kw["nodes"] = Nodes(kw.pop("nnodes"), kw.pop("node_rank"), kw.pop("rdzv_endpoint"), kw.pop("rdzv_backend"), kw.pop("rdzv_id"))
+        return fn(*args, **kw)
+
+    for option in reversed((
+        click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True, help="Machines taking part (torchrun rendezvous)."),
+        click.option("--node-rank", type=click.IntRange(min=0), default=0, show_default=True,
+                     help="This machine's rank; node 0 writes the run folder."),
+        click.option("--rdzv-endpoint", metavar="HOST:PORT", help="Rendezvous address, on node 0 (needed with --nnodes > 1)."),
+        click.option("--rdzv-backend", type=click.Choice(get_args(RdzvBackend)), default="static", show_default=True,
+                     help="torchrun's rendezvous backend (static keeps global rank 0 on node 0)."),
+        click.option("--rdzv-id", help="Rendezvous id shared by all nodes (default: the run id)."),
+    )):
+        with_nodes = option(with_nodes)
+    return with_nodes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,11 +50,7 @@ class RunOptions:
     selftest: bool = False
     nproc_per_node: int = 1
     python: str | None = None
-    nnodes: int = 1
-    node_rank: int = 0
-    rdzv_endpoint: str | None = None
-    rdzv_backend: str = "static"
-    rdzv_id: str | None = None
+    nodes: Nodes = Nodes()
     profile_steps: str | None = None  # as typed, A:B (the launcher's parse_profile_steps reads it)
     debug: bool = False
 
@@ -39,7 +61,6 @@ class RunOptions:
     def request(self, slurm_nodes: int | None) -> RunRequest:
         """What the plan checks: --print-config resolves the config alone; slurm_nodes: submitted with
         --slurm to that many nodes, else trained here."""
-        return RunRequest(self.config, self.overrides, self.profile, self.python, nproc=self.nproc_per_node, nnodes=self.nnodes,
-                          node_rank=self.node_rank, rdzv_endpoint=self.rdzv_endpoint, rdzv_backend=self.rdzv_backend,
-                          rdzv_id=self.rdzv_id, slurm_nodes=slurm_nodes, run_id=self.run_id, resume=self.resume,
+        return RunRequest(self.config, self.overrides, self.profile, self.python, nproc=self.nproc_per_node, nodes=self.nodes,
+                          slurm_nodes=slurm_nodes, run_id=self.run_id, resume=self.resume,
                           purpose="print-config" if self.print_config else "train")

@@ -8,10 +8,11 @@ rundirs.py's, the grid's grid.py's.)"""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from envkit.errors import EnvkitError
-from envkit.plan.batch import is_auto
+from envkit.config.batch_auto import is_auto
 from envkit.plan.model import Nodes, PlannedRun, RunRequest
 from envkit.config.config import Config, where_set
 from envkit.train.run.sharding import config_problem
@@ -22,7 +23,7 @@ def check_slurm_request(request: RunRequest) -> None:
     folder by its name."""
     if request.here:
         return
-    if request.nnodes > 1:
+    if request.nodes.nnodes > 1:
         raise EnvkitError("--slurm places the nodes itself: --nnodes is for starting each node by hand",
                           where="--nnodes", fix="use --nodes N with --slurm")
     if request.detach:
@@ -35,7 +36,7 @@ def check_slurm_request(request: RunRequest) -> None:
 
 def nodes_for(request: RunRequest) -> Nodes:
     """--nnodes, --node-rank and the rendezvous of machines started by hand, checked."""
-    nnodes, node_rank, endpoint = request.nnodes, request.node_rank, request.rdzv_endpoint
+    nnodes, node_rank, endpoint = request.nodes.nnodes, request.nodes.node_rank, request.nodes.rdzv_endpoint
     if nnodes > 1 and not endpoint:
         raise EnvkitError(f"--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT (node 0's address, the same on every node)",
                           where="--rdzv-endpoint", fix="e.g. --rdzv-endpoint 10.0.0.1:29500")
@@ -43,7 +44,7 @@ def nodes_for(request: RunRequest) -> Nodes:
         raise EnvkitError(f"--node-rank {node_rank} is not below --nnodes {nnodes}", where="--node-rank", fix=f"0 .. {nnodes - 1}")
     if endpoint and not re.fullmatch(r"\[?[\w.:-]+\]?:\d+", endpoint):
         raise EnvkitError(f"--rdzv-endpoint {endpoint!r} is not HOST:PORT", where="--rdzv-endpoint", fix="e.g. 10.0.0.1:29500")
-    return Nodes(nnodes, node_rank, endpoint, request.rdzv_backend, request.rdzv_id or request.run_id)
+    return dataclasses.replace(request.nodes, rdzv_id=request.nodes.rdzv_id or request.run_id)
 
 
 def check_processes(cfg: Config, request: RunRequest) -> None:

@@ -9,19 +9,15 @@ A folder is resumed only with the config it started with (its config.json's hash
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 from envkit.errors import EnvkitError
-from envkit.runfolder import names
 from envkit.config.config import Config, where_set
 from envkit.plan.model import Resume, RunState
 from envkit.fsutil import check_inside, check_name
 from envkit.runfolder.create import folder_name
 from envkit.runfolder.links import refuse_links
-from envkit.runfolder.bounded import read_json_lenient
-
-FINISHED = ("completed",)
+from envkit.runfolder.folder import RunFolder
 
 
 def runs_root(cfg: Config, base: Path | None = None) -> Path:
@@ -60,22 +56,24 @@ def choose_run_dir(cfg: Config, run_id: str | None, resume: Resume) -> tuple[Pat
         return ck.parent.parent, True, f"resuming from {ck}"
     if run_id:
         d = check_inside(exp, exp / folder_name(run_id, "--run-id", "run id"), "--run-id")
-        if d.exists() and (d / names.CONFIG).exists():
+        folder = RunFolder(d)
+        if folder.config_file.exists():
             if resume == "never":
                 raise EnvkitError(f"run folder {d} exists", where="--run-id", fix="choose another --run-id, or drop --resume never to continue it")
-            s = read_json_lenient(d / names.SUMMARY) or {}
-            if s.get("status") in FINISHED:
-                raise EnvkitError(f"run {run_id} already completed {s.get('steps')} steps", where=str(d),
+            s = folder.summary()
+            if s is not None and s.completed:
+                raise EnvkitError(f"run {run_id} already completed {s.steps} steps", where=str(d),
                                   fix="choose another --run-id (or raise training.max_steps in a new run)")
             return d, True, None
         return d, False, None
     if resume == "auto" and exp.is_dir():
-        candidates = sorted((p for p in exp.iterdir() if (p / names.CONFIG).is_file()), key=lambda p: p.stat().st_mtime, reverse=True)
-        for d in candidates:
-            s = read_json_lenient(d / names.SUMMARY) or {}
-            if s.get("status") in FINISHED:
+        candidates = sorted((RunFolder(p) for p in exp.iterdir() if RunFolder(p).is_run()), key=lambda f: f.path.stat().st_mtime,
+                            reverse=True)
+        for folder in candidates:
+            d = folder.path
+            if folder.completed():
                 continue
-            saved = read_json_lenient(d / names.CONFIG) or {}
+            saved = folder.config()
             if saved.get("config_hash") == h:
                 return d, True, f"resuming unfinished run {d.name} (same config; --resume never starts a new one)"
             return new_run(exp), False, f"not resuming {d.name}: its config differs (hash {saved.get('config_hash')} != {h})"
@@ -83,26 +81,22 @@ def choose_run_dir(cfg: Config, run_id: str | None, resume: Resume) -> tuple[Pat
 
 
 def new_run(exp: Path) -> Path:
-    base = time.strftime("%Y%m%d-%H%M%S")
-    d, i = exp / base, 1
-    while d.exists():
-        i += 1
-        d = exp / f"{base}-{i}"
-    return d
+    """The new run's folder, chosen now and made when its first file is written (launch/launcher.py)."""
+    return next(d for d in RunFolder.names_in(exp) if not d.exists())
 
 
 def run_state(cfg: Config, run_dir: Path) -> RunState:
     """A sweep's run folder: new, resume or completed; one started with another config is refused
     (nothing is overwritten)."""
-    if not (run_dir / names.CONFIG).is_file():
+    folder = RunFolder(run_dir)
+    if not folder.is_run():
         return "new"
-    saved = read_json_lenient(run_dir / names.CONFIG) or {}
+    saved = folder.config()
     if saved.get("config_hash") != cfg.config_hash():
         raise EnvkitError(f"{run_dir} was started with a different config (hash {saved.get('config_hash')}, "
                           f"now {cfg.config_hash()})", where=str(run_dir),
                           fix="restore the config it ran with, set another experiment.name, or move that folder away")
-    summary = read_json_lenient(run_dir / names.SUMMARY) or {}
-    return "completed" if summary.get("status") in FINISHED else "resume"
+    return "completed" if folder.completed() else "resume"
 
 
 def place_combination(cfg: Config, run_name: str, config: str) -> tuple[Path, RunState]:
@@ -123,7 +117,7 @@ def choose_for_run(cfg: Config, run_id: str | None, resume: Resume) -> tuple[Pat
 
 def check_resumable(cfg: Config, run_dir: Path) -> dict:
     """The config.json of a run folder about to be resumed, refused when it was another config."""
-    saved = read_json_lenient(run_dir / names.CONFIG) or {}
+    saved = RunFolder(run_dir).config()
     if saved.get("config_hash") != cfg.config_hash():
         raise EnvkitError(f"run {run_dir.name} was started with a different config (hash {saved.get('config_hash')})",
                           where=str(run_dir), fix="restore that config, use another --run-id, or --resume never")

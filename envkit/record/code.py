@@ -26,9 +26,9 @@ from pathlib import Path
 from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_bytes
 from envkit.redact import is_secret_arg, strip_userinfo
-from envkit.runfolder import names
-
+from envkit.runfolder.folder import RunFolder
 from envkit.runfolder.limits import UNTRACKED_COUNT_MAX, UNTRACKED_FILE_MAX, UNTRACKED_TOTAL_MAX
+
 LISTED_SKIPPED = 50
 
 
@@ -54,7 +54,7 @@ def run_folder_above(folder: Path) -> Path | None:
     p = Path(os.path.abspath(folder))
     for d in (p, *p.parents):
         try:
-            if (d / names.RECORD).is_file() and (d / names.CONFIG).is_file():
+            if RunFolder(d).record_file.is_file() and RunFolder(d).is_run():
                 return d
         except OSError:
             return None

@@ -31,6 +31,7 @@ from envkit.install.setup.managed import find_managed
 from envkit.record import hashes
 from envkit.record.envstate import cache_root, state_key
 from envkit.facts.torch_build import TorchBuild
+from envkit.runfolder.folder import RunFolder
 
 HEADER = ["pylock.toml of the interpreter that trained this run, written by envkit when the run started (PEP 751,",
           "one target). `envkit reproduce RUN_DIR` builds a fresh venv from it; `envkit setup --lock` installs it too.",
@@ -172,6 +173,6 @@ def build(python: str, key: str, *, device: str | None = None, profile: str | No
 
 
 def write(run_dir: Path, lock: EnvLock) -> Path:
-    path = Path(run_dir) / "pylock.toml"
+    path = RunFolder(run_dir).lock_file
     atomic_write_text(path, lock.text)
     return path

@@ -24,6 +24,9 @@ from envkit.record import code, data, envlock
 from envkit.runfolder import record_files as files
 from envkit.record.code import tracked
 from envkit.redact import redact, redact_argv
+from envkit.runfolder.bounded import RunFolderError
+from envkit.runfolder.folder import RunFolder
+from envkit.runfolder.records import RunRecord
 from envkit.runfolder.seal import seal
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -178,7 +181,15 @@ def finish(run_dir: Path, rec: dict, errors: list[str], *, python: str | None, p
             rec["code"].append(state or {"role": f"local-{local['name']}", "folder": str(folder), "commit": None})
     rec["errors"] = errors
     rec["seconds"] = round(time.perf_counter() - t0, 3)
-    atomic_write_text(run_dir / files.RECORD, json.dumps(redact(rec), indent=2, default=str) + "\n")
+    # written through the type its readers take (reproduce, `runs`): a record that would not read back
+    # is written as it is with the reason among its errors (reproduce then refuses it in one line)
+    doc = json.loads(json.dumps(redact(rec), default=str))
+    try:
+        record = RunRecord.from_json(doc, str(run_dir / files.RECORD))
+    except RunFolderError as exc:
+        doc["errors"] = [*doc.get("errors", []), f"the record does not read back: {exc}"]
+        record = RunRecord.unchecked(doc)
+    RunFolder(run_dir).write_record(record)
 
     seal(run_dir)  # the record complete: signed under this machine's key (runfolder/seal.py)
     return rec

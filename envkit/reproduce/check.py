@@ -28,8 +28,8 @@ from envkit.record.data import differences, fingerprint
 from envkit.reproduce.builds import other_machine, this_machines_build
 from envkit.runfolder import names
 from envkit.runfolder.bounded import RunFolderError
-from envkit.runfolder.folder import RunFolder
 from envkit.runfolder.records import RunRecord
+from envkit.runfolder.snapshot import RunSnapshot
 
 
 @dataclass
@@ -68,7 +68,7 @@ def _local_index(url: str) -> Path | None:
     return None
 
 
-def refuse_inside(folder: RunFolder, rec: RunRecord, lock=None) -> None:
+def refuse_inside(folder: RunSnapshot, rec: RunRecord, lock=None) -> None:
     """One line, exit 2, where the record or lock names a path inside the run folder as something
     to run, import, build or work in."""
     named = [(names.RECORD, "python", rec.python), (names.RECORD, "cwd", rec.cwd)]
@@ -83,8 +83,8 @@ def refuse_inside(folder: RunFolder, rec: RunRecord, lock=None) -> None:
                                  "what a run folder carries", where=str(folder.file(file)), fix=_FIX_INSIDE)
 
 
-def open_run(run_dir: Path, wait: float = 120) -> RunFolder:
-    """The run folder's snapshot (runfolder/folder.py: every file read once, bounded), its record
+def open_run(run_dir: Path, wait: float = 120) -> RunSnapshot:
+    """The run folder's snapshot (runfolder/snapshot.py: every file read once, bounded), its record
     validated, a path the record names inside the folder itself refused, or one line naming what is
     missing or wrong. A record still being written by a live process is waited for (up to `wait`
     seconds); a marker left by one that died is not."""
@@ -93,7 +93,7 @@ def open_run(run_dir: Path, wait: float = 120) -> RunFolder:
     deadline = time.monotonic() + wait
     while files.being_written(Path(run_dir)) and time.monotonic() < deadline:  # an exec run's record may still be being written
         time.sleep(0.1)
-    folder = RunFolder.take(Path(run_dir))
+    folder = RunSnapshot.take(Path(run_dir))
     try:
         rec = folder.record
         if rec is None:
@@ -165,7 +165,7 @@ def code_lines(rec: dict, run_dir: Path | None = None) -> list[str]:
 
 
 def data_lines(entries) -> list[str]:
-    """One line per data file changed or gone since the run (entries: RunFolder.data's fingerprints)."""
+    """One line per data file changed or gone since the run (entries: RunSnapshot.data's fingerprints)."""
     out = []
     for recorded in entries:
         out += [f"data: {line}" for line in differences(recorded, fingerprint(recorded["path"], recorded.get("key", "data")))]
@@ -200,7 +200,7 @@ def config_lines(rec: dict) -> list[str]:
     return out
 
 
-def record_lines(folder: RunFolder, record) -> list[str]:
+def record_lines(folder: RunSnapshot, record) -> list[str]:
     """config.json against record.json: a reproduction runs what the record says (the seal covers
     it), so a config.json that says otherwise was edited and is named."""
     out = []

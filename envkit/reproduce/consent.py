@@ -21,9 +21,9 @@ from urllib.parse import urlsplit
 
 from envkit.reproduce.plan import Plan, local_index
 from envkit.runfolder.bounded import RunFolderError
-from envkit.runfolder.folder import RunFolder
 from envkit.runfolder.seal import RESULTS
 from envkit.runfolder.shown import shown, shown_argv, shown_list
+from envkit.runfolder.snapshot import RunSnapshot
 
 
 
@@ -120,5 +120,5 @@ def ask(plan: Plan, *, yes: bool, say, interactive: bool | None = None) -> str:
                        fix="read what it would run (above, or `envkit reproduce --check`), then run again with --yes")
 
 
-def _results_present(folder: RunFolder) -> bool:
+def _results_present(folder: RunSnapshot) -> bool:
     return any(n in folder.files for n in RESULTS)

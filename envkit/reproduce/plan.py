@@ -1,4 +1,4 @@
-"""What a reproduction will do, decided once from the run folder's snapshot (runfolder/folder.py)
+"""What a reproduction will do, decided once from the run folder's snapshot (runfolder/snapshot.py)
 before anyone is asked: the command and working directory as they will run, every code folder with
 its commit and the files its patch and archive change (asked of git and tarfile, from the same
 bytes that will be applied), every package and where it comes from, the imports the config names,
@@ -31,11 +31,11 @@ from envkit.reproduce.restore import path_inside, temp_folder, unchanged
 from envkit.reproduce.venv import HOME, default_venv, python_of
 from envkit.runfolder.archive import checked_members
 from envkit.runfolder.bounded import RunFolderError
-from envkit.runfolder.folder import RunFolder
 from envkit.runfolder.records import MAX_PROCESSES, CodeState, RunRecord
 from envkit.runfolder.names import LOCK, METRICS, RECORD
 from envkit.exec.opened import READ_ONLY_VAR
 from envkit.track import STOP_VAR
+from envkit.runfolder.snapshot import RunSnapshot
 
 _IMPORT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")  # `package.module:factory`, as train/user_code.py imports it
 _COUNT = re.compile(r"[1-9][0-9]{0,5}")
@@ -62,7 +62,7 @@ class CodePlan:
 
 @dataclass
 class Plan:
-    folder: RunFolder
+    folder: RunSnapshot
     record: RunRecord
     lock: LockFile
     lock_path: Path  # the snapshot's private copy
@@ -111,7 +111,7 @@ class Plan:
         return out
 
 
-def make(folder: RunFolder, *, venv: Path | None, steps: int | None, device: str | None, facts=None) -> Plan:
+def make(folder: RunSnapshot, *, venv: Path | None, steps: int | None, device: str | None, facts=None) -> Plan:
     """Every decision of the reproduction, from the snapshot alone."""
     record = folder.record
     if record is None:
@@ -143,7 +143,7 @@ def make(folder: RunFolder, *, venv: Path | None, steps: int | None, device: str
         raise
 
 
-def _lock(path: Path, folder: RunFolder) -> LockFile:
+def _lock(path: Path, folder: RunSnapshot) -> LockFile:
     try:
         return read(path, require_torch=False)
     except EnvkitError as exc:
@@ -151,11 +151,11 @@ def _lock(path: Path, folder: RunFolder) -> LockFile:
                               fix="the run folder was changed; its environment cannot be rebuilt") from None
 
 
-def _steps(folder: RunFolder) -> dict:
+def _steps(folder: RunSnapshot) -> dict:
     return rows_of(folder.files.get(METRICS, b""))
 
 
-def _code(folder: RunFolder, state: CodeState, temps: list[Path], sub_tree: Path | None = None) -> CodePlan:
+def _code(folder: RunSnapshot, state: CodeState, temps: list[Path], sub_tree: Path | None = None) -> CodePlan:
     """Where one recorded tree's code will be, and what its patch and archive hold."""
     if not sub_tree:
         refuse_inside_run(state.folder, f"code folder ({state.role})", folder.path)
@@ -194,7 +194,7 @@ def _code(folder: RunFolder, state: CodeState, temps: list[Path], sub_tree: Path
     return plan
 
 
-def commit_gone(state: CodeState, folder: RunFolder) -> bool:
+def commit_gone(state: CodeState, folder: RunSnapshot) -> bool:
     """Whether the run's commit is gone from its repository while its tree is there (an amend, a
     rebase, a gc: the content is the same, the commit not); a commit gone with its tree is one line,
     exit 2, before anything is built, naming the commit and how to get it back."""
@@ -214,7 +214,7 @@ def _has(repo: Path, spec: str) -> bool:
     return proc is not None and proc.returncode == 0
 
 
-def patch_contents(patch: Path, folder: RunFolder) -> tuple[list[str], list[str]]:
+def patch_contents(patch: Path, folder: RunSnapshot) -> tuple[list[str], list[str]]:
     """(every file the patch changes, the symbolic links it creates), as git itself reads it
     (`git apply --numstat --summary`, outside any repository): a plain unified diff counts too."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")} | GIT_ENV
@@ -251,7 +251,7 @@ def patch_contents(patch: Path, folder: RunFolder) -> tuple[list[str], list[str]
     return files, links
 
 
-def archive_contents(archive: Path, state: CodeState, folder: RunFolder) -> list[str]:
+def archive_contents(archive: Path, state: CodeState, folder: RunSnapshot) -> list[str]:
     """The archive's members as tarfile reads them (with the caps they were written with); they must
     be the untracked files the record lists, no more and no others."""
     try:
@@ -279,7 +279,7 @@ def _imports(declared: dict) -> list[str]:
     return out
 
 
-def _processes(folder: RunFolder, record: RunRecord) -> int:
+def _processes(folder: RunSnapshot, record: RunRecord) -> int:
     """The run's process count: the sealed record's; a record from before it kept one: summary.json's world_size."""
     world = record.processes
     if world is None:
@@ -289,12 +289,12 @@ def _processes(folder: RunFolder, record: RunRecord) -> int:
     return world
 
 
-def _profile(folder: RunFolder, record: RunRecord) -> str | None:
+def _profile(folder: RunSnapshot, record: RunRecord) -> str | None:
     saved = folder.config.get("profile")
     return record.profile or (saved if isinstance(saved, str) else None)
 
 
-def _verdict_facts(folder: RunFolder) -> dict:
+def _verdict_facts(folder: RunSnapshot) -> dict:
     s = folder.summary
     return {k: s.get(k) for k in ("device", "device_name", "precision", "world_size") if s.get(k) is not None}
 

@@ -11,8 +11,8 @@ from envkit.reproduce.check import (CheckReport, code_lines, config_lines, data_
                                     record_lines)
 from envkit.reproduce.consent import plan_lines
 from envkit.reproduce.plan import make
-from envkit.runfolder.folder import RunFolder
 from envkit.runfolder.shown import shown, shown_list
+from envkit.runfolder.snapshot import RunSnapshot
 
 
 def check(run_dir: Path, python: str | None = None) -> CheckReport:
@@ -25,7 +25,7 @@ def check(run_dir: Path, python: str | None = None) -> CheckReport:
         folder.close()
 
 
-def _check(folder: RunFolder, python: str | None) -> CheckReport:
+def _check(folder: RunSnapshot, python: str | None) -> CheckReport:
     record = folder.record
     assert record is not None and (lock := folder.copy(files.LOCK)) is not None  # open_run refused the rest
     rec = record.to_json()
@@ -56,7 +56,7 @@ def _check(folder: RunFolder, python: str | None) -> CheckReport:
     return report
 
 
-def _would_run(folder: RunFolder) -> str:
+def _would_run(folder: RunSnapshot) -> str:
     """The plan's lines, as the question would show them (plan.py, consent.py)."""
     plan = make(folder, venv=None, steps=None, device=None)
     try:

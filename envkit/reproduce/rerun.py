@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 import yaml
 
+from envkit.config.batch_auto import KEY, declared_auto
 from envkit.errors import EnvkitError
 from envkit.reproduce.check import CannotReproduce
 from envkit.reproduce.restore import temp_folder
@@ -80,9 +81,9 @@ def run_config(plan: Plan, new_dir: Path) -> tuple[Path, list[str], list[str]]:
     values["experiment"]["name"] = run_dir.parent.name
     pins, notes = [], []
     derived = saved.get("derived") or {}
-    if values.get("training", {}).get("batch_size") == "auto" and "training.batch_size" in derived:
-        pins.append(f"training.batch_size={derived['training.batch_size']}")
-        notes.append(f"training.batch_size auto: pinned to {derived['training.batch_size']}, as the probe chose when the run started")
+    if declared_auto(values) and KEY in derived:
+        pins.append(f"{KEY}={derived[KEY]}")
+        notes.append(f"{KEY} auto: pinned to {derived[KEY]}, as the probe chose when the run started")
     path = temp_folder("config") / "train.yaml"  # removed by rerun; a killed one's by the next reproduction
     path.write_text(f"# envkit reproduce {run_dir}: the run's declared config\n" + yaml.safe_dump(values, sort_keys=False))
     return path, pins, notes

@@ -7,13 +7,11 @@ run folder (reproductions.json), where `envkit runs` shows it."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envkit.facts import gather
-from envkit.fsutil import atomic_write_text
 from envkit.runfolder import record_files as files
 from envkit.reproduce import local, metrics, venv as venvs, verdict
 from envkit.reproduce.check import CannotReproduce, data_lines, open_run
@@ -25,9 +23,10 @@ from envkit.reproduce.restore import restore
 from envkit.runfolder import names
 from envkit.runfolder.folder import RunFolder
 from envkit.runfolder.owner import owner_lock_state, read_owner
-from envkit.runfolder.records import RunStatus
+from envkit.runfolder.bounded import RunFolderError
+from envkit.runfolder.records import RunRecord, RunStatus
 from envkit.runfolder.shown import shown_list
-from envkit.runfolder.bounded import read_json_lenient
+from envkit.runfolder.snapshot import RunSnapshot
 
 if TYPE_CHECKING:
     from envkit.config.schema import DeviceType
@@ -37,20 +36,25 @@ EXIT = {"same": 0, "within tolerance": 0, "different": 1}
 
 def _facts_of_new(run: Path) -> dict:
     """The facts of a reproduction's own folder (this process made it)."""
-    return verdict.facts_of(read_json_lenient(run / names.SUMMARY) or {}, files.read_record(run) or {},
-                            read_json_lenient(run / names.ENVIRONMENT) or {})
+    folder = RunFolder(run)
+    doc = files.read_record(run)
+    try:
+        record = RunRecord.from_json(doc, str(folder.record_file)) if doc else None
+    except RunFolderError:  # this process wrote it: a record it cannot read again only costs the determinism fact
+        record = None
+    return verdict.facts_of(folder.summary(), record, folder.environment())
 
 
-def _facts_of_original(folder: RunFolder) -> dict:
+def _facts_of_original(folder: RunSnapshot) -> dict:
     """The original's facts, from its snapshot."""
-    return verdict.facts_of(folder.summary, folder.record.to_json() if folder.record else {}, folder.environment_doc)
+    return verdict.facts_of(folder.summary, folder.record, folder.environment_doc)
 
 
 def _train(plan: Plan, steps: int | None, say, where: dict | None = None) -> Path:
     new_dir = next_dir(plan.folder.path)
     rc = rerun(plan, new_dir, steps, say, **(where or {}))
-    if not (new_dir / names.METRICS).is_file():
-        raise CannotReproduce(f"the reproduction wrote no metrics (exit code {rc}; its log: {new_dir / 'train.log'})",
+    if not RunFolder(new_dir).metrics_file.is_file():
+        raise CannotReproduce(f"the reproduction wrote no metrics (exit code {rc}; its log: {RunFolder(new_dir).train_log})",
                               where=str(new_dir), fix="read its train.log; `envkit reproduce --check` names what differs")
     return new_dir
 
@@ -76,12 +80,7 @@ def stopped_at(new_dir: Path, rec: dict, steps: int | None, say) -> None:
 
 
 def record_outcome(run_dir: Path, entry: dict) -> None:
-    """Append to the original run's reproductions.json (read bounded, written whole and atomically:
-    a link planted at its name is replaced, never written through)."""
-    path = Path(run_dir) / files.REPRODUCTIONS
-    data = read_json_lenient(path) or {}
-    data["reproductions"] = [*files.read_reproductions(run_dir), entry]
-    atomic_write_text(path, json.dumps(data, indent=2, default=str) + "\n")
+    files.add_reproduction(run_dir, entry)
 
 
 def _spread(plan: Plan, new_dir, b: dict, cmp: dict, steps, why: str, say,
@@ -89,7 +88,7 @@ def _spread(plan: Plan, new_dir, b: dict, cmp: dict, steps, why: str, say,
     """(this device's run-to-run spread, where it came from, the second reproduction trained for it)."""
     if b.get("device") == "cpu":
         return {}, "0 on the CPU, where envkit's runs are bit-identical", None
-    key = verdict.spread_key(b, plan.record.to_json(), cmp["steps"])
+    key = verdict.spread_key(b, plan.record, cmp["steps"])
     spread = verdict.cached_spread(key)
     if spread is not None:
         return spread, "cached", None
@@ -136,7 +135,7 @@ def _judge(plan: Plan, new_dir: Path, steps: int | None, tolerance: float | None
             "spread_run": spread_dir.name if spread_dir else None, "facts": {"original": a, "reproduction": b}}
 
 
-def _printed_precision(folder: RunFolder) -> dict[str, int]:
+def _printed_precision(folder: RunSnapshot) -> dict[str, int]:
     """metric -> the fewest decimals the script printed it with, for metrics read from its output (exec/scalars.py)."""
     out: dict[str, int] = {}
     for row in folder.metric_rows:
@@ -170,7 +169,7 @@ def refuse_unreproducible(folder, rec, say) -> None:
     if not metrics.rows_of(folder.files.get(names.METRICS, b"")):
         ended = "" if folder.status is RunStatus.UNKNOWN else f"; it ended {folder.status.value}"
         raise CannotReproduce(f"the run logged no metrics (its metrics.jsonl has no step{ended}), so a reproduction would "
-                              "have nothing to compare against", where=str(folder.path / names.METRICS),
+                              "have nothing to compare against", where=str(folder.file(names.METRICS)),
                               fix="print them as most scripts do (`step 10: loss 2.31`, or give `envkit exec --metrics-pattern "
                                   "REGEX`), or log them with `from envkit import track; track.log(step, loss=...)`; run it again, "
                                   "then reproduce that run" if rec.kind == "exec"

@@ -38,19 +38,20 @@ import json
 
 from envkit.fsutil import atomic_write_text
 from envkit.record.envstate import cache_root
+from envkit.runfolder.progress import Summary
+from envkit.runfolder.records import RunRecord
 
 SPREAD_FACTOR = 2.0
 REL_ACROSS = 1e-3  # of a metric's largest |value|: the bound across machine kinds (module docstring)
 
 
-def facts_of(summary: dict, rec: dict, env: dict) -> dict:
+def facts_of(summary: Summary | None, record: RunRecord | None, env: dict) -> dict:
     """The facts that decide (and explain) whether two runs can be identical."""
-    cfg = rec.get("config") or {}
-    declared = (cfg.get("declared") or {}).get("training") or {}
+    summary = summary or Summary()
     torch = (env.get("versions") or {}).get("torch") or ((env.get("doctor") or {}).get("facts", {}).get("packages") or {}).get("torch")
     return {"device": summary.get("device") or "cpu", "device_name": summary.get("device_name"),
             "torch": torch, "precision": summary.get("precision"), "processes": summary.get("world_size") or 1,
-            "compile": summary.get("compile"), "deterministic": bool(declared.get("deterministic"))}
+            "compile": summary.get("compile"), "deterministic": bool(record and record.deterministic)}
 
 
 def identical_required(a: dict, b: dict) -> tuple[bool, str]:
@@ -65,10 +66,9 @@ def identical_required(a: dict, b: dict) -> tuple[bool, str]:
     return False, why
 
 
-def spread_key(facts: dict, rec: dict, steps: int) -> str:
-    cfg = rec.get("config") or {}
+def spread_key(facts: dict, record: RunRecord, steps: int) -> str:
     return "|".join(str(x) for x in (facts.get("device_name"), facts.get("torch"), facts.get("processes"), facts.get("precision"),
-                                     cfg.get("config_hash") or " ".join(rec.get("command") or []), steps))
+                                     record.config.get("config_hash") or " ".join(record.command), steps))
 
 
 def cached_spread(key: str) -> dict | None:

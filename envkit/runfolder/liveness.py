@@ -7,17 +7,16 @@ stop` and `envkit run`."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 from typing import TypeGuard
 
-from envkit.fsutil import atomic_write_text, same_process
-from envkit.runfolder import names
+from envkit.fsutil import same_process
 from envkit.runfolder.owner import owner_lock_if_free, read_owner
-from envkit.runfolder.find import read_metrics
-from envkit.runfolder.bounded import read_json_lenient
+from envkit.runfolder.folder import RunFolder
+from envkit.runfolder.progress import Heartbeat, Summary
+from envkit.runfolder.records import RunStatus
 
 
 def pid_alive(pid) -> bool | None:
@@ -46,9 +45,9 @@ def _zombie(pid: int) -> bool:
     return stat[stat.rfind(")") + 2:stat.rfind(")") + 3] == "Z"
 
 
-def summary_is_final(summary: dict | None, beat: dict) -> TypeGuard[dict]:
+def summary_is_final(summary: Summary | None, beat: Heartbeat | None) -> TypeGuard[Summary]:
     """summary.json speaks for the run (not an older one's, left before a resume wrote a new heartbeat)."""
-    return bool(summary) and (not beat or summary.get("updated_at", 0) >= beat.get("updated_at", 0) - 1)
+    return summary is not None and summary.speaks_for(beat)
 
 
 def owner_alive(run_dir: Path) -> bool:
@@ -57,31 +56,31 @@ def owner_alive(run_dir: Path) -> bool:
     return same_process(owner.get("pid"), owner.get("start_time"))
 
 
-def notice_killed(run_dir: Path, noticed_by: str) -> dict | None:
+def notice_killed(run_dir: Path, noticed_by: str) -> Summary | None:
     """The folder's owner is gone and left no summary: write summary.json, status "killed", marked as
     written after the fact (by whom, when, and the last sign of life). Done while holding the owner
     lock, so a run starting in the folder meanwhile is not mislabelled. None when the lock is held."""
     with owner_lock_if_free(run_dir) as free:
         if not free:
             return None
-        beat = read_json_lenient(run_dir / names.HEARTBEAT) or {}
-        summary = read_json_lenient(run_dir / names.SUMMARY)
+        folder = RunFolder(run_dir)
+        beat, summary = folder.heartbeat(), folder.summary()
         if summary_is_final(summary, beat):
             return summary  # written meanwhile by the run itself
-        rows = [r for r in read_metrics(run_dir) if isinstance(r, dict)]
+        beat = beat or Heartbeat()
+        rows = [r for r in folder.metrics() if isinstance(r, dict)]
         steps = [r["step"] for r in rows if isinstance(r.get("step"), int) and "loss" in r]
         losses = [r["loss"] for r in rows if isinstance(r.get("loss"), (int, float))]
-        config = read_json_lenient(run_dir / names.CONFIG) or {}
         owner = read_owner(run_dir)
         now = time.time()
-        out = {"kind": config.get("kind", "train"), "status": "killed", "written_after_the_fact": True,
+        out = {"kind": folder.config().get("kind", "train"), "status": RunStatus.KILLED.value, "written_after_the_fact": True,
                "noticed_by": noticed_by, "noticed_at": now, "updated_at": now,
-               "last_heartbeat_at": beat.get("updated_at"), "owner_pid": owner.get("pid"), "owner_command": owner.get("command"),
-               "steps": steps[-1] if steps else beat.get("step"), "max_steps": beat.get("max_steps"),
+               "last_heartbeat_at": beat.updated_at, "owner_pid": owner.get("pid"), "owner_command": owner.get("command"),
+               "steps": steps[-1] if steps else beat.step, "max_steps": beat.max_steps,
                "final_loss": losses[-1] if losses else None, "hints": [],
                "reason": "its supervisor died without a word (SIGKILL, a crash, the machine lost power); nothing runs in the folder"}
         try:
-            atomic_write_text(run_dir / names.SUMMARY, json.dumps(out, indent=2) + "\n")
+            folder.write_summary(out)
         except OSError as exc:  # a read-only or full disk: what was noticed is still shown, just not recorded
-            out["not_recorded"] = f"cannot write {run_dir / names.SUMMARY}: {exc.strerror or exc}"
-        return out
+            out["not_recorded"] = f"cannot write {folder.summary_file}: {exc.strerror or exc}"
+        return Summary(out)

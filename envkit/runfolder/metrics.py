@@ -3,7 +3,7 @@ the run went on from an earlier step (a resume from a checkpoint, a NaN rollback
 after that step before it are dropped, so that each step has the values of the attempt that
 counts. The watchers (`runs`, `monitor`, `plot`, sweeps) read at most the last MAX_BYTES of a file
 (a long run's log, or a sparse giant planted in a folder someone sent); `reproduce` reads the
-whole file into its snapshot or refuses it (runfolder/folder.py)."""
+whole file into its snapshot or refuses it (runfolder/snapshot.py)."""
 
 from __future__ import annotations
 

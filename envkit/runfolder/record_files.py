@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
-from envkit.fsutil import same_process
+from envkit.fsutil import atomic_write_text, same_process
 from envkit.runfolder import names
 from envkit.runfolder.bounded import read_json_lenient
 
@@ -54,3 +55,12 @@ def read_record(run_dir: Path, wait: float = 0.0) -> dict | None:
 def read_reproductions(run_dir: Path) -> list[dict]:
     data = read_json_lenient(Path(run_dir) / REPRODUCTIONS) or {}
     return [r for r in data.get("reproductions") or [] if isinstance(r, dict)]
+
+
+def add_reproduction(run_dir: Path, entry: dict) -> None:
+    """Append to the original run's reproductions.json (read bounded, written whole and atomically:
+    a link planted at its name is replaced, never written through)."""
+    path = Path(run_dir) / REPRODUCTIONS
+    data = read_json_lenient(path) or {}
+    data["reproductions"] = [*read_reproductions(run_dir), entry]
+    atomic_write_text(path, json.dumps(data, indent=2, default=str) + "\n")

@@ -95,11 +95,14 @@ class _Reader:
 
 
 class RunStatus(str, enum.Enum):
-    """How a run ended, as its summary.json says (or "unknown": none, or a value envkit never writes)."""
+    """A run's status, the one set: what summary.json and heartbeat.json say (the first group), and
+    what `envkit runs` and `monitor` judge from the folder when no summary speaks (the second).
+    "unknown": none, or a value envkit never writes."""
 
     RUNNING = "running"
     RESTARTING = "restarting"
     COMPLETED = "completed"
+    STOPPED = "stopped"  # --stop-after, or a bench's step callback
     INTERRUPTED = "interrupted"
     FAILED = "failed"
     KILLED = "killed"
@@ -107,6 +110,11 @@ class RunStatus(str, enum.Enum):
     OOM = "oom"
     DISK_FULL = "disk_full"
     STALLED = "stalled"
+    # judged from the folder (runs_state.py), never written
+    NEW = "new"  # a folder with nothing in it yet
+    QUEUED = "queued"  # waiting for Slurm
+    ORPHANED = "orphaned"  # its supervisor is gone, its command still runs
+    DEAD = "dead"  # an older envkit's run whose process is gone
     UNKNOWN = "unknown"
 
     @classmethod
@@ -117,8 +125,9 @@ class RunStatus(str, enum.Enum):
             return cls.UNKNOWN
 
 
-# summary.json's "status" as the trainer writes it (train/run/loop.py): the RunStatus values a training process ends
-# with itself, and "stopped" (--stop-after, or a bench's step callback), which RunStatus.of reads as unknown
+# summary.json's "status" as the trainer writes it (train/run/loop.py): the RunStatus values a training
+# process ends with itself (a Literal, so the trainer's code is checked against it; tests/runfolder checks
+# each is a RunStatus value)
 TrainStatus = Literal["running", "completed", "stopped", "interrupted", "failed", "nan", "disk_full"]
 
 
@@ -239,6 +248,12 @@ class RunRecord:
                    missing_hashes=tuple(env.strings("missing_hashes")), data=tuple(data_entries),
                    config=dict(cfg.data), deterministic=bool(r.obj("determinism").get("deterministic", (bool,), False)),
                    errors=tuple(r.strings("errors")), raw=dict(data), **_processes(r.obj("processes")))
+
+    @classmethod
+    def unchecked(cls, data: dict) -> RunRecord:
+        """A record its writer could not read back (record/start.py): kept as written, nothing typed."""
+        return cls(kind="exec" if data.get("kind") == "exec" else "run", python=None, cwd=None, command=(), profile=None, code=(),
+                   local=(), missing_hashes=(), data=(), config={}, deterministic=False, errors=(), raw=dict(data))
 
     def to_json(self) -> dict:
         return dict(self.raw)

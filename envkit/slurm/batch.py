@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 from envkit.fsutil import atomic_write_text
-from envkit.runfolder import names
 from envkit.slurm.submit import live_owner, ownership_lock, read_record
+from envkit.runfolder.folder import RunFolder
 
 STOP_FILE = "stop-requested"
 
@@ -62,10 +62,8 @@ def _stop_requested(run_dir: Path) -> bool:
 
 
 def status_of(run_dir: Path) -> str | None:
-    try:
-        return json.loads((run_dir / names.SUMMARY).read_text()).get("status")
-    except (OSError, ValueError, AttributeError):
-        return None
+    summary = RunFolder(run_dir).summary()
+    return summary.status if summary else None
 
 
 def slurm_view() -> dict:

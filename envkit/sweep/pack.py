@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from envkit.config.batch_auto import is_auto
 from envkit.errors import EnvkitError
 from envkit.launch.launcher import omp_threads_per_process
 
@@ -180,7 +181,7 @@ def probe_spec(run, seconds: float = PROBE_SECONDS):
 
     cfg = run.plan.cfg
     T, DL = cfg.training, cfg.dataloader
-    if T.batch_size == "auto":
+    if is_auto(cfg):
         raise EnvkitError("--pack auto: training.batch_size auto sizes each run to the device's free memory, so runs "
                           "packed together would each count on all of it", where="--pack",
                           fix="set training.batch_size, or use --pack N / --parallel N")

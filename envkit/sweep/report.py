@@ -8,10 +8,9 @@ import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from envkit.runfolder import names
 from envkit.train.watching.curves import draw_runs
-from envkit.runfolder.find import read_metrics
-from envkit.runfolder.bounded import read_json_lenient
+from envkit.runfolder.progress import Summary
+from envkit.runfolder.folder import RunFolder
 
 if TYPE_CHECKING:
     from envkit.sweep.runner import SweepRun
@@ -32,17 +31,18 @@ def plot(results: list[dict], path: Path, config: str) -> Path:
 
 
 def run_result(run_dir: Path, overrides: dict, group: str, state: str) -> dict:
-    summary = read_json_lenient(run_dir / names.SUMMARY) or {}
-    evals = [r for r in read_metrics(run_dir) if "val_loss" in r] if run_dir.is_dir() else []
+    folder = RunFolder(run_dir)
+    summary = folder.summary() or Summary()
+    evals = [r for r in folder.metrics() if "val_loss" in r] if run_dir.is_dir() else []
     accs = [r["accuracy"] for r in evals if r.get("accuracy") is not None]
     rate_key = "tokens_per_second" if summary.get("tokens_per_second") is not None else "samples_per_second"
     return {
         "overrides": overrides, "group": group, "run_dir": str(run_dir),
-        "status": summary.get("status") or state,
-        "best_val_loss": summary.get("best_val_loss"),
+        "status": summary.status or state,
+        "best_val_loss": summary.best_val_loss,
         "accuracy": max(accs) if accs else summary.get("accuracy"),  # the best validation accuracy of the run
         "final_accuracy": summary.get("accuracy"),
-        "steps": summary.get("steps"), "epochs": summary.get("epochs"),
+        "steps": summary.steps, "epochs": summary.get("epochs"),
         "rate": summary.get(rate_key), "rate_unit": rate_key.split("_")[0],
     }
 

@@ -26,7 +26,6 @@ from envkit.plan import Plan, RunRequest, make_plan
 from envkit.plan.grid import Combination
 from envkit.plan.model import RunState
 from envkit.plan.rundirs import run_state
-from envkit.runfolder import names
 from envkit.launch import launcher
 from envkit.launch.spawn import release_child, spawn_child
 from envkit.launch.torchrun import child_command
@@ -34,7 +33,8 @@ from envkit.sweep.pack import choose as choose_pack
 from envkit.sweep.request import SweepRequest
 from envkit.runfolder.owner import owner_holder, read_owner, take_owner_lock
 from envkit.runfolder.applog import open_append
-from envkit.runfolder.bounded import read_json_lenient
+from envkit.runfolder.progress import Summary
+from envkit.runfolder.folder import RunFolder
 
 
 @dataclass
@@ -126,7 +126,7 @@ def execute(runs: list[SweepRun], *, parallel: int = 1, gpus: int = 0, stop_afte
                 launcher.sealed_when_ended(r.run_dir, r.recording)  # the results under the seal, while the folder is ours
                 owner.close()  # the run folder is free again
                 r.rc = proc.returncode
-                r.status = (read_json_lenient(r.run_dir / names.SUMMARY) or {}).get("status") or f"exited {r.rc}"
+                r.status = (RunFolder(r.run_dir).summary() or Summary()).status or f"exited {r.rc}"
                 free_slots.append(slot)
                 say(f"{'done' if r.status == 'completed' else r.status:<8}{r.combo.run_id} (exit {r.rc})")
                 if r.rc == 2 and todo:  # a bad config or data file: every other run would meet it too

@@ -28,13 +28,14 @@ from envkit.exec.rundir import run_name
 from envkit.runfolder.create import folder_name
 from envkit.fsutil import check_inside, ignore_all
 from envkit.plan.grid import MAX_RUNS
-from envkit.runfolder import names
-from envkit.runfolder.bounded import read_bytes, read_json_lenient
+from envkit.runfolder.bounded import read_bytes
 from envkit.runfolder.shown import shown
 from envkit.runfolder.owner import owner_holder, owner_lock_state, read_owner
-from envkit.runfolder.metrics import parse_rows
 from envkit.sweep.report import grouped, pm
 from envkit.train.watching.curves import draw_runs
+from envkit.runfolder.progress import Summary
+from envkit.runfolder.folder import RunFolder
+from envkit.runfolder.records import RunStatus
 
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PLACE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -134,8 +135,8 @@ def prepare(combos: list[ScriptCombination], runs_dir: Path, name: str) -> list[
 
 
 def state(run_dir: Path) -> str:
-    summary = read_json_lenient(run_dir / names.SUMMARY) if run_dir.is_dir() else None
-    return str((summary or {}).get("status") or ("new" if not run_dir.exists() else "unfinished"))
+    summary = RunFolder(run_dir).summary() if run_dir.is_dir() else None
+    return (summary.status if summary else None) or (RunStatus.NEW.value if not run_dir.exists() else "unfinished")
 
 
 def train(runs: list[ScriptRun], command: list[str], *, parallel: int, exec_options: list[str], say) -> bool:
@@ -205,9 +206,10 @@ def _last_lines(r: ScriptRun, n: int = 3) -> list[str]:
 
 def result(r: ScriptRun) -> dict:
     """One row: the run's last loss, best validation loss and steps, from its metrics (logged or printed)."""
-    summary = read_json_lenient(r.run_dir / names.SUMMARY) or {} if r.run_dir.is_dir() else {}
+    folder = RunFolder(r.run_dir)
+    summary = (folder.summary() if r.run_dir.is_dir() else None) or Summary()
     try:
-        rows = parse_rows(read_bytes(r.run_dir / names.METRICS, max_bytes=64 << 20, tail=True) or b"") if r.run_dir.is_dir() else []
+        rows = folder.metric_rows_tail() if r.run_dir.is_dir() else []
     except EnvkitError:
         rows = []
     losses = [x[k] for x in rows for k in ("loss", "train_loss") if isinstance(x.get(k), (int, float))]

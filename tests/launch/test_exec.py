@@ -465,8 +465,12 @@ def test_torch_drift_names_what_changed():
     assert "no longer installed" in torch_drift(None, "2.5.1", None)
 
 
+def _write_json(path, data):
+    path.write_text(json.dumps(data))
+
+
 def test_monitor_says_when_an_exec_run_has_printed_nothing(tmp_path):
-    from envkit.exec.rundir import write_json
+    write_json = _write_json
 
     run = tmp_path / "runs" / "quiet" / "r1"
     run.mkdir(parents=True)
@@ -481,7 +485,7 @@ def test_monitor_says_when_an_exec_run_has_printed_nothing(tmp_path):
 def test_monitor_without_a_run_follows_the_run_started_last_not_the_folder_touched_last(tmp_path):
     """A finished run whose folder is written to late (its record, its summary) is not "the newest":
     `envkit monitor` with no RUN_DIR shows the run started after it (the exec.md tour's order)."""
-    from envkit.exec.rundir import write_json
+    write_json = _write_json
 
     now = time.time()
     done, live = tmp_path / "runs" / "train_demo" / "r1", tmp_path / "runs" / "long_demo" / "r2"

@@ -266,6 +266,34 @@ def test_run_folder_json_is_read_by_runfolders_one_reader():
     assert own == []
 
 
+def test_no_module_outside_runfolder_joins_a_run_folders_file_names():
+    """A run folder's files are RunFolder's properties (runfolder/folder.py): no other module joins
+    `run_dir / names.X` or a file name of a run folder spelt out, and none reads a run folder's JSON
+    with anything but runfolder's reader."""
+    from envkit.runfolder import names
+
+    spelt = {v for k, v in vars(names).items() if k.isupper() and isinstance(v, str) and "." in v} - {names.LOCK}  # any project's lock too
+    joins = []
+    for mod, path in module_files(PACKAGE).items():
+        if mod.startswith("envkit.runfolder"):
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#")[0]
+            if "/ names." in code or any(f'/ "{name}"' in code for name in spelt) or "read_json_lenient" in code:
+                joins.append(f"{mod}:{n}: {line.strip()}")
+    assert joins == []
+
+
+def test_every_status_the_trainer_writes_is_a_runstatus():
+    """One status set: the trainer's Literal (TrainStatus) is a subset of RunStatus, which `runs`,
+    `monitor` and `reproduce` read."""
+    import typing
+
+    from envkit.runfolder.records import RunStatus, TrainStatus
+
+    assert set(typing.get_args(TrainStatus)) <= {s.value for s in RunStatus}
+
+
 def test_a_torch_build_is_a_torchbuild_not_a_bare_string():
     """A dataclass field holding a torch build is typed TorchBuild (facts/torch_build.py): what a build
     is, is asked of it (kind, cuda, rocm), never spelt as startswith("cu") again."""

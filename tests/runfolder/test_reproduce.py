@@ -556,7 +556,7 @@ def test_thread_counts_from_a_received_run_folder_are_applied_only_when_they_are
     """reproduce trains with the run's recorded OMP_NUM_THREADS and friends; a run folder may come from
     someone else, so a value that is not a count is named and left out, never put in the environment."""
     from envkit.reproduce.plan import make
-    from envkit.runfolder.folder import RunFolder
+    from envkit.runfolder.snapshot import RunSnapshot
 
     run = tmp_path / "runs" / "exp" / "orig"
     run.mkdir(parents=True)
@@ -568,7 +568,7 @@ def test_thread_counts_from_a_received_run_folder_are_applied_only_when_they_are
         "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "$(touch pwned)", "OPENBLAS_NUM_THREADS": "0", "HOME": "/elsewhere",
         "NUMEXPR_NUM_THREADS": "999999"}}))
     monkeypatch.setenv("OMP_NUM_THREADS", "8")
-    folder = RunFolder.take(run)
+    folder = RunSnapshot.take(run)
     plan = make(folder, venv=None, steps=None, device=None)
     plan.close()
     folder.close()

@@ -66,9 +66,9 @@ class _Restoring:
 
     def __init__(self, run: Path, say):
         from envkit.reproduce.plan import make
-        from envkit.runfolder.folder import RunFolder
+        from envkit.runfolder.snapshot import RunSnapshot
 
-        self.folder = RunFolder.take(run)
+        self.folder = RunSnapshot.take(run)
         try:
             self.plan = make(self.folder, venv=None, steps=None, device=None)
         except BaseException:
@@ -188,8 +188,8 @@ import sys, time
 from pathlib import Path
 from envkit.reproduce.plan import make
 from envkit.reproduce.restore import restore
-from envkit.runfolder.folder import RunFolder
-restored = restore(make(RunFolder.take(Path(sys.argv[1])), venv=None, steps=None, device=None), say=lambda _: None)
+from envkit.runfolder.snapshot import RunSnapshot
+restored = restore(make(RunSnapshot.take(Path(sys.argv[1])), venv=None, steps=None, device=None), say=lambda _: None)
 print(restored.folders["project"], flush=True)
 time.sleep(600)
 """
@@ -243,14 +243,14 @@ def test_a_run_folder_under_a_name_envkit_run_cannot_train_beside_is_one_line_na
     from envkit.reproduce.rerun import run_config
 
     from envkit.reproduce.plan import make
-    from envkit.runfolder.folder import RunFolder
+    from envkit.runfolder.snapshot import RunSnapshot
 
     run = tmp_path / "from bob" / "orig"
     run.mkdir(parents=True)
     (run / "config.json").write_text(json.dumps({"values": {"experiment": {"name": "tiny"}}}))
     (run / "record.json").write_text(json.dumps({"kind": "run", "code": [], "data": []}))
     (run / "pylock.toml").write_text('lock-version = "1.0"\ncreated-by = "test"\npackages = []\n')
-    folder = RunFolder.take(run)
+    folder = RunSnapshot.take(run)
     plan = make(folder, venv=None, steps=None, device=None)
     try:
         with pytest.raises(CannotReproduce) as exc:

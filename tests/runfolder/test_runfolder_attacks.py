@@ -3,7 +3,7 @@
 that redraws the terminal, a FIFO or a sparse giant where a file should be) and checks that no
 marker file appears, that the answer is one line and exit 2 within seconds, and that what the user
 is shown names what would run. Each broke on the code before the snapshot and the plan
-(envkit/runfolder/folder.py, envkit/reproduce/plan.py).
+(envkit/runfolder/snapshot.py, envkit/reproduce/plan.py).
 
 One real `envkit exec` run is made once (a script in a git repository, an untracked file beside
 it, the tree moved on since, so a reproduction checks the run's commit out in a worktree); every

@@ -22,8 +22,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from envkit.runfolder import names
 from envkit.runfolder.applog import append_line, open_append
+from envkit.runfolder.bounded import RunFolderError, read_bytes
+from envkit.runfolder.folder import RunFolder
+from envkit.runfolder.progress import Summary
 
 if TYPE_CHECKING:
     from envkit.facts.model import TrainDevice
@@ -32,7 +34,6 @@ if TYPE_CHECKING:
 ENV_DEVICE = "ENVKIT_TRAIN_DEVICE"  # set by the child for itself after a switch to the CPU
 # how a device fault restarts the run (fallback_plan): on the CPU, or with MPS's missing operators run there
 DeviceSwitch = Literal["cpu", "mps-fallback"]
-EVENTS = "faults.jsonl"
 
 
 # ---------------------------------------------------------------- the record
@@ -44,9 +45,10 @@ def record(run_dir: Path, event: dict) -> None:
         return
 
     line = json.dumps({"time": time.time(), **event}, default=str)
-    fd = open_append(Path(run_dir) / EVENTS)  # never through a symlink planted in the run folder
+    path = RunFolder(run_dir).faults_file
+    fd = open_append(path)  # never through a symlink planted in the run folder
     try:
-        append_line(fd, (line + "\n").encode("utf-8"), Path(run_dir) / EVENTS)
+        append_line(fd, (line + "\n").encode("utf-8"), path)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -54,9 +56,10 @@ def record(run_dir: Path, event: dict) -> None:
 
 def events(run_dir: Path) -> list[dict]:
     try:
-        lines = (Path(run_dir) / EVENTS).read_text(encoding="utf-8").splitlines()
-    except OSError:
+        raw = read_bytes(RunFolder(run_dir).faults_file, max_bytes=16 << 20, tail=True)
+    except RunFolderError:  # a link or a FIFO planted there
         return []
+    lines = (raw or b"").decode("utf-8", errors="replace").splitlines()
     out = []
     for line in lines:
         try:
@@ -186,10 +189,8 @@ def switch_device(run_dir: Path, policy: DeviceFallback, exc: BaseException) -> 
 
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 or not is_device_fault(exc):
         return
-    try:
-        summary = json.loads((Path(run_dir) / names.SUMMARY).read_text())
-    except (OSError, ValueError):
-        summary = {}
+    folder = RunFolder(run_dir)
+    summary = folder.summary() or Summary()
     device = summary.get("device") or "unknown"
     switch = fallback_plan(policy, device, exc)
     if switch is None:
@@ -197,14 +198,14 @@ def switch_device(run_dir: Path, policy: DeviceFallback, exc: BaseException) -> 
     first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
     how = ("with PYTORCH_ENABLE_MPS_FALLBACK=1 (missing operators run on the CPU)" if switch == "mps-fallback"
            else "on the CPU")
-    line = (f"warning: device fault on {device} at step {summary.get('steps')} ({type(exc).__name__}: {first}): restarting from the "
+    line = (f"warning: device fault on {device} at step {summary.steps} ({type(exc).__name__}: {first}): restarting from the "
             f"last checkpoint {how} (device.fallback: {policy})")
     record(run_dir, {"event": "device_switch", "from": device, "to": "cpu" if switch == "cpu" else f"{device}+cpu-fallback",
-                     "switch": switch, "step": summary.get("steps"), "error": f"{type(exc).__name__}: {first}"})
+                     "switch": switch, "step": summary.steps, "error": f"{type(exc).__name__}: {first}"})
 
-    fd = open_append(Path(run_dir) / "train.log")
+    fd = open_append(folder.train_log)
     try:
-        append_line(fd, (time.strftime("%Y-%m-%d %H:%M:%S ") + line + "\n").encode("utf-8"), Path(run_dir) / "train.log")
+        append_line(fd, (time.strftime("%Y-%m-%d %H:%M:%S ") + line + "\n").encode("utf-8"), folder.train_log)
     finally:
         os.close(fd)
     print(line, file=sys.stderr, flush=True)

@@ -34,7 +34,7 @@ from envkit.runfolder import names
 from envkit.train.recovery.faults import disk_full_error, events, record
 
 ENV_INJECT = "ENVKIT_TRAIN_INJECT"
-WRITE_FAULTS = {names.METRICS: "diskfull-metrics", "train.log": "diskfull-log", names.HEARTBEAT: "diskfull-heartbeat",
+WRITE_FAULTS = {names.METRICS: "diskfull-metrics", names.TRAIN_LOG: "diskfull-log", names.HEARTBEAT: "diskfull-heartbeat",
                 names.SUMMARY: "diskfull-summary"}
 KINDS = ("oom", "nan", "device", "diskfull", "slow", *WRITE_FAULTS.values())
 SLOW_STEP = 300.0  # seconds: slow@N

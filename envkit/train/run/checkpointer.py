@@ -37,7 +37,7 @@ from envkit.config.config import Config
 from envkit.config.schema import Parallel
 from envkit.errors import EnvkitError
 from envkit.runfolder.applog import append_line, open_append
-from envkit.runfolder import names
+from envkit.runfolder.folder import RunFolder
 from envkit.train.recovery.guards import TrainingStopped
 from envkit.train.recovery.injection import Injector
 from envkit.train.run import checkpoint as plain
@@ -78,7 +78,7 @@ class Checkpointer:
     def for_run(cls, run_dir: Path, cfg: Config, *, parallel: Parallel, rank: int, world: int, model: torch.nn.Module,
                 optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, batch_size: int, log: Callable[[str], None],
                 inject: Injector | None) -> "Checkpointer":
-        return cls(Path(run_dir) / names.CHECKPOINTS, cfg.checkpoint.keep_last, parallel == "fsdp", rank, world, model, optimizer,
+        return cls(RunFolder(run_dir).checkpoints, cfg.checkpoint.keep_last, parallel == "fsdp", rank, world, model, optimizer,
                    scaler, cfg.config_hash(), frozenset(cfg.hashes_accepted()), batch_size, cfg.training.grad_accum, log, inject)
 
     # -- writing
@@ -309,9 +309,10 @@ def _move_aside(path: Path, log=None) -> Path:
         log(line)
     else:  # the trainer's log is RUN_DIR/train.log (watching/telemetry.py): one line there, and on the console
         try:
-            fd = open_append(path.parent.parent / names.TRAIN_LOG)  # never through a symlink
+            log_file = RunFolder(path.parent.parent).train_log
+            fd = open_append(log_file)  # never through a symlink
             try:
-                append_line(fd, (time.strftime("%Y-%m-%d %H:%M:%S ") + line + "\n").encode("utf-8"), path.parent.parent / names.TRAIN_LOG)
+                append_line(fd, (time.strftime("%Y-%m-%d %H:%M:%S ") + line + "\n").encode("utf-8"), log_file)
             finally:
                 os.close(fd)
         except (OSError, EnvkitError):

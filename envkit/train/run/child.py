@@ -14,7 +14,6 @@ import os
 import sys
 from pathlib import Path
 
-from envkit.runfolder import names
 from envkit.errors import EnvkitError
 from envkit.train.recovery.guards import TrainingStopped
 from envkit.train.run.determinism import environ_before_cuda, op_error
@@ -25,6 +24,7 @@ from envkit.train.watching.profiling import parse_profile_steps
 from envkit.train.run.batch_probe import probe
 from envkit.train.recovery.faults import switch_device
 from envkit.train.run import timing
+from envkit.runfolder.folder import RunFolder
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     watch_parent(on_gone=parent_gone)  # stop when envkit run/sweep dies, however it dies, mid-step included
     run_dir = Path(args.run_dir)
     try:
-        resolved = json.loads((run_dir / names.CONFIG).read_text())
+        resolved = RunFolder(run_dir).config()
         cfg = Config.from_resolved(resolved)
         environ_before_cuda(cfg)  # training.deterministic: cuBLAS and Inductor read these when they start
         timing.mark("config read")

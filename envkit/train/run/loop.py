@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from envkit.runfolder import names
 from envkit.train.data.bad_files import UnreadableFile
 from envkit.train.recovery import faults, injection
 from envkit.train.recovery.guards import NanGuard, TrainingStopped
 from envkit.train.recovery.injection import Injector
 from envkit.train.run import recover, timing
 from envkit.train.run.compile_cache import compile_counters
+from envkit.config.batch_auto import is_auto
 from envkit.config.config import Config
 from envkit.train.run.evaluate import evaluate
 from envkit.train.run.memory import empty_cache, peak_memory_mb
@@ -40,8 +40,9 @@ from envkit.train.run.build import build_trainer
 from envkit.train.run.trainer import Trainer
 from envkit.train.watching.mfu import mfu as compute_mfu
 from envkit.train.watching.profiling import StepProfiler
-from envkit.train.watching.telemetry import Telemetry, fmt_duration, write_json
+from envkit.train.watching.telemetry import Telemetry, fmt_duration
 from envkit.train.watching.watch import RunWatch
+from envkit.runfolder.folder import RunFolder
 
 if TYPE_CHECKING:
     from envkit.runfolder.records import TrainStatus
@@ -302,7 +303,7 @@ class _Loop:
 def _say_start(tr: Trainer, state: TrainState, tel: Telemetry) -> None:
     training = tr.training
     tel.start(state.step)
-    if tr.cfg.declared.training.batch_size == "auto":  # decided by envkit run's probe (envkit/launch/auto_batch.py)
+    if is_auto(tr.cfg.declared):  # decided by envkit run's probe (envkit/launch/auto_batch.py)
         tr.log(f"training.batch_size {training.batch_size} ({tr.cfg.origin.get('training.batch_size', 'auto')})")
     tr.log(f"training {tr.cfg.model.type} for {training.max_steps} steps ({state.micro_batch} x {state.grad_accum} accum x "
            f"{tr.world} proc, {tr.precision}, compile {tr.compile_note}) from step {state.step}; run folder {tr.run_dir}")
@@ -350,7 +351,7 @@ def _given_up(loop: _Loop, result: TrainResult, tel: Telemetry, reason: str) -> 
     tel.log(f"interrupted in step {state.step + 1} ({reason}): given up unfinished; `envkit run` again resumes from "
             + (f"the checkpoint of step {kept}" if kept else "the start"))
     if tel.enabled:
-        write_json(loop.tr.run_dir / names.SUMMARY, result.summary())
+        RunFolder(loop.tr.run_dir).write_summary(result.summary())
         tel.heartbeat(step=state.step, loss=result.final_loss, eta=None, status="interrupted", force=True)
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_writer
-from envkit.runfolder import names
 from envkit.runfolder.find import read_metrics
+from envkit.runfolder.folder import RunFolder
 
 
 def draw_curves(d: Path, out: Path) -> Path:
@@ -25,7 +25,7 @@ def draw_curves(d: Path, out: Path) -> Path:
     train = [r for r in rows if "loss" in r]
     val = [r for r in rows if "val_loss" in r]
     if not train:
-        raise EnvkitError("no metrics yet: nothing logged a step with a loss", where=str(d / names.METRICS),
+        raise EnvkitError("no metrics yet: nothing logged a step with a loss", where=str(RunFolder(d).metrics_file),
                           fix="an `envkit run` run logs every logging.every_steps steps; a script under `envkit exec` "
                               "logs with `from envkit import track; track.log(step, loss=...)`")
     dev = [r for r in train if "device_util_pct" in r or "device_mem_used_mb" in r or "torch_allocated_mb" in r

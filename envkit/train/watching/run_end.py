@@ -9,6 +9,10 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+from envkit.runfolder.folder import RunFolder
+from envkit.runfolder.progress import Summary
+from envkit.runfolder.records import RunStatus
+
 
 @dataclass(frozen=True)
 class RunEnd:
@@ -16,7 +20,7 @@ class RunEnd:
     line: str | None = None  # said on stderr before it exits
 
 
-def run_end(rc: int, summary: dict | None, *, stopped: int | None, run_dir: Path, node_rank: int = 0) -> RunEnd:
+def run_end(rc: int, summary: Summary | None, *, stopped: int | None, run_dir: Path, node_rank: int = 0) -> RunEnd:
     """The end of a run whose trainer exited with `rc`; node_rank > 0: a node that does not hold the run folder."""
     if node_rank > 0:
         return RunEnd(0 if rc == 0 else 1, f"node {node_rank}: training process exited with code {rc}; node 0 holds the run folder")
@@ -25,8 +29,8 @@ def run_end(rc: int, summary: dict | None, *, stopped: int | None, run_dir: Path
     if stopped is not None:
         return RunEnd(stopped)  # checkpointed and said so; not finished: 130 Ctrl-C, 143 SIGTERM
     line = None
-    if rc not in (0, 3) and (not summary or summary.get("status") in (None, "running")):  # 3: it said why itself
-        line = (f"envkit: error: the training process {ended(rc)} before finishing; its log is {run_dir / 'train.log'} "
+    if rc not in (0, 3) and (not summary or summary.status in (None, RunStatus.RUNNING.value)):  # 3: it said why itself
+        line = (f"envkit: error: the training process {ended(rc)} before finishing; its log is {RunFolder(run_dir).train_log} "
                 f"(fix: run `envkit selftest` for the device, and `envkit run` again to resume from the last checkpoint)")
     return RunEnd(0 if rc == 0 else 1, line)
 

@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING
 
 import errno
 
-from envkit.fsutil import atomic_write_text, process_start_time
+from envkit.fsutil import process_start_time
 from envkit.redact import strip_userinfo
 from envkit.runfolder import names
 from envkit.runfolder.applog import append_line, cut_torn_line, open_append
 from envkit.runfolder.find import REWOUND
+from envkit.runfolder.folder import RunFolder
 
 if TYPE_CHECKING:
     from envkit.config.schema import ProgressDisplay
@@ -45,15 +46,13 @@ def fmt_rate(x: float | None) -> str:
     return f"{x / 1e6:.2f}M" if x >= 1e6 else f"{x / 1e3:.1f}k" if x >= 1e3 else f"{x:.0f}"
 
 
-def write_json(path: Path, data: dict) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, default=str) + "\n")
-
 
 class Telemetry:
     def __init__(self, run_dir: Path, *, total_steps: int, unit: str, heartbeat_seconds: float, progress: ProgressDisplay,
                  enabled: bool = True, stopped: Callable[..., Exception] | None = None,
                  write_fault: Callable[[str, int], bool] | None = None):
         self.dir = Path(run_dir)
+        self.folder = RunFolder(self.dir)
         self.enabled = enabled
         self.total, self.unit = total_steps, unit
         self.epochs, self.epoch = None, None  # with training.epochs: the goal and the latest logged position
@@ -70,9 +69,9 @@ class Telemetry:
         # (TrainingStopped(message, status=)) and the tests' fault hook (name, step) -> bool, None in a user's run
         self.stopped = stopped
         self.write_fault = write_fault
-        torn = [name for name in (names.METRICS, "train.log") if enabled and cut_torn_line(self.dir / name)]
-        self._log = open_append(self.dir / "train.log") if enabled else None
-        self._metrics = open_append(self.dir / names.METRICS) if enabled else None
+        torn = [name for name in (names.METRICS, names.TRAIN_LOG) if enabled and cut_torn_line(self.dir / name)]
+        self._log = open_append(self.folder.train_log) if enabled else None
+        self._metrics = open_append(self.folder.metrics_file) if enabled else None
         mode = progress
         if mode == "auto":
             mode = "rich" if sys.stdout.isatty() else "plain"
@@ -102,11 +101,11 @@ class Telemetry:
         except OSError as exc:
             self._disk_full(exc, name)
 
-    def _atomic(self, name: str, data: dict) -> None:
+    def _atomic(self, name: str, write: Callable[[dict], None], data: dict) -> None:
         try:
             if self._fault(name):
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.dir / name))
-            write_json(self.dir / name, data)
+            write(data)
         except OSError as exc:
             self._disk_full(exc, name)
 
@@ -118,13 +117,13 @@ class Telemetry:
         if self.full is not None:
             return
         self.full = self.dir / name
-        kept = sorted(p.name for p in (self.dir / "checkpoints").glob("step_*.pt"))
+        kept = sorted(p.name for p in self.folder.checkpoints.glob("step_*.pt"))
         raise self.stopped(f"no space left on the device while writing {name} in {self.dir} at step {self.step}: the run "
                               f"stopped with nothing half-written ({'checkpoint ' + kept[-1] + ' kept' if kept else 'no checkpoint yet'}); "
                               "free some space, then `envkit run` again resumes", status="disk_full") from None
 
     def summary(self, data: dict) -> None:
-        self._atomic(names.SUMMARY, data)
+        self._atomic(names.SUMMARY, self.folder.write_summary, data)
 
     # -- lines
     def log(self, message: str) -> None:
@@ -133,7 +132,7 @@ class Telemetry:
         message = strip_userinfo(message)  # a URL in a message (a dataset, an index) keeps no password
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         try:
-            self._append(self._log, "train.log", f"{stamp} {message}\n")
+            self._append(self._log, names.TRAIN_LOG, f"{stamp} {message}\n")
         finally:  # shown even when the disk is full
             self._show(message)
 
@@ -170,7 +169,7 @@ class Telemetry:
 
     def _plain(self, line: str) -> None:
         print(line, flush=True)
-        self._append(self._log, "train.log", time.strftime("%Y-%m-%d %H:%M:%S ") + line + "\n")
+        self._append(self._log, names.TRAIN_LOG, time.strftime("%Y-%m-%d %H:%M:%S ") + line + "\n")
 
     def set_epochs(self, epochs: int, total_steps: int) -> None:
         """training.epochs: the step count is known once the data is; progress and heartbeat speak epochs."""
@@ -221,7 +220,7 @@ class Telemetry:
             pct = 100.0 * step / max(1, self.total)
             line = f"step {step}/{self.total} ({pct:.0f}%) | " + " | ".join(parts) + f" | dt {row.get('dt_ms', 0):.0f}ms | ETA {fmt_duration(eta)}"
             print(line, flush=True)
-            self._append(self._log, "train.log", time.strftime("%Y-%m-%d %H:%M:%S ") + line + "\n")
+            self._append(self._log, names.TRAIN_LOG, time.strftime("%Y-%m-%d %H:%M:%S ") + line + "\n")
 
     def heartbeat(self, *, step: int, loss: float | None, eta: float | None, status: TrainStatus = "running", force: bool = False,
                   **extra) -> None:
@@ -232,7 +231,7 @@ class Telemetry:
             return
         self._last_beat = now
         self.step = step
-        self._atomic(names.HEARTBEAT, {"status": status, "step": step, "max_steps": self.total, "loss": loss,
+        self._atomic(names.HEARTBEAT, self.folder.write_heartbeat, {"status": status, "step": step, "max_steps": self.total, "loss": loss,
                                                  "eta_seconds": None if eta is None else round(eta, 1), "pid": os.getpid(),
                                                  "pid_start": self._pid_start,
                                                  "host": os.uname().nodename if hasattr(os, "uname") else None,
