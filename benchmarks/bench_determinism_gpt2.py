@@ -7,10 +7,9 @@ required), and the step time of each beside the default's, in one lease.
 
 Runs (each `--run NAME=KEY=VALUE[,KEY=VALUE][,env:VAR=VALUE]`, in order; these by default):
 - default: the config as shipped (bf16, compile, the profile's CUDA graphs; SDPA picks cuDNN's attention on Hopper);
-- det: training.deterministic as shipped (SDPA, which falls to FlashAttention-2's deterministic backward where
-  cuDNN's attention is refused);
-- det-flex: training.deterministic with ENVKIT_DETERMINISTIC_ATTENTION=flex: FlexAttention in the compiled step
-  (envkit/train/run/determinism.py: an experiment until measured).
+- det-sdpa: training.deterministic with ENVKIT_DETERMINISTIC_ATTENTION=sdpa (SDPA, which falls to
+  FlashAttention-2's deterministic backward where cuDNN's attention is refused; the default before 2026-12-07);
+- det: training.deterministic as shipped: FlexAttention in the compiled step (envkit/train/run/determinism.py).
 Each deterministic run is followed by its repeat.
 Data: random GPT-2 tokens (benchmarks/bench_time_to_first_step.py's writer), batch 16 x 1,024, no accumulation.
 The step time is the median of the logged windows after the first (summary.json's
@@ -32,8 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-DEFAULT_RUNS = ["default=", "det=training.deterministic=true",
-                "det-flex=training.deterministic=true,env:ENVKIT_DETERMINISTIC_ATTENTION=flex"]
+DEFAULT_RUNS = ["default=", "det-sdpa=training.deterministic=true,env:ENVKIT_DETERMINISTIC_ATTENTION=sdpa",
+                "det=training.deterministic=true"]
 
 
 def run(tmp: Path, data: Path, name: str, items: list[str], args) -> dict:

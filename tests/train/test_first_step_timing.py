@@ -1,6 +1,6 @@
 """The first step's breakdown (ENVKIT_TIMING, envkit/train/run/timing.py: off by default, one line per
 phase when on, read by benchmarks/bench_time_to_first_step.py) and the attention a deterministic run
-can train with (FlexAttention for envkit's gpt on CUDA, an experiment behind ENVKIT_DETERMINISTIC_ATTENTION=flex:
+trains with (FlexAttention for envkit's gpt on CUDA, SDPA's with ENVKIT_DETERMINISTIC_ATTENTION=sdpa:
 envkit/train/run/determinism.py, models.py); the GPU half, the same losses twice with FlexAttention, is
 marked gpu and skips without CUDA."""
 
@@ -53,19 +53,20 @@ def _cfg(*sets: str):
     (["training.deterministic=true", "model.type=mlp", "dataset.task=teacher"], "cuda", False),
 ])
 def test_flex_attention_for_deterministic_gpt_on_cuda_only(sets, device, flex, monkeypatch):
-    monkeypatch.setenv(determinism.FLEX_SWITCH, "flex")
+    monkeypatch.delenv(determinism.FLEX_SWITCH, raising=False)
     assert determinism.flex_attention_for(_cfg(*sets), device) is flex
-    monkeypatch.delenv(determinism.FLEX_SWITCH)  # an experiment: SDPA unless asked for
+    monkeypatch.setenv(determinism.FLEX_SWITCH, "sdpa")  # the user's way back to SDPA's FlashAttention-2
     assert determinism.flex_attention_for(_cfg(*sets), device) is False
 
 
 def test_the_compile_cache_key_names_the_attention_only_where_it_is_not_sdpas_choice(monkeypatch):
     shape = dict(device_type="cuda", device_name="NVIDIA H100 80GB HBM3", data_info={"vocab_size": 512}, micro_batch=4,
                  precision="bf16", mode="reduce-overhead", scope="model", world=1, parallel="single")
+    monkeypatch.delenv(determinism.FLEX_SWITCH, raising=False)
     assert "attention" not in key_parts(_cfg(), **shape)  # the keys of the runs before this change stay the same
-    assert "attention" not in key_parts(_cfg("training.deterministic=true"), **shape)
-    monkeypatch.setenv(determinism.FLEX_SWITCH, "flex")
     assert key_parts(_cfg("training.deterministic=true"), **shape)["attention"] == "flex"
+    monkeypatch.setenv(determinism.FLEX_SWITCH, "sdpa")
+    assert "attention" not in key_parts(_cfg("training.deterministic=true"), **shape)
     assert key_parts(_cfg("training.sdpa_backend=flash"), **shape)["attention"] == "flash"
 
 

@@ -259,8 +259,8 @@ def _training_module(cfg: Config, place: Place, data: DataBundle, model: Model, 
             log(f"training.deterministic: FlexAttention not available ({type(exc).__name__}: {str(exc)[:160]}); SDPA's attention")
         else:
             if layers:
-                log(f"training.deterministic: attention by FlexAttention in the compiled step ({layers} layers, "
-                    f"{determinism.FLEX_SWITCH}=flex: an experiment; its backward has no atomics)")
+                log(f"training.deterministic: attention by FlexAttention in the compiled step ({layers} layers: its backward "
+                    f"has no atomics; {determinism.FLEX_SWITCH}=sdpa keeps SDPA's FlashAttention-2)")
     if model.compile_scope == "blocks":
         loss_module: LossModule = BlockwiseLoss(model.raw, state.grad_accum)
         trained, note = compile_blocks(loss_module, compiling, log, model.compile_mode)

@@ -84,20 +84,19 @@ def prepare(cfg, torch_settings: dict | None):
     return cfg, settings or torch_settings, lines
 
 
-FLEX_SWITCH = "ENVKIT_DETERMINISTIC_ATTENTION"  # "flex": the experiment below, until it is measured on a GPU
+FLEX_SWITCH = "ENVKIT_DETERMINISTIC_ATTENTION"  # "sdpa": a deterministic run keeps SDPA's attention (FlashAttention-2's)
 
 
 def flex_attention_for(cfg, device_type: str) -> bool:
     """Whether a deterministic run trains envkit's gpt with FlexAttention in its compiled step: on CUDA,
-    with training.sdpa_backend auto, no dropout, and ENVKIT_DETERMINISTIC_ATTENTION=flex in the
-    environment. Experimental and off by default: SDPA's own choice on Hopper, cuDNN's attention, has no
-    deterministic backward in PyTorch and is refused under use_deterministic_algorithms, and what SDPA
-    falls to, FlashAttention-2's deterministic backward, costs GPT-2 small most of its 8% (benchmarks/
-    RESULTS.md, 2026-11-27); FlexAttention's Triton backward has no atomics, but its speed and its
-    sameness twice on the H100 are not measured yet (benchmarks/bench_determinism_gpt2.py,
-    benchmarks/bench_det_attention.py). A backend named in training.sdpa_backend keeps SDPA with it."""
+    with training.sdpa_backend auto and no dropout, unless ENVKIT_DETERMINISTIC_ATTENTION=sdpa. SDPA's own
+    choice on Hopper, cuDNN's attention, has no deterministic backward in PyTorch and is refused under
+    use_deterministic_algorithms; what SDPA falls to, FlashAttention-2's deterministic backward, made a
+    deterministic GPT-2 small step 1.073x the default's on one H100, FlexAttention's Triton backward (no
+    atomics) 1.036x, each identical twice at every logged step (benchmarks/RESULTS.md, 2026-12-07:
+    benchmarks/bench_determinism_gpt2.py). A backend named in training.sdpa_backend keeps SDPA with it."""
     t = cfg.training
-    return bool(os.environ.get(FLEX_SWITCH) == "flex" and t.deterministic and device_type == "cuda" and cfg.model.type == "gpt"
+    return bool(os.environ.get(FLEX_SWITCH) != "sdpa" and t.deterministic and device_type == "cuda" and cfg.model.type == "gpt"
                 and t.sdpa_backend in (None, "auto") and not cfg.model.dropout)
 
 

@@ -56,7 +56,7 @@ def use_flex_attention(model: nn.Module, device: torch.device) -> int:
     pass over the keys and dK, dV in one over the queries, without atomics, where cuDNN's attention (SDPA's
     choice on Hopper) is refused under use_deterministic_algorithms and FlashAttention-2's deterministic
     backward took 0.43 ms a layer against cuDNN's 0.23 (benchmarks/RESULTS.md). A deterministic run's
-    experiment (determinism.flex_attention_for): its speed on the H100 is not measured yet."""
+    attention on CUDA (determinism.flex_attention_for)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
     layers = [m for m in model.modules() if isinstance(m, CausalSelfAttention)]
