@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from envkit.install.lock import single
 from envkit.redact import is_secret, recorded_env, redact_argv
 from envkit.runfolder.folder import RunFolder
 from envkit.runfolder.links import refuse_links
@@ -71,7 +72,8 @@ def lock_info(managed) -> dict | None:
 
     path = ((getattr(managed, "state", None) or {}).get("lock")) if managed else None
     if not path or not Path(path).is_file():
-        path = "envkit.lock" if Path("envkit.lock").is_file() else None
+        found = single.default_path()  # pylock.machine.toml, else an envkit.lock from before the rename
+        path = str(found) if found else None
     if not path:
         return None
     return {"path": str(Path(path).resolve()), "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()}

@@ -10,7 +10,7 @@ from envkit.errors import EnvkitError
 from envkit.install.act.interp import probe
 from envkit.install.lock.read import read
 
-FIX = "`envkit setup` puts the profile's build back (`envkit setup --lock` rebuilds from envkit.lock); --no-check skips this check"
+FIX = "`envkit setup` puts the profile's build back (`envkit setup --lock pylock.machine.toml` rebuilds from its lock); --no-check skips this check"
 
 
 def torch_drift(installed: str | None, installed_by_setup: str | None, locked: str | None) -> str | None:
