@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from envkit.console import print_json
-from envkit.exec import environment, rundir, detach
+from envkit.exec import environment, start_files, detach
 from envkit.exec import start as steps
 from envkit.exec.request import ExecRequest, metrics_pattern, project_metrics_pattern
 from envkit.plan import RunRequest, make_plan
@@ -87,7 +87,7 @@ def exec_(**options):
 
         xenv.environ["OMP_NUM_THREADS"] = omp_threads_per_process(profile.env, xenv.environ, req.nproc_per_node)
     # Every check is done: only now is a run folder made.
-    name = req.name if req.name is not None else rundir.run_name(argv)
+    name = req.name if req.name is not None else start_files.run_name(argv)
     if slurm is not None:
         _submit(slurm, req, name, profile)
         return
@@ -96,7 +96,7 @@ def exec_(**options):
     if req.nproc_per_node > 1 or nodes.nnodes > 1:
         launched = steps.torchrun_argv(argv, req.nproc_per_node, nodes, steps.launcher_python(argv, resolved, managed), run_dir)
     # the code state is taken here, before the command starts; exec returns once the record is whole
-    recording = rundir.write_start_files(run_dir, command=argv, launched=launched, env=xenv, child_env=xenv.environ,
+    recording = start_files.write_start_files(run_dir, command=argv, launched=launched, env=xenv, child_env=xenv.environ,
                                          managed=managed, versions=versions, options=req.recorded(nodes.nnodes, nodes.node_rank))
     env = environment.with_run_dir(xenv.environ, run_dir)
     if req.detach:

@@ -75,7 +75,7 @@ def monitor(run_dir, once, interval, as_json):
     """Live view of the newest (or given) run from its heartbeat and metrics: loss, throughput,
     device utilization, memory, power, and hints; says "stalled" when the heartbeat is old,
     "orphaned" while its command outlives its supervisor, "killed" once nothing runs in it."""
-    from envkit.train.watching.runs_state import run_state  # judging a run: not on `monitor --help` (LAZY_OK)
+    from envkit.train.watching.folder_status import run_state  # judging a run: not on `monitor --help` (LAZY_OK)
 
     d = resolve_run(run_dir)
     if as_json:

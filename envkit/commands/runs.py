@@ -22,7 +22,7 @@ def runs(root, as_json):
     dirs = find_runs(Path(root)) if Path(root).exists() else []
     states: list[dict] = []
     if dirs:
-        from envkit.train.watching.runs_state import run_state  # judging a run: not on `runs --help`, nor where none is found (LAZY_OK)
+        from envkit.train.watching.folder_status import run_state  # judging a run: not on `runs --help`, nor where none is found (LAZY_OK)
 
         states = [run_state(d) for d in dirs]
     if as_json:

@@ -4,7 +4,7 @@ train/watching for the heartbeat and the device sampler) and before bench.
 
 environment.py  which profile, which variables, which interpreter (and who won each variable)
 torch_check.py  is the managed env's torch still the build setup installed?
-rundir.py       the run folder: config.json, environment.json, summary.json
+start_files.py  a run's start files: config.json, environment.json and the record
 supervise.py    the process: tee to train.log, heartbeat, signals, stall watchdog, restarts
 detach.py       --detach and `envkit stop`
 """

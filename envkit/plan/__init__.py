@@ -8,7 +8,7 @@ process count and nodes) go through it, and envkit/launch/launcher.py starts wha
     options.py    RunOptions: `envkit run`'s options, of which the RunRequest is the plan's part
     resolve.py    the config with its profile, the facts of the machine, the training interpreter
     grid.py       a sweep's combinations
-    rundirs.py    the run folder: new, resumed (only with its own config) or completed
+    run_folders.py the run folder: new, resumed (only with its own config) or completed
     refusals.py   the nodes, what --slurm cannot take, the device and precision against the machine,
                   the process count against the config; a sweep's combinations each
     make.py       make_plan: the above, in that order

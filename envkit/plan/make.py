@@ -19,7 +19,7 @@ from envkit.plan.refusals import (
     nodes_for,
 )
 from envkit.plan.resolve import Resolved, combination_configs, resolve
-from envkit.plan.rundirs import (
+from envkit.plan.run_folders import (
     choose_for_run,
     experiment_dir,
     place_combination,

@@ -4,7 +4,7 @@ what --slurm cannot take, the device and precision against the machine (naming d
 and the process count against the config (one Apple GPU, a sharding plan, training.batch_size
 auto decided per machine and by `envkit run` alone). A sweep's combinations are checked each, and
 a refusal the grid caused names the run and sweep.grid. (The run folder's own refusals are
-rundirs.py's, the grid's grid.py's.)"""
+run_folders.py's, the grid's grid.py's.)"""
 
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ def next_dir(run_dir: Path) -> Path:
 
 
 def _slug(name: str) -> str:
-    """A folder name as `envkit run` makes it (plan/rundirs.py: experiment_dir)."""
+    """A folder name as `envkit run` makes it (plan/run_folders.py: experiment_dir)."""
     return re.sub(r"[^\w.-]+", "-", name).strip("-") or "run"
 
 

@@ -1,7 +1,7 @@
 """A run folder's files as the watchers read them, with no judgement of the run (so cheap to
 import: `plot`, `exec`, `sweep`, `reproduce` and the trainer's telemetry need only this): a JSON
 object file, metrics.jsonl as the run stands, the run folders under a root and the one a command
-names. Whether the run still runs is `liveness`; its status for `runs` and `monitor` is `runs_state`."""
+names. Whether the run still runs is `liveness`; its status for `runs` and `monitor` is `folder_status`."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ or resumes a run goes through (the trainer, exec's supervisor, `runs`, `monitor`
 resume). It knows each of its files (a property per file, spelt through names.py), reads them through
 the one bounded reader (read_json_lenient: a live run may be rewriting a file as it is read) into the
 typed records (Summary, Heartbeat), and writes them atomically. It is made in one place
-(`RunFolder.create`: exec's runs and sweeps; the trainer's folders are chosen by plan/rundirs.py
+(`RunFolder.create`: exec's runs and sweeps; the trainer's folders are chosen by plan/run_folders.py
 and made with the same name check).
 
 What people send each other to make again is not read here: `RunSnapshot.take` (snapshot.py) reads

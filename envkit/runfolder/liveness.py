@@ -2,7 +2,7 @@
 the run left none. It is asked of the folder's owner lock (RUN/.owner.lock,
 runfolder.owner.take_owner_lock: the kernel releases it when its holders die), not of a PID that may
 have been given to another program; a folder without one (from an older envkit) is judged by its
-heartbeat's PID (`pid_alive`). Used by `envkit runs` and `monitor` (through `runs_state`), `envkit
+heartbeat's PID (`pid_alive`). Used by `envkit runs` and `monitor` (through `folder_status`), `envkit
 stop` and `envkit run`."""
 
 from __future__ import annotations

@@ -110,7 +110,7 @@ class RunStatus(str, enum.Enum):
     OOM = "oom"
     DISK_FULL = "disk_full"
     STALLED = "stalled"
-    # judged from the folder (runs_state.py), never written
+    # judged from the folder (folder_status.py), never written
     NEW = "new"  # a folder with nothing in it yet
     QUEUED = "queued"  # waiting for Slurm
     ORPHANED = "orphaned"  # its supervisor is gone, its command still runs

@@ -25,7 +25,7 @@ from envkit.errors import EnvkitError
 from envkit.plan import Plan, RunRequest, make_plan
 from envkit.plan.grid import Combination
 from envkit.plan.model import RunState
-from envkit.plan.rundirs import run_state
+from envkit.plan.run_folders import run_state
 from envkit.launch import launcher
 from envkit.launch.spawn import release_child, spawn_child
 from envkit.launch.torchrun import child_command

@@ -24,7 +24,7 @@ import yaml
 
 from envkit.console import print_json, print_table
 from envkit.errors import EnvkitError
-from envkit.exec.rundir import run_name
+from envkit.exec.start_files import run_name
 from envkit.runfolder.create import folder_name
 from envkit.fsutil import check_inside, ignore_all
 from envkit.plan.grid import MAX_RUNS

@@ -449,7 +449,7 @@ def test_the_process_groups_usage_is_summed_from_ps():
 
 
 def test_run_names_come_from_the_script():
-    from envkit.exec.rundir import run_name
+    from envkit.exec.start_files import run_name
 
     assert run_name(["python", "-u", "src/train.py", "--optimizer", "lion"]) == "train"
     assert run_name(["python3", "-m", "pkg.curriculum_learning"]) == "curriculum_learning"

@@ -92,15 +92,15 @@ LAZY_OK: dict[str, tuple[str, str]] = {
         "envkit.commands.exec", "the Slurm job writer (submit, script, shlex) on `exec --help` and `stop`, for --slurm only"),
     "envkit/commands/exec.py -> envkit.slurm.cancel": (
         "envkit.commands.exec", "the Slurm job modules (6, shlex) on `exec --help`, for `envkit stop` only"),
-    "envkit/commands/monitor.py -> envkit.train.watching.runs_state": (
+    "envkit/commands/monitor.py -> envkit.train.watching.folder_status": (
         "envkit.commands.monitor", "a run's judging (owner lock, Slurm, hints: 15 modules, ~7 ms) on `monitor --help`, for a run's state only"),
-    "envkit/commands/runs.py -> envkit.train.watching.runs_state": (
+    "envkit/commands/runs.py -> envkit.train.watching.folder_status": (
         "envkit.commands.runs", "a run's judging (owner lock, Slurm, hints: 37 modules, ~14 ms) on `runs --help` and where none is found"),
     "envkit/errors.py -> envkit.redact": (
         "envkit.errors", "re, urllib.parse and redact's compiled patterns on every `envkit --help`, for an error naming a URL only"),
     "envkit/exec/environment.py -> envkit.checks.recommend": (
         "envkit.commands.exec", "every doctor check (envkit/checks/__init__.py), on `envkit stop` and `exec --help` too"),
-    "envkit/exec/rundir.py -> envkit.record.start": (
+    "envkit/exec/start_files.py -> envkit.record.start": (
         "envkit.commands.exec", "the record writer (locks, packaging): `envkit stop` and `exec --help` write no record"),
     "envkit/exec/start.py -> envkit.exec.torch_check": ("envkit.commands.exec", "the lock reader, for a managed env's check only"),
     "envkit/launch/launcher.py -> envkit.checks.report": (

@@ -284,6 +284,12 @@ def test_no_module_outside_runfolder_joins_a_run_folders_file_names():
     assert joins == []
 
 
+def test_the_dataset_builders_take_the_path_the_plan_made_absolute():
+    """plan/resolve.py makes dataset.path absolute before a run starts: nothing in train/ resolves it again."""
+    graph = import_graph()
+    assert sorted(m for m, deps in graph.items() if m.startswith("envkit.train.") and "envkit.config.paths" in deps) == []
+
+
 def test_every_status_the_trainer_writes_is_a_runstatus():
     """One status set: the trainer's Literal (TrainStatus) is a subset of RunStatus, which `runs`,
     `monitor` and `reproduce` read."""

@@ -363,7 +363,7 @@ def test_rich_monitor_layout_shows_steps_device_panel_and_hints(tmp_path):
 
     from envkit.commands.monitor import _rich_view
     from envkit.runfolder.find import read_metrics as _metrics
-    from envkit.train.watching.runs_state import run_state
+    from envkit.train.watching.folder_status import run_state
 
     d = fake_run(tmp_path)
     console = Console(width=160, record=True, force_terminal=False)
@@ -414,7 +414,7 @@ def test_a_live_run_shows_one_step_count_where_the_metrics_are_ahead_of_the_hear
     import time
 
     from envkit.runfolder.owner import take_owner_lock
-    from envkit.train.watching.runs_state import run_state
+    from envkit.train.watching.folder_status import run_state
 
     d = fake_run(tmp_path)
     (d / "summary.json").unlink()

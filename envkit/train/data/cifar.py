@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import zlib
+from pathlib import Path
 
 import torch
 from torch.utils.data import Dataset
@@ -19,7 +20,6 @@ from envkit.errors import EnvkitError
 from envkit.config import cifar_files
 from envkit.train.data.bundle import DataBundle, label_entropy
 from envkit.train.data.label_noise import flip_labels, note
-from envkit.config.paths import resolve_path
 from envkit.config.schema import CifarLabels
 
 PAD = 4
@@ -172,7 +172,7 @@ def cifar(cfg, seed: int, kind: cifar_files.CifarKind) -> DataBundle:
     if not d.path:
         raise EnvkitError(f"dataset type {kind} needs a path", where="dataset.path",
                           fix=f"point it at {cifar_files.FORMATS[kind].folder}/ (from {cifar_files.DOWNLOAD})")
-    folder = cifar_files.check_folder(resolve_path(cfg, d.path), kind, where=f"dataset.path {d.path}")
+    folder = cifar_files.check_folder(Path(d.path), kind, where=f"dataset.path {d.path}")
     fmt = cifar_files.FORMATS[kind]
     x, y = _load([folder / n for n in fmt.train], kind, labels)
     xv, yv = _load([folder / fmt.test], kind, labels)

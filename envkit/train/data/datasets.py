@@ -19,7 +19,6 @@ from envkit.errors import EnvkitError
 from envkit.train.data.bundle import DataBundle, label_entropy
 from envkit.train.data.cifar import cifar
 from envkit.train.data.imagefolder import imagefolder
-from envkit.config.paths import resolve_path
 from envkit.train.data.tokens import tokens
 from envkit.train.user_code import accepted_args, import_factory
 from envkit.config.schema import TextLevel
@@ -219,7 +218,7 @@ def _read_text(path: Path, level: TextLevel) -> bytes | str:
 
 def text(cfg) -> DataBundle:
     d, block = cfg.dataset, cfg.model.block_size
-    path = resolve_path(cfg, d.path)
+    path = Path(d.path)
     raw = _read_text(path, d.level)
     if isinstance(raw, bytes):  # dataset.level byte
         tokens, vocab = torch.tensor(list(raw), dtype=torch.long), 256
@@ -249,7 +248,7 @@ def npz(cfg) -> DataBundle:
     except ImportError:
         raise EnvkitError("dataset type npz needs numpy in the training environment", where="dataset.type",
                           fix="pip install numpy")
-    path = resolve_path(cfg, d.path)
+    path = Path(d.path)
     try:
         arrays = dict(np.load(path, allow_pickle=False))
     except Exception as exc:  # noqa: BLE001 - numpy raises ValueError, OSError, zipfile.BadZipFile... for a bad file

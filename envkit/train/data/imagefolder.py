@@ -27,7 +27,6 @@ from envkit.train.data import pil_images
 from envkit.train.data.bad_files import SEPARATOR, SkippedFiles, UnreadableFile
 from envkit.train.data.bundle import DataBundle, label_entropy
 from envkit.train.data.label_noise import flip_labels, note
-from envkit.config.paths import resolve_path
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
@@ -125,7 +124,7 @@ def imagefolder(cfg, seed: int) -> DataBundle:
     if not d.path:
         raise EnvkitError("dataset type imagefolder needs a path (a folder with train/ and val/)", where="dataset.path")
     pil_images.pillow()  # missing: one line now, not in a worker at the first batch
-    root = resolve_path(cfg, d.path)
+    root = Path(d.path)
     size = d.image_size
     classes, train_samples = scan(_split(root, SPLITS[0], where), where)
     val_classes, val_samples = scan(_split(root, SPLITS[1], where), where)

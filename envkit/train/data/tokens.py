@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, cast
 from envkit.config.token_files import check_token_folder
 from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_bytes
-from envkit.config.paths import resolve_path
 
 if TYPE_CHECKING:
     from torch.utils.data import Dataset
@@ -105,7 +104,7 @@ def tokens(cfg):
 
     d, block = cfg.dataset, cfg.model.block_size
     bs = cfg.training.batch_size
-    tf = check_token_folder(resolve_path(cfg, d.path), d.dtype, d.vocab_size, batch_tokens=bs * (block + 1))
+    tf = check_token_folder(Path(d.path), d.dtype, d.vocab_size, batch_tokens=bs * (block + 1))
     # Training windows are read in DataLoader workers, where an exception arrives as a traceback:
     # they are checked in the trainer's process instead (check_batch); validation reads in-process.
     train = TokenFile(tf.train, tf.dtype, tf.n_train, block, tf.vocab_size, check=False)
