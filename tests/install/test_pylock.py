@@ -173,6 +173,24 @@ def _plain(venv):
     return {k: v for k, v in installed(venv).items()}
 
 
+def test_setup_lock_installs_the_checked_file_whatever_pips_own_find_links_offer(four, indexes, venv, tmp_path):
+    """A folder in PIP_FIND_LINKS holding another file of the locked torch (this kind of machine's own
+    +cpu build, with a tag pip ranks above the lock's): `setup --lock` installs the lock's file, hashes
+    enforced, never the other."""
+    from localindex import build_wheel
+
+    decoys = tmp_path / "decoys"
+    decoys.mkdir()
+    build_wheel(decoys, "torch", "2.13.0+cpu", f"{pylock_wheels.PY}-{pylock_wheels.PY}-manylinux_2_31_x86_64",
+                module="DECOY = True\n")  # glibc 2.31 ranks above the lock's manylinux_2_28 on any newer system
+    (tmp_path / "pylock.toml").write_bytes(four.read_bytes())
+    r = run("setup", "--lock", "pylock.toml", "--yes", "--no-selftest", "--venv", str(venv), cwd=tmp_path,
+            env={"ENVKIT_CACHE_DIR": str(tmp_path / "cache"), "PIP_FIND_LINKS": str(decoys)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    site = next(venv.glob("lib/python*/site-packages"))
+    assert "DECOY" not in (site / "torch" / "__init__.py").read_text()
+
+
 def test_envkit_uv_and_pip_install_the_same_set_and_drift_is_reported(four, indexes, venv, template_venv, tmp_path):
     (tmp_path / "pylock.toml").write_bytes(four.read_bytes())
     r = run("setup", "--lock", "pylock.toml", "--yes", "--no-selftest", "--venv", str(venv), cwd=tmp_path,

@@ -55,7 +55,10 @@ def install_command(venv_python: str, sel, lock: LockFile) -> tuple[list[str], b
     no_compile = ["--no-compile"] if any(p.name == "torch" for p in sel.picks) else []
     cmd = [venv_python, "-m", "pip", "install", *no_compile, "--no-deps"] + (["--require-hashes"] if hashed else [])
     if all(p.has_file for p in sel.picks):
-        return cmd + ["--no-index"], hashed
+        # --isolated: pip's own find-links (PIP_FIND_LINKS, the user's pip.conf) would offer other files of
+        # a locked version beside the checked ones, and pip may take one (a local +cpu build of the same
+        # torch, whose hash then fails); only the checked folder is looked in
+        return cmd + ["--isolated", "--no-index"], hashed
     for url in lock.index_urls:
         cmd += index_args(with_credentials(url))
     if any(p.cached for p in sel.picks) and wheel_cache().is_dir():
