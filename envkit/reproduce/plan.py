@@ -135,7 +135,7 @@ def make(folder: RunSnapshot, *, venv: Path | None, steps: int | None, device: s
         plan.cwd = _cwd(plan, temps)
         plan.env = _env(plan, steps, device)
         if record.kind == "exec":
-            plan.command = plan.argv_for(in_venv(list(record.command), record.python, plan.venv))
+            plan.command = exec_command(list(record.command), record.python, plan.venv, plan.argv_for)
         return plan
     except BaseException:
         for t in temps:
@@ -390,6 +390,16 @@ def in_venv(command: list[str], recorded_python: str | None, venv: Path) -> list
         if same and Path(command[0]).name.startswith("python"):
             return [python_of(venv), *command[1:]]
     return command
+
+
+def exec_command(command: list[str], recorded_python: str | None, venv: Path, argv_for) -> list[str]:
+    """An exec run's command as the reproduction runs it: the run's interpreter replaced by the venv's
+    (in_venv), then the run's own paths moved into its trees' checkouts (Plan.argv_for). The venv's
+    interpreter stays where it is, even inside a recorded tree (`--venv .venv` of a project): the
+    checkout holds no venv."""
+    swapped = in_venv(command, recorded_python, venv)
+    interpreter = swapped[:1] if swapped[:1] == [python_of(venv)] else []
+    return interpreter + argv_for(swapped[len(interpreter):])
 
 
 def python_for(plan: Plan) -> str:

@@ -324,3 +324,23 @@ def test_a_commit_that_is_gone_is_checked_out_from_its_tree_and_one_gone_with_it
     assert "git -C" in (exc.value.fix or "") and "fetch origin" in (exc.value.fix or "")
     assert len(_git(repo, "worktree", "list").splitlines()) == 1 and list(own_tmp.iterdir()) == []
 
+
+
+def test_an_exec_runs_command_keeps_the_venvs_interpreter_where_it_is_inside_a_moved_tree(tmp_path):
+    """`envkit reproduce RUN --venv .venv` of a project whose venv lies in its tree: the run's script
+    moves into the tree's checkout (the run's code), the interpreter stays the venv's own (the
+    checkout holds no venv)."""
+    from envkit.reproduce.plan import exec_command
+
+    tree, checkout = tmp_path / "proj", tmp_path / "worktree"
+    venv = tree / ".venv"
+
+    def moved(argv):
+        return [str(checkout / os.path.relpath(a, tree)) if a.startswith(str(tree)) else a for a in argv]
+
+    recorded = [str(tree / ".venv/bin/python"), str(tree / "train.py"), "--lr=0.1"]
+    got = exec_command(recorded, str(tree / ".venv/bin/python"), venv, moved)
+    assert got == [str(venv / "bin/python"), str(checkout / "train.py"), "--lr=0.1"]
+    # a command run with another program (not the run's interpreter) has every path of the tree moved
+    assert exec_command(["/usr/bin/env", str(tree / "go.sh")], str(tree / ".venv/bin/python"), venv, moved) == [
+        "/usr/bin/env", str(checkout / "go.sh")]
