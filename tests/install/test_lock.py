@@ -183,5 +183,7 @@ def test_a_lock_with_torch_leaves_bytecode_to_the_verification_and_one_without_t
     lock = SimpleNamespace(index_urls=[])
     with_torch, _ = install_command("/v/bin/python", SimpleNamespace(picks=[pick("numpy"), pick("torch")]), lock)
     without, _ = install_command("/v/bin/python", SimpleNamespace(picks=[pick("numpy")]), lock)
-    assert with_torch == ["/v/bin/python", "-m", "pip", "install", "--no-compile", "--no-deps", "--require-hashes", "--no-index"]
-    assert without == ["/v/bin/python", "-m", "pip", "install", "--no-deps", "--require-hashes", "--no-index"]
+    # --isolated: only the checked files (pip's own find-links would offer others: test_pylock.py)
+    assert with_torch == ["/v/bin/python", "-m", "pip", "--isolated", "install", "--no-compile", "--no-deps", "--require-hashes",
+                          "--no-index"]
+    assert without == ["/v/bin/python", "-m", "pip", "--isolated", "install", "--no-deps", "--require-hashes", "--no-index"]

@@ -58,7 +58,7 @@ def install_command(venv_python: str, sel, lock: LockFile) -> tuple[list[str], b
         # --isolated: pip's own find-links (PIP_FIND_LINKS, the user's pip.conf) would offer other files of
         # a locked version beside the checked ones, and pip may take one (a local +cpu build of the same
         # torch, whose hash then fails); only the checked folder is looked in
-        return cmd + ["--isolated", "--no-index"], hashed
+        return [*cmd[:3], "--isolated", *cmd[3:], "--no-index"], hashed
     for url in lock.index_urls:
         cmd += index_args(with_credentials(url))
     if any(p.cached for p in sel.picks) and wheel_cache().is_dir():
