@@ -1,6 +1,6 @@
 """Files: written atomically (a file is either the old one or the whole new one, never half of
 each), hashed in blocks, named and placed as a user's values allow, and locked by a process that
-other processes can name.
+other processes can name; and envkit's one cache folder (`cache_dir`), under which every cache lives.
 
 Modes: a file is created as open() creates it, 0666 less the umask (0644 under the usual 022), so
 the locks (pylock.toml, pylock.machine.toml), env scripts, run folders and reports can be read by a CI
@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import TypeGuard
@@ -209,3 +210,13 @@ def hold_lock_file(path: Path, record: dict):
         raise LockHeld(held if isinstance(held, dict) else {}) from None
     write_lock_record(fh, {"pid": os.getpid(), "start_time": process_start_time(os.getpid()), **record})
     return fh
+
+
+def cache_dir() -> Path:
+    """envkit's cache, the one place every cache of envkit lives under: ENVKIT_CACHE_DIR, else
+    $XDG_CACHE_HOME/envkit, else ~/.cache/envkit (~/Library/Caches/envkit on macOS)."""
+    if os.environ.get("ENVKIT_CACHE_DIR"):
+        return Path(os.environ["ENVKIT_CACHE_DIR"])
+    if sys.platform == "darwin" and not os.environ.get("XDG_CACHE_HOME"):
+        return Path.home() / "Library" / "Caches" / "envkit"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "envkit"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.facts import gather
-from envkit.fsutil import atomic_write_text
+from envkit.fsutil import atomic_write_text, cache_dir
 from envkit.track import RUN_DIR_VAR
 
 
@@ -68,7 +68,7 @@ def track_path() -> Path:
     interpreter can `import envkit.track` without envkit's other dependencies shadowing its own."""
     pkg = Path(__file__).resolve().parents[1]
     key = hashlib.sha256(str(pkg).encode()).hexdigest()[:12]
-    base = Path(os.environ.get("ENVKIT_CACHE_DIR") or Path.home() / ".cache" / "envkit") / "track" / key
+    base = cache_dir() / "track" / key
     if not (base / "envkit").exists():
         base.mkdir(parents=True, exist_ok=True)
         try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from envkit.fsutil import cache_dir
 from envkit.plan.model import Nodes
 
 
@@ -68,7 +69,7 @@ def child_entry() -> Path:
 
     pkg = Path(__file__).resolve().parents[1]  # envkit/ (this file is envkit/launch/torchrun.py)
     key = hashlib.sha256(f"{pkg}|{_BOOTSTRAP}".encode()).hexdigest()[:12]
-    base = Path(os.environ.get("ENVKIT_CACHE_DIR") or Path.home() / ".cache" / "envkit") / "child" / key
+    base = cache_dir() / "child" / key
     entry = base / "envkit_child.py"
     if entry.is_file():
         return entry

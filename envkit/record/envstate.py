@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 
 from envkit.fsutil import atomic_write_text
-from envkit.install.act.execute import cache_dir
+from envkit.fsutil import cache_dir
 
 _SITE_DIRS = ("import json, sys, os; print(json.dumps([p for p in sys.path if p and os.path.isdir(p) "
               "and not p.endswith('.zip')]))")

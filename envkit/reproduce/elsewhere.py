@@ -28,7 +28,7 @@ from pathlib import Path
 from envkit import __version__
 from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_text
-from envkit.install.act.execute import cache_dir
+from envkit.fsutil import cache_dir
 from envkit.install.act.interp import probe
 from envkit.install.choice.model import parse_request
 from envkit.install.choice.resolve import resolve

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.facts import gather
-from envkit.install.act.execute import cache_dir
+from envkit.fsutil import cache_dir
 from envkit.install.lock.install import install_from_lock
 from envkit.install.lock.read import read
 from envkit.install.setup.flow import load_setup_profile

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.fsutil import atomic_write_text
-from envkit.install.act.execute import cache_dir
+from envkit.fsutil import cache_dir
 from envkit.runfolder.bounded import RunFolderError, parse_json, read_bytes
 
 SEAL = "record.seal"

@@ -290,6 +290,14 @@ def test_the_dataset_builders_take_the_path_the_plan_made_absolute():
     assert sorted(m for m, deps in graph.items() if m.startswith("envkit.train.") and "envkit.config.paths" in deps) == []
 
 
+def test_envkits_cache_folder_is_chosen_in_one_place():
+    """ENVKIT_CACHE_DIR, XDG_CACHE_HOME and macOS's folder are read by fsutil.cache_dir alone: a second
+    reading put the caches of exec, the child's entry and setup's lock under ~/.cache on a Mac."""
+    spelt = [mod for mod, path in module_files(PACKAGE).items()
+             if mod != "envkit.fsutil" and ('"ENVKIT_CACHE_DIR"' in path.read_text() or '".cache"' in path.read_text())]
+    assert spelt == []
+
+
 def test_every_status_the_trainer_writes_is_a_runstatus():
     """One status set: the trainer's Literal (TrainStatus) is a subset of RunStatus, which `runs`,
     `monitor` and `reproduce` read."""

@@ -14,7 +14,7 @@ from envkit.checks import builds
 from envkit.checks.accel import gfx_problems
 from envkit.errors import EnvkitError
 from envkit.facts.model import TorchDevice
-from envkit.fsutil import sha256_file
+from envkit.fsutil import cache_dir, sha256_file
 from envkit.install.index.pages import timeouts
 from envkit.redact import strip_userinfo
 
@@ -54,16 +54,6 @@ def run_step(argv: list[str], what: str, echo=None) -> None:
     rc = stream(argv, echo=echo)
     if rc != 0:
         raise StepFailed(f"{what} failed (exit code {rc}): {' '.join(argv)}")
-
-
-def cache_dir() -> Path:
-    """envkit's cache: ENVKIT_CACHE_DIR, else $XDG_CACHE_HOME/envkit, else ~/.cache/envkit
-    (~/Library/Caches/envkit on macOS)."""
-    if os.environ.get("ENVKIT_CACHE_DIR"):
-        return Path(os.environ["ENVKIT_CACHE_DIR"])
-    if sys.platform == "darwin" and not os.environ.get("XDG_CACHE_HOME"):
-        return Path.home() / "Library" / "Caches" / "envkit"
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "envkit"
 
 
 def wheel_cache() -> Path:

@@ -12,14 +12,13 @@ from pathlib import Path
 
 from envkit.errors import EnvkitError
 from envkit.install.setup.options import venv_python_of
-from envkit.fsutil import LockHeld, hold_lock_file
+from envkit.fsutil import LockHeld, cache_dir, hold_lock_file
 
 
 def venv_lock_path(venv: Path) -> Path:
     import hashlib
-    import os
 
-    cache = Path(os.environ.get("ENVKIT_CACHE_DIR") or Path.home() / ".cache" / "envkit")
+    cache = cache_dir()
     key = hashlib.sha256(str(Path(venv).absolute()).encode()).hexdigest()[:16]
     return cache / "setup-locks" / f"{Path(venv).name}-{key}.lock"
 

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from envkit.config.schema import CompileMode, CompileScoped, Parallel, TrainPrecision
-from envkit.install.act.execute import cache_dir
+from envkit.fsutil import cache_dir
 from envkit.train.run.determinism import flex_attention_for
 from envkit.runfolder.seal import machine_key
 from envkit.fsutil import atomic_write_bytes
