@@ -75,8 +75,9 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 def envkit(*args: str, env: dict | None = None, cwd: str | os.PathLike | None = None, timeout: float = 300,
-           input: str | None = None) -> subprocess.CompletedProcess:
-    """Run `python -m envkit ARGS` as a user would; stdout is not a TTY (plain output)."""
+           input: str | None = None, wrap: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """Run `python -m envkit ARGS` as a user would; stdout is not a TTY (plain output). `wrap`: a command
+    that runs it (`unshare ...`, `setpriv ...`)."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTORCH_", "ENVKIT_"))}
     full_env["PYTHONUNBUFFERED"] = "1"
     # A tuned profile in the developer's own user folder (envkit tune) must not change what tests see.
@@ -87,7 +88,7 @@ def envkit(*args: str, env: dict | None = None, cwd: str | os.PathLike | None = 
             full_env.pop(name, None)
         else:
             full_env[name] = value
-    return subprocess.run([sys.executable, "-m", "envkit", *args], capture_output=True, text=True,
+    return subprocess.run([*wrap, sys.executable, "-m", "envkit", *args], capture_output=True, text=True,
                           env=full_env, cwd=cwd, timeout=timeout, input=input)
 
 

@@ -10,6 +10,7 @@ from pathlib import PurePath
 from envkit.checks.gates import gates
 from envkit.checks.threads import thread_problems
 from envkit.checks.verdict import FAIL, PASS, SKIP, WARN, Check
+from envkit.facts.bytecode_cache import PREFIX_VAR
 from envkit.facts.model import Facts
 
 
@@ -129,6 +130,10 @@ def check_bytecode(facts: Facts) -> Check:
     compile_missing = code.compile_compiled is False
     if code.compiled and not compile_missing:
         return Check("bytecode", PASS, "torch's modules are byte-compiled", group="Environment")
+    if code.envkit_cache:  # install/bytecode.py: site-packages was not this user's to write
+        return Check("bytecode", PASS, f"torch's modules are byte-compiled in envkit's cache ({code.envkit_cache}): `envkit run`, "
+                     f"`exec` and `sweep` use it; your own `python` does with `export {PREFIX_VAR}={_sh(code.envkit_cache)}`",
+                     group="Environment")
     if code.python_writes:
         message = ("torch's modules are byte-compiled; torch.compile's get theirs at its first use (once)" if code.compiled
                    else "torch's modules are not byte-compiled yet: the first import writes it (once)")
@@ -140,5 +145,8 @@ def check_bytecode(facts: Facts) -> Check:
                f"that compiles compiles their sources again ({_WITHOUT_BYTECODE})" if code.compiled
                else f"torch's modules have no bytecode and Python writes none ({why}): every process compiles torch's "
                f"sources again ({_WITHOUT_BYTECODE})")
-    return Check("bytecode", WARN, message, f"{_sh(python)} -m compileall -q -j 0 {_sh(site)}"
-                 + ("" if code.writable else " (as the folder's owner)"), "Environment")
+    if not code.writable:  # in place only as the folder's owner: envkit's own cache instead (install/bytecode.py)
+        return Check("bytecode", WARN, message, f"envkit doctor --fix --python {_sh(python)} (compiles it into envkit's cache, "
+                     f"which envkit's runs use), or as the folder's owner: {_sh(python)} -m compileall -q -j 0 {_sh(site)}",
+                     "Environment")
+    return Check("bytecode", WARN, message, f"{_sh(python)} -m compileall -q -j 0 {_sh(site)}", "Environment")

@@ -47,7 +47,7 @@ class Diagnosis:
             "torch_bytecode": None if f.torch_bytecode is None else {
                 "folder": f.torch_bytecode.folder, "compiled": f.torch_bytecode.compiled,
                 "dont_write_bytecode": f.torch_bytecode.dont_write_bytecode, "writable": f.torch_bytecode.writable,
-                "compile_compiled": f.torch_bytecode.compile_compiled},
+                "compile_compiled": f.torch_bytecode.compile_compiled, "envkit_cache": f.torch_bytecode.envkit_cache},
             "env": f.env,
             "runtime": f.runtime,
             "source": f.source,

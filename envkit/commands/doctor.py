@@ -10,7 +10,9 @@ from envkit.errors import EnvkitError
 from envkit.checks.report import diagnose, render_plain, render_rich, PLAIN
 from envkit.facts import collect
 from envkit.facts.runner import LiveRunner, RecordingRunner, ReplayRunner, load_snapshot, write_json_atomic
+from envkit.install import bytecode
 from envkit.install.setup.managed import target_python
+from envkit.launch.torchrun import child_entry
 from envkit.slurm.preflight import run_checks
 from envkit.console import print_json, console, is_tty
 
@@ -25,9 +27,12 @@ from envkit.console import print_json, console, is_tty
               help="Pre-flight for `--slurm` jobs instead: Slurm answers, the partition, envkit on the nodes, the rendezvous.")
 @click.option("--partition", help="--slurm: the partition to check (default: the cluster's default).")
 @click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True, help="--slurm: nodes to probe (2 checks that they reach node 0).")
+@click.option("--fix", "fix", is_flag=True,
+              help="Make the fixes envkit makes itself, then judge again: torch's bytecode where Python writes none "
+                   "(in place, or into envkit's cache where site-packages is read-only; `envkit run`, `exec` and `sweep` use it).")
 @click.option("--gpus-per-node", type=click.IntRange(min=0), default=0, show_default=True, help="--slurm: GPUs the partition's nodes must have.")
 def doctor(as_json: bool, record: str | None, replay: str | None, no_runtime: bool, python: str | None, slurm: bool,
-           partition: str | None, nodes: int, gpus_per_node: int) -> None:
+           partition: str | None, nodes: int, fix: bool, gpus_per_node: int) -> None:
     """Detect the OS, chip, Python and PyTorch, and judge them against the version gates.
 
     With --slurm: the checks a Slurm job needs, each with a fix (a short srun probe on --nodes nodes).
@@ -40,6 +45,8 @@ def doctor(as_json: bool, record: str | None, replay: str | None, no_runtime: bo
     python = None if replay else target_python(python)
     if record and replay:
         raise EnvkitError("--record and --replay cannot be used together", fix="choose one")
+    if fix and (replay or record):
+        raise EnvkitError("--fix changes this machine: it cannot be used with --replay or --record", fix="run `envkit doctor --fix` alone")
     if replay:
         runner = ReplayRunner(load_snapshot(replay), source=replay)
         facts = collect(runner, runtime=not no_runtime, source=replay)
@@ -53,9 +60,16 @@ def doctor(as_json: bool, record: str | None, replay: str | None, no_runtime: bo
     else:
         facts = collect(LiveRunner(python), runtime=not no_runtime)
     d = diagnose(facts)
+    fixed = _fix_bytecode(d, facts, python) if fix else None
+    if fixed is not None:
+        facts = collect(LiveRunner(python), runtime=not no_runtime)
+        d = diagnose(facts)
     if as_json:
-        print_json(d.to_dict())
+        print_json({**d.to_dict(), **({"fixed": [] if fixed is None else [{"check": "bytecode", **fixed.to_dict()}]} if fix else {})})
     else:
+        if fix:
+            click.echo(f"fixed: {fixed.line()}" if fixed is not None else "fixed: nothing (envkit fixes torch's bytecode only; "
+                       "the other fixes are below)")
         if is_tty():
             render_rich(d, console())
         else:
@@ -63,6 +77,16 @@ def doctor(as_json: bool, record: str | None, replay: str | None, no_runtime: bo
         if record:
             click.echo(f"snapshot written to {record} (no secrets, home as ~): attach it to a bug report", err=True)
     sys.exit(d.exit_code)
+
+
+def _fix_bytecode(d, facts, python: str | None):
+    """install/bytecode.py's fix where the bytecode check warns, else None."""
+    check = next((c for c in d.checks if c.id == "bytecode"), None)
+    code = facts.torch_bytecode
+    if check is None or check.status != "warn" or code is None:
+        return None
+    click.echo("envkit: writing torch's bytecode (a minute or two)...", err=True)
+    return bytecode.fix(python or sys.executable, code.folder, code.writable, also=(child_entry().parent / "envkit",))
 
 
 def _slurm_doctor(partition, nodes, gpus, as_json) -> None:

@@ -10,7 +10,9 @@ import click
 
 from envkit.commands.setup_terminal import CommandLineUI
 from envkit.errors import EnvkitError
+from envkit.install import bytecode
 from envkit.install.setup.flow import SetupOptions, run_setup
+from envkit.launch.torchrun import child_entry
 from envkit.bench.context import load_context
 from envkit.checks.recommend import TUNED_SUFFIX
 from envkit.install.setup.managed import write_state, where_line
@@ -65,6 +67,9 @@ def _after_install(venv_python: str, profile, selftest: bool, ui, tune: str | No
     --tune) the tuner."""
     if root is not None:
         ui.say(where_line(root))
+    fixed = bytecode.ensure(venv_python, also=(child_entry().parent / "envkit",))  # where Python writes none
+    if fixed is not None:
+        ui.say(fixed.line(), err=not fixed.ok)
     rc = _selftest(venv_python, profile, selftest, ui)
     if rc:
         return rc

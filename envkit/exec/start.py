@@ -16,6 +16,7 @@ from envkit.console import print_json
 from envkit.errors import EnvkitError
 from envkit.exec import detach, environment
 from envkit.exec.request import is_python
+from envkit.facts import bytecode_cache
 from envkit.install.act.interp import probe
 from envkit.install.setup.managed import find_managed, missing_line
 from envkit.launch.torchrun import torchrun_head
@@ -45,6 +46,8 @@ def resolve_environment(profile_name: str | None, argv: list[str]):
             click.echo(f"envkit: warning: {w}", err=True)
     xenv = environment.build_environ(profile, managed.venv if managed else None)
     resolved = environment.find_command(argv, xenv.environ)
+    python = resolved if resolved and is_python(resolved) else (str(managed.python) if managed else None)
+    xenv.environ = bytecode_cache.child_environ(xenv.environ, python)  # envkit's bytecode cache, where one was made for it
     environment.check_script(argv)
     if managed is None:  # said, not silently skipped: the torch-against-lock check has no lock to hold to
         click.echo(missing_line(str(resolved or argv[0])), err=True)

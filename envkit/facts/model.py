@@ -84,6 +84,7 @@ class TorchBytecode:
     dont_write_bytecode: bool  # PYTHONDONTWRITEBYTECODE (or -B): Python writes no bytecode on an import
     writable: bool  # this user may write the bytecode folders
     compile_compiled: bool | None = None  # torch.compile's modules too (None: not recorded, or no torch._dynamo)
+    envkit_cache: str | None = None  # the folder of envkit's bytecode cache made for this interpreter, where torch's is found there
 
     @classmethod
     def from_probe(cls, raw) -> TorchBytecode | None:
@@ -93,8 +94,9 @@ class TorchBytecode:
         compiled, dont_write, writable = (raw.get(k) for k in ("compiled", "dont_write_bytecode", "writable"))
         if not (isinstance(compiled, bool) and isinstance(dont_write, bool) and isinstance(writable, bool)):
             return None
-        dynamo = raw.get("compile_compiled")
-        return cls(raw["folder"], compiled, dont_write, writable, dynamo if isinstance(dynamo, bool) else None)
+        dynamo, cached = raw.get("compile_compiled"), raw.get("envkit_cache")
+        return cls(raw["folder"], compiled, dont_write, writable, dynamo if isinstance(dynamo, bool) else None,
+                   cached if isinstance(cached, str) and cached else None)
 
     @property
     def python_writes(self) -> bool:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import cast
 
 from envkit.errors import EnvkitError
-from envkit.facts import interp_probe
+from envkit.facts import bytecode_cache, interp_probe
 from envkit.fsutil import atomic_write_text
 from envkit.redact import recorded_env, redact
 
@@ -148,11 +148,12 @@ class LiveRunner(Runner):
             return None
 
     def interpreter(self) -> dict:
+        prefix = str(bytecode_cache.prefix_for(self.python_exe) or "") or None  # whether torch's bytecode is there too
         if self._interp is None and os.path.realpath(self.python_exe) == os.path.realpath(sys.executable) \
                 and self.python_exe == sys.executable:
-            self._interp = interp_probe.probe(list(PACKAGES))  # our own interpreter: no subprocess needed
+            self._interp = interp_probe.probe(list(PACKAGES), prefix)  # our own interpreter: no subprocess needed
         if self._interp is None:
-            res = self.run([self.python_exe, interp_probe.__file__, json.dumps(PACKAGES)], timeout=30)
+            res = self.run([self.python_exe, interp_probe.__file__, json.dumps(PACKAGES), *([prefix] if prefix else [])], timeout=30)
             if res is None or not res.ok:
                 why = "not found" if res is None else (res.stderr.strip().splitlines() or ["failed"])[-1]
                 raise EnvkitError(f"cannot run the Python interpreter {self.python_exe}: {why}",

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from envkit.config.config import Config, to_yaml
 from envkit.errors import EnvkitError
+from envkit.facts import bytecode_cache
 from envkit.fsutil import atomic_write_text
 from envkit.launch import auto_batch
 from envkit.launch.spawn import ask_to_checkpoint, release_child, spawn_child
@@ -159,8 +160,11 @@ def _torch_settings(profile: Profile | None) -> dict | None:
     return dict(profile.torch) if profile else None
 
 
-def child_environ(profile: Profile | None, nproc: int = 1) -> dict:
+def child_environ(profile: Profile | None, nproc: int = 1, python: str | None = None) -> dict:
+    """The trainer's environment: the profile's variables, and for `python` envkit's bytecode cache where
+    one was made for it (facts/bytecode_cache.py)."""
     env = profile.child_environ(dict(os.environ)) if profile is not None else dict(os.environ)
+    env = bytecode_cache.child_environ(env, python)
     env["PYTHONUNBUFFERED"] = "1"
     if nproc > 1:
         env["OMP_NUM_THREADS"] = omp_threads_per_process(profile.env if profile else {}, env, nproc)
@@ -235,7 +239,7 @@ def start(p: Plan, *, stop_after: int | None, debug: bool, profile_steps: tuple[
     run, nodes, nproc = p.runs[0], p.nodes, p.request.nproc
     if run.note:
         say(run.note)
-    env = child_environ(p.profile, nproc)
+    env = child_environ(p.profile, nproc, p.python)
     if run.batch_note:
         say(run.batch_note)
     p = decide_batch(p, say)
@@ -276,7 +280,7 @@ def decide_batch(p: Plan, say) -> Plan:
     kept the number it started with: the plan has it); said in one line before the run starts."""
     if not is_auto(_config(p)):
         return p
-    cfg, choice = auto_batch.resolve(_config(p), python=p.python, env=child_environ(p.profile, 1), child_entry=child_entry(),
+    cfg, choice = auto_batch.resolve(_config(p), python=p.python, env=child_environ(p.profile, 1, p.python), child_entry=child_entry(),
                                      torch_settings=_torch_settings(p.profile), world=p.request.world, echo=say)
     say(choice.note)
     return p.with_cfg(cfg)

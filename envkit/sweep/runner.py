@@ -86,7 +86,7 @@ def _packed(runs: list[SweepRun], say) -> int:
         say(f"pack: {gpus} at a time, one run per GPU ({gpus} GPUs here; --pack auto measures a single device)")
         return gpus
     return choose_pack([r for r in runs if r.start != "completed"], runs[0].plan.python,
-                       launcher.child_environ(runs[0].plan.profile, 1), say)
+                       launcher.child_environ(runs[0].plan.profile, 1, runs[0].plan.python), say)
 
 
 def execute(runs: list[SweepRun], *, parallel: int = 1, gpus: int = 0, stop_after: int | None = None,
@@ -169,7 +169,7 @@ def _own(r: SweepRun, say):
 
 def _start(r: SweepRun, slot: int, gpus: int, parallel: int, stop_after, debug: bool, say, owner=None,
            quiet_stdout: bool = False) -> subprocess.Popen:
-    env = launcher.child_environ(r.plan.profile, 1)
+    env = launcher.child_environ(r.plan.profile, 1, r.plan.python)
     where = ""
     if gpus > 1 and parallel > 1:
         env["CUDA_VISIBLE_DEVICES"] = str(slot % gpus)  # one GPU per run
