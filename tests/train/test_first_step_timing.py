@@ -119,25 +119,3 @@ def test_the_batch_order_is_each_epochs_rows_a_few_batches_at_a_time(start, worl
     got = [(list(b), b.epoch) for b in itertools.islice(iter(sampler), 70)]  # 16 (or 33) batches an epoch: four epochs
     want = [(row, epoch) for epoch, rows in itertools.islice(sampler.epochs(), 6) for row in rows.tolist()][:70]
     assert got == want and len({e for _, e in got}) >= 3
-
-
-def test_compile_imports_load_torch_compiles_modules_on_a_thread_and_survive_a_missing_one():
-    """The trainer imports torch.compile's modules on a thread while it builds the model
-    (train/run/compile_imports.py): after `wait` they are loaded, and one that is not installed here
-    (triton on this CPU machine, or a name that does not exist) is left for the compile to report."""
-    code = ("import sys, threading, torch\n"
-            "from envkit.train.run import compile_imports as ci\n"
-            "ci._CUDA = ci._CUDA + ('envkit_no_such_module',)\n"
-            "assert 'torch._dynamo' not in sys.modules\n"
-            "imports = ci.CompileImports.start('cuda')\n"
-            "names = [t.name for t in threading.enumerate()]\n"
-            "imports.wait()\n"
-            "print(sorted(m for m in ci.modules_for('cuda') if m in sys.modules), 'envkit-compile-imports' in names)\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ENVKIT_TIMING")} | {"PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-2000:]
-    loaded, on_a_thread = out.stdout.rsplit(" ", 1)
-    assert on_a_thread.strip() == "True"
-    for name in ("torch._dynamo", "torch._functorch.aot_autograd", "torch._inductor.compile_fx", "torch._inductor.cudagraph_trees"):
-        assert repr(name) in loaded
-    assert "envkit_no_such_module" not in loaded

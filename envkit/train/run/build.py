@@ -34,7 +34,6 @@ from envkit.train.recovery.injection import Injector
 from envkit.train.run import determinism, sharding, timing
 from envkit.train.run.checkpointer import Checkpointer
 from envkit.train.run.compile_cache import CompileCache, cache_key
-from envkit.train.run.compile_imports import CompileImports
 from envkit.train.run.distributed import GradientAllReduce, broadcast_from_first, ddp_reduce_for, init_distributed, wrap_ddp
 from envkit.train.run.evaluate import val_batches
 from envkit.train.run.models import build_model_for, use_flex_attention
@@ -92,11 +91,7 @@ def build_trainer(cfg: Config, run_dir: Path, tel: Telemetry, *, torch_settings:
     log, run_dir, world = tel.log, Path(run_dir), int(os.environ.get("WORLD_SIZE", "1"))
     # training.global_batch_size: this process's share (a sweep's runs and bench come here without envkit run's plan)
     cfg = per_process_batch(cfg, world)
-    device_type = resolve_device(cfg.device.type, cfg.device.fallback_to_cpu, log)
-    # beside the stages up to the compile, CUDA's start included, which spend their time in the driver and in
-    # torch's operators, without the GIL (compile_imports.py)
-    imports = CompileImports.start(device_type) if want_compile(cfg.training.compile, device_type) == "on" else None
-    place, cfg = _place(cfg, device_type, world, torch_settings, log)
+    place, cfg = _place(cfg, world, torch_settings, log)
     loss_sum = torch.zeros((), dtype=torch.float32, device=place.device)
     timing.mark("device ready: CUDA's start, seeds, torch settings")
     data, cfg = _data(cfg, place, log)
@@ -113,8 +108,6 @@ def build_trainer(cfg: Config, run_dir: Path, tel: Telemetry, *, torch_settings:
     watch = RunWatch(run_dir, cfg.run_dict(), place.device_type, place.device, log, enabled=place.rank == 0, telemetry=tel,
                      local_devices=world)
     timing.mark("device watch")
-    if imports is not None:
-        imports.wait()
     compile_cache, loss_module, trained, compile_note, all_reduce = _training_module(cfg, place, data.bundle, model, precision, state, log)
     timing.mark("torch.compile's wrapper")
     loader = cfg.dataloader
@@ -134,10 +127,11 @@ def build_trainer(cfg: Config, run_dir: Path, tel: Telemetry, *, torch_settings:
     return trainer, state
 
 
-def _place(cfg: Config, device_type: TrainDevice, world: int, torch_settings: dict | None, log) -> tuple[Place, Config]:
-    """The device of `device_type` (and its process group), the seeds, and torch's settings; the config
-    with a deterministic run's compile_mode (determinism.prepare)."""
+def _place(cfg: Config, world: int, torch_settings: dict | None, log) -> tuple[Place, Config]:
+    """The device (and its process group), the seeds, and torch's settings; the config with a
+    deterministic run's compile_mode (determinism.prepare)."""
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device_type = resolve_device(cfg.device.type, cfg.device.fallback_to_cpu, log)
     device = torch.device(f"cuda:{local_rank}" if device_type == "cuda" else device_type)
     if device_type == "cuda":
         torch.cuda.set_device(device)
