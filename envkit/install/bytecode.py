@@ -65,18 +65,24 @@ def _sys_path(python: str) -> list[str]:
 
 def _compileall(python: str, folders: list[str], prefix: Path | None) -> subprocess.CompletedProcess:
     # -j 0: every core. Its exit code is 1 when any one file fails (a package's test data written in
-    # Python 2 is common), so whether torch's bytecode is there is asked of the probe afterwards.
-    head = [python] + (["-X", f"pycache_prefix={prefix}"] if prefix is not None else [])
-    return subprocess.run([*head, "-m", "compileall", "-q", "-j", "0", *folders], capture_output=True, text=True,
-                          timeout=COMPILE_TIMEOUT_S)
+    # Python 2 is common), so whether torch's bytecode is there is asked afterwards (_found).
+    return subprocess.run([python, "-m", "compileall", "-q", "-j", "0", *folders], capture_output=True, text=True,
+                          timeout=COMPILE_TIMEOUT_S, env=_with_prefix(prefix))
+
+
+def _with_prefix(prefix: Path | None) -> dict[str, str]:
+    """The environment that points Python at `prefix` (None: beside the sources). The variable, not
+    `-X pycache_prefix`: compileall's workers are started by a fork server from Python 3.12 on, and
+    inherit the environment but not -X options (seen on an H100 host: they wrote beside the sources)."""
+    env = {k: v for k, v in os.environ.items() if k != PREFIX_VAR}
+    return env if prefix is None else {**env, PREFIX_VAR: str(prefix)}
 
 
 def _found(python: str, source: str, prefix: Path | None) -> bool:
     """Whether `python` (with `prefix` as its PYTHONPYCACHEPREFIX) finds the bytecode of `source`: asked of
     that interpreter, whose cache tag and prefix rule are its own."""
     code = "import importlib.util, os, sys; print(os.path.isfile(importlib.util.cache_from_source(sys.argv[1])))"
-    head = [python] + (["-X", f"pycache_prefix={prefix}"] if prefix is not None else [])
-    out = subprocess.run([*head, "-c", code, source], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([python, "-c", code, source], capture_output=True, text=True, timeout=60, env=_with_prefix(prefix))
     return out.stdout.strip() == "True"
 
 

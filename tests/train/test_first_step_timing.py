@@ -119,3 +119,18 @@ def test_the_batch_order_is_each_epochs_rows_a_few_batches_at_a_time(start, worl
     got = [(list(b), b.epoch) for b in itertools.islice(iter(sampler), 70)]  # 16 (or 33) batches an epoch: four epochs
     want = [(row, epoch) for epoch, rows in itertools.islice(sampler.epochs(), 6) for row in rows.tolist()][:70]
     assert got == want and len({e for _, e in got}) >= 3
+
+
+def test_a_compile_that_fails_at_the_first_step_without_a_message_falls_back_to_eager_and_says_so():
+    """torch.compile fails lazily, at the first call; an AssertionError from Dynamo may carry no message
+    (seen on an H100): the run still falls back to eager and names the error, rather than failing on it."""
+    from envkit.train.run.speed import FallbackOnFirstCall
+
+    def compiled(x):
+        raise AssertionError()
+
+    said = []
+    model = FallbackOnFirstCall(compiled, torch.nn.Identity(), said.append)
+    assert model(torch.ones(2)).tolist() == [1.0, 1.0]
+    assert said == ["warning: torch.compile failed at the first step (AssertionError); training eager "
+                    "(set training.compile: false to skip the attempt)"]

@@ -176,7 +176,8 @@ class FallbackOnFirstCall(torch.nn.Module):
         try:
             out = self.compiled(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - compile is an optimisation: fall back to eager, say so
-            self._log(f"warning: torch.compile failed at the first step ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
+            first = (str(exc).splitlines() or [""])[0][:200]  # an AssertionError may have no message at all
+            self._log(f"warning: torch.compile failed at the first step ({type(exc).__name__}{': ' + first if first else ''}); "
                       "training eager (set training.compile: false to skip the attempt)")
             if self._undo is not None:  # compiled in place (compile_scope blocks): made eager again
                 self._undo()
