@@ -4,7 +4,7 @@
 # (2) then, bytecode written in place, the first step of GPT-2 small for this tree against BASE (an earlier tree,
 # unpacked by `git archive`), cold, warm and again REPEAT times (bench_time_to_first_step.py), and this tree with
 # training.compile_scope=blocks (regional compilation under the profile's CUDA graphs); (3) GPT-2 small deterministic
-# as shipped beside the default run (bench_determinism_gpt2.py). Results: benchmarks/RESULTS.md, 2026-12-08.
+# as shipped beside the default run (bench_determinism_gpt2.py); with TESTS=1, the trainer's one-GPU tests last. Results: benchmarks/RESULTS.md, 2026-12-08.
 # Run from the repository root: BASE=.base_tree bash benchmarks/device/bytecode_cache_and_first_step.sh OUTDIR
 . benchmarks/device/common.sh "$@"
 SP=$($PY -c "import site; print(site.getsitepackages()[0])")
@@ -23,4 +23,6 @@ grep -A22 "^warm0: where" "$OUT/ttfs_new.log" | head -24
 grep -A22 "^warm0: where" "$OUT/ttfs_base.log" 2>/dev/null | head -24
 timeout ${T_DET:-110} $PY benchmarks/bench_determinism_gpt2.py --steps 60 --run default= --run det=training.deterministic=true \
   > "$OUT/determinism.log" 2>&1; echo "determinism rc=$?"; tail -8 "$OUT/determinism.log"
+[ "${TESTS:-0}" = 1 ] && { timeout ${T_TESTS:-150} $PY -m pytest -q -p no:cacheprovider -m gpu tests/train/test_train_gpu.py \
+  tests/train/test_first_step_timing.py tests/train/test_data_on_device.py > "$OUT/gpu_tests.log" 2>&1; echo "gpu tests rc=$?"; tail -5 "$OUT/gpu_tests.log"; }
 echo "done $(date -u)" | tee -a "$OUT/env.log"
