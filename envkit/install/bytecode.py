@@ -110,11 +110,14 @@ def fix(python: str, torch_folder: str, writable: bool, also: tuple[Path, ...] =
 
 def ensure(python: str, also: tuple[Path, ...] = ()) -> Fixed | None:
     """`fix` where `python`'s torch has no bytecode, Python writes none and envkit's cache does not hold
-    it either (doctor's probe answers); None where nothing is to be done."""
+    it either (doctor's probe answers); None where nothing is to be done. After setup's verification,
+    whose imports wrote the bytecode they loaded (torch.compile's too on CUDA), that is a torch in a
+    folder this user may not write; torch.compile's modules alone missing on a machine that does not
+    compile by default (doctor says so) are not worth compiling all of site-packages for."""
     try:
         code = TorchBytecode.from_probe(LiveRunner(python).interpreter().get("torch_bytecode"))
     except Exception:  # noqa: BLE001 - an interpreter that cannot be probed has its own error elsewhere (setup's verification)
         return None
-    if code is None or code.envkit_cache or code.python_writes or (code.compiled and code.compile_compiled is not False):
+    if code is None or code.compiled or code.envkit_cache or code.python_writes:
         return None
     return fix(python, code.folder, code.writable, also)
