@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +36,9 @@ from envkit.facts.model import TorchBytecode
 from envkit.facts.runner import LiveRunner
 from envkit.fsutil import atomic_write_text
 
+# Never imported by a training process, and most of the standard library's files (its test suite alone is
+# two thirds of CPython's): left out of envkit's cache, as compileall's -x and the copy below both read it.
+SKIPPED = re.compile(r"[/\\](test|tests|idlelib|turtledemo|lib2to3|tkinter|ensurepip)([/\\]|$)")
 COMPILE_TIMEOUT_S = 1800  # the standard library and a CUDA torch's site-packages: about a minute on 16 cores
 
 
@@ -57,17 +63,65 @@ class Fixed:
                 "error": self.error or None, **({"prefix": str(cache_folder())} if self.where != "in place" else {})}
 
 
-def _sys_path(python: str) -> list[str]:
-    code = "import json, os, sys; print(json.dumps([p for p in sys.path if p and os.path.isdir(p)]))"
+def _sys_path(python: str) -> tuple[list[str], str]:
+    """(`python`'s import folders, its bytecode's tag: cpython-312)."""
+    code = ("import json, os, sys; print(json.dumps([[p for p in sys.path if p and os.path.isdir(p)], "
+            "sys.implementation.cache_tag]))")
     out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60, check=True)
-    return json.loads(out.stdout)
+    folders, tag = json.loads(out.stdout)
+    return folders, tag
 
 
-def _compileall(python: str, folders: list[str], prefix: Path | None) -> subprocess.CompletedProcess:
-    # -j 0: every core. Its exit code is 1 when any one file fails (a package's test data written in
-    # Python 2 is common), so whether torch's bytecode is there is asked afterwards (_found).
-    return subprocess.run([python, "-m", "compileall", "-q", "-j", "0", *folders], capture_output=True, text=True,
-                          timeout=COMPILE_TIMEOUT_S, env=_with_prefix(prefix))
+def _skipped(folders: list[str]) -> re.Pattern:
+    """SKIPPED, and the site-packages inside a folder that is not itself on the interpreter's path (a
+    venv's base interpreter keeps its own packages inside its standard library's folder)."""
+    nested = [str(Path(f) / name) for f in folders for name in ("site-packages", "dist-packages")
+              if (Path(f) / name).is_dir() and str(Path(f) / name) not in folders]
+    return re.compile("|".join([SKIPPED.pattern, *(re.escape(n) + r"([/\\]|$)" for n in nested)]))
+
+
+def _sources(folders: list[str], skipped: re.Pattern) -> list[str]:
+    """Every module under `folders`, the skipped folders pruned as the walk meets them (compileall's own
+    -x filters file by file after walking everything: 8 s of a stdlib whose base site-packages it holds)."""
+    out = []
+    for folder in folders:
+        for here, dirs, files in os.walk(folder):
+            dirs[:] = [d for d in dirs if d != "__pycache__" and not skipped.search(os.path.join(here, d))]
+            out += [os.path.join(here, f) for f in files if f.endswith(".py")]
+    return out
+
+
+def _copy_beside_ones(sources: list[str], prefix: Path, tag: str) -> int:
+    """Copy the bytecode that already lies beside the sources (the standard library's, a package pip
+    compiled) to where Python looks under `prefix`: the same files, valid there as they are (a .pyc
+    names its source's size and time, not its place), so compileall only compiles what is missing."""
+    copied = 0
+    for source in sources:
+        folder, name = os.path.split(source)
+        pyc = os.path.join(folder, "__pycache__", f"{name[:-3]}.{tag}.pyc")  # what an interpreter without -O reads
+        dest = prefix / os.path.realpath(folder).lstrip(os.sep) / os.path.basename(pyc)
+        if os.path.isfile(pyc) and not dest.exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(pyc, dest)
+            copied += 1
+    return copied
+
+
+def _compileall(python: str, sources: list[str], prefix: Path | None) -> tuple[int, str]:
+    """(the worst exit code, the output) of compileall over `sources`, in one process a core: compileall
+    runs a list of files (-i) in one process, and its -j only spreads a folder's walk. A file that is
+    up to date is skipped by its header. The exit code is 1 when any one file fails (a package's test
+    data written in Python 2 is common), so whether torch's bytecode is there is asked afterwards (_found)."""
+    parts = max(1, min(os.cpu_count() or 1, 32, len(sources) // 200 or 1))
+    with tempfile.TemporaryDirectory(prefix="envkit-compile-") as tmp:
+        procs = []
+        for i in range(parts):
+            listed = Path(tmp) / f"{i}.txt"
+            listed.write_text("\n".join(sources[i::parts]) + "\n")
+            procs.append(subprocess.Popen([python, "-m", "compileall", "-q", "-i", str(listed)], stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True, env=_with_prefix(prefix)))
+        outs = [p.communicate(timeout=COMPILE_TIMEOUT_S)[0] for p in procs]
+    return max(p.returncode for p in procs), "".join(outs)
 
 
 def _with_prefix(prefix: Path | None) -> dict[str, str]:
@@ -95,11 +149,15 @@ def fix(python: str, torch_folder: str, writable: bool, also: tuple[Path, ...] =
     folders, prefix = [str(Path(torch_folder).parent)], None if writable else cache_folder()
     try:
         if prefix is not None:
-            folders = [*_sys_path(python), *(str(p) for p in also if Path(p).is_dir())]
+            found, tag = _sys_path(python)
+            folders = [*found, *(str(p) for p in also if Path(p).is_dir())]
+        sources = _sources(folders, _skipped(folders) if prefix is not None else re.compile(r"(?!)"))
+        if prefix is not None:
             prefix.mkdir(parents=True, exist_ok=True)
-        done = _compileall(python, folders, prefix)
+            _copy_beside_ones(sources, prefix, tag)
+        _, output = _compileall(python, sources, prefix)
         ok = _found(python, str(Path(torch_folder) / "__init__.py"), prefix)
-        error = "" if ok else (done.stdout.strip().splitlines() or done.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        error = "" if ok else (output.strip().splitlines() or ["no output"])[-1][:300]
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
         ok, error = False, str(exc)[:300]
     if ok and prefix is not None:

@@ -141,6 +141,11 @@ def test_a_read_only_site_packages_gets_torch_bytecode_in_envkits_cache_which_en
     assert check["status"] == "pass" and f"byte-compiled in envkit's cache ({cache / 'pycache'})" in check["message"], check
     assert data["facts"]["torch_bytecode"]["envkit_cache"] == str(cache / "pycache")
     assert not (site / "torch" / "__pycache__").exists()  # nothing written beside the sources
+    # the standard library is there too (with a prefix, Python reads no bytecode beside the sources), its test suite not
+    stdlib = subprocess.run([python_with_a_torch, "-c", "import json, os; print(os.path.dirname(json.__path__[0]))"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    mirrored = cache / "pycache" / os.path.realpath(stdlib).lstrip(os.sep)
+    assert list((mirrored / "json").glob("__init__.*.pyc")) and not (mirrored / "test").exists()
 
     # the interpreter, pointed at the cache, reads torch's bytecode from there (python -v names the file)
     loaded = subprocess.run([python_with_a_torch, "-v", "-c", "import torch"], capture_output=True, text=True,
