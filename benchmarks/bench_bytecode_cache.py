@@ -50,7 +50,8 @@ def main() -> None:
     env.pop("PYTHONPYCACHEPREFIX", None)
     before = imports(env, args.runs)
     t = time.perf_counter()
-    fix = subprocess.run([sys.executable, "-m", "envkit", "doctor", "--fix", "--json"], env=env, capture_output=True, text=True)
+    fix = subprocess.run([sys.executable, "-m", "envkit", "doctor", "--fix", "--json", "--python", sys.executable], env=env,
+                         capture_output=True, text=True)
     fix_s = time.perf_counter() - t
     doc = json.loads(fix.stdout) if fix.stdout.strip().startswith("{") else {}
     check = next((c for c in doc.get("checks", []) if c.get("id") == "bytecode"), {})
