@@ -152,6 +152,11 @@ def test_a_read_only_site_packages_gets_torch_bytecode_in_envkits_cache_which_en
                             env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(cache / "pycache")})
     assert f"code object from '{cache / 'pycache'}{site}/torch/__init__." in loaded.stderr, loaded.stderr[-3000:]
 
+    # `envkit exec` of that interpreter gets the variable (a run's trainer: launcher.child_environ, below)
+    shown = envkit("exec", "--profile", "cpu", "--", python_with_a_torch, "-c",
+                   "import os; print('PREFIX', os.environ.get('PYTHONPYCACHEPREFIX'))", cwd=tmp_path, env={"ENVKIT_CACHE_DIR": str(cache)})
+    assert shown.returncode == 0 and f"PREFIX {cache / 'pycache'}\n" in shown.stdout, shown.stderr[-2000:]
+
     monkeypatch_env = {"ENVKIT_CACHE_DIR": str(cache)}
     old = {k: os.environ.get(k) for k in ("ENVKIT_CACHE_DIR", "PYTHONPYCACHEPREFIX")}
     try:
