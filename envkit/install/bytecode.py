@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -36,9 +35,10 @@ from envkit.facts.model import TorchBytecode
 from envkit.facts.runner import LiveRunner
 from envkit.fsutil import atomic_write_text
 
-# Never imported by a training process, and most of the standard library's files (its test suite alone is
-# two thirds of CPython's): left out of envkit's cache, as compileall's -x and the copy below both read it.
-SKIPPED = re.compile(r"[/\\](test|tests|idlelib|turtledemo|lib2to3|tkinter|ensurepip)([/\\]|$)")
+# Folders never imported by a training process, and most of the standard library's files (its test suite
+# alone is two thirds of CPython's): pruned from the walk into envkit's cache, by name below the folders
+# walked (a venv that lives in a folder named `test` is walked all the same).
+SKIPPED_NAMES = frozenset({"test", "tests", "idlelib", "turtledemo", "lib2to3", "tkinter", "ensurepip", "__pycache__"})
 COMPILE_TIMEOUT_S = 1800  # the standard library and a CUDA torch's site-packages: about a minute on 16 cores
 
 
@@ -72,21 +72,24 @@ def _sys_path(python: str) -> tuple[list[str], str]:
     return folders, tag
 
 
-def _skipped(folders: list[str]) -> re.Pattern:
-    """SKIPPED, and the site-packages inside a folder that is not itself on the interpreter's path (a
-    venv's base interpreter keeps its own packages inside its standard library's folder)."""
-    nested = [str(Path(f) / name) for f in folders for name in ("site-packages", "dist-packages")
-              if (Path(f) / name).is_dir() and str(Path(f) / name) not in folders]
-    return re.compile("|".join([SKIPPED.pattern, *(re.escape(n) + r"([/\\]|$)" for n in nested)]))
+def _nested_site_packages(folders: list[str]) -> set[str]:
+    """The site-packages inside a folder that is not itself on the interpreter's path: a venv's base
+    interpreter keeps its own packages inside its standard library's folder."""
+    return {os.path.join(f, name) for f in folders for name in ("site-packages", "dist-packages")
+            if os.path.isdir(os.path.join(f, name)) and os.path.join(f, name) not in folders}
 
 
-def _sources(folders: list[str], skipped: re.Pattern) -> list[str]:
-    """Every module under `folders`, the skipped folders pruned as the walk meets them (compileall's own
-    -x filters file by file after walking everything: 8 s of a stdlib whose base site-packages it holds)."""
+def _sources(folders: list[str], prune: bool) -> list[str]:
+    """Every module under `folders`, as Python names them (the folders as the interpreter's path gives
+    them, not resolved: its bytecode's place under a prefix mirrors that name). With `prune`, the
+    folders of SKIPPED_NAMES and nested site-packages are left out as the walk meets them (compileall's
+    own -x filters file by file after walking everything: 8 s for a stdlib holding its base site-packages)."""
+    nested = _nested_site_packages(folders) if prune else set()
     out = []
     for folder in folders:
         for here, dirs, files in os.walk(folder):
-            dirs[:] = [d for d in dirs if d != "__pycache__" and not skipped.search(os.path.join(here, d))]
+            dirs[:] = [d for d in dirs if d != "__pycache__" and not (prune and (d in SKIPPED_NAMES
+                                                                                 or os.path.join(here, d) in nested))]
             out += [os.path.join(here, f) for f in files if f.endswith(".py")]
     return out
 
@@ -99,7 +102,7 @@ def _copy_beside_ones(sources: list[str], prefix: Path, tag: str) -> int:
     for source in sources:
         folder, name = os.path.split(source)
         pyc = os.path.join(folder, "__pycache__", f"{name[:-3]}.{tag}.pyc")  # what an interpreter without -O reads
-        dest = prefix / os.path.realpath(folder).lstrip(os.sep) / os.path.basename(pyc)
+        dest = prefix / os.path.abspath(folder).lstrip(os.sep) / os.path.basename(pyc)  # importlib's cache_from_source
         if os.path.isfile(pyc) and not dest.exists():
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(pyc, dest)
@@ -151,7 +154,7 @@ def fix(python: str, torch_folder: str, writable: bool, also: tuple[Path, ...] =
         if prefix is not None:
             found, tag = _sys_path(python)
             folders = [*found, *(str(p) for p in also if Path(p).is_dir())]
-        sources = _sources(folders, _skipped(folders) if prefix is not None else re.compile(r"(?!)"))
+        sources = _sources(folders, prune=prefix is not None)
         if prefix is not None:
             prefix.mkdir(parents=True, exist_ok=True)
             _copy_beside_ones(sources, prefix, tag)

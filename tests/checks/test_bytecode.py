@@ -24,7 +24,10 @@ MODULES = ("__init__.py", "nn/__init__.py", "nn/modules/__init__.py", "nn/module
 @pytest.fixture
 def python_with_a_torch(tmp_path):
     """A venv with a `torch` package of plain sources (no bytecode, as uv installs it), never imported."""
-    d = tmp_path / "venv"
+    return venv_with_a_torch(tmp_path / "venv")
+
+
+def venv_with_a_torch(d: Path) -> str:
     venv.EnvBuilder(with_pip=False).create(d)
     python = d / "bin" / "python"
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -144,7 +147,7 @@ def test_a_read_only_site_packages_gets_torch_bytecode_in_envkits_cache_which_en
     # the standard library is there too (with a prefix, Python reads no bytecode beside the sources), its test suite not
     stdlib = subprocess.run([python_with_a_torch, "-c", "import json, os; print(os.path.dirname(json.__path__[0]))"],
                             capture_output=True, text=True, check=True).stdout.strip()
-    mirrored = cache / "pycache" / os.path.realpath(stdlib).lstrip(os.sep)
+    mirrored = cache / "pycache" / stdlib.lstrip(os.sep)  # the folder as Python names it, not resolved
     assert list((mirrored / "json").glob("__init__.*.pyc")) and not (mirrored / "test").exists()
 
     # the interpreter, pointed at the cache, reads torch's bytecode from there (python -v names the file)
@@ -186,3 +189,18 @@ def test_setups_bytecode_step_compiles_in_place_where_it_may_and_then_has_nothin
     assert not (tmp_path / "cache" / "pycache").exists()  # envkit's cache is for folders it may not write
     again = subprocess.run([sys.executable, "-c", code, python_with_a_torch], capture_output=True, text=True, env=env, timeout=300)
     assert again.stdout.strip() == "null", again.stderr[-2000:]
+
+
+def test_envkits_cache_takes_a_venv_that_lives_in_a_folder_named_test(tmp_path):
+    """The walk into envkit's cache leaves out folders named `test` (the standard library's suite) below
+    the folders it walks, never above them: a project in ~/test keeps its venv's torch."""
+    python = venv_with_a_torch(tmp_path / "test" / "proj" / ".venv")
+    code = ("import json, sys; from envkit.install.bytecode import fix; "
+            "print(json.dumps(fix(sys.argv[1], sys.argv[2], writable=False).to_dict()))")
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    env = {**os.environ, "ENVKIT_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code, python, str(Path(site) / "torch")], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert json.loads(out.stdout)["ok"] is True, out.stderr[-2000:]
+    assert list((tmp_path / "cache" / "pycache" / site.lstrip(os.sep) / "torch").glob("__init__.*.pyc"))
