@@ -123,7 +123,13 @@ def _compileall(python: str, sources: list[str], prefix: Path | None) -> tuple[i
             listed.write_text("\n".join(sources[i::parts]) + "\n")
             procs.append(subprocess.Popen([python, "-m", "compileall", "-q", "-i", str(listed)], stdout=subprocess.PIPE,
                                           stderr=subprocess.STDOUT, text=True, env=_with_prefix(prefix)))
-        outs = [p.communicate(timeout=COMPILE_TIMEOUT_S)[0] for p in procs]
+        try:
+            outs = [p.communicate(timeout=COMPILE_TIMEOUT_S)[0] for p in procs]
+        finally:  # a timeout or Ctrl-C leaves none of them compiling on
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
     return max(p.returncode for p in procs), "".join(outs)
 
 
